@@ -1,0 +1,119 @@
+/*
+ * internal.h — what the library's own files share and users never see:
+ * error macros, the view math of tensor.c, and the copy descriptor that the
+ * planner (copy.c) hands to a backend (cpu/, cuda/).
+ */
+#ifndef SP_INTERNAL_H
+#define SP_INTERNAL_H
+
+#include "stridepack.h"
+
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- errors ------------------------------------------------------------ */
+
+/* Record a formatted message as this thread's sp_last_error(); returns s. */
+sp_status sp_set_error(sp_status s, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* Fail with `status` and a message unless `cond` holds. */
+#define SP_REQUIRE(cond, status, ...)                  \
+    do {                                               \
+        if (!(cond)) return sp_set_error((status), __VA_ARGS__); \
+    } while (0)
+
+/* Return the status of `expr` unless it is SP_OK. */
+#define SP_FORWARD(expr)                  \
+    do {                                  \
+        sp_status sp_fwd_ = (expr);       \
+        if (sp_fwd_ != SP_OK) return sp_fwd_; \
+    } while (0)
+
+/* ---- view math (tensor.c) ---------------------------------------------- */
+
+/* Structural check: ndim range, known dtype, sizes >= 0, numel fits int64,
+ * and the byte offsets of every element fit int64. `name` prefixes the
+ * message ("beta", "inputs[2]"). */
+sp_status sp_tensor_check(const sp_tensor *t, const char *name);
+
+/* Same as sp_tensor_check, and the data pointer is aligned to the element
+ * size (not checked for an empty tensor). */
+sp_status sp_tensor_check_aligned(const sp_tensor *t, const char *name);
+
+/* numel without error reporting; -1 on overflow or malformed input. */
+int64_t sp_numel_(const sp_tensor *t);
+
+/* Byte extent [lo, hi) of the elements, relative to nothing: absolute
+ * addresses. lo == hi for an empty tensor. Valid after sp_tensor_check. */
+void sp_tensor_extent(const sp_tensor *t, uintptr_t *lo, uintptr_t *hi);
+
+/* 1 when [alo, ahi) and [blo, bhi) share a byte (empty ranges share none). */
+int sp_extents_overlap(uintptr_t alo, uintptr_t ahi, uintptr_t blo, uintptr_t bhi);
+
+/* 1 when two distinct index tuples of t can address the same byte (a zero
+ * stride on a dim of size > 1, or strides that interleave). Conservative:
+ * may say 1 for exotic non-overlapping layouts. */
+int sp_tensor_self_overlaps(const sp_tensor *t);
+
+/* Widest of 16, 8, 4, 2, 1 that divides every value given. */
+int sp_widest_vector(const uint64_t *values, int n);
+
+/* Joint coalescing of a src/dst pair of equal shape: size-1 dims dropped,
+ * dim i merged into i+1 where both sides allow it. Output arrays are in
+ * elements, outermost first; *ndim may be 0 (one element) — an empty pair
+ * is the caller's to skip. */
+void sp_coalesce_pair(const sp_tensor *src, const sp_tensor *dst, int *ndim, int64_t *shape,
+                      int64_t *src_strides, int64_t *dst_strides);
+
+/* ---- the copy descriptor ------------------------------------------------ */
+
+/* One pair planned for a backend; plain data passed to kernels by value.
+ * The copy is `units` moves of `vec` bytes. Unit u is (outer index, i):
+ * i = u % run_units is the position in the innermost run, the outer index
+ * u / run_units is decomposed over outer_shape (innermost outer dim first).
+ * Byte offset = sum(outer idx * outer stride) + i * run stride. */
+#define SP_DESC_OUTER (SP_MAX_DIMS - 1)
+typedef struct sp_copy_desc {
+    uint64_t src;                           /* byte address of element 0 */
+    uint64_t dst;
+    int64_t units;                          /* total moves, > 0 */
+    int64_t run_units;                      /* moves per innermost run, > 0 */
+    int64_t src_run_stride;                 /* bytes between moves in a run */
+    int64_t dst_run_stride;
+    int64_t src_span;                       /* max |byte offset| + vec, for index width */
+    int64_t dst_span;
+    int32_t vec;                            /* bytes per move: 16, 8, 4, 2, 1 */
+    int32_t nouter;                         /* 0 .. SP_DESC_OUTER */
+    int64_t outer_shape[SP_DESC_OUTER];     /* innermost outer dim first */
+    int64_t src_outer_stride[SP_DESC_OUTER]; /* bytes */
+    int64_t dst_outer_stride[SP_DESC_OUTER];
+} sp_copy_desc;
+
+/* Plan one pair (already validated, non-empty) into *d. */
+void sp_plan_pair(const sp_copy_pair *p, sp_copy_desc *d);
+
+/* ---- backends ----------------------------------------------------------- */
+
+/* Run n (<= SP_MAX_PAIRS_PER_LAUNCH) descriptors in one parallel CPU pass. */
+sp_status sp_cpu_copy(const sp_copy_desc *descs, int n);
+
+/* Run n (<= SP_MAX_PAIRS_PER_LAUNCH) descriptors in one kernel launch on
+ * `device` and `stream`, restoring the caller's current device.
+ * Builds without CUDA get a version that returns SP_ERR_NO_DEVICE. */
+sp_status sp_cuda_copy(const sp_copy_desc *descs, int n, int device, struct CUstream_st *stream);
+
+/* Bump the pass counter behind sp_copy_pass_count(). */
+void sp_count_pass(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SP_INTERNAL_H */

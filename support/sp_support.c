@@ -1,0 +1,243 @@
+/* sp_support.c — see sp_support.h. */
+#define _POSIX_C_SOURCE 200809L
+#include "sp_support.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- random numbers ---------------------------------------------------- */
+
+static uint64_t splitmix(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void sp_rng_seed(sp_rng *r, uint64_t seed) {
+    for (int i = 0; i < 4; i++) r->s[i] = splitmix(&seed);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+uint64_t sp_rng_next(sp_rng *r) {
+    uint64_t *s = r->s;
+    uint64_t out = rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return out;
+}
+
+int64_t sp_rng_range(sp_rng *r, int64_t lo, int64_t hi) {
+    uint64_t span = (uint64_t)(hi - lo) + 1;
+    if (span == 0) return (int64_t)sp_rng_next(r);
+    return lo + (int64_t)(sp_rng_next(r) % span);
+}
+
+double sp_rng_unit(sp_rng *r) { return (double)(sp_rng_next(r) >> 11) * 0x1.0p-53; }
+
+void sp_fill_random(void *p, size_t bytes, sp_rng *r) {
+    unsigned char *b = p;
+    size_t i = 0;
+    for (; i + 8 <= bytes; i += 8) {
+        uint64_t x = sp_rng_next(r);
+        memcpy(b + i, &x, 8);
+    }
+    if (i < bytes) {
+        uint64_t x = sp_rng_next(r);
+        memcpy(b + i, &x, bytes - i);
+    }
+}
+
+/* ---- layouts -------------------------------------------------------------- */
+
+int sp_shape_random(sp_rng *r, int max_ndim, int64_t max_size, int64_t max_numel,
+                    int64_t *shape) {
+    int ndim = (int)sp_rng_range(r, 0, max_ndim);
+    int64_t numel = 1;
+    for (int d = 0; d < ndim; d++) {
+        int64_t s;
+        switch (sp_rng_range(r, 0, 7)) {
+        case 0: s = 1; break;
+        case 1: s = (sp_rng_range(r, 0, 5) == 0) ? 0 : 2; break;
+        default: s = sp_rng_range(r, 1, max_size); break;
+        }
+        while (s > 1 && numel * s > max_numel) s /= 2;
+        shape[d] = s;
+        numel *= s > 0 ? s : 1;
+    }
+    return ndim;
+}
+
+void sp_layout_dense(sp_dtype dtype, int ndim, const int64_t *shape, sp_layout *out) {
+    memset(out, 0, sizeof *out);
+    out->dtype = dtype;
+    out->ndim = ndim;
+    int64_t running = 1;
+    for (int d = ndim - 1; d >= 0; d--) {
+        out->shape[d] = shape[d];
+        out->strides[d] = running;
+        running *= shape[d];
+    }
+    out->buffer_elems = running;
+}
+
+void sp_layout_random(sp_rng *r, sp_dtype dtype, int ndim, const int64_t *shape, int flags,
+                      sp_layout *out) {
+    memset(out, 0, sizeof *out);
+    out->dtype = dtype;
+    out->ndim = ndim;
+    int order[SP_MAX_DIMS]; /* order[0] is the innermost dim in memory */
+    for (int i = 0; i < ndim; i++) order[i] = ndim - 1 - i;
+    if (ndim > 1 && sp_rng_range(r, 0, 2) == 0) { /* transpose: shuffle */
+        for (int i = ndim - 1; i > 0; i--) {
+            int j = (int)sp_rng_range(r, 0, i);
+            int t = order[i];
+            order[i] = order[j];
+            order[j] = t;
+        }
+    }
+    int64_t running = sp_rng_range(r, 0, 5) == 0 ? sp_rng_range(r, 2, 3) : 1;
+    for (int i = 0; i < ndim; i++) {
+        int d = order[i];
+        out->shape[d] = shape[d];
+        int64_t st = running;
+        if ((flags & SP_LAYOUT_ALLOW_ZERO_STRIDE) && sp_rng_range(r, 0, 7) == 0) st = 0;
+        if (sp_rng_range(r, 0, 4) == 0) st = -st;
+        out->strides[d] = st;
+        int64_t pad = sp_rng_range(r, 0, 3) == 0 ? sp_rng_range(r, 1, 9) : 0;
+        running = running * (shape[d] > 0 ? shape[d] : 1) + pad;
+    }
+    int64_t neg = 0, pos = 0;
+    for (int d = 0; d < ndim; d++) {
+        int64_t span = (shape[d] > 0 ? shape[d] - 1 : 0) * out->strides[d];
+        if (span < 0) neg -= span; else pos += span;
+    }
+    out->offset = neg + sp_rng_range(r, 0, 7);
+    out->buffer_elems = out->offset + pos + 1 + sp_rng_range(r, 0, 7);
+}
+
+sp_tensor sp_layout_tensor(const sp_layout *l, void *base, sp_device dev) {
+    sp_tensor t;
+    memset(&t, 0, sizeof t);
+    t.data = (char *)base + l->offset * (int64_t)sp_dtype_size(l->dtype);
+    t.dtype = l->dtype;
+    t.ndim = l->ndim;
+    for (int d = 0; d < l->ndim; d++) {
+        t.shape[d] = l->shape[d];
+        t.strides[d] = l->strides[d];
+    }
+    t.device = dev;
+    return t;
+}
+
+/* ---- reference ------------------------------------------------------------- */
+
+static int64_t numel_of(const sp_tensor *t) {
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
+    return n;
+}
+
+/* Walk every index tuple of `shape` in row-major order, calling f on the
+ * byte addresses of element idx in a and b. */
+#define SP_FOR_EACH_INDEX(a, b, BODY)                                                  \
+    do {                                                                               \
+        int64_t idx_[SP_MAX_DIMS] = {0};                                               \
+        int64_t n_ = numel_of(a);                                                      \
+        size_t es_ = sp_dtype_size((sp_dtype)(a)->dtype);                              \
+        for (int64_t lin_ = 0; lin_ < n_; lin_++) {                                    \
+            int64_t oa_ = 0, ob_ = 0;                                                  \
+            for (int d_ = 0; d_ < (a)->ndim; d_++) {                                   \
+                oa_ += idx_[d_] * (a)->strides[d_];                                    \
+                ob_ += idx_[d_] * (b)->strides[d_];                                    \
+            }                                                                          \
+            const char *pa_ = (const char *)(a)->data + oa_ * (int64_t)es_;            \
+            char *pb_ = (char *)(b)->data + ob_ * (int64_t)es_;                        \
+            BODY;                                                                      \
+            for (int d_ = (a)->ndim - 1; d_ >= 0; d_--) {                              \
+                if (++idx_[d_] < (a)->shape[d_]) break;                                \
+                idx_[d_] = 0;                                                          \
+            }                                                                          \
+        }                                                                              \
+    } while (0)
+
+void sp_ref_copy(const sp_tensor *src, const sp_tensor *dst) {
+    SP_FOR_EACH_INDEX(src, dst, memcpy(pb_, pa_, es_));
+}
+
+int64_t sp_ref_compare(const sp_tensor *a, const sp_tensor *b, int64_t *first) {
+    int64_t bad = 0;
+    if (first) *first = -1;
+    SP_FOR_EACH_INDEX(a, b, {
+        if (memcmp(pa_, pb_, es_) != 0) {
+            if (bad == 0 && first) *first = lin_;
+            bad++;
+        }
+    });
+    return bad;
+}
+
+/* ---- K3 layouts ------------------------------------------------------------- */
+
+void sp_k3_init(sp_k3 *k, int64_t T, int64_t H, int beta_kind) {
+    memset(k, 0, sizeof *k);
+    k->T = T;
+    k->H = H;
+    k->P = H * 128;
+    k->beta_kind = beta_kind;
+    if (beta_kind == SP_K3_BETA_FA) {
+        k->width = 128 + H;
+        k->beta_col = 128;
+    } else {
+        k->width = 4 * k->P + 128 + H;
+        k->beta_col = 4 * k->P + 128;
+    }
+    k->g_rows = T;
+    size_t T_ = (size_t)(T > 0 ? T : 0);
+    k->qkv_bytes = T_ * 3 * (size_t)k->P * 2;
+    k->proj_bytes = T_ * (size_t)k->width * 2;
+    k->g_bytes = (size_t)k->g_rows * (size_t)k->P * 2;
+    k->dense_bytes = T_ * (size_t)(4 * k->P + H) * 2;
+}
+
+void sp_k3_views(const sp_k3 *k, void *qkv, void *proj, void *g, sp_device dev,
+                 sp_tensor out[5]) {
+    int64_t T = k->T, H = k->H, P = k->P;
+    int64_t shape4[4] = {1, T, H, 128};
+    int64_t qkv_strides[4] = {T * 3 * P, 3 * P, 128, 1};
+    for (int i = 0; i < 3; i++)
+        sp_tensor_view(&out[i], qkv, i * P, SP_BF16, 4, shape4, qkv_strides, dev);
+    sp_tensor_dense(&out[3], g, SP_BF16, 4, shape4, dev);
+    int64_t shape3[3] = {1, T, H};
+    int64_t beta_strides[3] = {T * k->width, k->width, 1};
+    sp_tensor_view(&out[4], proj, k->beta_col, SP_BF16, 3, shape3, beta_strides, dev);
+}
+
+const char *sp_k3_beta_name(int beta_kind) {
+    return beta_kind == SP_K3_BETA_FA ? "beta[T,128+H]" : "beta[T,4P+128+H]";
+}
+
+/* ---- timing ----------------------------------------------------------------- */
+
+double sp_now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int sp_cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double sp_median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, sp_cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
