@@ -248,6 +248,7 @@ SP_API sp_status sp_pack_workspace_bytes(const sp_tensor *inputs, size_t n, size
  * Slot offsets depend only on the inputs' shapes and dtypes and on the
  * workspace address, so a repeated call with the same arguments yields the
  * same outputs (what CUDA graph replay needs).
+ * At most SP_MAX_PAIRS_PER_LAUNCH inputs per call (SP_ERR_UNSUPPORTED).
  * Errors, before anything is written: those of sp_copy_batch;
  * SP_ERR_INVALID_ARGUMENT for NULL inputs/outputs with n > 0, or a NULL
  * workspace that is needed; SP_ERR_WORKSPACE_TOO_SMALL; SP_ERR_OVERLAP when

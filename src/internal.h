@@ -99,6 +99,15 @@ typedef struct sp_copy_desc {
 /* Plan one pair (already validated, non-empty) into *d. */
 void sp_plan_pair(const sp_copy_pair *p, sp_copy_desc *d);
 
+/* ---- validation shared by the layers (copy.c) --------------------------- */
+
+/* SP_ERR_DEVICE_MISMATCH unless t is on `want` (named `name`). */
+sp_status sp_check_same_device(const sp_tensor *t, sp_device want, const char *name);
+/* SP_ERR_NO_DEVICE when `dev` is CUDA and this build or machine has none. */
+sp_status sp_check_device_usable(sp_device dev);
+/* sp_copy_batch without the checks: for callers that validated already. */
+sp_status sp_copy_validated(const sp_copy_pair *pairs, size_t n, struct CUstream_st *stream);
+
 /* ---- backends ----------------------------------------------------------- */
 
 /* Run n (<= SP_MAX_PAIRS_PER_LAUNCH) descriptors in one parallel CPU pass. */

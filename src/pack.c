@@ -1,0 +1,94 @@
+/* pack.c — layer 3: sp_pack. Dense inputs pass through as themselves; the
+ * rest get SP_PACK_ALIGN-aligned slots of the caller's workspace, filled by
+ * one sp_copy_batch. Nothing is allocated, so a call can be graph-captured. */
+#include "internal.h"
+
+#include <stdio.h>
+
+#define SP_PACK_STACK SP_MAX_PAIRS_PER_LAUNCH /* inputs, all on the stack */
+
+static uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+/* Bytes of one dense copy of t (validated). */
+static uint64_t dense_bytes(const sp_tensor *t) {
+    return (uint64_t)sp_numel_(t) * sp_dtype_size((sp_dtype)t->dtype);
+}
+
+static sp_status check_inputs(const sp_tensor *inputs, size_t n, int aligned, uint64_t *need) {
+    SP_REQUIRE(n == 0 || inputs != NULL, SP_ERR_INVALID_ARGUMENT, "inputs: NULL with n = %zu", n);
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "inputs[%zu]", i);
+        SP_FORWARD(aligned ? sp_tensor_check_aligned(&inputs[i], name)
+                           : sp_tensor_check(&inputs[i], name));
+        if (aligned) SP_FORWARD(sp_check_same_device(&inputs[i], inputs[0].device, name));
+        if (sp_tensor_is_dense(&inputs[i])) continue;
+        uint64_t b = round_up(dense_bytes(&inputs[i]), SP_PACK_ALIGN);
+        SP_REQUIRE(b >= dense_bytes(&inputs[i]) && total + b >= total, SP_ERR_OVERFLOW,
+                   "%s: workspace size overflows", name);
+        total += b;
+    }
+    *need = total ? total + SP_PACK_ALIGN - 1 : 0;
+    SP_REQUIRE(*need >= total && *need <= SIZE_MAX, SP_ERR_OVERFLOW, "inputs: workspace size overflows");
+    return SP_OK;
+}
+
+sp_status sp_pack_workspace_bytes(const sp_tensor *inputs, size_t n, size_t *bytes) {
+    SP_REQUIRE(bytes != NULL, SP_ERR_INVALID_ARGUMENT, "bytes: output pointer is NULL");
+    uint64_t need;
+    SP_FORWARD(check_inputs(inputs, n, 0, &need));
+    *bytes = (size_t)need;
+    return SP_OK;
+}
+
+sp_status sp_pack(const sp_tensor *inputs, size_t n, void *workspace, size_t workspace_bytes,
+                  sp_tensor *outputs, size_t *n_copied, struct CUstream_st *stream) {
+    SP_REQUIRE(n == 0 || outputs != NULL, SP_ERR_INVALID_ARGUMENT, "outputs: NULL with n = %zu", n);
+    SP_REQUIRE(n <= SP_PACK_STACK, SP_ERR_UNSUPPORTED, "inputs: %zu tensors, at most %d per sp_pack",
+               n, SP_PACK_STACK);
+    uint64_t need;
+    SP_FORWARD(check_inputs(inputs, n, 1, &need));
+    if (need > 0) {
+        SP_REQUIRE(workspace != NULL, SP_ERR_INVALID_ARGUMENT,
+                   "workspace: NULL, but %llu bytes are needed", (unsigned long long)need);
+        SP_REQUIRE(workspace_bytes >= need, SP_ERR_WORKSPACE_TOO_SMALL,
+                   "workspace: %zu bytes given, %llu needed (see sp_pack_workspace_bytes)",
+                   workspace_bytes, (unsigned long long)need);
+        SP_FORWARD(sp_check_device_usable(inputs[0].device));
+    }
+
+    /* Lay out the slots and check them against every input before a byte moves. */
+    sp_copy_pair pairs[SP_PACK_STACK];
+    size_t np = 0;
+    uintptr_t slot = (uintptr_t)round_up((uintptr_t)workspace, SP_PACK_ALIGN);
+    const uintptr_t used_lo = slot;
+    for (size_t i = 0; i < n; i++) {
+        if (sp_tensor_is_dense(&inputs[i])) continue;
+        sp_copy_pair *p = &pairs[np++];
+        p->src = inputs[i];
+        p->dst = inputs[i];
+        p->dst.data = (void *)slot;
+        for (int64_t d = p->dst.ndim - 1, run = 1; d >= 0; run *= p->dst.shape[d], d--)
+            p->dst.strides[d] = run;
+        slot += (uintptr_t)round_up(dense_bytes(&inputs[i]), SP_PACK_ALIGN);
+    }
+    for (size_t i = 0; np > 0 && i < n; i++) {
+        uintptr_t lo, hi;
+        sp_tensor_extent(&inputs[i], &lo, &hi);
+        SP_REQUIRE(!sp_extents_overlap(used_lo, slot, lo, hi), SP_ERR_OVERLAP,
+                   "workspace: bytes [%p, %p) overlap inputs[%zu] [%p, %p)", (void *)used_lo,
+                   (void *)slot, i, (void *)lo, (void *)hi);
+    }
+    if (np > 0) SP_FORWARD(sp_copy_validated(pairs, np, stream));
+
+    for (size_t i = 0, k = 0; i < n; i++) {
+        if (sp_tensor_is_dense(&inputs[i])) {
+            outputs[i] = inputs[i];
+        } else {
+            outputs[i] = pairs[k++].dst;
+        }
+    }
+    if (n_copied) *n_copied = np;
+    return SP_OK;
+}
