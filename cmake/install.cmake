@@ -1,0 +1,30 @@
+# Install rules: libraries, public headers, a CMake package
+# (find_package(stridepack) -> stridepack::stridepack / stridepack::stridepack_static)
+# and a pkg-config file (pkg-config --cflags --libs stridepack).
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+install(TARGETS stridepack stridepack_static EXPORT stridepackTargets
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
+  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+  FILES_MATCHING PATTERN "stridepack*.h")
+
+set(SP_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/stridepack)
+install(EXPORT stridepackTargets NAMESPACE stridepack:: DESTINATION ${SP_CMAKE_DIR})
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/stridepackConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/stridepackConfig.cmake INSTALL_DESTINATION ${SP_CMAKE_DIR})
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/stridepackConfigVersion.cmake
+  COMPATIBILITY SameMinorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/stridepackConfig.cmake
+  ${PROJECT_BINARY_DIR}/stridepackConfigVersion.cmake DESTINATION ${SP_CMAKE_DIR})
+
+# pkg-config: the static link needs what the library uses privately.
+set(SP_PC_PRIVATE "-fopenmp -lpthread -lm")
+if(SP_HAVE_CUDA)
+  string(APPEND SP_PC_PRIVATE " -L${CUDAToolkit_LIBRARY_DIR} -lcudart_static -ldl -lrt")
+endif()
+configure_file(${PROJECT_SOURCE_DIR}/cmake/stridepack.pc.in ${PROJECT_BINARY_DIR}/stridepack.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/stridepack.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

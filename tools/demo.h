@@ -1,0 +1,36 @@
+/* demo.h — the `stridepack demo` job, split from argument parsing, and the
+ * device memory calls it needs (demo_cuda.c when built with CUDA). */
+#ifndef SP_DEMO_H
+#define SP_DEMO_H
+
+#include "stridepack.h"
+
+enum { DEMO_BETA_FA = 0, DEMO_BETA_INPROJ = 1, DEMO_BETA_BOTH = 2 };
+enum { DEMO_DEVICE_AUTO, DEMO_DEVICE_CPU, DEMO_DEVICE_CUDA };
+
+typedef struct demo_options {
+    int64_t T, H;
+    int beta, device, reps;
+    uint64_t seed;
+} demo_options;
+
+int demo_run(const demo_options *o);
+
+/* Memory and timing on one device: host memory and a wall clock for the
+ * CPU, device memory and CUDA events for CUDA. Each returns 0 on success. */
+typedef struct demo_mem {
+    sp_device dev;
+    void *(*alloc)(size_t bytes);
+    void (*release)(void *p);
+    int (*upload)(void *dst, const void *src, size_t bytes);
+    int (*download)(void *dst, const void *src, size_t bytes);
+    int (*copy)(void *dst, const void *src, size_t bytes); /* one plain copy */
+    void (*timer_start)(void);
+    double (*timer_stop_ms)(void); /* waits for the device */
+    const char *name;
+} demo_mem;
+
+/* 0 and *m filled when the CUDA memory calls are usable. */
+int demo_cuda_mem(demo_mem *m);
+
+#endif
