@@ -217,7 +217,9 @@ typedef struct sp_copy_pair {
  *     need a CUDA build and device (SP_ERR_NO_DEVICE);
  *   - each data pointer is aligned to its element size (SP_ERR_MISALIGNED);
  *   - no destination overlaps another destination or any source, nor
- *     itself through a zero or aliasing stride (SP_ERR_OVERLAP);
+ *     itself through a zero or aliasing stride (SP_ERR_OVERLAP). Overlap is
+ *     decided per element, not per address range, so views interleaved in
+ *     one buffer (column slices of a fused [T, 3P] buffer) are accepted;
  *   - at most SP_MAX_DIMS dims remain once dims are coalesced
  *     (SP_ERR_UNSUPPORTED).
  * CUDA: asynchronous on `stream`, allocates nothing, copies nothing between

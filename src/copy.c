@@ -51,23 +51,15 @@ static sp_status check_pair(const sp_copy_pair *p, size_t i, sp_device dev) {
     return SP_OK;
 }
 
-/* No destination may share a byte with another destination or any source.
- * Byte extents are compared, which is conservative for interleaved views. */
+/* No destination may share a byte with another destination or any source. */
 static sp_status check_overlaps(const sp_copy_pair *pairs, size_t n) {
     for (size_t i = 0; i < n; i++) {
-        uintptr_t dlo, dhi;
-        sp_tensor_extent(&pairs[i].dst, &dlo, &dhi);
         for (size_t j = 0; j < n; j++) {
-            uintptr_t lo, hi;
-            sp_tensor_extent(&pairs[j].src, &lo, &hi);
-            SP_REQUIRE(!sp_extents_overlap(dlo, dhi, lo, hi), SP_ERR_OVERLAP,
-                       "pairs[%zu].dst: bytes [%p, %p) overlap pairs[%zu].src [%p, %p)", i,
-                       (void *)dlo, (void *)dhi, j, (void *)lo, (void *)hi);
-            if (j <= i) continue;
-            sp_tensor_extent(&pairs[j].dst, &lo, &hi);
-            SP_REQUIRE(!sp_extents_overlap(dlo, dhi, lo, hi), SP_ERR_OVERLAP,
-                       "pairs[%zu].dst: bytes [%p, %p) overlap pairs[%zu].dst [%p, %p)", i,
-                       (void *)dlo, (void *)dhi, j, (void *)lo, (void *)hi);
+            SP_REQUIRE(!sp_tensors_overlap(&pairs[i].dst, &pairs[j].src), SP_ERR_OVERLAP,
+                       "pairs[%zu].dst: shares memory with pairs[%zu].src", i, j);
+            if (j > i)
+                SP_REQUIRE(!sp_tensors_overlap(&pairs[i].dst, &pairs[j].dst), SP_ERR_OVERLAP,
+                           "pairs[%zu].dst: shares memory with pairs[%zu].dst", i, j);
         }
     }
     return SP_OK;

@@ -57,6 +57,11 @@ void sp_tensor_extent(const sp_tensor *t, uintptr_t *lo, uintptr_t *hi);
 /* 1 when [alo, ahi) and [blo, bhi) share a byte (empty ranges share none). */
 int sp_extents_overlap(uintptr_t alo, uintptr_t ahi, uintptr_t blo, uintptr_t bhi);
 
+/* 1 when some element of a shares a byte with some element of b. Exact for
+ * the usual layouts (column slices of one buffer do not overlap); answers 1
+ * when deciding would take too long. */
+int sp_tensors_overlap(const sp_tensor *a, const sp_tensor *b);
+
 /* 1 when two distinct index tuples of t can address the same byte (a zero
  * stride on a dim of size > 1, or strides that interleave). Conservative:
  * may say 1 for exotic non-overlapping layouts. */

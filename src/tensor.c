@@ -246,3 +246,73 @@ void sp_plan_pair(const sp_copy_pair *p, sp_copy_desc *d) {
     d->src_span = sspan;
     d->dst_span = dspan;
 }
+
+/* ---- exact overlap of two views ------------------------------------------
+ * Element x of a and element y of b share a byte iff
+ *     base_a - base_b + sum(c_d * s_d)  lies in  [-(es_a - 1), es_b - 1]
+ * where the dims d are a's (c in [0, n-1]) and b's negated (c in [-(n-1), 0]),
+ * dims of equal |stride| merged. A depth-first search over the digits c_d,
+ * largest stride first, prunes every branch whose remaining dims cannot reach
+ * the target; a node budget keeps it cheap, answering "overlap" when spent. */
+typedef struct odim {
+    int64_t s, lo, hi;
+} odim;
+
+static int64_t floor_div(int64_t a, int64_t b) { return a / b - (a % b != 0 && a < 0); }
+static int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0 && a > 0); }
+
+static int digits_reach(const odim *d, int n, const int64_t *mins, const int64_t *maxs,
+                        int64_t L, int64_t R, int *budget) {
+    if (R < mins[n] || L > maxs[n]) return 0;
+    if (n == 0) return 1; /* mins[0] = maxs[0] = 0 lies in [L, R] */
+    if (--*budget < 0) return 1;
+    const odim *t = &d[n - 1];
+    int64_t cmin = ceil_div(L - maxs[n - 1], t->s), cmax = floor_div(R - mins[n - 1], t->s);
+    if (cmin < t->lo) cmin = t->lo;
+    if (cmax > t->hi) cmax = t->hi;
+    for (int64_t c = cmin; c <= cmax; c++)
+        if (digits_reach(d, n - 1, mins, maxs, L - c * t->s, R - c * t->s, budget)) return 1;
+    return 0;
+}
+
+static int add_dims(odim *d, int n, const sp_tensor *t, int negate) {
+    const int64_t es = (int64_t)sp_dtype_size((sp_dtype)t->dtype);
+    for (int k = 0; k < t->ndim; k++) {
+        if (t->shape[k] == 1 || t->strides[k] == 0) continue;
+        int64_t s = t->strides[k] * es, lo = 0, hi = t->shape[k] - 1;
+        if (negate) { lo = -hi; hi = 0; }
+        if (s < 0) { int64_t x = lo; lo = -hi; hi = -x; s = -s; }
+        int i = 0;
+        while (i < n && d[i].s != s) i++;
+        if (i == n) d[n++] = (odim){s, 0, 0};
+        d[i].lo += lo;
+        d[i].hi += hi;
+    }
+    return n;
+}
+
+int sp_tensors_overlap(const sp_tensor *a, const sp_tensor *b) {
+    uintptr_t alo, ahi, blo, bhi;
+    sp_tensor_extent(a, &alo, &ahi);
+    sp_tensor_extent(b, &blo, &bhi);
+    if (!sp_extents_overlap(alo, ahi, blo, bhi)) return 0;
+    odim d[2 * SP_MAX_DIMS];
+    int n = add_dims(d, add_dims(d, 0, a, 0), b, 1);
+    for (int i = 1; i < n; i++) /* ascending |stride| */
+        for (int j = i; j > 0 && d[j - 1].s > d[j].s; j--) {
+            odim x = d[j];
+            d[j] = d[j - 1];
+            d[j - 1] = x;
+        }
+    int64_t mins[2 * SP_MAX_DIMS + 1] = {0}, maxs[2 * SP_MAX_DIMS + 1] = {0};
+    for (int i = 0; i < n; i++) {
+        mins[i + 1] = mins[i] + d[i].lo * d[i].s;
+        maxs[i + 1] = maxs[i] + d[i].hi * d[i].s;
+    }
+    /* Both bases lie inside the overlapping extents, so the gap fits int64. */
+    int64_t gap = (int64_t)((uintptr_t)b->data - (uintptr_t)a->data);
+    int64_t L = gap - ((int64_t)sp_dtype_size((sp_dtype)a->dtype) - 1);
+    int64_t R = gap + ((int64_t)sp_dtype_size((sp_dtype)b->dtype) - 1);
+    int budget = 4096;
+    return digits_reach(d, n, mins, maxs, L, R, &budget);
+}
