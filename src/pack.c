@@ -9,9 +9,13 @@
 
 static uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
-/* Bytes of one dense copy of t (validated). */
-static uint64_t dense_bytes(const sp_tensor *t) {
-    return (uint64_t)sp_numel_(t) * sp_dtype_size((sp_dtype)t->dtype);
+/* Bytes of one dense copy of t (validated); 0 with *ovf set on overflow. */
+static uint64_t dense_bytes(const sp_tensor *t, int *ovf) {
+    uint64_t b;
+    if (__builtin_mul_overflow((uint64_t)sp_numel_(t), (uint64_t)sp_dtype_size((sp_dtype)t->dtype), &b) ||
+        b > UINT64_MAX - SP_PACK_ALIGN)
+        *ovf = 1;
+    return b;
 }
 
 static sp_status check_inputs(const sp_tensor *inputs, size_t n, int aligned, uint64_t *need) {
@@ -24,9 +28,10 @@ static sp_status check_inputs(const sp_tensor *inputs, size_t n, int aligned, ui
                            : sp_tensor_check(&inputs[i], name));
         if (aligned) SP_FORWARD(sp_check_same_device(&inputs[i], inputs[0].device, name));
         if (sp_tensor_is_dense(&inputs[i])) continue;
-        uint64_t b = round_up(dense_bytes(&inputs[i]), SP_PACK_ALIGN);
-        SP_REQUIRE(b >= dense_bytes(&inputs[i]) && total + b >= total, SP_ERR_OVERFLOW,
-                   "%s: workspace size overflows", name);
+        int ovf = 0;
+        uint64_t b = round_up(dense_bytes(&inputs[i], &ovf), SP_PACK_ALIGN);
+        SP_REQUIRE(!ovf && total + b >= total, SP_ERR_OVERFLOW, "%s: workspace size overflows",
+                   name);
         total += b;
     }
     *need = total ? total + SP_PACK_ALIGN - 1 : 0;
@@ -71,7 +76,8 @@ sp_status sp_pack(const sp_tensor *inputs, size_t n, void *workspace, size_t wor
         p->dst.data = (void *)slot;
         for (int64_t d = p->dst.ndim - 1, run = 1; d >= 0; run *= p->dst.shape[d], d--)
             p->dst.strides[d] = run;
-        slot += (uintptr_t)round_up(dense_bytes(&inputs[i]), SP_PACK_ALIGN);
+        int ovf = 0; /* checked above */
+        slot += (uintptr_t)round_up(dense_bytes(&inputs[i], &ovf), SP_PACK_ALIGN);
     }
     for (size_t i = 0; np > 0 && i < n; i++) {
         uintptr_t lo, hi;

@@ -21,14 +21,17 @@ sp_status sp_tensor_check(const sp_tensor *t, const char *name) {
                SP_ERR_INVALID_ARGUMENT, "%s: unknown device type %d", name, (int)t->device.type);
     SP_REQUIRE(t->device.ordinal >= 0, SP_ERR_INVALID_ARGUMENT, "%s: device ordinal %d is negative",
                name, (int)t->device.ordinal);
-    int64_t numel = 1, span = (int64_t)es;
+    int empty = 0;
     for (int d = 0; d < t->ndim; d++) {
         SP_REQUIRE(t->shape[d] >= 0, SP_ERR_INVALID_ARGUMENT, "%s: shape[%d] = %lld is negative",
                    name, d, (long long)t->shape[d]);
+        empty |= t->shape[d] == 0;
+    }
+    if (empty) return SP_OK; /* no element: nothing can overflow or be read */
+    int64_t numel = 1, span = (int64_t)es;
+    for (int d = 0; d < t->ndim; d++)
         SP_REQUIRE(!mul_ovf(numel, t->shape[d], &numel), SP_ERR_OVERFLOW,
                    "%s: element count overflows int64 at dim %d", name, d);
-    }
-    if (numel == 0) return SP_OK;
     for (int d = 0; d < t->ndim; d++) {
         int64_t s = t->strides[d], part;
         SP_REQUIRE(s != INT64_MIN && !mul_ovf(abs64(s), t->shape[d] - 1, &part) &&
@@ -53,8 +56,12 @@ sp_status sp_tensor_check_aligned(const sp_tensor *t, const char *name) {
 int64_t sp_numel_(const sp_tensor *t) {
     if (!t || t->ndim < 0 || t->ndim > SP_MAX_DIMS) return -1;
     int64_t n = 1;
-    for (int d = 0; d < t->ndim; d++)
-        if (t->shape[d] < 0 || mul_ovf(n, t->shape[d], &n)) return -1;
+    for (int d = 0; d < t->ndim; d++) {
+        if (t->shape[d] < 0) return -1;
+        if (t->shape[d] == 0) n = 0;
+    }
+    for (int d = 0; n && d < t->ndim; d++)
+        if (mul_ovf(n, t->shape[d], &n)) return -1;
     return n;
 }
 
@@ -67,7 +74,7 @@ sp_status sp_tensor_numel(const sp_tensor *t, int64_t *numel) {
 
 int sp_tensor_is_dense(const sp_tensor *t) {
     int64_t n = sp_numel_(t);
-    if (n < 0) return 0;
+    if (n < 0 || sp_dtype_size((sp_dtype)t->dtype) == 0) return 0;
     if (n == 0) return 1;
     int64_t expect = 1;
     for (int d = t->ndim - 1; d >= 0; d--) {

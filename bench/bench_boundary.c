@@ -1,0 +1,241 @@
+/*
+ * bench_boundary.c — what the input boundary costs in a KDA layer call, for
+ * the K3 layouts at T = 16384: TP1 (H = 96) and TP8 (H = 12), beta from
+ * both projection widths. Arms, timed interleaved with CUDA events (median
+ * of 100 after warm-up):
+ *   limit     one contiguous cudaMemcpyAsync of the same bytes (the bound)
+ *   pack      one sp_pack of q, k, v, g, beta (one launch: g is dense)
+ *   separate  one cudaMemcpy2DAsync per strided tensor (q, k, v, beta)
+ * then, timed alone: the prefill on dense inputs (one sequence) and the
+ * whole sp_kda_boundary_run (pack + prefill). Before timing, the pack's
+ * outputs are compared bit for bit with the separate copies'.
+ * One JSON line per layout (also appended to argv[1], if given).
+ *
+ * Run: build/bench/bench_boundary [out.json]
+ */
+#include "harness.h"
+#include "sp_support.h"
+#include "stridepack_kda.h"
+
+#include <string.h>
+
+enum { D = SP_KDA_HEAD_DIM };
+
+typedef struct ctx {
+    sp_k3 k;
+    void *qkv, *proj, *g;
+    sp_tensor views[5];
+    void *ws; /* sp_pack workspace */
+    size_t ws_bytes;
+    sp_tensor packed[5];
+    void *sep[5]; /* dense destinations of the separate copies (sep[3]: unused, g is dense) */
+    void *limit_src, *limit_dst;
+    size_t limit_bytes;
+    sp_kda_args dense_args, strided_args;
+    sp_kda_boundary *bd;
+} ctx;
+
+static void *dmalloc(size_t bytes) {
+    void *p = NULL;
+    BENCH_CU(cudaMalloc(&p, bytes ? bytes : 256));
+    return p;
+}
+
+/* Valid bf16 values (see bench_kda.c): a host pattern copied over. */
+static void fill_bf16(void *dev, size_t n, double lo, double hi, uint64_t seed) {
+    const size_t pat = (size_t)8 << 20;
+    uint16_t *h = malloc(pat * 2);
+    if (!h) exit(2);
+    uint64_t x = seed;
+    for (size_t i = 0; i < pat; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        float f = (float)(lo + (hi - lo) * (double)(x >> 40) / (double)(1ull << 24));
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        h[i] = (uint16_t)(u >> 16);
+    }
+    for (size_t off = 0; off < n; off += pat) {
+        size_t m = n - off < pat ? n - off : pat;
+        BENCH_CU(cudaMemcpy((uint16_t *)dev + off, h, m * 2, cudaMemcpyHostToDevice));
+    }
+    free(h);
+}
+
+static void check(sp_status s, const char *what) {
+    if (s != SP_OK) {
+        fprintf(stderr, "%s: %s (%s)\n", what, sp_status_string(s), sp_last_error());
+        exit(2);
+    }
+}
+
+static void arm_limit(void *p, cudaStream_t s) {
+    ctx *c = p;
+    BENCH_CU(cudaMemcpyAsync(c->limit_dst, c->limit_src, c->limit_bytes, cudaMemcpyDeviceToDevice, s));
+}
+
+static void arm_pack(void *p, cudaStream_t s) {
+    ctx *c = p;
+    check(sp_pack(c->views, 5, c->ws, c->ws_bytes, c->packed, NULL, s), "sp_pack");
+}
+
+static void arm_separate(void *p, cudaStream_t s) {
+    ctx *c = p;
+    const size_t P2 = (size_t)c->k.P * 2, T = (size_t)c->k.T;
+    for (int i = 0; i < 3; i++)
+        BENCH_CU(cudaMemcpy2DAsync(c->sep[i], P2, (char *)c->qkv + i * P2, 3 * P2, P2, T,
+                                   cudaMemcpyDeviceToDevice, s));
+    BENCH_CU(cudaMemcpy2DAsync(c->sep[4], (size_t)c->k.H * 2, (char *)c->proj + c->k.beta_col * 2,
+                               (size_t)c->k.width * 2, (size_t)c->k.H * 2, T,
+                               cudaMemcpyDeviceToDevice, s));
+}
+
+static void arm_prefill(void *p, cudaStream_t s) {
+    check(sp_kda_prefill(&((ctx *)p)->dense_args, s), "sp_kda_prefill");
+}
+
+static void arm_boundary(void *p, cudaStream_t s) {
+    ctx *c = p;
+    check(sp_kda_boundary_run(c->bd, &c->strided_args, s), "sp_kda_boundary_run");
+}
+
+/* The pack's dense q, k, v, beta equal the separate copies', bit for bit. */
+static int pack_matches(ctx *c, cudaStream_t s) {
+    arm_pack(c, s);
+    arm_separate(c, s);
+    BENCH_CU(cudaStreamSynchronize(s));
+    const int which[4] = {0, 1, 2, 4};
+    for (int i = 0; i < 4; i++) {
+        size_t bytes = (size_t)c->k.T * (size_t)(which[i] == 4 ? c->k.H : c->k.P) * 2;
+        char *a = malloc(bytes), *b = malloc(bytes);
+        if (!a || !b) exit(2);
+        BENCH_CU(cudaMemcpy(a, c->packed[which[i]].data, bytes, cudaMemcpyDeviceToHost));
+        BENCH_CU(cudaMemcpy(b, c->sep[which[i]], bytes, cudaMemcpyDeviceToHost));
+        int same = memcmp(a, b, bytes) == 0;
+        free(a), free(b);
+        if (!same) return 0;
+    }
+    return 1;
+}
+
+/* Args for one sequence of T tokens over dense inputs; state fp32, 1 slot. */
+static void make_args(ctx *c, sp_kda_args *a) {
+    const int64_t T = c->k.T, H = c->k.H, hd = H * D, one = 1, two = 2;
+    const int64_t x4[4] = {1, T, H, D}, x3[3] = {1, T, H}, ss[4] = {1, H, D, D};
+    const sp_device dev = sp_cuda(0);
+    sp_kda_args_init(a);
+    for (int i = 0; i < 5; i++)
+        if (i != 3) {
+            size_t n = (size_t)T * (size_t)(i == 4 ? H : H * D);
+            c->sep[i] = dmalloc(n * 2);
+            bench_fill_random(c->sep[i], n * 2, 100 + (uint64_t)i); /* poison */
+        }
+    sp_tensor_dense(&a->q, c->sep[0], SP_BF16, 4, x4, dev);
+    sp_tensor_dense(&a->k, c->sep[1], SP_BF16, 4, x4, dev);
+    sp_tensor_dense(&a->v, c->sep[2], SP_BF16, 4, x4, dev);
+    sp_tensor_dense(&a->g, c->g, SP_BF16, 4, x4, dev);
+    sp_tensor_dense(&a->beta, c->sep[4], SP_BF16, 3, x3, dev);
+    void *o = dmalloc((size_t)T * (size_t)hd * 2), *st = dmalloc((size_t)hd * D * 4);
+    void *A = dmalloc((size_t)H * 4), *B = dmalloc((size_t)hd * 4);
+    void *cu = dmalloc(16), *idx = dmalloc(4);
+    BENCH_CU(cudaMemset(st, 0, (size_t)hd * D * 4));
+    BENCH_CU(cudaMemset(A, 0, (size_t)H * 4));     /* exp(A_log) = 1 */
+    BENCH_CU(cudaMemset(B, 0, (size_t)hd * 4));
+    BENCH_CU(cudaMemset(idx, 0, 4));
+    const int64_t cuh[2] = {0, T};
+    BENCH_CU(cudaMemcpy(cu, cuh, 16, cudaMemcpyHostToDevice));
+    sp_tensor_dense(&a->o, o, SP_BF16, 4, x4, dev);
+    sp_tensor_dense(&a->state, st, SP_F32, 4, ss, dev);
+    sp_tensor_dense(&a->A_log, A, SP_F32, 1, &H, dev);
+    sp_tensor_dense(&a->dt_bias, B, SP_F32, 1, &hd, dev);
+    sp_tensor_dense(&a->cu_seqlens, cu, SP_I64, 1, &two, dev);
+    sp_tensor_dense(&a->state_indices, idx, SP_I32, 1, &one, dev);
+}
+
+static void free_args(sp_kda_args *a) {
+    void *p[] = {a->o.data, a->state.data, a->A_log.data, a->dt_bias.data, a->cu_seqlens.data,
+                 a->state_indices.data};
+    for (size_t i = 0; i < sizeof p / sizeof *p; i++) BENCH_CU(cudaFree(p[i]));
+}
+
+static void run_layout(const char *layout, int64_t H, int kind, cudaStream_t s, FILE *out) {
+    const int64_t T = 16384;
+    ctx c;
+    memset(&c, 0, sizeof c);
+    sp_k3_init(&c.k, T, H, kind);
+    c.qkv = dmalloc(c.k.qkv_bytes);
+    c.proj = dmalloc(c.k.proj_bytes);
+    c.g = dmalloc(c.k.g_bytes);
+    fill_bf16(c.qkv, c.k.qkv_bytes / 2, -1, 1, 11);
+    fill_bf16(c.proj, c.k.proj_bytes / 2, -3, 3, 12);
+    fill_bf16(c.g, c.k.g_bytes / 2, -4, 1.5, 13);
+    sp_k3_views(&c.k, c.qkv, c.proj, c.g, sp_cuda(0), c.views);
+    check(sp_pack_workspace_bytes(c.views, 5, &c.ws_bytes), "sp_pack_workspace_bytes");
+    c.ws = dmalloc(c.ws_bytes);
+    make_args(&c, &c.dense_args);
+    c.strided_args = c.dense_args;
+    c.strided_args.q = c.views[0];
+    c.strided_args.k = c.views[1];
+    c.strided_args.v = c.views[2];
+    c.strided_args.g = c.views[3];
+    c.strided_args.beta = c.views[4];
+    check(sp_kda_boundary_create(&c.bd, sp_cuda(0), T, H), "sp_kda_boundary_create");
+
+    /* Bytes the strided inputs move: each read once and written once. */
+    const size_t moved = 2 * (size_t)T * (size_t)(3 * c.k.P + H) * 2;
+    c.limit_bytes = moved / 2;
+    c.limit_src = dmalloc(c.limit_bytes);
+    c.limit_dst = dmalloc(c.limit_bytes);
+    bench_fill_random(c.limit_src, c.limit_bytes, 21);
+    BENCH_CU(cudaDeviceSynchronize());
+    if (!pack_matches(&c, s)) {
+        fprintf(stderr, "%s: pack output differs from the separate copies\n", layout);
+        exit(1);
+    }
+
+    bench_fn fns[3] = {arm_limit, arm_pack, arm_separate};
+    void *ctxs[3] = {&c, &c, &c};
+    bench_stats st[3], pre, whole;
+    bench_time_interleaved(fns, ctxs, 3, s, 10, 100, st);
+    bench_time(arm_prefill, &c, s, 3, 50, &pre);
+    bench_time(arm_boundary, &c, s, 3, 50, &whole);
+
+    bench_json j;
+    bench_json_begin(&j);
+    bench_json_str(&j, "bench", "kda_boundary");
+    bench_json_str(&j, "layout", layout);
+    bench_json_str(&j, "beta", sp_k3_beta_name(kind));
+    bench_json_int(&j, "T", T);
+    bench_json_int(&j, "H", H);
+    bench_json_int(&j, "bytes_moved", (long long)moved);
+    bench_json_num(&j, "limit_ms", st[0].median_ms);
+    bench_json_num(&j, "pack_ms", st[1].median_ms);
+    bench_json_num(&j, "separate_ms", st[2].median_ms);
+    bench_json_num(&j, "separate_over_pack", st[2].median_ms / st[1].median_ms);
+    bench_json_num(&j, "pack_gbps", bench_gbps((double)moved, st[1].median_ms));
+    bench_json_num(&j, "limit_gbps", bench_gbps((double)moved, st[0].median_ms));
+    bench_json_num(&j, "prefill_ms", pre.median_ms);
+    bench_json_num(&j, "boundary_ms", whole.median_ms);
+    bench_json_num(&j, "pack_share", st[1].median_ms / whole.median_ms);
+    bench_json_num(&j, "separate_share",
+                   st[2].median_ms / (st[2].median_ms + pre.median_ms));
+    bench_json_emit(&j, out);
+
+    check(sp_kda_boundary_destroy(c.bd), "sp_kda_boundary_destroy");
+    free_args(&c.dense_args);
+    void *bufs[] = {c.qkv, c.proj, c.g, c.ws, c.sep[0], c.sep[1], c.sep[2], c.sep[4],
+                    c.limit_src, c.limit_dst};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) BENCH_CU(cudaFree(bufs[i]));
+}
+
+int main(int argc, char **argv) {
+    FILE *out = argc > 1 ? fopen(argv[1], "a") : NULL;
+    cudaStream_t s;
+    BENCH_CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    run_layout("K3-TP1", 96, SP_K3_BETA_FA, s, out);
+    run_layout("K3-TP8", 12, SP_K3_BETA_FA, s, out);
+    run_layout("K3-TP1", 96, SP_K3_BETA_INPROJ, s, out);
+    run_layout("K3-TP8", 12, SP_K3_BETA_INPROJ, s, out);
+    BENCH_CU(cudaStreamDestroy(s));
+    if (out) fclose(out);
+    return 0;
+}

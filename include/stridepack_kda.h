@@ -1,0 +1,208 @@
+/*
+ * stridepack_kda.h — the KDA (Kimi Delta Attention) prefill that consumes
+ * packed inputs, and the input boundary that packs them first.
+ *
+ * Usage (one varlen batch, dense inputs, fp32 state pool on the GPU):
+ *
+ *     sp_kda_args a;
+ *     sp_kda_args_init(&a);                      // defaults: K3 gate, lb -5
+ *     int64_t x4[4] = {1, T, H, 128}, x3[3] = {1, T, H};
+ *     sp_tensor_dense(&a.q, q_dev, SP_BF16, 4, x4, sp_cuda(0));
+ *     ...                                        // k, v, g, beta, A_log, ...
+ *     if (sp_kda_prefill(&a, stream) != SP_OK)
+ *         fprintf(stderr, "%s\n", sp_last_error());
+ *
+ *     // Strided producers (the K3 layout): let the boundary pack them.
+ *     sp_kda_boundary *b;
+ *     sp_kda_boundary_create(&b, sp_cuda(0), max_T, H);   // owns a workspace
+ *     sp_kda_boundary_run(b, &a_with_strided_views, stream);
+ *     sp_kda_boundary_destroy(b);
+ *
+ * The recurrence, per sequence n (tokens cu_seqlens[n] .. cu_seqlens[n+1])
+ * and head h, with state S[K=128][V=128] in fp32 (float64 in the reference):
+ *
+ *   gate:  g_t = lower_bound * sigmoid(exp(A_log[h]) * (g_raw_t + dt_bias[h,:]))
+ *          or, Kimi-Linear: g_t = -exp(A_log[h]) * softplus(g_raw_t + dt_bias[h,:])
+ *   beta:  b_t = sigmoid(beta_t)
+ *   norm:  q^ = scale * q_t / sqrt(sum q_t^2 + 1e-6),  k^ = k_t / sqrt(sum k_t^2 + 1e-6)
+ *   step:  S <- diag(exp(g_t)) S;  u = v_t - S^T k^;  S <- S + b_t k^ u^T;
+ *          o_t = S^T q^ (with the updated S)
+ *
+ * The conventions of stridepack.h hold: every function returns sp_status,
+ * sp_last_error() names the argument and the rule, everything is validated
+ * before anything is written, nothing exits or prints.
+ */
+#ifndef STRIDEPACK_KDA_H
+#define STRIDEPACK_KDA_H
+
+#include "stridepack.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Head dimension (K and V); the only one supported. */
+#define SP_KDA_HEAD_DIM 128
+
+/* Gate variants. Values are fixed; new ones are appended. */
+typedef enum sp_kda_gate {
+    SP_KDA_GATE_LOWER_BOUND = 0, /* K3: lower_bound * sigmoid(exp(A_log) * x) */
+    SP_KDA_GATE_SOFTPLUS = 1     /* Kimi-Linear: -exp(A_log) * softplus(x) */
+} sp_kda_gate;
+
+/* The arguments of one prefill call. T tokens, H heads, N sequences.
+ * "Dense" means C-contiguous (sp_tensor_is_dense). All tensors live on one
+ * device. */
+typedef struct sp_kda_args {
+    /* Inputs, bf16. sp_kda_prefill needs them dense; the boundary takes any
+     * strided view. */
+    sp_tensor q;    /* [1, T, H, 128] */
+    sp_tensor k;    /* [1, T, H, 128] */
+    sp_tensor v;    /* [1, T, H, 128] */
+    sp_tensor g;    /* [1, T, H, 128] raw gate input (g_raw) */
+    sp_tensor beta; /* [1, T, H] logits; b_t = sigmoid(beta_t) */
+
+    /* Gate parameters, f32, dense. */
+    sp_tensor A_log;   /* [H] */
+    sp_tensor dt_bias; /* [H * 128], element [h*128 + d] */
+    int32_t gate;      /* sp_kda_gate */
+    float lower_bound; /* SP_KDA_GATE_LOWER_BOUND only: in [-5, 0) */
+    float scale;       /* multiplies q^; 0 means the default 128^-0.5;
+                          otherwise it must be finite */
+
+    /* Sequences: cu_seqlens i64 [N + 1], dense, non-decreasing, with
+     * cu_seqlens[0] >= 0 and cu_seqlens[N] <= T. Rows of o outside every
+     * sequence are not written. */
+    sp_tensor cu_seqlens;
+
+    /* State pool [slots, H, 128, 128], f32 or bf16, V-first: element
+     * [slot, h, j, d] holds S[d][j]. Dims 1..3 dense; the slot pitch
+     * strides[0] may be padded (>= H*128*128). state_indices i32 [N], dense,
+     * distinct, in [0, slots): sequence n reads its initial state from slot
+     * state_indices[n] and writes its final state back there. A bf16 pool is
+     * read to fp32 once and rounded (to nearest even) once at the end. */
+    sp_tensor state;
+    sp_tensor state_indices;
+
+    /* Optional checkpoints. With checkpoint_interval = n > 0, sequence i of
+     * length L writes floor(L / n) states, the state after each complete
+     * interval, to rows checkpoint_cu_starts[i], +1, ... of `checkpoints`
+     * [C, H, 128, 128] (dense, the state's dtype, same V-first layout).
+     * checkpoint_cu_starts i64 [N + 1], dense: cu_starts[0] >= 0,
+     * cu_starts[i+1] - cu_starts[i] >= floor(L_i / n), cu_starts[N] <= C.
+     * With interval 0 both tensors must be left unset (all zero, as
+     * sp_kda_args_init leaves them). */
+    int64_t checkpoint_interval;
+    sp_tensor checkpoint_cu_starts;
+    sp_tensor checkpoints;
+
+    /* Output o [1, T, H, 128] bf16, dense. Must not overlap any other
+     * argument; nor may the state pool or the checkpoints. */
+    sp_tensor o;
+} sp_kda_args;
+
+/* Zero every field, then set the defaults: gate SP_KDA_GATE_LOWER_BOUND,
+ * lower_bound -5, scale 0 (= 128^-0.5), checkpoint_interval 0 (none).
+ * @return SP_OK; SP_ERR_INVALID_ARGUMENT for a NULL args. */
+SP_API sp_status sp_kda_args_init(sp_kda_args *args);
+
+/* Run the prefill on the tensors' device: one parallel CPU pass over
+ * (sequence, head) for CPU tensors; one kernel launch on `stream` for CUDA
+ * tensors (one block per (sequence, head), fixed reduction order: reruns are
+ * bit-identical). Nothing is allocated on the device and nothing is
+ * synchronized, so the call can be captured in a CUDA graph.
+ *
+ * Checked before anything is written, for every tensor (each error names it):
+ *   - structure and alignment of `data` to the element size
+ *     (SP_ERR_INVALID_ARGUMENT, SP_ERR_OVERFLOW, SP_ERR_MISALIGNED);
+ *   - dtypes as above (SP_ERR_DTYPE_MISMATCH);
+ *   - ranks and sizes: T, H and N agree everywhere (SP_ERR_SHAPE_MISMATCH);
+ *     head dim other than 128 is SP_ERR_UNSUPPORTED;
+ *   - density: a non-dense tensor (other than the state pool's slot pitch)
+ *     is SP_ERR_INVALID_ARGUMENT — packing strided inputs is the boundary's
+ *     job; state dims 1..3 dense, pitch >= H*128*128 (SP_ERR_INVALID_ARGUMENT);
+ *   - gate, lower_bound in [-5, 0), scale finite, checkpoint_interval >= 0,
+ *     checkpoints present exactly when the interval is > 0
+ *     (SP_ERR_INVALID_ARGUMENT);
+ *   - one device for all (SP_ERR_DEVICE_MISMATCH); a CUDA build and device
+ *     for CUDA tensors (SP_ERR_NO_DEVICE);
+ *   - o, the state pool and the checkpoints overlap nothing else
+ *     (SP_ERR_OVERLAP);
+ *   - the index arrays' contents (cu_seqlens monotone and within [0, T],
+ *     state_indices in range and distinct, checkpoint rows within C)
+ *     (SP_ERR_INVALID_ARGUMENT): for CPU tensors only. For CUDA tensors
+ *     these arrays live on the device and are not read on the host; the
+ *     kernel instead skips (writes nothing for) a sequence whose token range,
+ *     slot or checkpoint rows are out of bounds. Distinct slots on CUDA are
+ *     the caller's duty (two sequences on one slot race).
+ * T = 0 or N = 0 is SP_OK with nothing done.
+ * @return SP_OK, or the error above; SP_ERR_CUDA for a failed launch;
+ *         SP_ERR_OUT_OF_MEMORY if the CPU path cannot get its scratch. */
+SP_API sp_status sp_kda_prefill(const sp_kda_args *args, struct CUstream_st *stream);
+
+/* The float64 reference: the recurrence above followed literally, one
+ * (sequence, head) at a time, on CPU tensors only (SP_ERR_UNSUPPORTED for
+ * CUDA tensors). Same arguments and checks as sp_kda_prefill; results are
+ * rounded to their dtypes once, at the end. Slow: for tests. */
+SP_API sp_status sp_kda_prefill_reference(const sp_kda_args *args);
+
+/* ---------------------------------------------------------------------- */
+/* The input boundary                                                       */
+
+/* Owns one workspace on one device, sized at creation for the largest call
+ * it will serve. Not thread-safe: one boundary per stream of work. */
+typedef struct sp_kda_boundary sp_kda_boundary;
+
+/* Create a boundary for `dev` serving calls with T <= max_tokens and
+ * H <= max_heads. Allocates, once, the sp_pack workspace for the worst case
+ * (q, k, v, g and beta all strided at max_tokens x max_heads): cudaMalloc on
+ * a CUDA device, host memory on the CPU.
+ * @return SP_OK and *out; SP_ERR_INVALID_ARGUMENT for a NULL out or negative
+ *         capacity; SP_ERR_NO_DEVICE; SP_ERR_OVERFLOW; SP_ERR_OUT_OF_MEMORY.
+ *         On error *out is set to NULL. */
+SP_API sp_status sp_kda_boundary_create(sp_kda_boundary **out, sp_device dev,
+                                        int64_t max_tokens, int64_t max_heads);
+
+/* Check the whole contract of sp_kda_prefill on `args` — with q, k, v, g
+ * and beta allowed to be any strided views — then pack the non-dense ones
+ * with ONE sp_pack into the owned workspace (no copy at all when every one
+ * is dense) and run sp_kda_prefill on the dense views, both on `stream`.
+ * The KDA arithmetic is that of sp_kda_prefill: results are bit-identical to
+ * sp_kda_prefill on dense copies of the same inputs.
+ *
+ * Errors, before anything is written: those of sp_kda_prefill (the
+ * density rule aside) with the same statuses; SP_ERR_DEVICE_MISMATCH when
+ * the tensors are not on the boundary's device; SP_ERR_CAPACITY when T or H
+ * exceeds the capacity given at creation.
+ *
+ * CUDA graphs. The same function serves the eager and the graph path:
+ *   1. warm up: run once eagerly on stream s (not capturing);
+ *   2. capture: cudaStreamBeginCapture(s), sp_kda_boundary_run with the same
+ *      stream, the same T and the same input views (addresses and strides
+ *      of q, k, v, g, beta) as the warm-up, cudaStreamEndCapture. The graph
+ *      holds one pack kernel (none when every input is dense) and one
+ *      prefill kernel;
+ *   3. replay: write new contents at the same addresses, launch the graph.
+ * Enforced during capture (SP_ERR_INVALID_ARGUMENT, nothing recorded): a
+ * prior warm-up, the warm-up's stream, T and input views. What cannot be
+ * checked is the caller's: keep every captured address alive and unmoved.
+ * @return SP_OK or the error above. */
+SP_API sp_status sp_kda_boundary_run(sp_kda_boundary *b, const sp_kda_args *args,
+                                     struct CUstream_st *stream);
+
+/* How many of q, k, v, g, beta the last successful sp_kda_boundary_run
+ * copied (0 when all were dense, 0 before any run). For tests and tools.
+ * @return SP_OK; SP_ERR_INVALID_ARGUMENT for a NULL argument. */
+SP_API sp_status sp_kda_boundary_last_copied(const sp_kda_boundary *b, size_t *n_copied);
+
+/* Free the workspace and the object. NULL is SP_OK. Call it when no work
+ * using the boundary is pending on any stream.
+ * @return SP_OK; SP_ERR_CUDA if freeing the device workspace fails (the
+ *         object is freed regardless). */
+SP_API sp_status sp_kda_boundary_destroy(sp_kda_boundary *b);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* STRIDEPACK_KDA_H */

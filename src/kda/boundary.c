@@ -1,0 +1,173 @@
+/*
+ * boundary.c — the KDA input boundary: check the prefill's whole contract on
+ * strided views, pack q, k, v, g, beta with one sp_pack into a workspace
+ * owned here (allocated once, so addresses are fixed for CUDA graphs), then
+ * run the prefill on the dense views. Eager calls and graph capture go
+ * through the same function; capture is checked against the warm-up.
+ */
+#include "kda/kda_internal.h"
+
+#include <stdlib.h>
+
+enum { N_INPUTS = 5 }; /* q, k, v, g, beta */
+
+struct sp_kda_boundary {
+    sp_device dev;
+    int64_t max_tokens, max_heads;
+    void *workspace;
+    size_t workspace_bytes;
+    size_t last_copied;
+    /* The last eager (not capturing) run on a CUDA device: what a capture
+     * must repeat. */
+    int warmed;
+    struct CUstream_st *warm_stream;
+    int64_t warm_T;
+    sp_tensor warm_inputs[N_INPUTS];
+};
+
+/* The worst case: every input strided, at full capacity. sp_pack's sizing
+ * depends only on shapes and dtypes, so placeholder addresses do. */
+static sp_status worst_case_bytes(int64_t T, int64_t H, size_t *bytes) {
+    static char placeholder[16];
+    sp_tensor in[N_INPUTS];
+    const int64_t shape4[4] = {1, T, H, SP_KDA_D}, shape3[3] = {1, T, H};
+    /* Any non-dense layout will do: one padded row per token. */
+    const int64_t str4[4] = {(T + 1) * (H + 1) * SP_KDA_D, (H + 1) * SP_KDA_D, SP_KDA_D, 1};
+    const int64_t str3[3] = {(T + 1) * (H + 1), H + 1, 1};
+    for (int i = 0; i < 4; i++)
+        SP_FORWARD(sp_tensor_view(&in[i], placeholder, 0, SP_BF16, 4, shape4, str4, sp_cpu()));
+    SP_FORWARD(sp_tensor_view(&in[4], placeholder, 0, SP_BF16, 3, shape3, str3, sp_cpu()));
+    return sp_pack_workspace_bytes(in, N_INPUTS, bytes);
+}
+
+sp_status sp_kda_boundary_create(sp_kda_boundary **out, sp_device dev, int64_t max_tokens,
+                                 int64_t max_heads) {
+    SP_REQUIRE(out, SP_ERR_INVALID_ARGUMENT, "out: NULL");
+    *out = NULL;
+    SP_REQUIRE(max_tokens >= 0 && max_heads >= 0, SP_ERR_INVALID_ARGUMENT,
+               "max_tokens, max_heads: %lld, %lld; capacities must be >= 0",
+               (long long)max_tokens, (long long)max_heads);
+    SP_REQUIRE(dev.type == SP_DEVICE_CPU || dev.type == SP_DEVICE_CUDA, SP_ERR_INVALID_ARGUMENT,
+               "dev: device type %d is neither CPU nor CUDA", (int)dev.type);
+    if (dev.type == SP_DEVICE_CUDA)
+        SP_REQUIRE(sp_cuda_available(), SP_ERR_NO_DEVICE,
+                   "dev: no usable CUDA device in this build or machine");
+    /* Sizes whose element offsets overflow are refused by the view math. */
+    SP_REQUIRE(max_heads <= INT64_MAX / SP_KDA_D / 4 && max_tokens <= INT64_MAX / 4,
+               SP_ERR_OVERFLOW, "max_tokens x max_heads: too large");
+    size_t bytes = 0;
+    SP_FORWARD(worst_case_bytes(max_tokens, max_heads, &bytes));
+
+    sp_kda_boundary *b = calloc(1, sizeof *b);
+    SP_REQUIRE(b, SP_ERR_OUT_OF_MEMORY, "sp_kda_boundary_create: no memory for the object");
+    b->dev = dev;
+    b->max_tokens = max_tokens;
+    b->max_heads = max_heads;
+    b->workspace_bytes = bytes;
+    if (bytes > 0) {
+        sp_status s = SP_OK;
+        if (dev.type == SP_DEVICE_CUDA) {
+            s = sp_kda_cuda_alloc_(dev.ordinal, bytes, &b->workspace);
+        } else {
+            size_t rounded = (bytes + SP_PACK_ALIGN - 1) / SP_PACK_ALIGN * SP_PACK_ALIGN;
+            b->workspace = aligned_alloc(SP_PACK_ALIGN, rounded);
+            if (!b->workspace)
+                s = sp_set_error(SP_ERR_OUT_OF_MEMORY, "workspace: no memory for %zu bytes",
+                                 rounded);
+        }
+        if (s != SP_OK) {
+            free(b);
+            return s;
+        }
+    }
+    *out = b;
+    return SP_OK;
+}
+
+static int same_view(const sp_tensor *a, const sp_tensor *b) {
+    if (a->data != b->data || a->dtype != b->dtype || a->ndim != b->ndim) return 0;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i] || a->strides[i] != b->strides[i]) return 0;
+    return 1;
+}
+
+/* During capture the graph must repeat the warm-up exactly. */
+static sp_status check_capture(const sp_kda_boundary *b, const sp_tensor *in, int64_t T,
+                               struct CUstream_st *stream) {
+    static const char *names[N_INPUTS] = {"q", "k", "v", "g", "beta"};
+    SP_REQUIRE(b->warmed, SP_ERR_INVALID_ARGUMENT,
+               "stream: capturing, but this boundary has had no eager warm-up run");
+    SP_REQUIRE(stream == b->warm_stream, SP_ERR_INVALID_ARGUMENT,
+               "stream: capture on a stream other than the warm-up's");
+    SP_REQUIRE(T == b->warm_T, SP_ERR_INVALID_ARGUMENT,
+               "q: capture with T = %lld, the warm-up had T = %lld (T is fixed per graph)",
+               (long long)T, (long long)b->warm_T);
+    for (int i = 0; i < N_INPUTS; i++)
+        SP_REQUIRE(same_view(&in[i], &b->warm_inputs[i]), SP_ERR_INVALID_ARGUMENT,
+                   "%s: capture with a view (address or strides) other than the warm-up's",
+                   names[i]);
+    return SP_OK;
+}
+
+sp_status sp_kda_boundary_run(sp_kda_boundary *b, const sp_kda_args *args,
+                              struct CUstream_st *stream) {
+    SP_REQUIRE(b, SP_ERR_INVALID_ARGUMENT, "b: NULL boundary");
+    sp_kda_dims d;
+    SP_FORWARD(sp_kda_check_(args, 0, &d));
+    SP_REQUIRE(d.dev.type == b->dev.type &&
+                   (d.dev.type == SP_DEVICE_CPU || d.dev.ordinal == b->dev.ordinal),
+               SP_ERR_DEVICE_MISMATCH, "q: on device (%d, %d), the boundary serves (%d, %d)",
+               (int)d.dev.type, (int)d.dev.ordinal, (int)b->dev.type, (int)b->dev.ordinal);
+    SP_REQUIRE(d.T <= b->max_tokens, SP_ERR_CAPACITY,
+               "q: T = %lld exceeds the boundary's max_tokens %lld", (long long)d.T,
+               (long long)b->max_tokens);
+    SP_REQUIRE(d.H <= b->max_heads, SP_ERR_CAPACITY,
+               "q: H = %lld exceeds the boundary's max_heads %lld", (long long)d.H,
+               (long long)b->max_heads);
+
+    const sp_tensor in[N_INPUTS] = {args->q, args->k, args->v, args->g, args->beta};
+    int capturing = 0;
+    if (d.dev.type == SP_DEVICE_CUDA) {
+        SP_FORWARD(sp_kda_cuda_capturing_(stream, &capturing));
+        if (capturing) SP_FORWARD(check_capture(b, in, d.T, stream));
+    }
+
+    /* The check above is the prefill's, so neither call below can refuse
+     * its arguments after the pack has written the workspace. */
+    sp_tensor dense[N_INPUTS];
+    size_t copied = 0;
+    SP_FORWARD(sp_pack(in, N_INPUTS, b->workspace, b->workspace_bytes, dense, &copied, stream));
+    sp_kda_args packed = *args;
+    packed.q = dense[0];
+    packed.k = dense[1];
+    packed.v = dense[2];
+    packed.g = dense[3];
+    packed.beta = dense[4];
+    SP_FORWARD(sp_kda_prefill(&packed, stream));
+
+    b->last_copied = copied;
+    if (d.dev.type == SP_DEVICE_CUDA && !capturing) {
+        b->warmed = 1;
+        b->warm_stream = stream;
+        b->warm_T = d.T;
+        for (int i = 0; i < N_INPUTS; i++) b->warm_inputs[i] = in[i];
+    }
+    return SP_OK;
+}
+
+sp_status sp_kda_boundary_last_copied(const sp_kda_boundary *b, size_t *n_copied) {
+    SP_REQUIRE(b && n_copied, SP_ERR_INVALID_ARGUMENT, "b, n_copied: NULL");
+    *n_copied = b->last_copied;
+    return SP_OK;
+}
+
+sp_status sp_kda_boundary_destroy(sp_kda_boundary *b) {
+    if (!b) return SP_OK;
+    sp_status s = SP_OK;
+    if (b->dev.type == SP_DEVICE_CUDA)
+        s = sp_kda_cuda_free_(b->dev.ordinal, b->workspace);
+    else
+        free(b->workspace);
+    free(b);
+    return s;
+}

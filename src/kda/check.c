@@ -1,0 +1,307 @@
+/*
+ * check.c — the KDA prefill contract, checked once for the prefill itself
+ * and for the input boundary (which lets q, k, v, g, beta be strided because
+ * it packs them afterwards). Every violation is its own error naming the
+ * argument; nothing but the result struct is written.
+ */
+#include "kda/kda_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef struct named {
+    const sp_tensor *t;
+    const char *name;
+} named;
+
+/* "[1,8,12,128]" into buf. */
+static const char *shape_str(const sp_tensor *t, char *buf, size_t n) {
+    size_t at = 0;
+    at += (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < t->ndim && at < n; i++)
+        at += (size_t)snprintf(buf + at, n - at, "%s%lld", i ? "," : "", (long long)t->shape[i]);
+    if (at < n) snprintf(buf + at, n - at, "]");
+    return buf;
+}
+
+/* t has exactly the sizes `want` (ndim = n). */
+static sp_status require_shape(const sp_tensor *t, const char *name, int n, const int64_t *want,
+                               const char *rule) {
+    int ok = t->ndim == n;
+    for (int i = 0; ok && i < n; i++) ok = t->shape[i] == want[i];
+    if (!ok) {
+        char got[160];
+        return sp_set_error(SP_ERR_SHAPE_MISMATCH, "%s: shape %s, expected %s", name,
+                            shape_str(t, got, sizeof got), rule);
+    }
+    return SP_OK;
+}
+
+static sp_status require_dtype(const sp_tensor *t, const char *name, sp_dtype want) {
+    SP_REQUIRE(t->dtype == (int32_t)want, SP_ERR_DTYPE_MISMATCH, "%s: dtype %s, expected %s", name,
+               sp_dtype_name((sp_dtype)t->dtype), sp_dtype_name(want));
+    return SP_OK;
+}
+
+static sp_status require_dense(const sp_tensor *t, const char *name) {
+    SP_REQUIRE(sp_tensor_is_dense(t), SP_ERR_INVALID_ARGUMENT,
+               "%s: not dense (C-contiguous); the prefill takes dense tensors only "
+               "(sp_kda_boundary_run packs strided inputs)",
+               name);
+    return SP_OK;
+}
+
+static int present(const sp_tensor *t) { return t->ndim != 0 || t->data != NULL; }
+
+static int same_device(sp_device a, sp_device b) {
+    return a.type == b.type && (a.type == SP_DEVICE_CPU || a.ordinal == b.ordinal);
+}
+
+static sp_status check_scalars(const sp_kda_args *a, int has_ckpt) {
+    SP_REQUIRE(a->gate == SP_KDA_GATE_LOWER_BOUND || a->gate == SP_KDA_GATE_SOFTPLUS,
+               SP_ERR_INVALID_ARGUMENT, "gate: %d is not an sp_kda_gate", (int)a->gate);
+    if (a->gate == SP_KDA_GATE_LOWER_BOUND)
+        SP_REQUIRE(a->lower_bound >= -5.0f && a->lower_bound < 0.0f, SP_ERR_INVALID_ARGUMENT,
+                   "lower_bound: %g is outside [-5, 0)", (double)a->lower_bound);
+    SP_REQUIRE(isfinite(a->scale), SP_ERR_INVALID_ARGUMENT,
+               "scale: %g is not finite (0 selects the default 128^-0.5)", (double)a->scale);
+    SP_REQUIRE(a->checkpoint_interval >= 0, SP_ERR_INVALID_ARGUMENT,
+               "checkpoint_interval: %lld is negative", (long long)a->checkpoint_interval);
+    if (a->checkpoint_interval == 0) {
+        SP_REQUIRE(!has_ckpt, SP_ERR_INVALID_ARGUMENT,
+                   "checkpoint_interval: 0 but checkpoints or checkpoint_cu_starts given "
+                   "(the interval must be > 0 with checkpoints)");
+    } else {
+        SP_REQUIRE(present(&a->checkpoints), SP_ERR_INVALID_ARGUMENT,
+                   "checkpoints: missing with checkpoint_interval %lld",
+                   (long long)a->checkpoint_interval);
+        SP_REQUIRE(present(&a->checkpoint_cu_starts), SP_ERR_INVALID_ARGUMENT,
+                   "checkpoint_cu_starts: missing with checkpoint_interval %lld",
+                   (long long)a->checkpoint_interval);
+    }
+    return SP_OK;
+}
+
+/* q, k, v, g, o [1,T,H,128]; beta [1,T,H]; the parameter and index vectors;
+ * the state pool; the checkpoints. Fills T, H, N, slots, C. */
+static sp_status check_shapes(const sp_kda_args *a, sp_kda_dims *d) {
+    char buf[160];
+    SP_REQUIRE(a->q.ndim == 4 && a->q.shape[0] == 1, SP_ERR_SHAPE_MISMATCH,
+               "q: shape %s, expected [1, T, H, 128] (batch 1, varlen)",
+               shape_str(&a->q, buf, sizeof buf));
+    SP_REQUIRE(a->q.shape[3] == SP_KDA_D, SP_ERR_UNSUPPORTED,
+               "q: head dim %lld is not supported (only 128)", (long long)a->q.shape[3]);
+    d->T = a->q.shape[1];
+    d->H = a->q.shape[2];
+    const int64_t H = d->H, T = d->T;
+    const named same_as_q[] = {{&a->k, "k"}, {&a->v, "v"}, {&a->g, "g"}, {&a->o, "o"}};
+    for (size_t i = 0; i < sizeof same_as_q / sizeof *same_as_q; i++)
+        SP_FORWARD(require_shape(same_as_q[i].t, same_as_q[i].name, 4, a->q.shape,
+                                 "q's [1, T, H, 128]"));
+    const int64_t beta_shape[3] = {1, T, H};
+    SP_FORWARD(require_shape(&a->beta, "beta", 3, beta_shape, "[1, T, H] as q"));
+    SP_FORWARD(require_shape(&a->A_log, "A_log", 1, &H, "[H] as q"));
+    const int64_t hd = H * SP_KDA_D;
+    SP_FORWARD(require_shape(&a->dt_bias, "dt_bias", 1, &hd, "[H * 128] as q"));
+
+    SP_REQUIRE(a->cu_seqlens.ndim == 1 && a->cu_seqlens.shape[0] >= 1, SP_ERR_SHAPE_MISMATCH,
+               "cu_seqlens: shape %s, expected [N + 1] with N >= 0",
+               shape_str(&a->cu_seqlens, buf, sizeof buf));
+    d->N = a->cu_seqlens.shape[0] - 1;
+    SP_FORWARD(require_shape(&a->state_indices, "state_indices", 1, &d->N,
+                             "[N] (N + 1 = cu_seqlens' size)"));
+
+    SP_REQUIRE(a->state.ndim == 4 && a->state.shape[1] == H && a->state.shape[2] == SP_KDA_D &&
+                   a->state.shape[3] == SP_KDA_D,
+               SP_ERR_SHAPE_MISMATCH, "state: shape %s, expected [slots, H, 128, 128] with H %lld",
+               shape_str(&a->state, buf, sizeof buf), (long long)H);
+    d->slots = a->state.shape[0];
+
+    d->C = 0;
+    if (d->interval > 0) {
+        const int64_t n1 = d->N + 1;
+        SP_FORWARD(require_shape(&a->checkpoint_cu_starts, "checkpoint_cu_starts", 1, &n1,
+                                 "[N + 1] as cu_seqlens"));
+        SP_REQUIRE(a->checkpoints.ndim == 4 && a->checkpoints.shape[1] == H &&
+                       a->checkpoints.shape[2] == SP_KDA_D && a->checkpoints.shape[3] == SP_KDA_D,
+                   SP_ERR_SHAPE_MISMATCH,
+                   "checkpoints: shape %s, expected [C, H, 128, 128] with H %lld",
+                   shape_str(&a->checkpoints, buf, sizeof buf), (long long)H);
+        d->C = a->checkpoints.shape[0];
+    }
+    return SP_OK;
+}
+
+/* Dims 1..3 of the pool dense; the slot pitch may be padded but not short. */
+static sp_status check_state_layout(const sp_tensor *s, const char *name, sp_kda_dims *d,
+                                    int pitch_free) {
+    const int64_t slot = d->H * SP_KDA_D * SP_KDA_D;
+    SP_REQUIRE(s->strides[3] == 1 && s->strides[2] == SP_KDA_D &&
+                   (d->H <= 1 || s->strides[1] == SP_KDA_D * SP_KDA_D),
+               SP_ERR_INVALID_ARGUMENT,
+               "%s: strides of dims 1..3 are (%lld, %lld, %lld), expected dense (%lld, 128, 1)",
+               name, (long long)s->strides[1], (long long)s->strides[2], (long long)s->strides[3],
+               (long long)(SP_KDA_D * SP_KDA_D));
+    if (pitch_free) {
+        int64_t pitch = s->shape[0] > 1 ? s->strides[0] : slot;
+        SP_REQUIRE(pitch >= slot, SP_ERR_INVALID_ARGUMENT,
+                   "%s: slot pitch %lld elements is below H*128*128 = %lld", name,
+                   (long long)pitch, (long long)slot);
+        d->pitch = pitch;
+    } else {
+        SP_FORWARD(require_dense(s, name));
+    }
+    return SP_OK;
+}
+
+/* Outputs (o, state, checkpoints) must not share a byte with any argument. */
+static sp_status check_overlap(const named *all, int n, int first_output) {
+    for (int i = first_output; i < n; i++) {
+        uintptr_t alo, ahi;
+        sp_tensor_extent(all[i].t, &alo, &ahi);
+        for (int j = 0; j < n; j++) {
+            if (j == i) continue;
+            uintptr_t blo, bhi;
+            sp_tensor_extent(all[j].t, &blo, &bhi);
+            SP_REQUIRE(!sp_extents_overlap(alo, ahi, blo, bhi), SP_ERR_OVERLAP,
+                       "%s: memory overlaps %s", all[i].name, all[j].name);
+        }
+    }
+    return SP_OK;
+}
+
+static int cmp_i32(const void *x, const void *y) {
+    int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
+    return (a > b) - (a < b);
+}
+
+/* Contents of the index arrays, readable here because they are host memory. */
+static sp_status check_host_indices(const sp_kda_args *a, const sp_kda_dims *d) {
+    const int64_t *cu = (const int64_t *)a->cu_seqlens.data;
+    const int32_t *idx = (const int32_t *)a->state_indices.data;
+    SP_REQUIRE(cu[0] >= 0, SP_ERR_INVALID_ARGUMENT, "cu_seqlens: [0] = %lld is negative",
+               (long long)cu[0]);
+    for (int64_t n = 0; n < d->N; n++)
+        SP_REQUIRE(cu[n + 1] >= cu[n], SP_ERR_INVALID_ARGUMENT,
+                   "cu_seqlens: decreases at [%lld] (%lld < %lld)", (long long)(n + 1),
+                   (long long)cu[n + 1], (long long)cu[n]);
+    SP_REQUIRE(cu[d->N] <= d->T, SP_ERR_INVALID_ARGUMENT, "cu_seqlens: [N] = %lld exceeds T = %lld",
+               (long long)cu[d->N], (long long)d->T);
+    for (int64_t n = 0; n < d->N; n++)
+        SP_REQUIRE(idx[n] >= 0 && idx[n] < d->slots, SP_ERR_INVALID_ARGUMENT,
+                   "state_indices: [%lld] = %d is outside [0, %lld) (state slots)", (long long)n,
+                   (int)idx[n], (long long)d->slots);
+    if (d->N > 1) {
+        int32_t *sorted = malloc((size_t)d->N * sizeof *sorted);
+        SP_REQUIRE(sorted, SP_ERR_OUT_OF_MEMORY, "state_indices: no memory to check distinctness");
+        memcpy(sorted, idx, (size_t)d->N * sizeof *sorted);
+        qsort(sorted, (size_t)d->N, sizeof *sorted, cmp_i32);
+        int32_t dup = -1;
+        for (int64_t n = 1; n < d->N && dup < 0; n++)
+            if (sorted[n] == sorted[n - 1]) dup = sorted[n];
+        free(sorted);
+        SP_REQUIRE(dup < 0, SP_ERR_INVALID_ARGUMENT,
+                   "state_indices: slot %d is used by two sequences", (int)dup);
+    }
+    if (d->interval > 0) {
+        const int64_t *cs = (const int64_t *)a->checkpoint_cu_starts.data;
+        SP_REQUIRE(cs[0] >= 0, SP_ERR_INVALID_ARGUMENT,
+                   "checkpoint_cu_starts: [0] = %lld is negative", (long long)cs[0]);
+        for (int64_t n = 0; n < d->N; n++) {
+            int64_t need = (cu[n + 1] - cu[n]) / d->interval;
+            SP_REQUIRE(cs[n + 1] >= cs[n] && cs[n + 1] - cs[n] >= need, SP_ERR_INVALID_ARGUMENT,
+                       "checkpoint_cu_starts: sequence %lld needs %lld rows, [%lld..%lld) "
+                       "gives %lld",
+                       (long long)n, (long long)need, (long long)cs[n], (long long)cs[n + 1],
+                       (long long)(cs[n + 1] - cs[n]));
+        }
+        SP_REQUIRE(cs[d->N] <= d->C, SP_ERR_INVALID_ARGUMENT,
+                   "checkpoint_cu_starts: [N] = %lld exceeds the %lld checkpoint rows",
+                   (long long)cs[d->N], (long long)d->C);
+    }
+    return SP_OK;
+}
+
+sp_status sp_kda_check_(const sp_kda_args *a, int inputs_dense, sp_kda_dims *dims) {
+    SP_REQUIRE(a, SP_ERR_INVALID_ARGUMENT, "args: NULL");
+    SP_REQUIRE(dims, SP_ERR_INVALID_ARGUMENT, "dims: NULL");
+    sp_kda_dims d;
+    memset(&d, 0, sizeof d);
+    const int has_ckpt = present(&a->checkpoints) || present(&a->checkpoint_cu_starts);
+    SP_FORWARD(check_scalars(a, has_ckpt));
+    d.interval = a->checkpoint_interval;
+    d.scale = a->scale != 0.0f ? a->scale : (float)(1.0 / sqrt((double)SP_KDA_D));
+
+    /* Inputs first, then outputs (check_overlap relies on the order; the
+     * density loop below on q, k, v, g, beta being first). */
+    named all[13];
+    int n = 0;
+    all[n++] = (named){&a->q, "q"};
+    all[n++] = (named){&a->k, "k"};
+    all[n++] = (named){&a->v, "v"};
+    all[n++] = (named){&a->g, "g"};
+    all[n++] = (named){&a->beta, "beta"};
+    all[n++] = (named){&a->A_log, "A_log"};
+    all[n++] = (named){&a->dt_bias, "dt_bias"};
+    all[n++] = (named){&a->cu_seqlens, "cu_seqlens"};
+    all[n++] = (named){&a->state_indices, "state_indices"};
+    if (d.interval > 0) all[n++] = (named){&a->checkpoint_cu_starts, "checkpoint_cu_starts"};
+    const int first_output = n;
+    all[n++] = (named){&a->o, "o"};
+    all[n++] = (named){&a->state, "state"};
+    if (d.interval > 0) all[n++] = (named){&a->checkpoints, "checkpoints"};
+    for (int i = 0; i < n; i++) SP_FORWARD(sp_tensor_check_aligned(all[i].t, all[i].name));
+
+    d.dev = a->q.device;
+    SP_REQUIRE(d.dev.type == SP_DEVICE_CPU || d.dev.type == SP_DEVICE_CUDA,
+               SP_ERR_INVALID_ARGUMENT, "q: device type %d is neither CPU nor CUDA",
+               (int)d.dev.type);
+    for (int i = 1; i < n; i++)
+        SP_REQUIRE(same_device(all[i].t->device, d.dev), SP_ERR_DEVICE_MISMATCH,
+                   "%s: on device (%d, %d), q on (%d, %d)", all[i].name,
+                   (int)all[i].t->device.type, (int)all[i].t->device.ordinal, (int)d.dev.type,
+                   (int)d.dev.ordinal);
+
+    const named bf16s[] = {{&a->q, "q"}, {&a->k, "k"}, {&a->v, "v"},
+                           {&a->g, "g"}, {&a->beta, "beta"}, {&a->o, "o"}};
+    for (size_t i = 0; i < sizeof bf16s / sizeof *bf16s; i++)
+        SP_FORWARD(require_dtype(bf16s[i].t, bf16s[i].name, SP_BF16));
+    SP_FORWARD(require_dtype(&a->A_log, "A_log", SP_F32));
+    SP_FORWARD(require_dtype(&a->dt_bias, "dt_bias", SP_F32));
+    SP_FORWARD(require_dtype(&a->cu_seqlens, "cu_seqlens", SP_I64));
+    SP_FORWARD(require_dtype(&a->state_indices, "state_indices", SP_I32));
+    SP_REQUIRE(a->state.dtype == SP_F32 || a->state.dtype == SP_BF16, SP_ERR_DTYPE_MISMATCH,
+               "state: dtype %s, expected f32 or bf16", sp_dtype_name((sp_dtype)a->state.dtype));
+    d.state_bf16 = a->state.dtype == SP_BF16;
+    if (d.interval > 0) {
+        SP_FORWARD(require_dtype(&a->checkpoint_cu_starts, "checkpoint_cu_starts", SP_I64));
+        SP_REQUIRE(a->checkpoints.dtype == a->state.dtype, SP_ERR_DTYPE_MISMATCH,
+                   "checkpoints: dtype %s differs from state's %s",
+                   sp_dtype_name((sp_dtype)a->checkpoints.dtype),
+                   sp_dtype_name((sp_dtype)a->state.dtype));
+    }
+
+    SP_FORWARD(check_shapes(a, &d));
+
+    if (inputs_dense)
+        for (int i = 0; i < 5; i++) SP_FORWARD(require_dense(all[i].t, all[i].name));
+    const named dense_always[] = {{&a->A_log, "A_log"},
+                                  {&a->dt_bias, "dt_bias"},
+                                  {&a->cu_seqlens, "cu_seqlens"},
+                                  {&a->state_indices, "state_indices"},
+                                  {&a->o, "o"}};
+    for (size_t i = 0; i < sizeof dense_always / sizeof *dense_always; i++)
+        SP_FORWARD(require_dense(dense_always[i].t, dense_always[i].name));
+    SP_FORWARD(check_state_layout(&a->state, "state", &d, 1));
+    if (d.interval > 0) {
+        SP_FORWARD(require_dense(&a->checkpoint_cu_starts, "checkpoint_cu_starts"));
+        SP_FORWARD(check_state_layout(&a->checkpoints, "checkpoints", &d, 0));
+    }
+
+    SP_FORWARD(check_overlap(all, n, first_output));
+
+    if (d.dev.type == SP_DEVICE_CPU) SP_FORWARD(check_host_indices(a, &d));
+    *dims = d;
+    return SP_OK;
+}

@@ -1,0 +1,124 @@
+/*
+ * kda_internal.h — what the KDA files share: bf16 <-> float conversions,
+ * the validated dimensions of a call, the contract check that the prefill
+ * and the boundary both run, and the backend entry points. Included by C
+ * and by CUDA sources.
+ */
+#ifndef SP_KDA_INTERNAL_H
+#define SP_KDA_INTERNAL_H
+
+#include "internal.h"
+#include "stridepack_kda.h"
+
+#include <math.h>
+#include <string.h>
+
+#ifdef __CUDACC__
+#define SP_HD __host__ __device__
+#else
+#define SP_HD
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- bf16 <-> f32, round to nearest even -------------------------------- */
+
+static inline SP_HD uint32_t sp_f32_bits_(float f) {
+#ifdef __CUDA_ARCH__
+    return __float_as_uint(f);
+#else
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+#endif
+}
+
+static inline SP_HD float sp_bits_f32_(uint32_t u) {
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+#endif
+}
+
+static inline SP_HD float sp_bf16_to_f32(uint16_t h) { return sp_bits_f32_((uint32_t)h << 16); }
+
+/* Adding 0x7fff plus the kept lsb carries into the kept bits exactly when
+ * the dropped half is above the midpoint, or at it with an odd lsb. NaN is
+ * kept a (quiet) NaN instead of letting the carry turn it into infinity. */
+static inline SP_HD uint16_t sp_f32_to_bf16(float f) {
+    uint32_t u = sp_f32_bits_(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+/* double -> bf16 with one rounding. Going through float is exact except
+ * when the float rounding lands on a bf16 midpoint that x itself is not on;
+ * nudging one float ulp back towards x restores the right direction. */
+static inline uint16_t sp_f64_to_bf16(double x) {
+    float f = (float)x;
+    uint32_t u = sp_f32_bits_(f);
+    if ((u & 0x7fffffffu) <= 0x7f800000u && (u & 0xffffu) == 0x8000u && (double)f != x) {
+        double ax = x < 0 ? -x : x, af = f < 0 ? -(double)f : (double)f;
+        u = ax > af ? u + 1 : u - 1;
+        f = sp_bits_f32_(u);
+    }
+    return sp_f32_to_bf16(f);
+}
+
+/* ---- the gate, in float (CPU and CUDA use this one formula) -------------- */
+
+/* g for x = g_raw + dt_bias, with expA = exp(A_log[h]). softplus switches to
+ * the identity above 20, as torch's softplus does (the difference is below
+ * float resolution there). */
+static inline SP_HD float sp_kda_gate_f32(int gate, float lower_bound, float expA, float x) {
+    if (gate == SP_KDA_GATE_LOWER_BOUND) return lower_bound / (1.0f + expf(-expA * x));
+    float sp = x > 20.0f ? x : log1pf(expf(x));
+    return -expA * sp;
+}
+
+/* ---- the validated call ------------------------------------------------- */
+
+#define SP_KDA_D SP_KDA_HEAD_DIM
+#define SP_KDA_EPS 1e-6
+
+typedef struct sp_kda_dims {
+    int64_t T, H, N;      /* tokens, heads, sequences */
+    int64_t slots, pitch; /* state pool slots and slot pitch in elements */
+    int64_t C;            /* checkpoint rows; 0 without checkpoints */
+    int64_t interval;     /* checkpoint interval; 0 = none */
+    int state_bf16;       /* 1: bf16 pool and checkpoints; 0: f32 */
+    float scale;          /* resolved (the default substituted for 0) */
+    sp_device dev;
+} sp_kda_dims;
+
+/* The whole contract of sp_kda_prefill, in a fixed order, each violation
+ * its own error naming the argument. inputs_dense = 0 lets q, k, v, g and
+ * beta be any strided views (the boundary packs them afterwards). Index
+ * arrays are read only for CPU tensors. Writes nothing but *dims. */
+sp_status sp_kda_check_(const sp_kda_args *a, int inputs_dense, sp_kda_dims *dims);
+
+/* Backends, called after the check with T > 0 and N > 0. */
+sp_status sp_kda_prefill_cpu_(const sp_kda_args *a, const sp_kda_dims *d);
+sp_status sp_kda_prefill_ref_(const sp_kda_args *a, const sp_kda_dims *d);
+/* CUDA builds: prefill.cu; otherwise nocuda.c returns SP_ERR_NO_DEVICE. */
+sp_status sp_kda_prefill_cuda_(const sp_kda_args *a, const sp_kda_dims *d,
+                               struct CUstream_st *stream);
+
+/* ---- the small CUDA runtime surface the boundary needs -------------------- */
+/* Without CUDA: SP_ERR_NO_DEVICE, and "not capturing". */
+sp_status sp_kda_cuda_alloc_(int device, size_t bytes, void **p);
+sp_status sp_kda_cuda_free_(int device, void *p);
+/* *capturing = 1 while `stream` is being captured into a graph. */
+sp_status sp_kda_cuda_capturing_(struct CUstream_st *stream, int *capturing);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SP_KDA_INTERNAL_H */

@@ -1,0 +1,37 @@
+/*
+ * prefill.c — the public KDA prefill entry points: check the contract once,
+ * then hand the call to the backend of the tensors' device.
+ */
+#include "kda/kda_internal.h"
+
+sp_status sp_kda_args_init(sp_kda_args *args) {
+    SP_REQUIRE(args, SP_ERR_INVALID_ARGUMENT, "args: NULL");
+    memset(args, 0, sizeof *args);
+    args->gate = SP_KDA_GATE_LOWER_BOUND;
+    args->lower_bound = -5.0f;
+    args->scale = 0.0f;
+    args->checkpoint_interval = 0;
+    return SP_OK;
+}
+
+sp_status sp_kda_prefill(const sp_kda_args *args, struct CUstream_st *stream) {
+    sp_kda_dims d;
+    SP_FORWARD(sp_kda_check_(args, 1, &d));
+    if (d.dev.type == SP_DEVICE_CUDA)
+        SP_REQUIRE(sp_cuda_available(), SP_ERR_NO_DEVICE,
+                   "q: CUDA tensors, but this build or machine has no usable CUDA device");
+    /* Empty sequences leave their state as it is (a bf16 state round-trips
+     * through fp32 exactly), so T = 0 or N = 0 has nothing to do. */
+    if (d.T == 0 || d.N == 0) return SP_OK;
+    if (d.dev.type == SP_DEVICE_CPU) return sp_kda_prefill_cpu_(args, &d);
+    return sp_kda_prefill_cuda_(args, &d, stream);
+}
+
+sp_status sp_kda_prefill_reference(const sp_kda_args *args) {
+    sp_kda_dims d;
+    SP_FORWARD(sp_kda_check_(args, 1, &d));
+    SP_REQUIRE(d.dev.type == SP_DEVICE_CPU, SP_ERR_UNSUPPORTED,
+               "q: the float64 reference runs on CPU tensors only");
+    if (d.T == 0 || d.N == 0) return SP_OK;
+    return sp_kda_prefill_ref_(args, &d);
+}

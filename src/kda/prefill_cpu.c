@@ -1,0 +1,149 @@
+/*
+ * prefill_cpu.c — the fp32 CPU prefill: one OpenMP task per (sequence,
+ * head), each running the token recurrence on a private 128x128 state.
+ *
+ * The state is kept K-first here (S[d][j], row d contiguous over j) so that
+ * every pass over it is a loop over j with d fixed: the decay, both
+ * reductions over d (accumulated per j, in d order) and the rank-1 update
+ * all vectorize without reassociating a sum.
+ *
+ * One pass decays S and reduces it against k^ and q^ at once; the output
+ * then follows from o = S'^T q^ + b (k^.q^) u, the same value as S_new^T q^
+ * (S_new = S' + b k^ u^T) without a third pass. The CUDA kernel uses the
+ * same algebra.
+ */
+#include "kda/kda_internal.h"
+
+#include <omp.h>
+#include <stdlib.h>
+
+enum { D = SP_KDA_D };
+
+typedef struct scratch {
+    float S[D * D];                /* S[d*D + j] */
+    float q[D], k[D], v[D], dec[D]; /* the token, preprocessed */
+    float ks[D], qs[D], bu[D];
+} scratch;
+
+/* Pool element [slot, h, j, d] lives at base + (h*D + j)*D + d. */
+static void load_state(const sp_kda_dims *dm, const void *pool, int64_t base, int64_t h,
+                       float *S) {
+    for (int j = 0; j < D; j++) {
+        int64_t at = base + (h * D + j) * D;
+        if (dm->state_bf16) {
+            const uint16_t *p = (const uint16_t *)pool + at;
+            for (int d = 0; d < D; d++) S[d * D + j] = sp_bf16_to_f32(p[d]);
+        } else {
+            const float *p = (const float *)pool + at;
+            for (int d = 0; d < D; d++) S[d * D + j] = p[d];
+        }
+    }
+}
+
+static void store_state(const sp_kda_dims *dm, void *pool, int64_t base, int64_t h,
+                        const float *S) {
+    for (int j = 0; j < D; j++) {
+        int64_t at = base + (h * D + j) * D;
+        if (dm->state_bf16) {
+            uint16_t *p = (uint16_t *)pool + at;
+            for (int d = 0; d < D; d++) p[d] = sp_f32_to_bf16(S[d * D + j]);
+        } else {
+            float *p = (float *)pool + at;
+            for (int d = 0; d < D; d++) p[d] = S[d * D + j];
+        }
+    }
+}
+
+/* Normalized q^, k^, v, exp(g) of token t into w; returns b, sets *kq. */
+static float prep_token(const sp_kda_args *a, const sp_kda_dims *dm, int64_t t, int64_t h,
+                        float expA, scratch *w, float *kq) {
+    const int64_t at = (t * dm->H + h) * D;
+    const uint16_t *q = (const uint16_t *)a->q.data + at, *k = (const uint16_t *)a->k.data + at;
+    const uint16_t *v = (const uint16_t *)a->v.data + at, *g = (const uint16_t *)a->g.data + at;
+    const float *bias = (const float *)a->dt_bias.data + h * D;
+    float sq = 0.0f, sk = 0.0f;
+    for (int d = 0; d < D; d++) {
+        float qf = sp_bf16_to_f32(q[d]), kf = sp_bf16_to_f32(k[d]);
+        sq += qf * qf;
+        sk += kf * kf;
+        w->q[d] = qf;
+        w->k[d] = kf;
+    }
+    const float rq = dm->scale / sqrtf(sq + (float)SP_KDA_EPS);
+    const float rk = 1.0f / sqrtf(sk + (float)SP_KDA_EPS);
+    float dot = 0.0f;
+    for (int d = 0; d < D; d++) {
+        w->q[d] *= rq;
+        w->k[d] *= rk;
+        dot += w->k[d] * w->q[d];
+        w->v[d] = sp_bf16_to_f32(v[d]);
+        float x = sp_bf16_to_f32(g[d]) + bias[d];
+        w->dec[d] = expf(sp_kda_gate_f32(a->gate, a->lower_bound, expA, x));
+    }
+    *kq = dot;
+    float beta = sp_bf16_to_f32(((const uint16_t *)a->beta.data)[t * dm->H + h]);
+    return 1.0f / (1.0f + expf(-beta));
+}
+
+/* One token step on S; writes o's row. restrict: the state and the
+ * accumulators are disjoint, which lets the j loops vectorize. */
+static void step(scratch *w, float b, float kq, uint16_t *o_row) {
+    float *restrict S = w->S, *restrict ks = w->ks, *restrict qs = w->qs, *restrict bus = w->bu;
+    for (int j = 0; j < D; j++) ks[j] = qs[j] = 0.0f;
+    for (int d = 0; d < D; d++) {
+        const float e = w->dec[d], kd = w->k[d], qd = w->q[d];
+        float *restrict row = S + d * D;
+        for (int j = 0; j < D; j++) {
+            float s = row[j] * e;
+            row[j] = s;
+            ks[j] += s * kd;
+            qs[j] += s * qd;
+        }
+    }
+    for (int j = 0; j < D; j++) {
+        float bu = b * (w->v[j] - ks[j]);
+        bus[j] = bu;
+        o_row[j] = sp_f32_to_bf16(qs[j] + bu * kq);
+    }
+    for (int d = 0; d < D; d++) {
+        const float kd = w->k[d];
+        float *restrict row = S + d * D;
+        for (int j = 0; j < D; j++) row[j] += kd * bus[j];
+    }
+}
+
+static void run_task(const sp_kda_args *a, const sp_kda_dims *dm, int64_t n, int64_t h,
+                     scratch *w) {
+    const int64_t *cu = (const int64_t *)a->cu_seqlens.data;
+    const int64_t slot = ((const int32_t *)a->state_indices.data)[n];
+    const float expA = expf(((const float *)a->A_log.data)[h]);
+    const int64_t hd = dm->H * D * D; /* checkpoint row pitch (dense) */
+    int64_t crow = dm->interval > 0 ? ((const int64_t *)a->checkpoint_cu_starts.data)[n] : 0;
+    int64_t since = 0;
+    load_state(dm, a->state.data, slot * dm->pitch, h, w->S);
+    for (int64_t t = cu[n]; t < cu[n + 1]; t++) {
+        float kq;
+        float b = prep_token(a, dm, t, h, expA, w, &kq);
+        step(w, b, kq, (uint16_t *)a->o.data + (t * dm->H + h) * D);
+        if (dm->interval > 0 && ++since == dm->interval) {
+            store_state(dm, a->checkpoints.data, crow * hd, h, w->S);
+            crow++;
+            since = 0;
+        }
+    }
+    store_state(dm, a->state.data, slot * dm->pitch, h, w->S);
+}
+
+sp_status sp_kda_prefill_cpu_(const sp_kda_args *a, const sp_kda_dims *dm) {
+    const int nthreads = omp_get_max_threads();
+    scratch *ws = malloc((size_t)nthreads * sizeof *ws);
+    SP_REQUIRE(ws, SP_ERR_OUT_OF_MEMORY, "sp_kda_prefill: no memory for %d x %zu bytes of scratch",
+               nthreads, sizeof *ws);
+    const int64_t tasks = dm->N * dm->H;
+    /* Tasks differ in length (varlen): hand them out one at a time. */
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads)
+    for (int64_t i = 0; i < tasks; i++)
+        run_task(a, dm, i / dm->H, i % dm->H, &ws[omp_get_thread_num()]);
+    free(ws);
+    return SP_OK;
+}

@@ -1,0 +1,114 @@
+/*
+ * reference.c — the float64 KDA prefill that the tests trust: the
+ * recurrence of stridepack_kda.h written out step by step (decay, delta,
+ * rank-1 update, output from the updated state), one (sequence, head) at a
+ * time, no algebraic shortcuts. Results are rounded to their dtypes once.
+ */
+#include "kda/kda_internal.h"
+
+#include <stdlib.h>
+
+enum { D = SP_KDA_D };
+
+typedef struct ref_scratch {
+    double S[D][D]; /* S[d][j]: d indexes K, j indexes V */
+    double q[D], k[D], v[D], g[D], u[D];
+} ref_scratch;
+
+static double read_state(const sp_kda_dims *dm, const void *p, int64_t at) {
+    return dm->state_bf16 ? (double)sp_bf16_to_f32(((const uint16_t *)p)[at])
+                          : (double)((const float *)p)[at];
+}
+
+static void write_state(const sp_kda_dims *dm, void *p, int64_t at, double x) {
+    if (dm->state_bf16)
+        ((uint16_t *)p)[at] = sp_f64_to_bf16(x);
+    else
+        ((float *)p)[at] = (float)x;
+}
+
+/* Pool element [., h, j, d] = S[d][j]; `base` addresses the slot or row. */
+static void save(const sp_kda_dims *dm, void *p, int64_t base, int64_t h, const ref_scratch *w) {
+    for (int j = 0; j < D; j++)
+        for (int d = 0; d < D; d++) write_state(dm, p, base + (h * D + j) * D + d, w->S[d][j]);
+}
+
+static double gate64(const sp_kda_args *a, double A_log, double x) {
+    if (a->gate == SP_KDA_GATE_LOWER_BOUND)
+        return (double)a->lower_bound / (1.0 + exp(-exp(A_log) * x));
+    /* softplus(x) = log(1 + e^x), written so that neither branch overflows */
+    double sp = x > 0 ? x + log1p(exp(-x)) : log1p(exp(x));
+    return -exp(A_log) * sp;
+}
+
+static double bf(const sp_tensor *t, int64_t at) {
+    return (double)sp_bf16_to_f32(((const uint16_t *)t->data)[at]);
+}
+
+static void run(const sp_kda_args *a, const sp_kda_dims *dm, int64_t n, int64_t h,
+                ref_scratch *w) {
+    const int64_t *cu = (const int64_t *)a->cu_seqlens.data;
+    const int64_t slot = ((const int32_t *)a->state_indices.data)[n];
+    const double A_log = ((const float *)a->A_log.data)[h];
+    const float *bias = (const float *)a->dt_bias.data + h * D;
+    const double scale = a->scale != 0.0f ? (double)a->scale : 1.0 / sqrt((double)D);
+    int64_t crow = dm->interval > 0 ? ((const int64_t *)a->checkpoint_cu_starts.data)[n] : 0;
+
+    for (int j = 0; j < D; j++)
+        for (int d = 0; d < D; d++)
+            w->S[d][j] = read_state(dm, a->state.data, slot * dm->pitch + (h * D + j) * D + d);
+
+    for (int64_t t = cu[n]; t < cu[n + 1]; t++) {
+        const int64_t at = (t * dm->H + h) * D;
+        double sq = 0, sk = 0;
+        for (int d = 0; d < D; d++) {
+            w->q[d] = bf(&a->q, at + d);
+            w->k[d] = bf(&a->k, at + d);
+            w->v[d] = bf(&a->v, at + d);
+            w->g[d] = gate64(a, A_log, bf(&a->g, at + d) + (double)bias[d]);
+            sq += w->q[d] * w->q[d];
+            sk += w->k[d] * w->k[d];
+        }
+        const double nq = sqrt(sq + SP_KDA_EPS), nk = sqrt(sk + SP_KDA_EPS);
+        for (int d = 0; d < D; d++) {
+            w->q[d] = scale * w->q[d] / nq;
+            w->k[d] = w->k[d] / nk;
+        }
+        const double b = 1.0 / (1.0 + exp(-bf(&a->beta, t * dm->H + h)));
+
+        /* S <- diag(exp(g)) S */
+        for (int d = 0; d < D; d++) {
+            const double e = exp(w->g[d]);
+            for (int j = 0; j < D; j++) w->S[d][j] *= e;
+        }
+        /* u = v - S^T k^ */
+        for (int j = 0; j < D; j++) {
+            double acc = 0;
+            for (int d = 0; d < D; d++) acc += w->S[d][j] * w->k[d];
+            w->u[j] = w->v[j] - acc;
+        }
+        /* S <- S + b k^ u^T */
+        for (int d = 0; d < D; d++)
+            for (int j = 0; j < D; j++) w->S[d][j] += b * w->k[d] * w->u[j];
+        /* o = S^T q^ */
+        uint16_t *o = (uint16_t *)a->o.data + at;
+        for (int j = 0; j < D; j++) {
+            double acc = 0;
+            for (int d = 0; d < D; d++) acc += w->S[d][j] * w->q[d];
+            o[j] = sp_f64_to_bf16(acc);
+        }
+        if (dm->interval > 0 && (t - cu[n] + 1) % dm->interval == 0)
+            save(dm, a->checkpoints.data, (crow++) * dm->H * D * D, h, w);
+    }
+    save(dm, a->state.data, slot * dm->pitch, h, w);
+}
+
+sp_status sp_kda_prefill_ref_(const sp_kda_args *a, const sp_kda_dims *dm) {
+    ref_scratch *w = malloc(sizeof *w);
+    SP_REQUIRE(w, SP_ERR_OUT_OF_MEMORY, "sp_kda_prefill_reference: no memory for %zu bytes",
+               sizeof *w);
+    for (int64_t n = 0; n < dm->N; n++)
+        for (int64_t h = 0; h < dm->H; h++) run(a, dm, n, h, w);
+    free(w);
+    return SP_OK;
+}

@@ -1,0 +1,196 @@
+/*
+ * test_boundary_cpu.c — the KDA input boundary on the CPU: K3-layout strided
+ * inputs (both beta widths, both state dtypes, checkpoints) give outputs,
+ * states and checkpoints bit-identical to sp_kda_prefill on dense copies
+ * made element by element; copy passes are counted with
+ * sp_copy_pass_count() (one when anything is strided, none when all is
+ * dense); short and tail shapes, T = 1, T = 0; bad inputs each with their
+ * error, nothing written and no copy pass.
+ */
+#include "check.h"
+#include "k3_fixture.h"
+
+#include <string.h>
+
+enum { CAP_T = 256, CAP_H = 4 };
+
+static int outputs_equal(const kda_problem *p, void *const x[KB_COUNT], void *const y[KB_COUNT]) {
+    for (int b = KB_O; b < KB_COUNT; b++)
+        if (memcmp(x[b], y[b], p->bytes[b]) != 0) return 0;
+    return 1;
+}
+
+/* Which inputs the boundary sees strided (the others: the dense copies). */
+enum { STRIDED_ALL = 0, STRIDED_BETA = 1, STRIDED_NONE = 2 };
+
+static void k3_case(sp_kda_boundary *bd, int64_t T, int64_t H, int beta_kind, sp_dtype sdt,
+                    int64_t interval, int which, uint64_t seed) {
+    sp_rng r;
+    sp_rng_seed(&r, seed);
+    /* Sequences: T split into up to three uneven parts. */
+    int64_t lens[3] = {T, 0, 0};
+    int N = 1;
+    if (T >= 80) {
+        lens[0] = 1;
+        lens[1] = 65;
+        lens[2] = T - 66;
+        N = 3;
+    }
+    kda_problem p;
+    kp_make_ex(&p, N, lens, 0, H, sdt, SP_KDA_GATE_LOWER_BOUND, interval, seed, 0);
+    k3_bufs k3;
+    k3_make(&k3, T, H, beta_kind, &r);
+    k3_dense_copies(&k3, &p);
+
+    void *want[KB_COUNT], *got[KB_COUNT];
+    kp_copy(&p, want);
+    kp_copy(&p, got);
+    sp_kda_args a;
+    kp_args(&p, want, sp_cpu(), &a);
+    CHECK_OK(sp_kda_prefill(&a, NULL));
+
+    kp_args(&p, got, sp_cpu(), &a);
+    if (which == STRIDED_ALL) {
+        a.q = k3.views[0];
+        a.k = k3.views[1];
+        a.v = k3.views[2];
+        a.g = k3.views[3];
+    }
+    if (which != STRIDED_NONE) a.beta = k3.views[4];
+    /* What must be copied: the non-dense views. In the K3 layout with
+     * T > 1 that is q, k, v and beta (g is dense); at T = 1 every view is
+     * dense (size-1 dims take any stride). */
+    const sp_tensor *used[5] = {&a.q, &a.k, &a.v, &a.g, &a.beta};
+    size_t want_copied = 0;
+    for (int i = 0; i < 5; i++) want_copied += !sp_tensor_is_dense(used[i]);
+    if (T > 1) CHECK(want_copied == (which == STRIDED_ALL ? 4u : which == STRIDED_BETA ? 1u : 0u));
+    const uint64_t before = sp_copy_pass_count();
+    CHECK_OK(sp_kda_boundary_run(bd, &a, NULL));
+    const uint64_t passes = sp_copy_pass_count() - before;
+    size_t copied = 99;
+    CHECK_OK(sp_kda_boundary_last_copied(bd, &copied));
+    CHECKF(passes == (want_copied ? 1u : 0u) && copied == want_copied,
+           "T %lld %s which %d: %llu passes, %zu copied, want %zu", (long long)T,
+           sp_k3_beta_name(beta_kind), which, (unsigned long long)passes, copied, want_copied);
+    CHECKF(outputs_equal(&p, got, want), "T %lld %s %s which %d: differs from the dense prefill",
+           (long long)T, sp_k3_beta_name(beta_kind), sp_dtype_name(sdt), which);
+    if (T > 0) CHECK(!outputs_equal(&p, got, p.host)); /* something was computed */
+    kp_free_copy(want);
+    kp_free_copy(got);
+    k3_free(&k3);
+    kp_free(&p);
+}
+
+static int untouched(const kda_problem *p, void *const b[KB_COUNT]) {
+    return outputs_equal(p, b, p->host);
+}
+
+static void bad_input_cases(sp_kda_boundary *bd) {
+    static const int64_t lens[] = {100, 50};
+    sp_rng r;
+    sp_rng_seed(&r, 71);
+    kda_problem p;
+    kp_make_ex(&p, 2, lens, 0, 3, SP_F32, SP_KDA_GATE_LOWER_BOUND, 32, 71, 0);
+    k3_bufs k3;
+    k3_make(&k3, 150, 3, SP_K3_BETA_FA, &r);
+    k3_dense_copies(&k3, &p);
+    sp_kda_boundary *small_t = NULL, *small_h = NULL;
+    CHECK_OK(sp_kda_boundary_create(&small_t, sp_cpu(), 149, CAP_H));
+    CHECK_OK(sp_kda_boundary_create(&small_h, sp_cpu(), CAP_T, 2));
+    for (int c = 0; c < 11; c++) {
+        void *b[KB_COUNT];
+        kp_copy(&p, b);
+        sp_kda_args a;
+        kp_args(&p, b, sp_cpu(), &a);
+        a.q = k3.views[0];
+        a.k = k3.views[1];
+        a.v = k3.views[2];
+        a.g = k3.views[3];
+        a.beta = k3.views[4];
+        sp_kda_boundary *use = bd;
+        sp_status want = SP_ERR_INVALID_ARGUMENT;
+        const char *what = "";
+        switch (c) {
+        case 0: what = "wrong dtype"; a.v.dtype = SP_F16; want = SP_ERR_DTYPE_MISMATCH; break;
+        case 1: what = "mismatched shapes"; a.k.shape[1] -= 1; want = SP_ERR_SHAPE_MISMATCH; break;
+        case 2:
+            what = "misaligned beta";
+            a.beta.data = (char *)a.beta.data + 1;
+            want = SP_ERR_MISALIGNED;
+            break;
+        case 3: what = "T over capacity"; use = small_t; want = SP_ERR_CAPACITY; break;
+        case 4: what = "H over capacity"; use = small_h; want = SP_ERR_CAPACITY; break;
+        case 5: what = "bad state pitch"; a.state.strides[0] = 5; break;
+        case 6: what = "head dim"; a.q.shape[3] = 64; want = SP_ERR_UNSUPPORTED; break;
+        case 7: what = "o overlaps qkv"; a.o.data = k3.qkv; want = SP_ERR_OVERLAP; break;
+        case 8: what = "checkpoint interval 0"; a.checkpoint_interval = 0; break;
+        case 9: what = "NULL boundary"; use = NULL; break;
+        case 10: {
+            what = "CUDA tensors on a CPU boundary";
+            sp_tensor *all[] = {&a.q, &a.k, &a.v, &a.g, &a.beta, &a.A_log, &a.dt_bias,
+                                &a.cu_seqlens, &a.state_indices, &a.checkpoint_cu_starts,
+                                &a.checkpoints, &a.o, &a.state};
+            for (size_t i = 0; i < sizeof all / sizeof *all; i++) all[i]->device = sp_cuda(0);
+            want = SP_ERR_DEVICE_MISMATCH;
+            break;
+        }
+        }
+        const uint64_t before = sp_copy_pass_count();
+        sp_status s = sp_kda_boundary_run(use, &a, NULL);
+        CHECKF(s == want, "%s: got %s, want %s (%s)", what, sp_status_string(s),
+               sp_status_string(want), sp_last_error());
+        CHECKF(sp_copy_pass_count() == before, "%s: a copy pass ran", what);
+        CHECKF(untouched(&p, b), "%s: an output was written", what);
+        kp_free_copy(b);
+    }
+    /* Unmutated, the same call succeeds (each failure was its mutation's). */
+    void *b[KB_COUNT];
+    kp_copy(&p, b);
+    sp_kda_args a;
+    kp_args(&p, b, sp_cpu(), &a);
+    a.beta = k3.views[4];
+    CHECK_OK(sp_kda_boundary_run(bd, &a, NULL));
+    CHECK(!untouched(&p, b));
+    kp_free_copy(b);
+    CHECK_OK(sp_kda_boundary_destroy(small_t));
+    CHECK_OK(sp_kda_boundary_destroy(small_h));
+    k3_free(&k3);
+    kp_free(&p);
+}
+
+static void create_cases(void) {
+    sp_kda_boundary *b = (sp_kda_boundary *)&b; /* must be reset to NULL on error */
+    CHECK_STATUS(sp_kda_boundary_create(NULL, sp_cpu(), 1, 1), SP_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(sp_kda_boundary_create(&b, sp_cpu(), -1, 1), SP_ERR_INVALID_ARGUMENT);
+    CHECK(b == NULL);
+    sp_device bogus = {7, 0};
+    CHECK_STATUS(sp_kda_boundary_create(&b, bogus, 1, 1), SP_ERR_INVALID_ARGUMENT);
+    if (!sp_cuda_available())
+        CHECK_STATUS(sp_kda_boundary_create(&b, sp_cuda(0), 1, 1), SP_ERR_NO_DEVICE);
+    CHECK_OK(sp_kda_boundary_destroy(NULL));
+    size_t n;
+    CHECK_STATUS(sp_kda_boundary_last_copied(NULL, &n), SP_ERR_INVALID_ARGUMENT);
+    /* Capacity 0: no workspace; only T = 0 fits. */
+    CHECK_OK(sp_kda_boundary_create(&b, sp_cpu(), 0, 0));
+    CHECK_OK(sp_kda_boundary_destroy(b));
+}
+
+int main(void) {
+    sp_kda_boundary *bd = NULL;
+    CHECK_OK(sp_kda_boundary_create(&bd, sp_cpu(), CAP_T, CAP_H));
+    const int64_t T = kp_small() ? 90 : 200;
+    for (int kind = 0; kind < 2; kind++) {
+        k3_case(bd, T, 3, kind, SP_F32, 32, STRIDED_ALL, 10 + (uint64_t)kind);
+        k3_case(bd, T, 4, kind, SP_BF16, 64, STRIDED_ALL, 20 + (uint64_t)kind);
+    }
+    k3_case(bd, T, 3, SP_K3_BETA_INPROJ, SP_F32, 0, STRIDED_BETA, 30);
+    k3_case(bd, T, 3, SP_K3_BETA_FA, SP_F32, 16, STRIDED_NONE, 31);
+    k3_case(bd, 77, 2, SP_K3_BETA_FA, SP_BF16, 16, STRIDED_ALL, 32); /* short, tail */
+    k3_case(bd, CAP_T, CAP_H, SP_K3_BETA_FA, SP_F32, 0, STRIDED_ALL, 33); /* full */
+    k3_case(bd, 1, 3, SP_K3_BETA_INPROJ, SP_F32, 1, STRIDED_ALL, 34);
+    k3_case(bd, 0, 3, SP_K3_BETA_FA, SP_F32, 0, STRIDED_ALL, 35);
+    bad_input_cases(bd);
+    create_cases();
+    CHECK_OK(sp_kda_boundary_destroy(bd));
+    return sp_test_finish("test_boundary_cpu");
+}

@@ -1,0 +1,397 @@
+/*
+ * test_boundary_gpu.c — the KDA input boundary on the GPU, at the real K3
+ * layout [1, 16384, 96, 128] with beta from both projection widths:
+ * outputs, final states and checkpoints bit-identical to sp_kda_prefill on
+ * dense copies made separately (cudaMemcpy2D per tensor); launches counted
+ * with sp_copy_pass_count() and with the node count of captured graphs;
+ * dense q, k, v with strided beta (one copy), all dense (no copy); short
+ * and tail shapes, T = 1, T = 0; graph capture then replay with changed
+ * inputs, bit-equal to eager; the capture rules enforced; bad inputs with
+ * their errors and nothing written. SP_TEST_SMALL=1 shrinks it to T = 300,
+ * H = 4 for compute-sanitizer.
+ */
+#include "check.h"
+#include "k3_fixture.h"
+
+#include <string.h>
+
+#ifdef SP_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#define CUDA_OK(x)                                                                   \
+    do {                                                                             \
+        cudaError_t e_ = (x);                                                        \
+        if (e_ != cudaSuccess) {                                                     \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x,               \
+                    cudaGetErrorString(e_));                                         \
+            exit(1);                                                                 \
+        }                                                                            \
+    } while (0)
+
+static cudaStream_t S; /* the one stream of warm-up, capture and replay */
+
+/* K3 buffers on the device, filled from the host. */
+typedef struct dk3 {
+    sp_k3 k;
+    void *qkv, *proj, *g;
+    sp_tensor views[5];
+} dk3;
+
+static void dk3_fill(dk3 *x, sp_rng *r) {
+    k3_bufs h; /* host staging with the same layout */
+    h.k = x->k;
+    h.qkv = k3_alloc(x->k.qkv_bytes);
+    h.proj = k3_alloc(x->k.proj_bytes);
+    h.g = k3_alloc(x->k.g_bytes);
+    k3_fill(&h, r);
+    CUDA_OK(cudaMemcpy(x->qkv, h.qkv, x->k.qkv_bytes, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(x->proj, h.proj, x->k.proj_bytes, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(x->g, h.g, x->k.g_bytes, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaDeviceSynchronize()); /* before any kernel on the non-blocking S */
+    k3_free(&h);
+}
+
+static void dk3_make(dk3 *x, int64_t T, int64_t H, int kind, sp_rng *r) {
+    sp_k3_init(&x->k, T, H, kind);
+    CUDA_OK(cudaMalloc(&x->qkv, x->k.qkv_bytes + 256));
+    CUDA_OK(cudaMalloc(&x->proj, x->k.proj_bytes + 256));
+    CUDA_OK(cudaMalloc(&x->g, x->k.g_bytes + 256));
+    dk3_fill(x, r);
+    sp_k3_views(&x->k, x->qkv, x->proj, x->g, sp_cuda(0), x->views);
+}
+
+static void dk3_free(dk3 *x) {
+    CUDA_OK(cudaFree(x->qkv));
+    CUDA_OK(cudaFree(x->proj));
+    CUDA_OK(cudaFree(x->g));
+}
+
+/* Dense copies made without sp_pack: one cudaMemcpy2D per tensor. */
+static void dense_copies(const dk3 *x, void *const dev[KB_COUNT]) {
+    const sp_k3 *k = &x->k;
+    const size_t P2 = (size_t)k->P * 2, T = (size_t)k->T;
+    if (T == 0) return;
+    for (int i = 0; i < 3; i++)
+        CUDA_OK(cudaMemcpy2D(dev[KB_Q + i], P2, (char *)x->qkv + i * P2, 3 * P2, P2, T,
+                             cudaMemcpyDeviceToDevice));
+    CUDA_OK(cudaMemcpy(dev[KB_G], x->g, T * P2, cudaMemcpyDeviceToDevice));
+    CUDA_OK(cudaMemcpy2D(dev[KB_BETA], (size_t)k->H * 2, (char *)x->proj + k->beta_col * 2,
+                         (size_t)k->width * 2, (size_t)k->H * 2, T, cudaMemcpyDeviceToDevice));
+    CUDA_OK(cudaDeviceSynchronize());
+}
+
+/* Device buffers for a problem; q..beta allocated only (dense_copies fills). */
+static void dev_alloc(const kda_problem *p, void *dev[KB_COUNT]) {
+    for (int b = 0; b < KB_COUNT; b++) {
+        CUDA_OK(cudaMalloc(&dev[b], p->bytes[b] + 256));
+        if (b >= KB_BETA + 1)
+            CUDA_OK(cudaMemcpy(dev[b], p->host[b], p->bytes[b], cudaMemcpyHostToDevice));
+    }
+    CUDA_OK(cudaDeviceSynchronize());
+}
+
+static void dev_free(void *dev[KB_COUNT]) {
+    for (int b = 0; b < KB_COUNT; b++) CUDA_OK(cudaFree(dev[b]));
+}
+
+/* Outputs back to their initial (poisoned) bytes. The legacy-stream copies
+ * do not order against the non-blocking S: synchronize on both sides. */
+static void reset_outputs(const kda_problem *p, void *const dev[KB_COUNT]) {
+    CUDA_OK(cudaDeviceSynchronize());
+    for (int b = KB_O; b < KB_COUNT; b++)
+        CUDA_OK(cudaMemcpy(dev[b], p->host[b], p->bytes[b], cudaMemcpyHostToDevice));
+    CUDA_OK(cudaDeviceSynchronize());
+}
+
+typedef struct outs {
+    void *b[KB_COUNT];
+} outs;
+
+static void download(const kda_problem *p, void *const dev[KB_COUNT], outs *o) {
+    CUDA_OK(cudaDeviceSynchronize());
+    for (int b = 0; b < KB_COUNT; b++) {
+        o->b[b] = NULL;
+        if (b < KB_O) continue;
+        o->b[b] = malloc(p->bytes[b] ? p->bytes[b] : 1);
+        if (!o->b[b]) abort();
+        CUDA_OK(cudaMemcpy(o->b[b], dev[b], p->bytes[b], cudaMemcpyDeviceToHost));
+    }
+}
+
+static int equal(const kda_problem *p, const outs *x, void *const y[KB_COUNT]) {
+    for (int b = KB_O; b < KB_COUNT; b++)
+        if (memcmp(x->b[b], y[b], p->bytes[b]) != 0) return 0;
+    return 1;
+}
+
+static void with_views(sp_kda_args *a, const sp_tensor v[5], int beta_only) {
+    if (!beta_only) {
+        a->q = v[0];
+        a->k = v[1];
+        a->v = v[2];
+        a->g = v[3];
+    }
+    a->beta = v[4];
+}
+
+static size_t graph_nodes(cudaGraph_t g) {
+    size_t n = 0;
+    CUDA_OK(cudaGraphGetNodes(g, NULL, &n));
+    return n;
+}
+
+/* Boundary run with its launch count: copy passes must be `passes`. */
+static void run_counted(sp_kda_boundary *bd, const sp_kda_args *a, uint64_t passes,
+                        size_t copied, const char *what) {
+    const uint64_t before = sp_copy_pass_count();
+    sp_status s = sp_kda_boundary_run(bd, a, S);
+    CHECKF(s == SP_OK, "%s: %s (%s)", what, sp_status_string(s), sp_last_error());
+    const uint64_t got = sp_copy_pass_count() - before;
+    size_t n = 99;
+    CHECK_OK(sp_kda_boundary_last_copied(bd, &n));
+    CHECKF(got == passes && n == copied, "%s: %llu pack launches, %zu copied; want %llu, %zu",
+           what, (unsigned long long)got, n, (unsigned long long)passes, copied);
+}
+
+/* Capture one boundary run on `st`; returns its status, the graph's nodes. */
+static sp_status capture(sp_kda_boundary *bd, const sp_kda_args *a, cudaStream_t st,
+                         cudaGraph_t *graph, size_t *nodes) {
+    CUDA_OK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    sp_status s = sp_kda_boundary_run(bd, a, st);
+    CUDA_OK(cudaStreamEndCapture(st, graph));
+    *nodes = graph_nodes(*graph);
+    return s;
+}
+
+/* The K3 layout end to end, including the graph path. */
+static void k3_case(sp_kda_boundary *bd, int64_t T, int64_t H, int kind, sp_dtype sdt,
+                    int64_t interval, int graph, uint64_t seed) {
+    sp_rng r;
+    sp_rng_seed(&r, seed);
+    int64_t lens[8];
+    const int64_t parts[7] = {1, 63, 1000, 2048, 4000, 4096, 3000};
+    const int64_t small[7] = {1, 63, 64, 65, 50, 30, 20};
+    int64_t sum = 0;
+    for (int i = 0; i < 7; i++) sum += lens[i] = T >= 16384 ? parts[i] : small[i];
+    lens[7] = T - sum;
+    kda_problem p;
+    kp_make_ex(&p, 8, lens, 0, H, sdt, SP_KDA_GATE_LOWER_BOUND, interval, seed, 0);
+    dk3 x;
+    dk3_make(&x, T, H, kind, &r);
+    void *dev[KB_COUNT];
+    dev_alloc(&p, dev);
+    dense_copies(&x, dev);
+    const char *name = sp_k3_beta_name(kind);
+
+    /* The dense path: the expectation. */
+    sp_kda_args dense;
+    kp_args(&p, dev, sp_cuda(0), &dense);
+    CHECK_OK(sp_kda_prefill(&dense, S));
+    outs want;
+    download(&p, dev, &want);
+    CHECK(!equal(&p, &want, p.host));
+
+    sp_kda_args a = dense;
+    with_views(&a, x.views, 0);
+    reset_outputs(&p, dev);
+    run_counted(bd, &a, 1, 4, name);
+    outs got;
+    download(&p, dev, &got);
+    CHECKF(equal(&p, &got, want.b), "%s: strided K3 differs from the dense prefill", name);
+    kp_free_copy(got.b);
+
+    /* Only beta strided: one copy. All dense: no launch at all. */
+    sp_kda_args b1 = dense;
+    with_views(&b1, x.views, 1);
+    reset_outputs(&p, dev);
+    run_counted(bd, &b1, 1, 1, "beta only");
+    download(&p, dev, &got);
+    CHECK(equal(&p, &got, want.b));
+    kp_free_copy(got.b);
+    reset_outputs(&p, dev);
+    run_counted(bd, &dense, 0, 0, "all dense");
+    download(&p, dev, &got);
+    CHECK(equal(&p, &got, want.b));
+    kp_free_copy(got.b);
+
+    if (graph) {
+        /* All dense, warmed up just above: the graph is the prefill alone. */
+        cudaGraph_t gd;
+        size_t nodes = 0;
+        CHECK_OK(capture(bd, &dense, S, &gd, &nodes));
+        CHECKF(nodes == 1, "all-dense graph has %zu nodes, want 1 (prefill)", nodes);
+        CUDA_OK(cudaGraphDestroy(gd));
+
+        /* Warm up with the strided views, capture, replay on new contents. */
+        reset_outputs(&p, dev);
+        run_counted(bd, &a, 1, 4, "warm-up");
+        reset_outputs(&p, dev);
+        cudaGraph_t g;
+        CHECK_OK(capture(bd, &a, S, &g, &nodes));
+        CHECKF(nodes == 2, "graph has %zu nodes, want 2 (pack + prefill)", nodes);
+        cudaGraphExec_t ge;
+        CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
+        outs before_capture; /* capture ran nothing: outputs still as reset */
+        download(&p, dev, &before_capture);
+        CHECK(equal(&p, &before_capture, p.host));
+        kp_free_copy(before_capture.b);
+
+        dk3_fill(&x, &r); /* new contents, same addresses */
+        reset_outputs(&p, dev);
+        CUDA_OK(cudaGraphLaunch(ge, S));
+        outs replay;
+        download(&p, dev, &replay);
+        reset_outputs(&p, dev);
+        run_counted(bd, &a, 1, 4, "eager after replay");
+        outs eager;
+        download(&p, dev, &eager);
+        CHECKF(equal(&p, &replay, eager.b), "%s: graph replay differs from eager", name);
+        CHECKF(!equal(&p, &replay, want.b), "%s: replay did not see the new inputs", name);
+        reset_outputs(&p, dev);
+        CUDA_OK(cudaGraphLaunch(ge, S));
+        outs again;
+        download(&p, dev, &again);
+        CHECK(equal(&p, &again, replay.b));
+        kp_free_copy(replay.b);
+        kp_free_copy(eager.b);
+        kp_free_copy(again.b);
+        CUDA_OK(cudaGraphExecDestroy(ge));
+        CUDA_OK(cudaGraphDestroy(g));
+
+        /* The rules: a capture must repeat the warm-up's T, views, stream. */
+        sp_kda_args t1 = a;
+        sp_tensor *tt[6] = {&t1.q, &t1.k, &t1.v, &t1.g, &t1.o, &t1.beta};
+        for (int i = 0; i < 6; i++) tt[i]->shape[1] -= 1;
+        CHECK_STATUS(capture(bd, &t1, S, &g, &nodes), SP_ERR_INVALID_ARGUMENT);
+        CHECK(nodes == 0);
+        CUDA_OK(cudaGraphDestroy(g));
+        sp_kda_args moved = a;
+        moved.beta.data = (char *)moved.beta.data + 2;
+        CHECK_STATUS(capture(bd, &moved, S, &g, &nodes), SP_ERR_INVALID_ARGUMENT);
+        CHECK(nodes == 0);
+        CUDA_OK(cudaGraphDestroy(g));
+        cudaStream_t other;
+        CUDA_OK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+        CHECK_STATUS(capture(bd, &a, other, &g, &nodes), SP_ERR_INVALID_ARGUMENT);
+        CHECK(nodes == 0);
+        CUDA_OK(cudaGraphDestroy(g));
+        CUDA_OK(cudaStreamDestroy(other));
+        sp_kda_boundary *cold;
+        CHECK_OK(sp_kda_boundary_create(&cold, sp_cuda(0), T, H));
+        CHECK_STATUS(capture(cold, &a, S, &g, &nodes), SP_ERR_INVALID_ARGUMENT);
+        CHECK(nodes == 0);
+        CUDA_OK(cudaGraphDestroy(g));
+        CHECK_OK(sp_kda_boundary_destroy(cold));
+        outs after;
+        download(&p, dev, &after);
+        CHECK(equal(&p, &after, p.host)); /* refused captures wrote nothing */
+        kp_free_copy(after.b);
+    }
+    kp_free_copy(want.b);
+    dev_free(dev);
+    dk3_free(&x);
+    kp_free(&p);
+}
+
+/* Small shapes through the same boundary: short, tail, one token, none. */
+static void small_case(sp_kda_boundary *bd, int64_t T, int64_t H, int kind, uint64_t seed) {
+    sp_rng r;
+    sp_rng_seed(&r, seed);
+    kda_problem p;
+    kp_make_ex(&p, 1, &T, 0, H, SP_BF16, SP_KDA_GATE_SOFTPLUS, 16, seed, 0);
+    dk3 x;
+    dk3_make(&x, T, H, kind, &r);
+    void *dev[KB_COUNT];
+    dev_alloc(&p, dev);
+    dense_copies(&x, dev);
+    sp_kda_args dense;
+    kp_args(&p, dev, sp_cuda(0), &dense);
+    CHECK_OK(sp_kda_prefill(&dense, S));
+    outs want, got;
+    download(&p, dev, &want);
+    sp_kda_args a = dense;
+    with_views(&a, x.views, 0);
+    reset_outputs(&p, dev);
+    const int strided = T > 1; /* at T <= 1 every view is dense */
+    run_counted(bd, &a, strided ? 1 : 0, strided ? 4 : 0, "small");
+    download(&p, dev, &got);
+    CHECKF(equal(&p, &got, want.b), "T %lld: differs from the dense prefill", (long long)T);
+    if (T > 0) CHECK(!equal(&p, &got, p.host));
+    kp_free_copy(want.b);
+    kp_free_copy(got.b);
+    dev_free(dev);
+    dk3_free(&x);
+    kp_free(&p);
+}
+
+static void bad_input_cases(sp_kda_boundary *bd, int64_t H) {
+    const int64_t T = 150, lens[2] = {100, 50};
+    sp_rng r;
+    sp_rng_seed(&r, 5);
+    kda_problem p;
+    kp_make_ex(&p, 2, lens, 0, H, SP_F32, SP_KDA_GATE_LOWER_BOUND, 32, 5, 0);
+    dk3 x;
+    dk3_make(&x, T, H, SP_K3_BETA_INPROJ, &r);
+    void *dev[KB_COUNT];
+    dev_alloc(&p, dev);
+    sp_kda_boundary *small;
+    CHECK_OK(sp_kda_boundary_create(&small, sp_cuda(0), T - 1, H));
+    for (int c = 0; c < 6; c++) {
+        sp_kda_args a;
+        kp_args(&p, dev, sp_cuda(0), &a);
+        with_views(&a, x.views, 0);
+        sp_kda_boundary *use = bd;
+        sp_status want = SP_ERR_INVALID_ARGUMENT;
+        const char *what = "";
+        switch (c) {
+        case 0: what = "wrong dtype"; a.g.dtype = SP_F16; want = SP_ERR_DTYPE_MISMATCH; break;
+        case 1: what = "mismatched shapes"; a.v.shape[2] -= 1; want = SP_ERR_SHAPE_MISMATCH; break;
+        case 2:
+            what = "misaligned beta";
+            a.beta.data = (char *)a.beta.data + 1;
+            want = SP_ERR_MISALIGNED;
+            break;
+        case 3: what = "T over capacity"; use = small; want = SP_ERR_CAPACITY; break;
+        case 4: what = "bad state pitch"; a.state.strides[0] = H * 128 * 128 - 128; break;
+        case 5: what = "host cu_seqlens"; a.cu_seqlens.device = sp_cpu(); want = SP_ERR_DEVICE_MISMATCH; break;
+        }
+        const uint64_t before = sp_copy_pass_count();
+        sp_status s = sp_kda_boundary_run(use, &a, S);
+        CHECKF(s == want, "%s: got %s, want %s (%s)", what, sp_status_string(s),
+               sp_status_string(want), sp_last_error());
+        CHECKF(sp_copy_pass_count() == before, "%s: a pack launch ran", what);
+        outs o;
+        download(&p, dev, &o);
+        CHECKF(equal(&p, &o, p.host), "%s: an output was written", what);
+        kp_free_copy(o.b);
+    }
+    CHECK_OK(sp_kda_boundary_destroy(small));
+    dev_free(dev);
+    dk3_free(&x);
+    kp_free(&p);
+}
+
+int main(void) {
+    if (!sp_cuda_available()) SP_SKIP("no usable CUDA device");
+    CUDA_OK(cudaStreamCreateWithFlags(&S, cudaStreamNonBlocking));
+    const int small = kp_small();
+    const int64_t T = small ? 300 : 16384, H = small ? 4 : 96;
+    sp_kda_boundary *bd;
+    CHECK_OK(sp_kda_boundary_create(&bd, sp_cuda(0), T, H));
+    k3_case(bd, T, H, SP_K3_BETA_FA, SP_F32, small ? 32 : 1024, 1, 1);
+    k3_case(bd, T, H, SP_K3_BETA_INPROJ, SP_BF16, small ? 64 : 2048, small ? 0 : 1, 2);
+    const int64_t sh = small ? 2 : 8;
+    small_case(bd, 77, sh, SP_K3_BETA_FA, 3);
+    small_case(bd, 1, sh, SP_K3_BETA_INPROJ, 4);
+    small_case(bd, 0, sh, SP_K3_BETA_FA, 5);
+    bad_input_cases(bd, sh);
+    CHECK_OK(sp_kda_boundary_destroy(bd));
+    CUDA_OK(cudaStreamDestroy(S));
+    return sp_test_finish("test_boundary_gpu");
+}
+
+#else
+
+int main(void) { SP_SKIP("built without CUDA"); }
+
+#endif

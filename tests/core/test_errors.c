@@ -1,0 +1,446 @@
+/*
+ * test_errors.c — every error path of the core API. Each case starts from a
+ * batch that is valid (checked), breaks one thing, and requires the specific
+ * status, a last-error message naming the argument, and every source,
+ * destination, workspace and output byte left exactly as it was.
+ */
+#include "check.h"
+#include "guarded.h"
+#include "sp_support.h"
+
+#include <string.h>
+
+/* ---- a valid three-pair batch to break ------------------------------------ */
+
+enum { NP = 3, PAYLOAD = 4096 };
+
+typedef struct scene {
+    gbuf src[NP], dst[NP];
+    sp_copy_pair p[NP];
+} scene;
+
+/* pairs[0]: f32 [5,7], padded rows -> dense; pairs[1]: bf16 [4,6,3],
+ * transposed -> dense; pairs[2]: u8 [33], stride 2 -> dense. Each view sits
+ * at the front of a much larger payload, so a broken view that a faulty
+ * library would still write through stays inside memory we check. */
+static void scene_make(scene *s, sp_rng *r) {
+    for (int i = 0; i < NP; i++) {
+        s->src[i] = gb_alloc(PAYLOAD, 0, r);
+        s->dst[i] = gb_alloc(PAYLOAD, 0, r);
+    }
+    int64_t s0[2] = {5, 7}, st0[2] = {9, 1};
+    int64_t s1[3] = {4, 6, 3}, st1[3] = {1, 12, 4};
+    int64_t s2[1] = {33}, st2[1] = {2};
+    sp_copy_pair *p = s->p;
+    sp_tensor_view(&p[0].src, s->src[0].p, 0, SP_F32, 2, s0, st0, sp_cpu());
+    sp_tensor_view(&p[1].src, s->src[1].p, 0, SP_BF16, 3, s1, st1, sp_cpu());
+    sp_tensor_view(&p[2].src, s->src[2].p, 0, SP_U8, 1, s2, st2, sp_cpu());
+    sp_tensor_dense(&p[0].dst, s->dst[0].p, SP_F32, 2, s0, sp_cpu());
+    sp_tensor_dense(&p[1].dst, s->dst[1].p, SP_BF16, 3, s1, sp_cpu());
+    sp_tensor_dense(&p[2].dst, s->dst[2].p, SP_U8, 1, s2, sp_cpu());
+}
+
+static void scene_free(scene *s) {
+    for (int i = 0; i < NP; i++) {
+        gb_free(&s->src[i]);
+        gb_free(&s->dst[i]);
+    }
+}
+
+/* Overwrite the last error with something unrelated, so that a message
+ * checked afterwards must come from the call under test. */
+static void reset_last_error(void) {
+    int64_t n;
+    (void)sp_tensor_numel(NULL, &n);
+}
+
+static int untouched(const scene *s) {
+    for (int i = 0; i < NP; i++)
+        if (gb_first_diff(&s->src[i]) >= 0 || gb_first_diff(&s->dst[i]) >= 0) return 0;
+    return 1;
+}
+
+/* The message names the argument (when `needle` is given). */
+static void check_message(const char *what, const char *needle) {
+    const char *e = sp_last_error();
+    CHECKF(e && e[0], "%s: empty sp_last_error()", what);
+    if (needle && e) CHECKF(strstr(e, needle) != NULL, "%s: message \"%s\" lacks \"%s\"", what, e,
+                            needle);
+}
+
+static void expect_batch(const char *what, const sp_copy_pair *p, size_t n, const scene *s,
+                         sp_status want, const char *needle) {
+    reset_last_error();
+    uint64_t before = sp_copy_pass_count();
+    sp_status got = sp_copy_batch(p, n, NULL);
+    CHECKF(got == want, "%s: got %s, expected %s (%s)", what, sp_status_string(got),
+           sp_status_string(want), sp_last_error());
+    CHECKF(untouched(s), "%s: a buffer was written", what);
+    CHECKF(sp_copy_pass_count() == before, "%s: a pass ran", what);
+    check_message(what, needle);
+}
+
+/* Break the fresh scene with `stmt`, expect `want` naming `needle`. */
+#define BREAK(what, want, needle, stmt)                   \
+    do {                                                  \
+        scene s_;                                         \
+        scene_make(&s_, r);                               \
+        sp_copy_pair *p = s_.p;                           \
+        (void)p;                                          \
+        stmt;                                             \
+        expect_batch(what, s_.p, NP, &s_, want, needle);  \
+        scene_free(&s_);                                  \
+    } while (0)
+
+static void test_copy_errors(sp_rng *r) {
+    /* The unbroken scene is valid: every failure below is the break's. */
+    scene ok;
+    scene_make(&ok, r);
+    CHECK_OK(sp_copy_batch(ok.p, NP, NULL));
+    for (int i = 0; i < NP; i++) {
+        sp_tensor de = gb_on_expect(&ok.dst[i], ok.p[i].dst);
+        sp_ref_copy(&ok.p[i].src, &de);
+    }
+    CHECK(untouched(&ok));
+    scene_free(&ok);
+
+    BREAK("shape", SP_ERR_SHAPE_MISMATCH, "pairs[1]", p[1].dst.shape[2] = 2);
+    BREAK("shape, other side", SP_ERR_SHAPE_MISMATCH, "pairs[1]", p[1].src.shape[0] = 5);
+    BREAK("ndim", SP_ERR_SHAPE_MISMATCH, "pairs[1]", p[1].dst.ndim = 2);
+    BREAK("same count, other shape", SP_ERR_SHAPE_MISMATCH, "pairs[2]", {
+        int64_t sh[2];
+        sh[0] = 3;
+        sh[1] = 11;
+        sp_tensor_dense(&p[2].dst, s_.dst[2].p, SP_U8, 2, sh, sp_cpu());
+    });
+    BREAK("dtype of equal size", SP_ERR_DTYPE_MISMATCH, "pairs[1]", p[1].dst.dtype = SP_F16);
+    BREAK("dtype", SP_ERR_DTYPE_MISMATCH, "pairs[0]", p[0].dst.dtype = SP_I32);
+    BREAK("dtype wider", SP_ERR_DTYPE_MISMATCH, "pairs[2]", p[2].src.dtype = SP_U16);
+
+    /* Overlaps. */
+    BREAK("dst overlaps another dst", SP_ERR_OVERLAP, "pairs[1]",
+          p[1].dst.data = s_.dst[0].p + 64);
+    /* Reversed: element [0,0,0] is the highest, the lowest lands on the
+     * first byte of pairs[2].dst. */
+    BREAK("dst overlaps another dst (reversed)", SP_ERR_OVERLAP, "pairs[1]", {
+        p[1].dst.strides[0] = -18;
+        p[1].dst.strides[1] = -3;
+        p[1].dst.strides[2] = -1;
+        p[1].dst.data = s_.dst[2].p + 2 * 71;
+    });
+    BREAK("dst overlaps another pair's src", SP_ERR_OVERLAP, "pairs[1]",
+          p[1].dst.data = s_.src[0].p + 4);
+    BREAK("dst overlaps its own src", SP_ERR_OVERLAP, "pairs[2]", p[2].dst.data = s_.src[2].p + 1);
+    BREAK("dst is its own src", SP_ERR_OVERLAP, "pairs[0]", p[0].dst = p[0].src);
+    BREAK("dst zero stride", SP_ERR_OVERLAP, "pairs[1]", p[1].dst.strides[1] = 0);
+    BREAK("dst interleaved strides", SP_ERR_OVERLAP, "pairs[0]", p[0].dst.strides[0] = 3);
+
+    /* Devices. */
+    BREAK("mixed devices in a pair", SP_ERR_DEVICE_MISMATCH, "pairs[1]",
+          p[1].dst.device = sp_cuda(0));
+    BREAK("mixed devices across pairs", SP_ERR_DEVICE_MISMATCH, "pairs[1]",
+          p[1].src.device = p[1].dst.device = sp_cuda(0));
+    BREAK("unknown device type", SP_ERR_INVALID_ARGUMENT, "pairs[0]", {
+        for (int i = 0; i < NP; i++) p[i].src.device.type = p[i].dst.device.type = 7;
+    });
+    if (!sp_cuda_available()) {
+        BREAK("CUDA without a device", SP_ERR_NO_DEVICE, NULL, {
+            for (int i = 0; i < NP; i++) p[i].src.device = p[i].dst.device = sp_cuda(0);
+        });
+    }
+
+    /* Malformed views. */
+    BREAK("negative size", SP_ERR_INVALID_ARGUMENT, "pairs[1]",
+          p[1].src.shape[0] = p[1].dst.shape[0] = -4);
+    BREAK("negative size in dst only", SP_ERR_INVALID_ARGUMENT, "pairs[1]",
+          p[1].dst.shape[1] = -6);
+    BREAK("numel overflow", SP_ERR_OVERFLOW, "pairs[1]", {
+        p[1].src.shape[0] = p[1].dst.shape[0] = 1LL << 32;
+        p[1].src.shape[1] = p[1].dst.shape[1] = 1LL << 32;
+    });
+    BREAK("byte offsets overflow", SP_ERR_OVERFLOW, "pairs[1]", p[1].src.strides[0] = 1LL << 61);
+    BREAK("ndim 9", SP_ERR_INVALID_ARGUMENT, "pairs[1]", p[1].src.ndim = p[1].dst.ndim = 9);
+    BREAK("ndim -1", SP_ERR_INVALID_ARGUMENT, "pairs[1]", p[1].src.ndim = p[1].dst.ndim = -1);
+    BREAK("unknown dtype", SP_ERR_INVALID_ARGUMENT, "pairs[1]",
+          p[1].src.dtype = p[1].dst.dtype = SP_DTYPE_COUNT_);
+    BREAK("negative dtype", SP_ERR_INVALID_ARGUMENT, "pairs[1]",
+          p[1].src.dtype = p[1].dst.dtype = -1);
+    BREAK("misaligned src", SP_ERR_MISALIGNED, "pairs[0]", p[0].src.data = s_.src[0].p + 2);
+    BREAK("misaligned dst", SP_ERR_MISALIGNED, "pairs[1]", p[1].dst.data = s_.dst[1].p + 1);
+
+    {
+        scene s;
+        scene_make(&s, r);
+        expect_batch("NULL pairs", NULL, NP, &s, SP_ERR_INVALID_ARGUMENT, NULL);
+        scene_free(&s);
+    }
+}
+
+/* A batch longer than one launch: an error in the last pair, or an overlap
+ * between the first and the last chunk, must stop everything, including
+ * the chunks that are valid on their own. */
+static void test_long_batch(sp_rng *r) {
+    enum { N = 70 };
+    static sp_copy_pair p[N];
+    scene s; /* three buffers each side, 70 small pairs spread over them */
+    scene_make(&s, r);
+    for (int i = 0; i < N; i++) {
+        int64_t sh[1] = {5}, st[1] = {-2};
+        int b = i % NP, slot = i / NP;
+        sp_tensor_view(&p[i].src, s.src[b].p + slot * 40, 8, SP_F32, 1, sh, st, sp_cpu());
+        sp_tensor_dense(&p[i].dst, s.dst[b].p + slot * 40, SP_F32, 1, sh, sp_cpu());
+    }
+    p[N - 1].dst.dtype = SP_I32;
+    expect_batch("70 pairs, last one broken", p, N, &s, SP_ERR_DTYPE_MISMATCH, "pairs[69]");
+    p[N - 1].dst.dtype = SP_F32;
+    sp_tensor keep = p[N - 2].dst;
+    p[N - 2].dst.data = (char *)p[2].src.data - 4; /* across chunks */
+    expect_batch("70 pairs, cross-chunk overlap", p, N, &s, SP_ERR_OVERLAP, "pairs[68]");
+    p[N - 2].dst = keep;
+    CHECK_OK(sp_copy_batch(p, N, NULL)); /* and repaired, it runs */
+    scene_free(&s);
+}
+
+/* ---- sp_pack ---------------------------------------------------------------- */
+
+enum { NI = 4 };
+
+typedef struct pscene {
+    gbuf src[NI], ws;
+    sp_tensor in[NI], out[NI], out_before[NI];
+    size_t wsb;
+} pscene;
+
+/* inputs: [0] f32 [8,8] transposed, [1] dense bf16 [3,5], [2] u16 [16,8]
+ * padded rows, [3] f64 [32] reversed. Every copied input is a multiple of
+ * 256 bytes, and the workspace sits 1 byte past 256, so that the size
+ * sp_pack_workspace_bytes gives is exactly what this address needs. */
+static void pscene_make(pscene *s, sp_rng *r) {
+    for (int i = 0; i < NI; i++) s->src[i] = gb_alloc(PAYLOAD, 0, r);
+    int64_t s0[2] = {8, 8}, st0[2] = {1, 8}, s1[2] = {3, 5}, s2[2] = {16, 8}, st2[2] = {9, 1},
+            s3[1] = {32}, st3[1] = {-1};
+    sp_tensor_view(&s->in[0], s->src[0].p, 0, SP_F32, 2, s0, st0, sp_cpu());
+    sp_tensor_dense(&s->in[1], s->src[1].p, SP_BF16, 2, s1, sp_cpu());
+    sp_tensor_view(&s->in[2], s->src[2].p, 0, SP_U16, 2, s2, st2, sp_cpu());
+    sp_tensor_view(&s->in[3], s->src[3].p, 31, SP_F64, 1, s3, st3, sp_cpu());
+    s->wsb = 0;
+    sp_pack_workspace_bytes(s->in, NI, &s->wsb);
+    s->ws = gb_alloc(s->wsb + PAYLOAD, 1, r);
+    sp_fill_random(s->out, sizeof s->out, r);
+    memcpy(s->out_before, s->out, sizeof s->out);
+}
+
+static void pscene_free(pscene *s) {
+    for (int i = 0; i < NI; i++) gb_free(&s->src[i]);
+    gb_free(&s->ws);
+}
+
+static void expect_pack(const char *what, pscene *s, const sp_tensor *in, void *ws, size_t wsb,
+                        sp_tensor *out, sp_status want, const char *needle) {
+    reset_last_error();
+    uint64_t before = sp_copy_pass_count();
+    size_t copied = 5;
+    sp_status got = sp_pack(in, NI, ws, wsb, out, &copied, NULL);
+    CHECKF(got == want, "%s: got %s, expected %s (%s)", what, sp_status_string(got),
+           sp_status_string(want), sp_last_error());
+    int clean = gb_first_diff(&s->ws) < 0 && memcmp(s->out, s->out_before, sizeof s->out) == 0;
+    for (int i = 0; i < NI; i++) clean = clean && gb_first_diff(&s->src[i]) < 0;
+    CHECKF(clean, "%s: the workspace, an input or the outputs changed", what);
+    CHECKF(sp_copy_pass_count() == before, "%s: a pass ran", what);
+    check_message(what, needle);
+}
+
+#define PBREAK(what, want, needle, stmt, ...)                     \
+    do {                                                          \
+        pscene s_;                                                \
+        pscene_make(&s_, r);                                      \
+        sp_tensor *in = s_.in;                                    \
+        (void)in;                                                 \
+        stmt;                                                     \
+        expect_pack(what, &s_, __VA_ARGS__, want, needle);        \
+        pscene_free(&s_);                                         \
+    } while (0)
+
+static void test_pack_errors(sp_rng *r) {
+    {
+        pscene s;
+        pscene_make(&s, r);
+        CHECK(s.wsb == 3 * 256 + 255);
+        size_t copied = 0;
+        CHECK_OK(sp_pack(s.in, NI, s.ws.p, s.wsb, s.out, &copied, NULL)); /* exactly enough */
+        CHECK(copied == 3);
+        for (int i = 0; i < NI; i++) CHECK(sp_ref_compare(&s.in[i], &s.out[i], NULL) == 0);
+        pscene_free(&s);
+    }
+#define WS s_.ws.p, s_.wsb, s_.out
+    PBREAK("workspace short by 1", SP_ERR_WORKSPACE_TOO_SMALL, "workspace", (void)0, s_.in,
+           s_.ws.p, s_.wsb - 1, s_.out);
+    PBREAK("workspace of 0 bytes", SP_ERR_WORKSPACE_TOO_SMALL, "workspace", (void)0, s_.in,
+           s_.ws.p, 0, s_.out);
+    PBREAK("NULL workspace", SP_ERR_INVALID_ARGUMENT, "workspace", (void)0, s_.in, NULL, s_.wsb,
+           s_.out);
+    PBREAK("NULL inputs", SP_ERR_INVALID_ARGUMENT, NULL, (void)0, NULL, WS);
+    PBREAK("NULL outputs", SP_ERR_INVALID_ARGUMENT, NULL, (void)0, s_.in, s_.ws.p, s_.wsb, NULL);
+    PBREAK("negative size", SP_ERR_INVALID_ARGUMENT, "inputs[1]", in[1].shape[0] = -3, s_.in, WS);
+    PBREAK("unknown dtype", SP_ERR_INVALID_ARGUMENT, "inputs[2]", in[2].dtype = 99, s_.in, WS);
+    PBREAK("ndim 9", SP_ERR_INVALID_ARGUMENT, "inputs[0]", in[0].ndim = 9, s_.in, WS);
+    PBREAK("misaligned input", SP_ERR_MISALIGNED, "inputs[3]",
+           in[3].data = (char *)in[3].data + 4, s_.in, WS);
+    PBREAK("misaligned dense input", SP_ERR_MISALIGNED, "inputs[1]",
+           in[1].data = (char *)in[1].data + 1, s_.in, WS);
+    PBREAK("mixed devices", SP_ERR_DEVICE_MISMATCH, "inputs[2]", in[2].device = sp_cuda(0),
+           s_.in, WS);
+    if (!sp_cuda_available())
+        PBREAK("CUDA without a device", SP_ERR_NO_DEVICE, NULL,
+               for (int i = 0; i < NI; i++) in[i].device = sp_cuda(0), s_.in, WS);
+    /* The first slot (the next 256-aligned address) covers inputs[0]. */
+    PBREAK("workspace overlaps an input", SP_ERR_OVERLAP, "workspace", (void)0, s_.in,
+           s_.src[0].p - 100, s_.wsb, s_.out);
+    /* The dense input would be returned as itself and then overwritten. */
+    PBREAK("workspace overlaps a dense input", SP_ERR_OVERLAP, "workspace", (void)0, s_.in,
+           s_.src[1].p - 200, s_.wsb, s_.out);
+#undef WS
+
+    /* More inputs than one pass takes: SP_ERR_UNSUPPORTED, nothing written. */
+    {
+        enum { MANY = SP_MAX_PAIRS_PER_LAUNCH + 1 };
+        static sp_tensor many[MANY], mout[MANY], mout0[MANY];
+        gbuf src = gb_alloc(64, 0, r);
+        int64_t sh[1] = {4}, st[1] = {-1};
+        for (int i = 0; i < MANY; i++)
+            sp_tensor_view(&many[i], src.p, 3, SP_U8, 1, sh, st, sp_cpu());
+        size_t need = 0;
+        CHECK_OK(sp_pack_workspace_bytes(many, MANY, &need));
+        gbuf ws = gb_alloc(need, 0, r);
+        sp_fill_random(mout, sizeof mout, r);
+        memcpy(mout0, mout, sizeof mout);
+        reset_last_error();
+        CHECK_STATUS(sp_pack(many, MANY, ws.p, need, mout, NULL, NULL), SP_ERR_UNSUPPORTED);
+        CHECK(gb_first_diff(&ws) < 0 && memcmp(mout, mout0, sizeof mout) == 0);
+        check_message("65 inputs", "inputs");
+        gb_free(&src);
+        gb_free(&ws);
+    }
+
+    /* An input lying in the workspace's unused tail is fine. */
+    {
+        pscene s;
+        pscene_make(&s, r);
+        unsigned char *tail = s.ws.p + s.wsb + 64;
+        sp_tensor in[NI];
+        memcpy(in, s.in, sizeof in);
+        int64_t sh[1] = {32}, st[1] = {-1};
+        sp_tensor_view(&in[3], tail, 31, SP_F64, 1, sh, st, sp_cpu());
+        CHECK_OK(sp_pack(in, NI, s.ws.p, s.wsb + PAYLOAD, s.out, NULL, NULL));
+        CHECK(sp_ref_compare(&in[3], &s.out[3], NULL) == 0);
+        pscene_free(&s);
+    }
+
+    /* sp_pack_workspace_bytes. */
+    pscene s;
+    pscene_make(&s, r);
+    size_t b = 42;
+    reset_last_error();
+    CHECK_STATUS(sp_pack_workspace_bytes(s.in, NI, NULL), SP_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(sp_pack_workspace_bytes(NULL, NI, &b), SP_ERR_INVALID_ARGUMENT);
+    s.in[2].shape[1] = -1;
+    CHECK_STATUS(sp_pack_workspace_bytes(s.in, NI, &b), SP_ERR_INVALID_ARGUMENT);
+    check_message("workspace bytes, negative size", "inputs[2]");
+    CHECK(b == 42);
+    /* Byte counts that overflow: 2^61 f64 elements (a zero stride keeps the
+     * view itself small) need 2^64 bytes; four of 2^62 bytes, the same. */
+    sp_tensor big[4];
+    int64_t sh61[1] = {1LL << 61}, sh59[1] = {1LL << 59}, z[1] = {0};
+    sp_tensor_view(&big[0], s.src[0].p, 0, SP_F64, 1, sh61, z, sp_cpu());
+    CHECK_STATUS(sp_pack_workspace_bytes(big, 1, &b), SP_ERR_OVERFLOW);
+    for (int i = 0; i < 4; i++) sp_tensor_view(&big[i], s.src[i].p, 0, SP_F64, 1, sh59, z, sp_cpu());
+    CHECK_STATUS(sp_pack_workspace_bytes(big, 4, &b), SP_ERR_OVERFLOW);
+    CHECK(b == 42);
+    pscene_free(&s);
+}
+
+/* NULL data in a non-empty view; last, since a library that misses it
+ * crashes here. */
+static void test_null_data(sp_rng *r) {
+    BREAK("NULL src data", SP_ERR_INVALID_ARGUMENT, "pairs[1]", p[1].src.data = NULL);
+    BREAK("NULL dst data", SP_ERR_INVALID_ARGUMENT, "pairs[2]", p[2].dst.data = NULL);
+    PBREAK("NULL input data", SP_ERR_INVALID_ARGUMENT, "inputs[0]", in[0].data = NULL, s_.in,
+           s_.ws.p, s_.wsb, s_.out);
+}
+
+/* ---- constructors, strings, version ------------------------------------------ */
+
+static void test_constructors(void) {
+    static float buf[64];
+    int64_t shape[3] = {2, 3, 4}, strides[3] = {12, 4, 1};
+    sp_tensor t, before;
+    memset(&t, 0x5a, sizeof t);
+    before = t;
+    int64_t neg[3] = {2, -3, 4}, over[3] = {1LL << 32, 1LL << 32, 4};
+    CHECK_STATUS(sp_tensor_dense(NULL, buf, SP_F32, 3, shape, sp_cpu()), SP_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(sp_tensor_dense(&t, buf, SP_F32, 3, NULL, sp_cpu()), SP_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(sp_tensor_dense(&t, buf, SP_F32, 9, shape, sp_cpu()), SP_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(sp_tensor_dense(&t, buf, SP_F32, -1, shape, sp_cpu()), SP_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(sp_tensor_dense(&t, buf, (sp_dtype)13, 3, shape, sp_cpu()),
+                 SP_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(sp_tensor_dense(&t, buf, SP_F32, 3, neg, sp_cpu()), SP_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(sp_tensor_dense(&t, buf, SP_F32, 3, over, sp_cpu()), SP_ERR_OVERFLOW);
+    CHECK_STATUS(sp_tensor_view(&t, buf, 0, SP_F32, 3, shape, NULL, sp_cpu()),
+                 SP_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(sp_tensor_view(&t, buf, 0, SP_F32, 3, neg, strides, sp_cpu()),
+                 SP_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(sp_tensor_view(&t, buf, 0, (sp_dtype)-2, 3, shape, strides, sp_cpu()),
+                 SP_ERR_INVALID_ARGUMENT);
+    CHECK(memcmp(&t, &before, sizeof t) == 0); /* untouched by every failure */
+    CHECK_OK(sp_tensor_dense(&t, buf, SP_F32, 0, NULL, sp_cpu()));
+    CHECK(t.ndim == 0 && t.data == buf);
+    CHECK_OK(sp_tensor_view(&t, buf, 2, SP_F32, 0, NULL, NULL, sp_cpu()));
+    CHECK(t.ndim == 0 && t.data == buf + 2);
+}
+
+static void test_strings(void) {
+    const char *seen[64];
+    int n = 0;
+#define SP_CHECK_STATUS_(name, value, text)                                             \
+    do {                                                                                \
+        const char *s_ = sp_status_string(name);                                        \
+        CHECKF(s_ && strncmp(s_, #name, strlen(#name)) == 0 && strstr(s_, text),        \
+               "sp_status_string(%s) is \"%s\"", #name, s_ ? s_ : "(null)");            \
+        CHECK((int)name == value);                                                      \
+        for (int i_ = 0; s_ && i_ < n; i_++) CHECK(strcmp(seen[i_], s_) != 0);          \
+        seen[n++] = s_;                                                                 \
+    } while (0);
+    SP_STATUS_MAP(SP_CHECK_STATUS_)
+#undef SP_CHECK_STATUS_
+    CHECK(n >= 14);
+    CHECK(strcmp(sp_status_string((sp_status)999), "SP_ERR_UNKNOWN") == 0);
+    CHECK(strcmp(sp_status_string((sp_status)-1), "SP_ERR_UNKNOWN") == 0);
+
+    static const size_t sizes[SP_DTYPE_COUNT_] = {1, 1, 1, 2, 2, 4, 4, 8, 8, 2, 2, 4, 8};
+    static const char *names[SP_DTYPE_COUNT_] = {"bool", "u8",  "i8",  "u16", "i16",
+                                                 "u32",  "i32", "u64", "i64", "f16",
+                                                 "bf16", "f32", "f64"};
+    for (int t = 0; t < SP_DTYPE_COUNT_; t++) {
+        CHECK(sp_dtype_size((sp_dtype)t) == sizes[t]);
+        CHECK(strcmp(sp_dtype_name((sp_dtype)t), names[t]) == 0);
+    }
+    CHECK(sp_dtype_size((sp_dtype)SP_DTYPE_COUNT_) == 0 && sp_dtype_size((sp_dtype)-1) == 0);
+    CHECK(strcmp(sp_dtype_name((sp_dtype)-1), "unknown") == 0);
+
+    CHECK(sp_version_number() == SP_VERSION_NUMBER);
+    char v[32];
+    snprintf(v, sizeof v, "%d.%d.%d", SP_VERSION_MAJOR, SP_VERSION_MINOR, SP_VERSION_PATCH);
+    CHECK(strcmp(sp_version(), v) == 0);
+}
+
+int main(void) {
+    sp_rng r;
+    sp_rng_seed(&r, 0xe4404ull);
+    test_strings();
+    test_constructors();
+    test_copy_errors(&r);
+    test_long_batch(&r);
+    test_pack_errors(&r);
+    test_null_data(&r);
+    return sp_test_finish("test_errors");
+}

@@ -1,0 +1,245 @@
+/*
+ * test_pack.c — sp_pack_workspace_bytes and sp_pack on the CPU over random
+ * inputs: dense inputs come back as themselves (same pointer, no copy); the
+ * others land in consecutive 256-aligned slots of the workspace, bit-equal
+ * to the reference; no other workspace byte and no input byte changes;
+ * n_copied is right; the pass counter moves by exactly 1 when anything was
+ * copied and by 0 otherwise; a repeated call gives the same outputs.
+ */
+#include "check.h"
+#include "guarded.h"
+#include "sp_support.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { MAX_IN = SP_MAX_PAIRS_PER_LAUNCH };
+
+static int64_t numel_of(const sp_tensor *t) {
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
+    return n;
+}
+
+/* Density decided here, independently of the library: empty, or every dim
+ * of size > 1 has the row-major stride. */
+static int ref_dense(const sp_tensor *t) {
+    if (numel_of(t) == 0) return 1;
+    int64_t running = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        if (t->shape[d] != 1 && t->strides[d] != running) return 0;
+        running *= t->shape[d];
+    }
+    return 1;
+}
+
+static int same_view(const sp_tensor *a, const sp_tensor *b) {
+    if (a->data != b->data || a->dtype != b->dtype || a->ndim != b->ndim) return 0;
+    if (a->device.type != b->device.type || a->device.ordinal != b->device.ordinal) return 0;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d] || a->strides[d] != b->strides[d]) return 0;
+    return 1;
+}
+
+static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+/* Check one finished pack of n inputs against everything the header
+ * promises; ws may have been NULL (then wsb is unused). Returns 0 if fine. */
+static int check_pack(const char *what, int trial, const sp_tensor *in, int n, gbuf *ws,
+                      const sp_tensor *out, size_t n_copied) {
+    int bad = 0;
+    size_t copies = 0;
+    uintptr_t next = ws ? (uintptr_t)ws->p : 0;
+    for (int i = 0; i < n && !bad; i++) {
+        if (ref_dense(&in[i])) {
+            CHECKF(same_view(&out[i], &in[i]), "%s %d: dense inputs[%d] not returned as itself",
+                   what, trial, i);
+            bad |= !same_view(&out[i], &in[i]);
+            continue;
+        }
+        copies++;
+        size_t bytes = (size_t)numel_of(&in[i]) * sp_dtype_size((sp_dtype)in[i].dtype);
+        uintptr_t slot = round_up(next, SP_PACK_ALIGN);
+        uintptr_t a = (uintptr_t)out[i].data;
+        int ok = ws && a == slot && a + bytes <= (uintptr_t)(ws->p + ws->bytes) &&
+                 out[i].dtype == in[i].dtype && out[i].ndim == in[i].ndim &&
+                 out[i].device.type == in[i].device.type;
+        for (int d = 0; ok && d < in[i].ndim; d++) ok = out[i].shape[d] == in[i].shape[d];
+        ok = ok && ref_dense(&out[i]) && sp_tensor_is_dense(&out[i]);
+        CHECKF(ok, "%s %d: outputs[%d] at %+ld from the workspace, expected slot %+ld", what,
+               trial, i, ws ? (long)(a - (uintptr_t)ws->p) : 0L,
+               ws ? (long)(slot - (uintptr_t)ws->p) : 0L);
+        if (!ok) {
+            gb_print_tensor(stderr, "input", &in[i]);
+            gb_print_tensor(stderr, "output", &out[i]);
+            bad = 1;
+            break;
+        }
+        sp_tensor oe = gb_on_expect(ws, out[i]);
+        sp_ref_copy(&in[i], &oe);
+        next = a + bytes;
+    }
+    if (bad) return 1;
+    CHECKF(n_copied == copies, "%s %d: n_copied %zu, expected %zu", what, trial, n_copied, copies);
+    long diff = ws ? gb_first_diff(ws) : -1;
+    CHECKF(diff < 0, "%s %d: workspace byte %ld (payload at %d) differs from the expected image",
+           what, trial, diff, ws ? (int)(ws->p - ws->raw) : 0);
+    return n_copied != copies || diff >= 0;
+}
+
+static void test_random(sp_rng *r) {
+    int inputs_total = 0;
+    for (int trial = 0; trial < 700; trial++) {
+        /* sp_pack takes at most SP_MAX_PAIRS_PER_LAUNCH inputs. */
+        int n = sp_rng_range(r, 0, 9) == 0 ? (int)sp_rng_range(r, 7, SP_MAX_PAIRS_PER_LAUNCH)
+                                           : (int)sp_rng_range(r, 1, 6);
+        sp_tensor in[MAX_IN], out[MAX_IN];
+        gbuf src[MAX_IN];
+        int owns[MAX_IN];
+        size_t want_ws = 0, copies = 0;
+        for (int i = 0; i < n; i++) {
+            owns[i] = 0;
+            if (i > 0 && sp_rng_range(r, 0, 9) == 0) { /* the same input twice */
+                in[i] = in[sp_rng_range(r, 0, i - 1)];
+            } else {
+                int64_t shape[SP_MAX_DIMS];
+                int nd = sp_shape_random(r, 8, 8, 2048, shape);
+                sp_dtype dt = (sp_dtype)sp_rng_range(r, 0, SP_DTYPE_COUNT_ - 1);
+                sp_layout l;
+                if (sp_rng_range(r, 0, 2) == 0)
+                    sp_layout_dense(dt, nd, shape, &l);
+                else
+                    sp_layout_random(r, dt, nd, shape, SP_LAYOUT_ALLOW_ZERO_STRIDE, &l);
+                size_t es = sp_dtype_size(dt);
+                src[i] = gb_alloc((size_t)l.buffer_elems * es,
+                                  es * (size_t)sp_rng_range(r, 0, 15 / (int64_t)es), r);
+                owns[i] = 1;
+                in[i] = sp_layout_tensor(&l, src[i].p, sp_cpu());
+            }
+            CHECKF(sp_tensor_is_dense(&in[i]) == ref_dense(&in[i]),
+                   "trial %d: sp_tensor_is_dense(inputs[%d]) is %d", trial, i,
+                   sp_tensor_is_dense(&in[i]));
+            if (!ref_dense(&in[i])) {
+                copies++;
+                want_ws += round_up((size_t)numel_of(&in[i]) * sp_dtype_size((sp_dtype)in[i].dtype),
+                                    SP_PACK_ALIGN);
+            }
+        }
+        if (copies) want_ws += SP_PACK_ALIGN - 1;
+        inputs_total += n;
+
+        size_t wsb = 12345;
+        CHECK_OK(sp_pack_workspace_bytes(in, (size_t)n, &wsb));
+        CHECKF(wsb == want_ws, "trial %d: workspace bytes %zu, expected %zu", trial, wsb, want_ws);
+        /* Any byte alignment of the workspace; sometimes more than needed. */
+        size_t give = wsb + (sp_rng_range(r, 0, 3) == 0 ? (size_t)sp_rng_range(r, 1, 999) : 0);
+        gbuf ws = gb_alloc(give, (size_t)sp_rng_range(r, 0, 255), r);
+        sp_fill_random(out, sizeof out, r);
+        size_t n_copied = 777;
+        uint64_t before = sp_copy_pass_count();
+        sp_status st = sp_pack(in, (size_t)n, ws.p, give, out, &n_copied, NULL);
+        uint64_t passes = sp_copy_pass_count() - before;
+        CHECKF(st == SP_OK, "trial %d: %s: %s", trial, sp_status_string(st), sp_last_error());
+        int bad = st != SP_OK;
+        if (!bad) {
+            CHECKF(passes == (copies ? 1u : 0u), "trial %d: %llu passes for %zu copies", trial,
+                   (unsigned long long)passes, copies);
+            bad = check_pack("trial", trial, in, n, &ws, out, n_copied);
+        }
+        for (int i = 0; i < n && !bad; i++)
+            if (owns[i] && gb_first_diff(&src[i]) >= 0) {
+                CHECKF(0, "trial %d: inputs[%d] was written", trial, i);
+                bad = 1;
+            }
+        if (!bad && sp_rng_range(r, 0, 3) == 0) {
+            /* Same arguments, same outputs: what CUDA graph replay needs. */
+            sp_tensor again[MAX_IN];
+            sp_fill_random(again, sizeof again, r);
+            CHECK_OK(sp_pack(in, (size_t)n, ws.p, give, again, NULL, NULL));
+            for (int i = 0; i < n; i++)
+                CHECKF(same_view(&again[i], &out[i]), "trial %d: repeat moved outputs[%d]", trial,
+                       i);
+        }
+        for (int i = 0; i < n; i++)
+            if (owns[i]) gb_free(&src[i]);
+        gb_free(&ws);
+        if (bad) return;
+    }
+    printf("random packs: %d inputs\n", inputs_total);
+}
+
+static void test_fixed(sp_rng *r) {
+    /* n == 0. */
+    size_t wsb = 99, n_copied = 99;
+    CHECK_OK(sp_pack_workspace_bytes(NULL, 0, &wsb));
+    CHECK(wsb == 0);
+    uint64_t before = sp_copy_pass_count();
+    CHECK_OK(sp_pack(NULL, 0, NULL, 0, NULL, &n_copied, NULL));
+    CHECK(n_copied == 0 && sp_copy_pass_count() == before);
+
+    /* All dense (a scalar, an empty, size-1 dims with odd strides): no
+     * workspace needed, none given, nothing runs. */
+    gbuf a = gb_alloc(256, 0, r);
+    sp_tensor in[3], out[3];
+    int64_t s1[3] = {1, 4, 1}, st1[3] = {-50, 1, 9}, s0[2] = {3, 0}, st0[2] = {-1, 5};
+    CHECK_OK(sp_tensor_view(&in[0], a.p, 0, SP_F32, 3, s1, st1, sp_cpu()));
+    CHECK_OK(sp_tensor_view(&in[1], a.p, 8, SP_U8, 2, s0, st0, sp_cpu()));
+    CHECK_OK(sp_tensor_dense(&in[2], a.p + 64, SP_F64, 0, NULL, sp_cpu()));
+    CHECK_OK(sp_pack_workspace_bytes(in, 3, &wsb));
+    CHECK(wsb == 0);
+    before = sp_copy_pass_count();
+    CHECK_OK(sp_pack(in, 3, NULL, 0, out, &n_copied, NULL));
+    CHECK(n_copied == 0 && sp_copy_pass_count() == before);
+    for (int i = 0; i < 3; i++) CHECK(same_view(&out[i], &in[i]));
+    CHECK(gb_first_diff(&a) < 0);
+    gb_free(&a);
+
+    /* The K3 boundary: q, k, v, beta need copies, g is dense. Exactly the
+     * workspace asked for, at the worst alignment (1 past 256). */
+    for (int kind = SP_K3_BETA_FA; kind <= SP_K3_BETA_INPROJ; kind++) {
+        sp_k3 k;
+        sp_k3_init(&k, 40, 4, kind);
+        gbuf qkv = gb_alloc(k.qkv_bytes, 0, r), proj = gb_alloc(k.proj_bytes, 0, r),
+             g = gb_alloc(k.g_bytes, 0, r);
+        sp_tensor v[5], o[5];
+        sp_k3_views(&k, qkv.p, proj.p, g.p, sp_cpu(), v);
+        CHECK_OK(sp_pack_workspace_bytes(v, 5, &wsb));
+        gbuf ws = gb_alloc(wsb, 1, r);
+        before = sp_copy_pass_count();
+        CHECK_OK(sp_pack(v, 5, ws.p, wsb, o, &n_copied, NULL));
+        CHECK(sp_copy_pass_count() - before == 1);
+        CHECK(o[3].data == g.p);
+        check_pack(sp_k3_beta_name(kind), 0, v, 5, &ws, o, n_copied);
+        CHECK(n_copied == 4);
+        CHECK(gb_first_diff(&qkv) < 0 && gb_first_diff(&proj) < 0 && gb_first_diff(&g) < 0);
+        gb_free(&qkv);
+        gb_free(&proj);
+        gb_free(&g);
+        gb_free(&ws);
+    }
+
+    /* A workspace whose used part ends exactly where an input begins is
+     * fine (touching is not overlapping). The input starts 256-aligned. */
+    gbuf buf = gb_alloc(4096, 0, r);
+    unsigned char *at = buf.raw + 2048; /* 256-aligned, inside the payload */
+    int64_t shp[2] = {8, 8}, tr[2] = {1, 8};
+    sp_tensor t, o1;
+    CHECK_OK(sp_tensor_view(&t, at, 0, SP_F32, 2, shp, tr, sp_cpu()));
+    CHECK_OK(sp_pack_workspace_bytes(&t, 1, &wsb)); /* 256 + 255 */
+    CHECK(wsb == 511);
+    buf.bytes = (size_t)(at - buf.p); /* the workspace: the payload up to the input */
+    CHECK_OK(sp_pack(&t, 1, buf.p, buf.bytes, &o1, &n_copied, NULL));
+    check_pack("before", 0, &t, 1, &buf, &o1, n_copied);
+    CHECK_OK(sp_pack(&t, 1, at - wsb, wsb, &o1, &n_copied, NULL));
+    CHECK(n_copied == 1 && (unsigned char *)o1.data + 256 == at);
+    CHECK(sp_ref_compare(&t, &o1, NULL) == 0);
+    gb_free(&buf);
+}
+
+int main(void) {
+    sp_rng r;
+    sp_rng_seed(&r, 0x9ac4ull);
+    test_fixed(&r);
+    test_random(&r);
+    return sp_test_finish("test_pack");
+}

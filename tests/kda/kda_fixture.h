@@ -1,0 +1,85 @@
+/*
+ * kda_fixture.h — random KDA prefill problems for the kda and boundary
+ * tests: host buffers for every argument (outputs, unused state slots, slot
+ * padding and spare checkpoint rows filled with random poison), sp_kda_args
+ * over any copy of those buffers, and the comparisons the tests make
+ * (norm ratio against a reference where values are written, byte equality
+ * with the initial poison everywhere else).
+ */
+#ifndef KDA_FIXTURE_H
+#define KDA_FIXTURE_H
+
+#include "sp_support.h"
+#include "stridepack_kda.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* One buffer per argument; outputs last. */
+enum {
+    KB_Q, KB_K, KB_V, KB_G, KB_BETA, KB_ALOG, KB_DTB, KB_CU, KB_IDX, KB_CKS,
+    KB_O, KB_STATE, KB_CKPT, KB_COUNT
+};
+
+#define KP_MAX_SEQ 16
+
+typedef struct kda_problem {
+    int64_t T, H, N;
+    int64_t lens[KP_MAX_SEQ];
+    int64_t tail;         /* tokens after the last sequence: o rows never written */
+    int64_t slots, pitch; /* pitch padded past H*128*128 */
+    int64_t interval, C;  /* C includes one spare row after each sequence */
+    sp_dtype state_dtype;
+    int32_t gate;
+    float lower_bound, scale;
+    size_t bytes[KB_COUNT];
+    void *host[KB_COUNT]; /* the initial contents */
+} kda_problem;
+
+/* A random problem: N sequences of lengths lens (N <= KP_MAX_SEQ), `tail`
+ * extra tokens, H heads, slots chosen out of order among N + 3, the given
+ * state dtype, gate and checkpoint interval (0: none). */
+void kp_make(kda_problem *p, int N, const int64_t *lens, int64_t tail, int64_t H,
+             sp_dtype state_dtype, int32_t gate, int64_t interval, uint64_t seed);
+/* The same; with_inputs = 0 leaves q, k, v, g, beta allocated but unfilled
+ * (for callers that fill them from strided layouts). */
+void kp_make_ex(kda_problem *p, int N, const int64_t *lens, int64_t tail, int64_t H,
+                sp_dtype state_dtype, int32_t gate, int64_t interval, uint64_t seed,
+                int with_inputs);
+void kp_free(kda_problem *p);
+
+/* Value ranges of the random inputs. g_raw is skewed negative so that many
+ * decays sit close to 1 and the state keeps a long memory (errors get the
+ * chance to accumulate). */
+#define KP_QKV_LO -1.0
+#define KP_QKV_HI 1.0
+#define KP_G_LO -4.0
+#define KP_G_HI 1.5
+#define KP_BETA_LO -3.0
+#define KP_BETA_HI 3.0
+
+/* n bf16 values uniform in [lo, hi) (from a per-call table of 4096). */
+void kp_fill_bf16(void *x, size_t n, sp_rng *r, double lo, double hi);
+
+/* Host copies of the initial buffers (each malloc'ed; kp_free_copy). */
+void kp_copy(const kda_problem *p, void *out[KB_COUNT]);
+void kp_free_copy(void *bufs[KB_COUNT]);
+
+/* The prefill arguments over buffers ptr (host or device) on dev. */
+void kp_args(const kda_problem *p, void *const ptr[KB_COUNT], sp_device dev, sp_kda_args *a);
+
+/* ||x - ref|| / ||ref|| over the o rows inside sequences; *stray counts
+ * bytes outside them that differ from the initial poison. */
+double kp_err_o(const kda_problem *p, const void *o, const void *ref, int64_t *stray);
+/* The same for the state pool (slots in use) and the checkpoints (rows
+ * written); elsewhere the initial bytes must remain. */
+double kp_err_state(const kda_problem *p, const void *s, const void *ref, int64_t *stray);
+double kp_err_ckpt(const kda_problem *p, const void *c, const void *ref, int64_t *stray);
+
+/* Tolerances of the issue: o 5e-3; state f32 1e-4, bf16 5e-3. */
+double kp_state_tol(const kda_problem *p);
+
+/* 1 when SP_TEST_SMALL is set (and not "0"): tests shrink for sanitizers. */
+int kp_small(void);
+
+#endif /* KDA_FIXTURE_H */

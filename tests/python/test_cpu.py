@@ -1,0 +1,441 @@
+"""CPU tests of the Python binding with NumPy: random strided views (negative,
+zero and unaligned strides, every NumPy dtype) packed and copied, compared
+bit for bit with np.ascontiguousarray; the DLPack path (bf16 included)
+through a minimal producer; error cases; workspace reuse; fallbacks.
+Run by ctest (label python) with STRIDEPACK_LIBRARY and PYTHONPATH set."""
+
+import ctypes
+import unittest
+import warnings
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+import sp_unittest
+import stridepack as sp
+from stridepack import _api, _dlpack
+
+POISON = 0xA5
+DTYPES = [np.bool_, np.uint8, np.int8, np.uint16, np.int16, np.uint32, np.int32, np.uint64,
+          np.int64, np.float16, np.float32, np.float64, np.complex64, np.complex128,
+          np.longdouble, np.clongdouble, "M8[ns]", "m8[s]", "S3", "U2", "V5",
+          np.dtype([("a", "u1"), ("b", "<f4")])]  # packed: itemsize 5, fields unaligned
+try:
+    import ml_dtypes  # bf16 as a NumPy dtype, when installed
+    DTYPES.append(ml_dtypes.bfloat16)
+except ImportError:
+    pass
+
+
+def as_bytes(a):
+    """The bytes of a in C order, as uint8 (the bit-for-bit comparison)."""
+    return np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+
+
+def random_fill(rng, nbytes, dtype):
+    data = rng.integers(0, 256, size=nbytes, dtype=np.uint8)
+    if np.dtype(dtype) == np.bool_:
+        data &= 1  # NumPy bools are 0 or 1
+    return data
+
+
+def make_view(rng, shape, dtype, broadcast=False, misalign=False, poison=False):
+    """A random strided view of `shape` over a fresh buffer: dims permuted,
+    padded, stepped by 1..3 in either direction, a random start; optionally
+    a zero-stride dim (sources only) and an unaligned base. Returns
+    (view, base, select) with select(base-shaped array [+ trailing dims])
+    giving the same view of another array."""
+    dtype = np.dtype(dtype)
+    ndim = len(shape)
+    inner = list(shape)
+    if broadcast and ndim and max(shape) > 1:
+        inner[int(np.argmax(shape))] = 1
+    perm = rng.permutation(ndim)
+    slices, base_shape = [], []
+    for d in perm:
+        n, step = inner[d], int(rng.choice([1, 1, 2, 3, -1, -2]))
+        extra = int(rng.integers(0, 3))
+        length = (abs(step) * (n - 1) + 1 + extra) if n > 0 else extra
+        o = int(rng.integers(0, extra + 1))
+        start = o if step > 0 else length - 1 - o
+        stop = start + step * n
+        slices.append(slice(start, None if stop < 0 else stop, step) if n else slice(0, 0))
+        base_shape.append(length)
+    nbytes = int(np.prod(base_shape, dtype=np.int64)) * dtype.itemsize
+    shift = int(rng.integers(1, 8)) if misalign else 0
+    buf = (np.full(nbytes + 8, POISON, np.uint8) if poison
+           else random_fill(rng, nbytes + 8, dtype))
+    base = buf[shift:shift + nbytes].view(dtype).reshape(base_shape)
+    axes = tuple(int(a) for a in np.argsort(perm))
+
+    def select(a):
+        return a[tuple(slices) + (Ellipsis,)].transpose(axes + tuple(range(ndim, a.ndim)))
+
+    v = select(base)
+    if broadcast:
+        v = np.broadcast_to(v, shape)
+    return v, base, select
+
+
+def random_shape(rng, max_ndim=5, max_size=6):
+    ndim = int(rng.integers(0, max_ndim + 1))
+    return tuple(int(rng.choice([0, 1, 1, 2, 3, 4, 5, max_size])) if rng.random() < 0.15
+                 else int(rng.integers(1, max_size + 1)) for _ in range(ndim))
+
+
+class Pack(unittest.TestCase):
+    def check_pack(self, xs, extra=64):
+        need = sp.workspace_bytes(xs)
+        ws = np.full(need + extra, POISON, np.uint8)
+        before = [as_bytes(x).copy() for x in xs]
+        passes = sp.copy_pass_count()
+        outs = sp.pack(xs, workspace=ws)
+        n_copy = sum(not x.flags.c_contiguous for x in xs)
+        self.assertEqual(sp.copy_pass_count() - passes, 1 if n_copy else 0)
+        self.assertEqual(len(outs), len(xs))
+        for i, (x, o, b) in enumerate(zip(xs, outs, before)):
+            self.assertEqual((o.dtype, o.shape), (x.dtype, x.shape), i)
+            self.assertTrue(o.flags.c_contiguous, i)
+            self.assertEqual(o is x, bool(x.flags.c_contiguous), i)
+            if o is not x:
+                self.assertTrue(np.shares_memory(o, ws), i)
+            self.assertTrue(np.array_equal(as_bytes(o), as_bytes(np.ascontiguousarray(x))), i)
+            self.assertTrue(np.array_equal(as_bytes(x), b), f"input {i} changed")
+        self.assertTrue((ws[need:] == POISON).all(), "written past workspace_bytes")
+        return outs
+
+    def test_random_views_every_dtype(self):
+        rng = np.random.default_rng(1)
+        for trial in range(400):
+            xs = []
+            for _ in range(int(rng.integers(1, 6))):
+                dtype = DTYPES[int(rng.integers(len(DTYPES)))]
+                xs.append(make_view(rng, random_shape(rng), dtype,
+                                    broadcast=rng.random() < 0.15,
+                                    misalign=rng.random() < 0.2)[0])
+            with self.subTest(trial=trial, shapes=[(x.dtype.str, x.shape, x.strides) for x in xs]):
+                self.check_pack(xs)
+
+    def test_every_dtype_reversed(self):
+        rng = np.random.default_rng(2)
+        for dtype in DTYPES:
+            with self.subTest(dtype=dtype):
+                base = random_fill(rng, 7 * 9 * np.dtype(dtype).itemsize, dtype)
+                a = base.view(dtype).reshape(7, 9)
+                self.check_pack([a[::-1, ::-2], a.T, a[:, ::-1]])
+
+    def test_large_transpose(self):
+        # Big enough for the CPU backend's parallel pass.
+        rng = np.random.default_rng(3)
+        a = rng.standard_normal((1500, 2100)).astype(np.float32)
+        self.check_pack([a.T, a[::-1, 7:1507]])
+
+    def test_k3_layout(self):
+        # q, k, v column slices of [T, 3P]; beta a column slice of [T, W].
+        T, H = 33, 6
+        P = H * 128
+        rng = np.random.default_rng(4)
+        qkv = rng.integers(0, 1 << 16, size=(T, 3 * P), dtype=np.uint16)
+        fb = rng.integers(0, 1 << 16, size=(T, 128 + H), dtype=np.uint16)
+        q, k, v = (qkv[:, i * P:(i + 1) * P].reshape(1, T, H, 128) for i in range(3))
+        beta = fb[:, 128:].reshape(1, T, H)
+        g = rng.integers(0, 1 << 16, size=(2 * T, H, 128), dtype=np.uint16)[None, :T]
+        outs = self.check_pack([q, k, v, g, beta])
+        self.assertIs(outs[3], g)
+
+    def test_workspace_reuse_same_slots(self):
+        rng = np.random.default_rng(5)
+        buf = rng.integers(0, 1 << 32, size=(40, 50), dtype=np.uint32)
+        x, y = buf[:, ::2], buf[::-1]
+        ws = np.full(sp.workspace_bytes([x, y]), POISON, np.uint8)
+        o1 = sp.pack([x, y], workspace=ws)
+        addr1 = [o.__array_interface__["data"][0] for o in o1]
+        buf[...] = rng.integers(0, 1 << 32, size=buf.shape, dtype=np.uint32)
+        o2 = sp.pack([x, y], workspace=ws)
+        self.assertEqual([o.__array_interface__["data"][0] for o in o2], addr1)
+        for o, r in zip(o2, (x, y)):
+            self.assertTrue(np.array_equal(o, np.ascontiguousarray(r)))
+        # A workspace of another dtype and shape is used by its bytes.
+        ws64 = np.empty((sp.workspace_bytes([x, y]) + 7) // 8, np.float64)
+        o3 = sp.pack([x, y], workspace=ws64)
+        self.assertTrue(np.shares_memory(o3[0], ws64))
+        self.assertTrue(np.array_equal(o3[1], y))
+
+    def test_allocates_without_workspace(self):
+        a = np.arange(30.0).reshape(5, 6)
+        o = sp.pack([a[:, ::2], a])
+        self.assertTrue(np.array_equal(o[0], a[:, ::2]))
+        self.assertIs(o[1], a)
+        self.assertEqual(sp.pack([]), [])
+
+    def test_many_dims_merge(self):
+        # 12 dims, mergeable down to few: handed to the library merged.
+        rng = np.random.default_rng(6)
+        a = rng.integers(0, 255, size=(2,) * 11 + (6,), dtype=np.uint8)
+        self.check_pack([a[..., ::2], a[..., ::-1]])
+
+
+class Fallback(unittest.TestCase):
+    def setUp(self):
+        _api._reset_warnings()
+
+    def test_unmergeable_dims_fall_back_once(self):
+        a = np.arange(2 ** 10, dtype=np.int16).reshape((2,) * 10)
+        x = a[(slice(None, None, -1), slice(None)) * 5]  # no two dims merge
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            o1 = sp.pack([x, a[:, 1]])
+            o2 = sp.pack([x])
+        msgs = [str(m.message) for m in w if issubclass(m.category, sp.FallbackWarning)]
+        self.assertEqual(len(msgs), 1, msgs)
+        self.assertIn("dims", msgs[0])
+        for o, r in ((o1[0], x), (o1[1], a[:, 1]), (o2[0], x)):
+            self.assertTrue(np.array_equal(as_bytes(o), as_bytes(r)))
+
+    def test_object_arrays_fall_back(self):
+        a = np.array([[1, "x"], [None, 2.5]], dtype=object)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            o = sp.pack([a.T])[0]
+        self.assertEqual(o.tolist(), a.T.tolist())
+        self.assertEqual(sum(issubclass(m.category, sp.FallbackWarning) for m in w), 1)
+
+
+class CopyBatch(unittest.TestCase):
+    def test_random_pairs_guarded(self):
+        rng = np.random.default_rng(7)
+        for trial in range(300):
+            pairs, checks = [], []
+            for _ in range(int(rng.integers(1, 6))):
+                dtype = DTYPES[int(rng.integers(len(DTYPES)))]
+                shape = random_shape(rng)
+                src = make_view(rng, shape, dtype, broadcast=rng.random() < 0.2,
+                                misalign=rng.random() < 0.2)[0]
+                dst, base, select = make_view(rng, shape, dtype, misalign=rng.random() < 0.2,
+                                              poison=True)
+                isz = np.dtype(dtype).itemsize
+                expect = as_bytes(base).reshape(base.shape + (isz,)).copy()
+                select(expect)[...] = as_bytes(src).reshape(tuple(shape) + (isz,))
+                pairs.append((src, dst))
+                checks.append((base, expect))
+            passes = sp.copy_pass_count()
+            sp.copy_batch(pairs)
+            nonempty = any(src.size for src, _ in pairs)
+            self.assertEqual(sp.copy_pass_count() - passes, 1 if nonempty else 0)
+            for i, (base, expect) in enumerate(checks):
+                with self.subTest(trial=trial, pair=i, dtype=base.dtype.str):
+                    self.assertTrue(np.array_equal(as_bytes(base), expect.reshape(-1)))
+
+    def test_errors_write_nothing(self):
+        rng = np.random.default_rng(8)
+        src = rng.standard_normal((6, 8)).astype(np.float32)
+        good = np.full((8, 6), -1.0, np.float32)
+        cases = [
+            ("SP_ERR_SHAPE_MISMATCH", [(src.T, good), (src, np.empty((6, 9), np.float32))]),
+            ("SP_ERR_DTYPE_MISMATCH", [(src.T, good), (src, np.empty((6, 8), np.int32))]),
+            ("SP_ERR_OVERLAP", [(src.T, good), (src[:, :4], src[:, 4:][::-1])]),
+            ("SP_ERR_OVERLAP", [(src.T, good), (src[:3], good.T[:3])]),
+            ("SP_ERR_OVERLAP", [(src.T, good), (src[:3], as_strided(good[0], (3, 8), (0, 0)))]),
+        ]
+        for status, pairs in cases:
+            with self.subTest(status=status):
+                snapshot = src.copy()
+                good[...] = -1.0
+                with self.assertRaises(sp.StridepackError) as cm:
+                    sp.copy_batch(pairs)
+                e = cm.exception
+                self.assertEqual(e.status, status)
+                self.assertEqual(e.code, sp.STATUS[status])
+                self.assertTrue(e.message, "no sp_last_error text")
+                self.assertIn(status, str(e))
+                self.assertTrue((good == -1.0).all(), "a failing call wrote")
+                self.assertTrue(np.array_equal(src, snapshot))
+
+    def test_binding_errors(self):
+        a = np.arange(12.0).reshape(3, 4)
+        ro = np.zeros((4, 3))
+        ro.flags.writeable = False
+        with self.assertRaises(sp.StridepackError) as cm:
+            sp.copy_batch([(a.T, ro)])
+        self.assertEqual(cm.exception.status, "SP_ERR_INVALID_ARGUMENT")
+        with self.assertRaises(TypeError):
+            sp.pack(a)  # one array, not a list
+        with self.assertRaises(TypeError):
+            sp.copy_batch([(a,)])
+        with self.assertRaises(TypeError):
+            sp.pack([[1, 2]])
+
+    def test_pack_errors(self):
+        a = np.arange(64.0).reshape(8, 8)
+        ws = np.full(sp.workspace_bytes([a.T]) - 1, POISON, np.uint8)
+        with self.assertRaises(sp.StridepackError) as cm:
+            sp.pack([a.T], workspace=ws)
+        self.assertEqual(cm.exception.status, "SP_ERR_WORKSPACE_TOO_SMALL")
+        self.assertTrue((ws == POISON).all())
+        # The workspace may not overlap an input.
+        buf = np.zeros(4096, np.uint8)
+        x = buf[:1024].view(np.float64).reshape(16, 8)[:, ::2]
+        with self.assertRaises(sp.StridepackError) as cm:
+            sp.pack([x], workspace=buf)
+        self.assertEqual(cm.exception.status, "SP_ERR_OVERLAP")
+        self.assertTrue((buf == 0).all())
+
+
+# ---- the DLPack path, through minimal producers --------------------------------
+
+_capsule_new = ctypes.pythonapi.PyCapsule_New
+_capsule_new.restype = ctypes.py_object
+_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+_CAPSULE_NAME = b"dltensor"  # the capsule keeps this pointer: module lifetime
+
+
+class Bf16View:
+    """A DLPack producer (kDLBfloat, 16 bits) over uint16 NumPy memory; data
+    is the buffer start and the view begins at byte_offset."""
+
+    def __init__(self, u16, dense_null_strides=False):
+        self.arr = u16
+        n = u16.ndim
+        self._shape = (ctypes.c_int64 * max(n, 1))(*u16.shape)
+        self._strides = (ctypes.c_int64 * max(n, 1))(*(s // 2 for s in u16.strides))
+        root = u16 if u16.base is None else u16.base
+        start = root.__array_interface__["data"][0]
+        m = _dlpack.DLManagedTensor()
+        t = m.dl_tensor
+        t.data = start
+        t.byte_offset = u16.__array_interface__["data"][0] - start
+        t.device.device_type, t.device.device_id = _dlpack.KDL_CPU, 0
+        t.ndim = n
+        t.dtype.code, t.dtype.bits, t.dtype.lanes = _dlpack.KDL_BFLOAT, 16, 1
+        t.shape = ctypes.cast(self._shape, ctypes.POINTER(ctypes.c_int64))
+        if not dense_null_strides:
+            t.strides = ctypes.cast(self._strides, ctypes.POINTER(ctypes.c_int64))
+        self._m = m
+
+    def __dlpack_device__(self):
+        return (_dlpack.KDL_CPU, 0)
+
+    def __dlpack__(self, stream=None):
+        return _capsule_new(ctypes.addressof(self._m), _CAPSULE_NAME, None)
+
+
+class NumpyDLPack:
+    """NumPy's own __dlpack__, seen as an unknown producer."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+    def __dlpack__(self, stream=None):
+        return self.a.__dlpack__()
+
+
+class DLPack(unittest.TestCase):
+    def test_bf16_producer(self):
+        rng = np.random.default_rng(9)
+        buf = rng.integers(0, 1 << 16, size=(30, 64), dtype=np.uint16)
+        src = buf[3:27:2, ::-1][:, 5:50].T
+        dst = np.full((src.shape[1], src.shape[0]), 0xA5A5, np.uint16).T
+        dense = np.full(src.shape, 0xA5A5, np.uint16)
+        sp.copy_batch([(Bf16View(src), Bf16View(dst)),
+                       (Bf16View(src), Bf16View(dense, dense_null_strides=True))])
+        self.assertTrue(np.array_equal(dst, src))
+        self.assertTrue(np.array_equal(dense, src))
+        # The element type really is bf16: a uint16 destination is rejected.
+        with self.assertRaises(sp.StridepackError) as cm:
+            sp.copy_batch([(Bf16View(src), np.empty(src.shape, np.uint16))])
+        self.assertEqual(cm.exception.status, "SP_ERR_DTYPE_MISMATCH")
+
+    def test_unknown_producer(self):
+        a = np.arange(48, dtype=np.float32).reshape(6, 8)
+        dst = np.full((8, 6), -1, np.float32)
+        sp.copy_batch([(NumpyDLPack(a[::-1].T), NumpyDLPack(dst))])
+        self.assertTrue(np.array_equal(dst, a[::-1].T))
+        w = NumpyDLPack(a)
+        self.assertIs(sp.pack([w])[0], w)  # dense: returned as itself
+        with self.assertRaises(TypeError):  # no framework to make outputs in
+            sp.pack([NumpyDLPack(a.T)])
+
+
+def bf16_bits(f):
+    """Round-toward-zero bf16 bits of float32 values (enough for test data)."""
+    return (np.asarray(f, np.float32).view(np.uint32) >> 16).astype(np.uint16)
+
+
+def bf16_float(u16):
+    return (u16.astype(np.uint32) << 16).view(np.float32)
+
+
+@unittest.skipUnless(sp.kda_available(), "this libstridepack build has no KDA part")
+class Kda(unittest.TestCase):
+    T, H, CU = 21, 2, [0, 8, 21]
+
+    def inputs(self, rng):
+        T, H = self.T, self.H
+        P = H * 128
+        qkv = bf16_bits(rng.uniform(-1, 1, (T, 3 * P)))
+        fb = bf16_bits(rng.uniform(-3, 3, (T, 128 + H)))
+        g = bf16_bits(rng.uniform(-2, 2, (1, T, H, 128)))
+        views = dict(q=qkv[:, :P].reshape(1, T, H, 128), k=qkv[:, P:2 * P].reshape(1, T, H, 128),
+                     v=qkv[:, 2 * P:].reshape(1, T, H, 128), g=g, beta=fb[:, 128:].reshape(1, T, H))
+        params = dict(A_log=rng.uniform(-1, 0.5, H).astype(np.float32),
+                      dt_bias=rng.uniform(-0.5, 0.5, H * 128).astype(np.float32),
+                      cu_seqlens=np.array(self.CU, np.int64),
+                      state_indices=np.array([2, 0], np.int32))
+        state = (0.1 * rng.standard_normal((3, H, 128, 128))).astype(np.float32)
+        return views, params, state
+
+    def run_kda(self, fn, views, params, state, dense=False):
+        o = np.full((1, self.T, self.H, 128), 0xA5A5, np.uint16)
+        arrays = {n: Bf16View(np.ascontiguousarray(a) if dense else a) for n, a in views.items()}
+        fn(**arrays, **params, state=state, o=Bf16View(o))
+        return o
+
+    def test_boundary_matches_prefill_on_dense_copies(self):
+        rng = np.random.default_rng(10)
+        views, params, state = self.inputs(rng)
+        s_boundary, s_dense, s_ref = state.copy(), state.copy(), state.copy()
+        with sp.KdaBoundary("cpu", self.T, self.H) as b:
+            o_boundary = self.run_kda(b.run, views, params, s_boundary)
+            self.assertEqual(b.last_copied, 4)  # q, k, v, beta; g is dense
+        o_dense = self.run_kda(sp.kda_prefill, views, params, s_dense, dense=True)
+        self.assertTrue(np.array_equal(o_boundary, o_dense))
+        self.assertTrue(np.array_equal(s_boundary.view(np.uint32), s_dense.view(np.uint32)))
+        self.assertFalse(np.array_equal(s_boundary, state), "state not written")
+        o_ref = self.run_kda(lambda **a: sp.kda_prefill(**a, reference=True),
+                             views, params, s_ref, dense=True)
+        got, ref = bf16_float(o_boundary), bf16_float(o_ref)
+        self.assertGreater(np.linalg.norm(ref), 0)
+        self.assertLess(np.linalg.norm(got - ref) / np.linalg.norm(ref), 2e-2)
+
+    def test_boundary_errors(self):
+        rng = np.random.default_rng(11)
+        views, params, state = self.inputs(rng)
+        b = sp.KdaBoundary("cpu", self.T - 1, self.H)
+        with self.assertRaises(sp.StridepackError) as cm:
+            self.run_kda(b.run, views, params, state.copy())
+        self.assertEqual(cm.exception.status, "SP_ERR_CAPACITY")
+        b.close()
+        with self.assertRaises(sp.StridepackError):
+            self.run_kda(b.run, views, params, state.copy())
+        bad = dict(views, v=views["v"][:, :-1])
+        with self.assertRaises(sp.StridepackError) as cm:
+            self.run_kda(sp.kda_prefill, bad, params, state.copy(), dense=True)
+        self.assertEqual(cm.exception.status, "SP_ERR_SHAPE_MISMATCH")
+        self.assertIn("v", cm.exception.message)
+        with self.assertRaises(ValueError):
+            sp.KdaBoundary("tpu", 1, 1)
+
+
+class Library(unittest.TestCase):
+    def test_status_names_and_version(self):
+        self.assertEqual(sp.STATUS["SP_OK"], 0)
+        self.assertEqual(sp.STATUS["SP_ERR_UNSUPPORTED"], 7)
+        self.assertRegex(sp.version(), r"^\d+\.\d+\.\d+$")
+        self.assertIsInstance(sp.cuda_available(), bool)
+
+
+if __name__ == "__main__":
+    sp_unittest.main(__name__)

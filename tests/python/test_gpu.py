@@ -1,0 +1,247 @@
+"""GPU tests of the Python binding with PyTorch: the K3 views (q, k, v column
+slices of [T, 3P], beta slices of both fused widths) packed in one launch
+and compared with .contiguous() through int16 views; CUDA graph capture and
+replay with new inputs; the framework's current stream; the autograd
+fallback; the KDA boundary on CUDA. Exits 77 without torch or CUDA."""
+
+import sys
+import unittest
+import warnings
+
+try:
+    import torch
+except ImportError:
+    print("SKIP: torch is not importable")
+    sys.exit(77)
+if not torch.cuda.is_available():
+    print("SKIP: torch sees no CUDA device")
+    sys.exit(77)
+
+import sp_unittest
+import stridepack as sp
+from stridepack import _api
+
+if not sp.cuda_available():
+    print(f"SKIP: {sp.library_path} has no CUDA backend or no usable device")
+    sys.exit(77)
+
+DEV = torch.device("cuda", 0)
+POISON = 0xA5
+
+
+def rand_bf16(gen, *shape):
+    """Random bit patterns, NaN payloads and infinities included."""
+    bits = torch.randint(-32768, 32768, shape, dtype=torch.int16, device=DEV, generator=gen)
+    return bits.view(torch.bfloat16)
+
+
+def bits_equal(a, b):
+    return (a.shape == b.shape and a.dtype == b.dtype
+            and torch.equal(a.detach().view(torch.int16), b.detach().view(torch.int16)))
+
+
+def k3_views(gen, T, H):
+    """q, k, v, g (the first T rows of a longer buffer: dense), beta at
+    column 128 of [T, 128+H] and beta at column 4P+128 of [T, 4P+128+H]."""
+    P = H * 128
+    qkv = rand_bf16(gen, T, 3 * P)
+    fab = rand_bf16(gen, T, 128 + H)
+    fused = rand_bf16(gen, T, 4 * P + 128 + H)
+    gbuf = rand_bf16(gen, T + 7, H, 128)
+    q, k, v = (qkv[:, i * P:(i + 1) * P].view(1, T, H, 128) for i in range(3))
+    xs = [q, k, v, gbuf[:T].unsqueeze(0), fab[:, 128:].view(1, T, H),
+          fused[:, 4 * P + 128:].view(1, T, H)]
+    return xs, (qkv, fab, fused, gbuf)
+
+
+class K3(unittest.TestCase):
+    def check(self, xs, outs, ws):
+        lo, hi = ws.data_ptr(), ws.data_ptr() + ws.numel()
+        for i, (x, o) in enumerate(zip(xs, outs)):
+            self.assertTrue(o.is_contiguous(), i)
+            self.assertEqual(o.device, x.device)
+            if x.is_contiguous():
+                self.assertIs(o, x)
+            else:
+                self.assertTrue(lo <= o.data_ptr() < hi, f"output {i} is not in the workspace")
+            self.assertTrue(bits_equal(o, x.contiguous()), f"output {i} differs")
+
+    def test_k3_tp1_one_launch_no_allocation(self):
+        gen = torch.Generator(device=DEV).manual_seed(1)
+        xs, _ = k3_views(gen, 16384, 96)
+        need = sp.workspace_bytes(xs)
+        ws = torch.full((need,), POISON, dtype=torch.uint8, device=DEV)
+        torch.cuda.synchronize()
+        allocs = torch.cuda.memory_stats()["allocation.all.allocated"]
+        passes = sp.copy_pass_count()
+        outs = sp.pack(xs, workspace=ws)
+        self.assertEqual(torch.cuda.memory_stats()["allocation.all.allocated"], allocs,
+                         "pack allocated with a workspace given")
+        self.assertEqual(sp.copy_pass_count() - passes, 1)
+        torch.cuda.synchronize()
+        self.check(xs, outs, ws)
+        self.assertIs(outs[3], xs[3])
+
+    def test_k3_tp8_and_small_t(self):
+        gen = torch.Generator(device=DEV).manual_seed(2)
+        for T, H in ((16384, 12), (1024, 96), (64, 96), (1, 96), (0, 96)):
+            with self.subTest(T=T, H=H):
+                xs, _ = k3_views(gen, T, H)
+                ws = torch.full((max(sp.workspace_bytes(xs), 1),), POISON, dtype=torch.uint8,
+                                device=DEV)
+                outs = sp.pack(xs, workspace=ws)
+                torch.cuda.synchronize()
+                self.check(xs, outs, ws)
+
+    def test_graph_capture_and_replay(self):
+        gen = torch.Generator(device=DEV).manual_seed(3)
+        xs, bufs = k3_views(gen, 2048, 96)
+        ws = torch.empty(sp.workspace_bytes(xs), dtype=torch.uint8, device=DEV)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up off the capture, as torch asks
+            sp.pack(xs, workspace=ws)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        passes = sp.copy_pass_count()
+        with torch.cuda.graph(graph):
+            outs = sp.pack(xs, workspace=ws)
+        self.assertEqual(sp.copy_pass_count() - passes, 1)
+        for _ in range(3):  # new contents at the same addresses
+            for b in bufs:
+                b.copy_(rand_bf16(gen, *b.shape))
+            ws.fill_(POISON)
+            graph.replay()
+            torch.cuda.synchronize()
+            self.check(xs, outs, ws)
+        self.assertEqual(sp.copy_pass_count() - passes, 1, "replay went through the library")
+
+    def test_runs_on_current_stream(self):
+        # A non-blocking stream writes the input after a long sleep; only a
+        # pack ordered on that same stream sees the new contents.
+        gen = torch.Generator(device=DEV).manual_seed(4)
+        buf = rand_bf16(gen, 4096, 3 * 1024)
+        new = rand_bf16(gen, 4096, 3 * 1024)
+        x = buf[:, 1024:2048]
+        ws = torch.full((sp.workspace_bytes([x]),), POISON, dtype=torch.uint8, device=DEV)
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            torch.cuda._sleep(200_000_000)
+            buf.copy_(new)
+            out = sp.pack([x], workspace=ws)[0]
+            dst = torch.full((1024, 4096), 7, dtype=torch.bfloat16, device=DEV).t()
+            sp.copy_batch([(x, dst)])
+        s.synchronize()
+        self.assertTrue(bits_equal(out, new[:, 1024:2048].contiguous()))
+        self.assertTrue(bits_equal(dst.contiguous(), new[:, 1024:2048].contiguous()))
+
+
+class Fallback(unittest.TestCase):
+    def setUp(self):
+        _api._reset_warnings()
+
+    def test_requires_grad_falls_back_once(self):
+        P = 4 * 128
+        base = torch.randn(64, 3 * P, device=DEV, dtype=torch.bfloat16, requires_grad=True)
+        q, k = base[:, :P].view(1, 64, 4, 128), base[:, P:2 * P].view(1, 64, 4, 128)
+        passes = sp.copy_pass_count()
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            o1 = sp.pack([q, k])
+            o2 = sp.pack([q, k])
+        self.assertEqual(sp.copy_pass_count(), passes, "the library ran under autograd")
+        msgs = [str(m.message) for m in w if issubclass(m.category, sp.FallbackWarning)]
+        self.assertEqual(len(msgs), 1, msgs)
+        self.assertIn("autograd", msgs[0])
+        for o, x in ((o1[0], q), (o1[1], k), (o2[0], q)):
+            self.assertTrue(bits_equal(o, x.contiguous()))
+            self.assertIsNotNone(o.grad_fn)
+        (o1[0].float().sum() + 2 * o1[1].float().sum()).backward()
+        grad = base.grad.float()
+        self.assertTrue(torch.equal(grad[:, :P], torch.ones_like(grad[:, :P])))
+        self.assertTrue(torch.equal(grad[:, P:2 * P], torch.full_like(grad[:, :P], 2)))
+        self.assertTrue(torch.equal(grad[:, 2 * P:], torch.zeros_like(grad[:, :P])))
+        with torch.no_grad():  # not recording: the library again
+            o3 = sp.pack([q])[0]
+        self.assertEqual(sp.copy_pass_count() - passes, 1)
+        self.assertTrue(bits_equal(o3, q.contiguous()))
+
+
+class Errors(unittest.TestCase):
+    def test_device_mismatch(self):
+        a = torch.zeros(8, 16, device=DEV)
+        with self.assertRaises(sp.StridepackError) as cm:
+            sp.copy_batch([(a.t(), torch.empty(16, 8))])
+        self.assertEqual(cm.exception.status, "SP_ERR_DEVICE_MISMATCH")
+        self.assertTrue(cm.exception.message)
+        with self.assertRaises(sp.StridepackError) as cm:
+            sp.pack([a.t()], workspace=torch.empty(4096, dtype=torch.uint8))
+        self.assertEqual(cm.exception.status, "SP_ERR_DEVICE_MISMATCH")
+
+    def test_cpu_torch_bf16(self):
+        gen = torch.Generator().manual_seed(5)
+        bits = torch.randint(-32768, 32768, (50, 70), dtype=torch.int16, generator=gen)
+        x = bits.view(torch.bfloat16)[::2, 3:60].t()
+        o = sp.pack([x])[0]
+        self.assertTrue(o.is_contiguous() and o.device.type == "cpu")
+        self.assertTrue(bits_equal(o, x.contiguous()))
+
+
+@unittest.skipUnless(sp.kda_available(), "this libstridepack build has no KDA part")
+class KdaBoundary(unittest.TestCase):
+    def test_boundary_eager_graph_and_dense(self):
+        gen = torch.Generator(device=DEV).manual_seed(6)
+        T, H = 300, 4
+        P = H * 128
+        qkv = (torch.rand(T, 3 * P, device=DEV, generator=gen) * 2 - 1).bfloat16()
+        fab = (torch.rand(T, 128 + H, device=DEV, generator=gen) * 6 - 3).bfloat16()
+        g = (torch.rand(1, T, H, 128, device=DEV, generator=gen) * 4 - 2).bfloat16()
+        views = dict(q=qkv[:, :P].view(1, T, H, 128), k=qkv[:, P:2 * P].view(1, T, H, 128),
+                     v=qkv[:, 2 * P:].view(1, T, H, 128), g=g, beta=fab[:, 128:].view(1, T, H))
+        params = dict(A_log=torch.rand(H, device=DEV, generator=gen) - 0.5,
+                      dt_bias=torch.rand(H * 128, device=DEV, generator=gen) - 0.5,
+                      cu_seqlens=torch.tensor([0, 100, 300], dtype=torch.int64, device=DEV),
+                      state_indices=torch.tensor([1, 0], dtype=torch.int32, device=DEV))
+        state0 = 0.1 * torch.randn(2, H, 128, 128, device=DEV, generator=gen)
+
+        def run(fn, ins, state, o):
+            fn(**ins, **params, state=state, o=o)
+
+        dense = {n: x.contiguous() for n, x in views.items()}
+        o_dense = torch.empty(1, T, H, 128, dtype=torch.bfloat16, device=DEV)
+        s_dense = state0.clone()
+        run(sp.kda_prefill, dense, s_dense, o_dense)
+        b = sp.KdaBoundary(DEV, T, H)
+        o, s = torch.empty_like(o_dense), state0.clone()
+        run(b.run, views, s, o)  # eager; also the warm-up for capture
+        torch.cuda.synchronize()
+        self.assertEqual(b.last_copied, 4)
+        self.assertTrue(bits_equal(o, o_dense))
+        self.assertTrue(torch.equal(s.view(torch.int32), s_dense.view(torch.int32)))
+        # Capture on the stream of the warm-up: torch.cuda.graph captures on
+        # a side stream, so warm up and capture there.
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            s.copy_(state0)
+            run(b.run, views, s, o)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            run(b.run, views, s, o)
+        qkv.copy_((torch.rand(T, 3 * P, device=DEV, generator=gen) * 2 - 1).bfloat16())
+        s.copy_(state0)
+        o.fill_(0)
+        graph.replay()
+        dense = {n: x.contiguous() for n, x in views.items()}
+        o_dense, s_dense = torch.empty_like(o), state0.clone()
+        run(sp.kda_prefill, dense, s_dense, o_dense)
+        torch.cuda.synchronize()
+        self.assertTrue(bits_equal(o, o_dense))
+        self.assertTrue(torch.equal(s.view(torch.int32), s_dense.view(torch.int32)))
+        b.close()
+
+
+if __name__ == "__main__":
+    sp_unittest.main(__name__)
