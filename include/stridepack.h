@@ -170,6 +170,9 @@ typedef struct sp_tensor {
     sp_device device;
 } sp_tensor;
 
+/* Views with a size-0 dim hold no element: their data pointer may be NULL
+ * and their strides are not checked. */
+
 /* Fill *t as a dense (row-major, C-contiguous) tensor at `data`.
  * @return SP_OK; SP_ERR_INVALID_ARGUMENT for a NULL t or shape (with
  *         ndim > 0), ndim outside 0..SP_MAX_DIMS, an unknown dtype or a
@@ -250,6 +253,10 @@ SP_API sp_status sp_pack_workspace_bytes(const sp_tensor *inputs, size_t n, size
  * Slot offsets depend only on the inputs' shapes and dtypes and on the
  * workspace address, so a repeated call with the same arguments yields the
  * same outputs (what CUDA graph replay needs).
+ * When every input is dense nothing is launched and no device is needed:
+ * the call succeeds even for CUDA views in a build without CUDA.
+ * The used part of the workspace, for the overlap check below, runs from
+ * the first slot to the end of the last slot's padding.
  * At most SP_MAX_PAIRS_PER_LAUNCH inputs per call (SP_ERR_UNSUPPORTED).
  * Errors, before anything is written: those of sp_copy_batch;
  * SP_ERR_INVALID_ARGUMENT for NULL inputs/outputs with n > 0, or a NULL

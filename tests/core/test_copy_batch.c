@@ -46,10 +46,14 @@ static void draw_pair(sp_rng *r, int i, sp_copy_pair *pairs, pair_bufs *b) {
         memcpy(shape, pairs[j].src.shape, sizeof shape);
     } else {
         dt = (sp_dtype)sp_rng_range(r, 0, SP_DTYPE_COUNT_ - 1);
-        if (sp_rng_range(r, 0, 49) == 0) { /* now and then a big one, for the thread split */
-            nd = 2;
-            shape[0] = sp_rng_range(r, 1, 300);
-            shape[1] = sp_rng_range(r, 1, 600);
+        if (sp_rng_range(r, 0, 39) == 0) {
+            /* Now and then a big one (up to ~4 MB): over the CPU backend's
+             * serial threshold and its chunk size, so the parallel split
+             * into chunks of rows, and its last partial chunk, are covered. */
+            nd = (int)sp_rng_range(r, 2, 3);
+            shape[0] = sp_rng_range(r, 1000, 6000);
+            shape[1] = sp_rng_range(r, 1, 80);
+            shape[2] = sp_rng_range(r, 1, 3);
         } else {
             nd = sp_shape_random(r, 8, 8, 2048, shape);
         }
