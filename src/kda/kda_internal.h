@@ -103,7 +103,7 @@ typedef struct sp_kda_dims {
  * arrays are read only for CPU tensors. Writes nothing but *dims. */
 sp_status sp_kda_check_(const sp_kda_args *a, int inputs_dense, sp_kda_dims *dims);
 
-/* Backends, called after the check with T > 0 and N > 0. */
+/* Backends, called after the check with T, N and H > 0. */
 sp_status sp_kda_prefill_cpu_(const sp_kda_args *a, const sp_kda_dims *d);
 sp_status sp_kda_prefill_ref_(const sp_kda_args *a, const sp_kda_dims *d);
 /* CUDA builds: prefill.cu; otherwise nocuda.c returns SP_ERR_NO_DEVICE. */

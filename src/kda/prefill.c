@@ -21,8 +21,8 @@ sp_status sp_kda_prefill(const sp_kda_args *args, struct CUstream_st *stream) {
         SP_REQUIRE(sp_cuda_available(), SP_ERR_NO_DEVICE,
                    "q: CUDA tensors, but this build or machine has no usable CUDA device");
     /* Empty sequences leave their state as it is (a bf16 state round-trips
-     * through fp32 exactly), so T = 0 or N = 0 has nothing to do. */
-    if (d.T == 0 || d.N == 0) return SP_OK;
+     * through fp32 exactly), so T = 0, N = 0 or H = 0 has nothing to do. */
+    if (d.T == 0 || d.N == 0 || d.H == 0) return SP_OK;
     if (d.dev.type == SP_DEVICE_CPU) return sp_kda_prefill_cpu_(args, &d);
     return sp_kda_prefill_cuda_(args, &d, stream);
 }
@@ -32,6 +32,6 @@ sp_status sp_kda_prefill_reference(const sp_kda_args *args) {
     SP_FORWARD(sp_kda_check_(args, 1, &d));
     SP_REQUIRE(d.dev.type == SP_DEVICE_CPU, SP_ERR_UNSUPPORTED,
                "q: the float64 reference runs on CPU tensors only");
-    if (d.T == 0 || d.N == 0) return SP_OK;
+    if (d.T == 0 || d.N == 0 || d.H == 0) return SP_OK;
     return sp_kda_prefill_ref_(args, &d);
 }

@@ -2,33 +2,43 @@
  * prefill.cu — the CUDA KDA prefill: one block per (sequence, head), the
  * 128x128 fp32 state in registers for the whole sequence.
  *
- * Thread layout (512 threads): thread (grp, j), j = tid % 128 the V column,
- * grp = tid / 128 one of 4 groups of 32 K rows; it holds S[32*grp .. +32][j].
- * A warp thus shares grp, so its reads of k^[d], q^[d], exp(g)[d] from
- * shared memory are broadcasts, and its partial sums land on 32 consecutive
- * banks.
+ * The V columns of the recurrence are independent of each other once the
+ * token's k^, q^, exp(g), b are known: column j needs only sums over the K
+ * rows of its own column. So each warp owns 8 columns and all 128 rows of
+ * them, and runs its token steps without waiting for any other warp. Lane
+ * l holds a tile of 8 rows x 4 columns: rows 4r..4r+3 and 64+4r..64+4r+3
+ * (r = l % 16; two float4 loads from shared memory, conflict-free), columns
+ * 8w + 4(l / 16) + 0..3.
+ *
+ * Why this shape: a warp's shared-memory load returns at most one register
+ * per lane per cycle, so a layout that makes every thread read the token's
+ * vectors for many rows of one column (the obvious one) is bound by those
+ * reads. Here each vector element read serves 4 columns, and the sums over
+ * rows finish inside the warp by shuffles: recursive halving over the 16
+ * lanes of a column group (8 partial sums -> 1 per lane in 4 + 2 + 1 + 1
+ * exchanges), then the delta of each column is broadcast from its lane.
  *
  * Tokens go in chunks of 16 (one per warp): each warp loads and normalizes
  * one token of the chunk into shared memory (sums of squares by a xor
  * butterfly, which leaves every lane the same bits), while the global loads
- * of the next chunk are already in flight during the 16 sequential steps.
+ * of the next chunk are in flight during the chunk's 16 steps. Two
+ * __syncthreads per chunk, none per step.
  *
- * Per step: one pass decays S and reduces it against k^ and q^ (32 rows per
- * thread, two interleaved accumulators each); the 4 group partials go
- * through shared memory (double-buffered, so one __syncthreads per step)
- * and are summed in group order by every thread; then u, the rank-1 update,
- * and o = S'^T q^ + b (k^.q^) u from group 0. Every sum has a fixed order,
- * so reruns are bit-identical.
+ * Per step: decay S and reduce it against k^ and q^ in one pass; u and
+ * b*u per column; o = S'^T q^ + b (k^.q^) u (the same value as S_new^T q^);
+ * the rank-1 update. Every sum has a fixed order, so reruns are
+ * bit-identical.
  */
 #include "kda/kda_internal.h"
 
 #include <cuda_runtime.h>
 
-#define NG 4                 /* K-row groups */
-#define RG (SP_KDA_D / NG)   /* K rows per thread: 32 */
-#define THREADS (SP_KDA_D * NG)
-#define CHUNK (THREADS / 32) /* tokens per chunk: one per warp */
-#define PER_LANE (SP_KDA_D / 32)
+#define THREADS 512
+#define WARPS (THREADS / 32)
+#define CHUNK WARPS              /* tokens per chunk: one per warp */
+#define COLS_PER_WARP (SP_KDA_D / WARPS) /* 8 */
+#define PER_LANE (SP_KDA_D / 32) /* prep: elements per lane of a token */
+#define FULL 0xffffffffu
 
 typedef struct kda_params {
     const uint16_t *q, *k, *v, *g, *beta;
@@ -55,7 +65,7 @@ typedef struct chunk_smem {
 
 static __device__ float warp_sum(float x) {
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
+    for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(FULL, x, off);
     return x;
 }
 
@@ -106,27 +116,68 @@ static __device__ void prep_token(const kda_params &p, const raw_token &r, int w
     }
 }
 
-/* Write this thread's 32 entries S[r0 + i][j] to pool element
- * [., h, j, r0 + i] at `base`: 32 consecutive elements. */
-static __device__ void store_rows(void *pool, int bf16, int64_t base, const float *S) {
-    if (bf16) {
-        uint16_t *dst = (uint16_t *)pool + base;
+/* Row of tile row m (0..7) for lane group r: 4r..4r+3, then 64+4r..+3. */
+static __device__ __forceinline__ int tile_row(int r, int m) {
+    return (m < 4 ? 4 * r : 64 + 4 * r - 4) + m;
+}
+
+/* Read (load = 1) or write this lane's tile of S at `base`, the offset of
+ * pool element [., h, 0, 0]: element [j][d] = S[d][j] sits at j*128 + d. */
+static __device__ void tile_io(void *pool, int bf16, int64_t base, int r, int j0, float S[8][4],
+                               int load) {
 #pragma unroll
-        for (int i = 0; i < RG; i++) dst[i] = sp_f32_to_bf16(S[i]);
-    } else {
-        float *dst = (float *)pool + base;
+    for (int c = 0; c < 4; c++)
 #pragma unroll
-        for (int i = 0; i < RG; i++) dst[i] = S[i];
+        for (int m = 0; m < 8; m++) {
+            const int64_t at = base + (int64_t)(j0 + c) * SP_KDA_D + tile_row(r, m);
+            if (bf16) {
+                uint16_t *x = (uint16_t *)pool + at;
+                if (load)
+                    S[m][c] = sp_bf16_to_f32(*x);
+                else
+                    *x = sp_f32_to_bf16(S[m][c]);
+            } else {
+                float *x = (float *)pool + at;
+                if (load)
+                    S[m][c] = *x;
+                else
+                    *x = S[m][c];
+            }
+        }
+}
+
+/* Sum x[0..7] over the 16 lanes of this half-warp by recursive halving: at
+ * each level a lane keeps half of its values and adds the partner's copy of
+ * that half. Lane l ends with the full sum of x[index], index =
+ * 4*bit3 + 2*bit2 + bit1 of l; lanes l and l^1 both hold it (the last
+ * level adds a + b on one lane and b + a on the other: the same bits). */
+static __device__ __forceinline__ float halving_sum(const float x[8], int lane) {
+    const int b3 = (lane >> 3) & 1, b2 = (lane >> 2) & 1, b1 = (lane >> 1) & 1;
+    float y[4], z[2];
+#pragma unroll
+    for (int t = 0; t < 4; t++) {
+        const float keep = b3 ? x[4 + t] : x[t], give = b3 ? x[t] : x[4 + t];
+        y[t] = keep + __shfl_xor_sync(FULL, give, 8);
     }
+#pragma unroll
+    for (int t = 0; t < 2; t++) {
+        const float keep = b2 ? y[2 + t] : y[t], give = b2 ? y[t] : y[2 + t];
+        z[t] = keep + __shfl_xor_sync(FULL, give, 4);
+    }
+    const float keep = b1 ? z[1] : z[0], give = b1 ? z[0] : z[1];
+    const float w = keep + __shfl_xor_sync(FULL, give, 2);
+    return w + __shfl_xor_sync(FULL, w, 1);
 }
 
 static __global__ void __launch_bounds__(THREADS, 1) kda_prefill_kernel(kda_params p) {
     __shared__ __align__(16) chunk_smem s;
-    __shared__ float part[2][2][NG][SP_KDA_D]; /* [parity][k^ or q^][group][j] */
 
     const int64_t h = blockIdx.x % p.H, n = blockIdx.x / p.H;
-    const int tid = threadIdx.x, j = tid % SP_KDA_D, grp = tid / SP_KDA_D;
-    const int lane = tid % 32, w = tid / 32, r0 = grp * RG;
+    const int tid = threadIdx.x, lane = tid % 32, w = tid / 32;
+    const int r = lane % 16;                                   /* row group */
+    const int j0 = w * COLS_PER_WARP + 4 * (lane / 16);         /* first column */
+    const int kq_lane = (lane >> 3) & 1;                       /* holds a q^ sum */
+    const int col = ((lane >> 2) & 1) * 2 + ((lane >> 1) & 1); /* its sum's column */
 
     /* Indices were not checked on the host (they live here): skip, writing
      * nothing, a sequence that would reach outside its tensors. The test is
@@ -146,76 +197,64 @@ static __global__ void __launch_bounds__(THREADS, 1) kda_prefill_kernel(kda_para
 #pragma unroll
     for (int e = 0; e < PER_LANE; e++) bias[e] = p.dt_bias[h * SP_KDA_D + lane + 32 * e];
 
-    const int64_t my_rows = (h * SP_KDA_D + j) * SP_KDA_D + r0; /* [., h, j, r0] */
-    const int64_t slot_base = slot * p.pitch + my_rows;
-    float S[RG];
-#pragma unroll
-    for (int i = 0; i < RG; i++)
-        S[i] = p.state_bf16 ? sp_bf16_to_f32(((const uint16_t *)p.state)[slot_base + i])
-                            : ((const float *)p.state)[slot_base + i];
+    const int64_t head = h * SP_KDA_D * SP_KDA_D;   /* [., h, 0, 0] within a slot/row */
+    const int64_t slot_base = slot * p.pitch + head;
+    float S[8][4];
+    tile_io(p.state, p.state_bf16, slot_base, r, j0, S, 1);
 
-    raw_token r;
-    if (w < L) load_token(p, bos + w, h, lane, r);
+    raw_token raw;
+    if (w < L) load_token(p, bos + w, h, lane, raw);
     int64_t since = 0;
     for (int64_t c0 = 0; c0 < L; c0 += CHUNK) {
         const int nt = (int)(L - c0 < CHUNK ? L - c0 : CHUNK);
-        __syncthreads(); /* the previous chunk's steps are done with s */
-        if (w < nt) prep_token(p, r, w, lane, expA, bias, s);
+        __syncthreads(); /* every warp is done with the previous chunk */
+        if (w < nt) prep_token(p, raw, w, lane, expA, bias, s);
         __syncthreads();
-        if (c0 + CHUNK + w < L) load_token(p, bos + c0 + CHUNK + w, h, lane, r);
+        if (c0 + CHUNK + w < L) load_token(p, bos + c0 + CHUNK + w, h, lane, raw);
 
         for (int i = 0; i < nt; i++) {
-            const float4 *k4 = (const float4 *)&s.k[i][r0];
-            const float4 *q4 = (const float4 *)&s.q[i][r0];
-            const float4 *d4 = (const float4 *)&s.dec[i][r0];
-            float ka = 0.0f, kb = 0.0f, qa = 0.0f, qb = 0.0f;
+            const float4 ka4 = *(const float4 *)&s.k[i][4 * r];
+            const float4 kb4 = *(const float4 *)&s.k[i][64 + 4 * r];
+            const float4 qa4 = *(const float4 *)&s.q[i][4 * r];
+            const float4 qb4 = *(const float4 *)&s.q[i][64 + 4 * r];
+            const float4 ea4 = *(const float4 *)&s.dec[i][4 * r];
+            const float4 eb4 = *(const float4 *)&s.dec[i][64 + 4 * r];
+            const float k[8] = {ka4.x, ka4.y, ka4.z, ka4.w, kb4.x, kb4.y, kb4.z, kb4.w};
+            const float q[8] = {qa4.x, qa4.y, qa4.z, qa4.w, qb4.x, qb4.y, qb4.z, qb4.w};
+            const float e[8] = {ea4.x, ea4.y, ea4.z, ea4.w, eb4.x, eb4.y, eb4.z, eb4.w};
+            float sums[8] = {0, 0, 0, 0, 0, 0, 0, 0}; /* S'^T k^ for 4 columns, then S'^T q^ */
 #pragma unroll
-            for (int x = 0; x < RG / 4; x++) {
-                const float4 kk = k4[x], qq = q4[x], dd = d4[x];
-                S[4 * x + 0] *= dd.x;
-                S[4 * x + 1] *= dd.y;
-                S[4 * x + 2] *= dd.z;
-                S[4 * x + 3] *= dd.w;
-                ka = fmaf(S[4 * x + 0], kk.x, ka);
-                kb = fmaf(S[4 * x + 1], kk.y, kb);
-                qa = fmaf(S[4 * x + 0], qq.x, qa);
-                qb = fmaf(S[4 * x + 1], qq.y, qb);
-                ka = fmaf(S[4 * x + 2], kk.z, ka);
-                kb = fmaf(S[4 * x + 3], kk.w, kb);
-                qa = fmaf(S[4 * x + 2], qq.z, qa);
-                qb = fmaf(S[4 * x + 3], qq.w, qb);
-            }
-            const int par = i & 1;
-            part[par][0][grp][j] = ka + kb;
-            part[par][1][grp][j] = qa + qb;
-            __syncthreads();
-            float kS = part[par][0][0][j];
+            for (int m = 0; m < 8; m++)
 #pragma unroll
-            for (int g2 = 1; g2 < NG; g2++) kS += part[par][0][g2][j];
-            const float bu = s.b[i] * (s.v[i][j] - kS);
+                for (int c = 0; c < 4; c++) {
+                    S[m][c] *= e[m];
+                    sums[c] = fmaf(S[m][c], k[m], sums[c]);
+                    sums[4 + c] = fmaf(S[m][c], q[m], sums[4 + c]);
+                }
+            const float total = halving_sum(sums, lane);
+            /* Lanes with a k^ sum own the delta of their column. */
+            const float mine = s.b[i] * (s.v[i][j0 + col] - total);
+            float bu[4];
 #pragma unroll
-            for (int x = 0; x < RG / 4; x++) {
-                const float4 kk = k4[x];
-                S[4 * x + 0] = fmaf(kk.x, bu, S[4 * x + 0]);
-                S[4 * x + 1] = fmaf(kk.y, bu, S[4 * x + 1]);
-                S[4 * x + 2] = fmaf(kk.z, bu, S[4 * x + 2]);
-                S[4 * x + 3] = fmaf(kk.w, bu, S[4 * x + 3]);
-            }
-            if (grp == 0) {
-                float qS = part[par][1][0][j];
+            for (int c = 0; c < 4; c++)
+                bu[c] = __shfl_sync(FULL, mine, (lane & 16) | ((c >> 1) << 2) | ((c & 1) << 1));
+            const float bu_col = __shfl_xor_sync(FULL, mine, 8);
+            if (kq_lane && !(lane & 1))
+                p.o[((bos + c0 + i) * p.H + h) * SP_KDA_D + j0 + col] =
+                    sp_f32_to_bf16(fmaf(bu_col, s.kq[i], total));
 #pragma unroll
-                for (int g2 = 1; g2 < NG; g2++) qS += part[par][1][g2][j];
-                p.o[((bos + c0 + i) * p.H + h) * SP_KDA_D + j] =
-                    sp_f32_to_bf16(fmaf(bu, s.kq[i], qS));
-            }
+            for (int m = 0; m < 8; m++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) S[m][c] = fmaf(k[m], bu[c], S[m][c]);
             if (p.interval > 0 && ++since == p.interval) {
-                store_rows(p.ckpt, p.state_bf16, crow * p.H * SP_KDA_D * SP_KDA_D + my_rows, S);
+                tile_io(p.ckpt, p.state_bf16, crow * p.H * SP_KDA_D * SP_KDA_D + head, r, j0, S,
+                        0);
                 crow++;
                 since = 0;
             }
         }
     }
-    store_rows(p.state, p.state_bf16, slot_base, S);
+    tile_io(p.state, p.state_bf16, slot_base, r, j0, S, 0);
 }
 
 extern "C" sp_status sp_kda_prefill_cuda_(const sp_kda_args *a, const sp_kda_dims *d,

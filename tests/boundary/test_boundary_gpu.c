@@ -259,6 +259,7 @@ static void k3_case(sp_kda_boundary *bd, int64_t T, int64_t H, int kind, sp_dtyp
         CUDA_OK(cudaGraphDestroy(g));
 
         /* The rules: a capture must repeat the warm-up's T, views, stream. */
+        reset_outputs(&p, dev);
         sp_kda_args t1 = a;
         sp_tensor *tt[6] = {&t1.q, &t1.k, &t1.v, &t1.g, &t1.o, &t1.beta};
         for (int i = 0; i < 6; i++) tt[i]->shape[1] -= 1;

@@ -161,6 +161,17 @@ static void noop_cases(void) {
     CHECK(untouched(&p, b));
     kp_free_copy(b);
     kp_free(&p);
+
+    /* H = 0: tokens and sequences, but no head to run. */
+    const int64_t five = 5;
+    kp_make(&p, 1, &five, 0, 0, SP_F32, SP_KDA_GATE_LOWER_BOUND, 0, 7);
+    kp_copy(&p, b);
+    kp_args(&p, b, sp_cpu(), &a);
+    CHECK_OK(sp_kda_prefill(&a, NULL));
+    CHECK_OK(sp_kda_prefill_reference(&a));
+    CHECK(untouched(&p, b));
+    kp_free_copy(b);
+    kp_free(&p);
 }
 
 /* Each mutation breaks one rule; the call must return its status and leave
