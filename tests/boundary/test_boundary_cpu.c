@@ -8,7 +8,7 @@
  * error, nothing written and no copy pass.
  */
 #include "check.h"
-#include "k3_fixture.h"
+#include "k3_problem.h"
 
 #include <string.h>
 

@@ -11,7 +11,7 @@
  * H = 4 for compute-sanitizer.
  */
 #include "check.h"
-#include "k3_fixture.h"
+#include "k3_problem.h"
 
 #include <string.h>
 

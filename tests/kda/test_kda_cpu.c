@@ -6,7 +6,7 @@
  * error and nothing written.
  */
 #include "check.h"
-#include "kda_fixture.h"
+#include "kda_problem.h"
 
 #include <math.h>
 #include <string.h>

@@ -6,7 +6,7 @@
  * written. SP_TEST_SMALL=1 shrinks it for compute-sanitizer.
  */
 #include "check.h"
-#include "kda_fixture.h"
+#include "kda_problem.h"
 
 #include <string.h>
 

@@ -10,7 +10,7 @@
  *      final state bit-identical to a run of the same problem on GPU 0 alone.
  */
 #include "check.h"
-#include "k3_fixture.h"
+#include "k3_problem.h"
 
 #include <pthread.h>
 #include <string.h>

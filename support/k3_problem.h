@@ -1,13 +1,13 @@
 /*
- * k3_fixture.h — K3-layout input buffers for the boundary tests (host
+ * k3_problem.h — K3-layout input buffers for the boundary tests (host
  * memory): the [T, 3P] convolution output holding q, k, v, the [T, W]
  * projection holding beta, and g, filled with valid bf16 values in the
- * ranges of kda_fixture.h, with the five views over them.
+ * ranges of kda_problem.h, with the five views over them.
  */
-#ifndef K3_FIXTURE_H
-#define K3_FIXTURE_H
+#ifndef SP_K3_PROBLEM_H
+#define SP_K3_PROBLEM_H
 
-#include "kda_fixture.h"
+#include "kda_problem.h"
 
 #include <stdlib.h>
 
@@ -57,4 +57,4 @@ static inline void k3_dense_copies(const k3_bufs *b, kda_problem *p) {
     }
 }
 
-#endif /* K3_FIXTURE_H */
+#endif /* SP_K3_PROBLEM_H */

@@ -1,13 +1,13 @@
 /*
- * kda_fixture.h — random KDA prefill problems for the kda and boundary
+ * kda_problem.h — random KDA prefill problems for the kda and boundary
  * tests: host buffers for every argument (outputs, unused state slots, slot
  * padding and spare checkpoint rows filled with random poison), sp_kda_args
  * over any copy of those buffers, and the comparisons the tests make
  * (norm ratio against a reference where values are written, byte equality
  * with the initial poison everywhere else).
  */
-#ifndef KDA_FIXTURE_H
-#define KDA_FIXTURE_H
+#ifndef SP_KDA_PROBLEM_H
+#define SP_KDA_PROBLEM_H
 
 #include "sp_support.h"
 #include "stridepack_kda.h"
@@ -82,4 +82,4 @@ double kp_state_tol(const kda_problem *p);
 /* 1 when SP_TEST_SMALL is set (and not "0"): tests shrink for sanitizers. */
 int kp_small(void);
 
-#endif /* KDA_FIXTURE_H */
+#endif /* SP_KDA_PROBLEM_H */

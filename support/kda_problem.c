@@ -1,5 +1,5 @@
-/* kda_fixture.c — see kda_fixture.h. */
-#include "kda_fixture.h"
+/* kda_problem.c — see kda_problem.h. */
+#include "kda_problem.h"
 
 #include <math.h>
 #include <stdio.h>
