@@ -211,6 +211,18 @@ int demo_run(const demo_options *o) {
         if (o->beta == DEMO_BETA_BOTH || o->beta == kind) rc |= run_layout(&m, o, kind, &rng);
     printf("\npk/lim: memcpy time over pack time (1.00 = one plain copy of the same bytes);\n"
            "4x/pk: one copy per strided tensor over the one-pass pack.\n");
-    printf("%s\n", rc ? "FAILED" : "OK: every element bit-exact, one pass per pack");
+    int64_t kt = o->kda_tokens;
+    if (kt < 0) kt = m.dev.type == SP_DEVICE_CUDA ? o->T : (o->T < 256 ? o->T : 256);
+    if (kt > 0) {
+        printf("\nEnd to end: strided inputs -> KDA input boundary -> prefill (4 sequences, "
+               "fp32 state,\ncheckpoints every 64 tokens), against the prefill on dense copies "
+               "(one eager run each)\n\n");
+        printf("%-18s %6s %4s %6s %4s %12s %12s  %s\n", "layout", "T", "H", "copied", "pass",
+               "boundary ms", "dense ms", "check");
+        for (int kind = 0; kind < 2; kind++)
+            if (o->beta == DEMO_BETA_BOTH || o->beta == kind)
+                rc |= demo_kda(&m, kt, o->H, kind, o->seed + 100 + (uint64_t)kind);
+    }
+    printf("\n%s\n", rc ? "FAILED" : "OK: every element bit-exact, one pass per pack");
     return rc;
 }

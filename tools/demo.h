@@ -10,6 +10,7 @@ enum { DEMO_DEVICE_AUTO, DEMO_DEVICE_CPU, DEMO_DEVICE_CUDA };
 
 typedef struct demo_options {
     int64_t T, H;
+    int64_t kda_tokens; /* end-to-end tokens; -1: T on CUDA, at most 256 on the CPU */
     int beta, device, reps;
     uint64_t seed;
 } demo_options;
@@ -29,6 +30,10 @@ typedef struct demo_mem {
     double (*timer_stop_ms)(void); /* waits for the device */
     const char *name;
 } demo_mem;
+
+/* Strided K3 inputs -> KDA boundary -> prefill, compared bit for bit with
+ * the prefill on dense copies; prints one row. @return 0 when equal. */
+int demo_kda(const demo_mem *m, int64_t T, int64_t H, int beta_kind, uint64_t seed);
 
 /* 0 and *m filled when the CUDA memory calls are usable. */
 int demo_cuda_mem(demo_mem *m);

@@ -10,7 +10,9 @@
  * [T, 128+H] or [T, 4P+128+H] projection; g dense), packs them with one
  * sp_pack, checks every element bit for bit against a naive element-by-element
  * reference, and times the one-pass pack against one copy per tensor and one
- * memcpy of the same bytes. Exit status 0 only if every element matched.
+ * memcpy of the same bytes. Then it runs the whole input path: the strided
+ * views through the KDA input boundary into the prefill, compared bit for bit
+ * with the prefill on dense copies. Exit status 0 only if everything matched.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "demo.h"
@@ -36,6 +38,9 @@ static void usage(FILE *f) {
             "  -d, --device DEV   auto, cpu or cuda (default auto: cuda when usable)\n"
             "  -r, --reps N       timed repetitions per arm (default 20)\n"
             "  -s, --seed S       random seed (default 1)\n"
+            "  -k, --kda-tokens N tokens of the end-to-end run (strided inputs ->\n"
+            "                     boundary -> KDA prefill); 0 skips it (default: T on\n"
+            "                     the GPU, at most 256 on the CPU)\n"
             "  -h, --help         this text\n");
 }
 
@@ -49,22 +54,26 @@ static int parse_i64(const char *s, int64_t lo, int64_t *out) {
 
 static int demo_main(int argc, char **argv) {
     demo_options o = {.T = 2048, .H = 96, .beta = DEMO_BETA_BOTH, .device = DEMO_DEVICE_AUTO,
-                      .reps = 20, .seed = 1};
+                      .reps = 20, .seed = 1, .kda_tokens = -1};
     static const struct option longopts[] = {
         {"tokens", required_argument, 0, 'T'}, {"heads", required_argument, 0, 'H'},
         {"beta", required_argument, 0, 'b'},   {"device", required_argument, 0, 'd'},
         {"reps", required_argument, 0, 'r'},   {"seed", required_argument, 0, 's'},
+        {"kda-tokens", required_argument, 0, 'k'},
         {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
     int c;
     int64_t v;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "T:H:b:d:r:s:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "T:H:b:d:r:s:k:h", longopts, NULL)) != -1) {
         switch (c) {
         case 'T':
             if (parse_i64(optarg, 0, &o.T)) goto bad;
             break;
         case 'H':
             if (parse_i64(optarg, 1, &o.H)) goto bad;
+            break;
+        case 'k':
+            if (parse_i64(optarg, 0, &o.kda_tokens)) goto bad;
             break;
         case 'r':
             if (parse_i64(optarg, 1, &v)) goto bad;
