@@ -9,9 +9,9 @@
  * then, timed alone: the prefill on dense inputs (one sequence) and the
  * whole sp_kda_boundary_run (pack + prefill). Before timing, the pack's
  * outputs are compared bit for bit with the separate copies'.
- * One JSON line per layout (also appended to argv[1], if given).
+ * One JSON line per layout (also appended to FILE with --json FILE).
  *
- * Run: build/bench/bench_boundary [out.json]
+ * Run: build/bench/bench_boundary [--json FILE]
  */
 #include "harness.h"
 #include "sp_support.h"
@@ -228,7 +228,14 @@ static void run_layout(const char *layout, int64_t H, int kind, cudaStream_t s, 
 }
 
 int main(int argc, char **argv) {
-    FILE *out = argc > 1 ? fopen(argv[1], "a") : NULL;
+    /* --json FILE (as bench_pack) appends the JSON lines to FILE. */
+    FILE *out = NULL;
+    if (argc == 3 && !strcmp(argv[1], "--json")) {
+        out = fopen(argv[2], "a");
+    } else if (argc != 1) {
+        fprintf(stderr, "usage: %s [--json FILE]\n", argv[0]);
+        return 2;
+    }
     cudaStream_t s;
     BENCH_CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     run_layout("K3-TP1", 96, SP_K3_BETA_FA, s, out);

@@ -2,7 +2,7 @@
  * bench_kda.c — throughput of the CUDA KDA prefill: T = 16384 tokens,
  * H = 96 heads, as one sequence and as 8 equal sequences, fp32 state (and
  * bf16 for comparison), no checkpoints. Prints one JSON line per case
- * (also appended to the file named by argv[1], if given).
+ * (also appended to FILE with --json FILE).
  *
  * The kernel runs one block per (sequence, head) through the sequence's
  * tokens one after another, so its time is (T / N) sequential token steps
@@ -10,7 +10,7 @@
  * multiprocessors. The JSON gives the per-step time of a block so that
  * figure can be read directly.
  *
- * Run: build/bench/bench_kda [out.json]
+ * Run: build/bench/bench_kda [--json FILE]
  */
 #include "harness.h"
 #include "stridepack_kda.h"
@@ -130,7 +130,14 @@ static void arm_prefill(void *ctx, cudaStream_t s) {
 }
 
 int main(int argc, char **argv) {
-    FILE *out = argc > 1 ? fopen(argv[1], "a") : NULL;
+    /* --json FILE (as bench_pack) appends the JSON lines to FILE. */
+    FILE *out = NULL;
+    if (argc == 3 && !strcmp(argv[1], "--json")) {
+        out = fopen(argv[2], "a");
+    } else if (argc != 1) {
+        fprintf(stderr, "usage: %s [--json FILE]\n", argv[0]);
+        return 2;
+    }
     char name[256];
     int sms = 0;
     size_t l2 = 0;
