@@ -180,8 +180,10 @@ static void ctx_free(ctx *c) {
 static int verify(ctx *c, cudaStream_t st) {
     if (c->ncopy == 0) return 1;
     set *s = &c->sets[0];
-    BENCH_CU(cudaMemset(s->ws, 0x5a, c->wsb));
-    BENCH_CU(cudaMemset(s->m2d_dst, 0xc3, c->copy_bytes));
+    /* Poison both outputs on the same stream as the copies (a non-blocking
+     * stream does not wait for the legacy default stream). */
+    BENCH_CU(cudaMemsetAsync(s->ws, 0x5a, c->wsb, st));
+    BENCH_CU(cudaMemsetAsync(s->m2d_dst, 0xc3, c->copy_bytes, st));
     arm a0 = {c, 0};
     arm_memcpy2d(&a0, st);
     sp_tensor out[NIN];

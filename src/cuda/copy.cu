@@ -7,11 +7,16 @@
  *     (__grid_constant__, read through the constant cache). There is no
  *     device table to allocate or upload, so a call allocates nothing,
  *     copies nothing host-to-device, never synchronizes, and is recorded as
- *     one kernel node by CUDA graph capture.
- *   - Each pair is cut into tiles of SP_TILE_BYTES (32 KiB whatever the word
- *     size), and a prefix sum of tile counts over the pairs maps a block to
- *     its pair. Blocks carry equal bytes, so a 400 MB q and a 3 MB beta
- *     share the machine evenly and nothing waits on one long pair.
+ *     one kernel node by CUDA graph capture. The block is kept small (a
+ *     compact per-pair record, capacities of 4 and 8 pairs for the usual
+ *     few tensors), since the driver copies it on every launch.
+ *   - Each pair is cut into tiles of SP_TILE_BYTES whatever the word size,
+ *     and tiles are dealt round-robin over the pairs, smallest pair first
+ *     (block 0 takes tile 0 of every pair in turn, and so on). Blocks carry
+ *     equal bytes, so a 400 MB q and a 3 MB beta share the machine evenly;
+ *     the small pairs finish early instead of forming the tail; and the
+ *     blocks in flight read q, k and v rows side by side, which for the K3
+ *     layout is one dense sweep of the [T, 3P] buffer.
  *   - A thread issues SP_UNROLL independent loads before its first store;
  *     consecutive threads take consecutive words, so a warp moves 512
  *     contiguous bytes per 16-byte access of a contiguous run.
@@ -27,10 +32,21 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#define SP_THREADS 256 /* per block */
-#define SP_UNROLL 8    /* loads in flight per thread before its first store */
-#define SP_UNROLL_GENERAL 4 /* fewer where the index math holds more registers */
-#define SP_TILE_BYTES (SP_THREADS * SP_UNROLL * 16)
+/* Launch shape, chosen by measurement on an H200 (K3 layouts against a
+ * plain device copy): 2 loads per thread with 8 blocks of 256 threads
+ * resident (64 KiB in flight per SM, 8 KiB tiles) beat 4 loads with 4 or 6
+ * blocks and 8 loads with 4 blocks; fewer, fuller threads and larger tiles
+ * leave more of each block's life without loads in flight. */
+#define SP_THREADS 256  /* per block */
+#define SP_UNROLL 2     /* loads in flight per thread before its first store */
+#define SP_MIN_BLOCKS 8 /* resident blocks per SM the register budget must allow */
+#define SP_MIN_BLOCKS_GENERAL 3
+#define SP_INTERLEAVE 1 /* deal tiles round-robin over pairs (0: pair after pair) */
+#define SP_TILE_BYTES (SP_THREADS * SP_UNROLL * 16) /* one round of 16-byte words */
+/* Capacities of the parameter block: the usual few tensors get a short one,
+ * since the driver copies it on every launch (about 0.35 us per KiB). */
+#define SP_CAP_4 4
+#define SP_CAP_8 8
 
 /* ---- descriptors as the kernel sees them ------------------------------- */
 
@@ -47,36 +63,56 @@ typedef struct sp_divisor {
 /* Index widths: units and divisors (I), byte offsets (O). */
 enum { SP_MODE_I32_O32 = 0, SP_MODE_I32_O64 = 1, SP_MODE_I64_O64 = 2, SP_MODES = 3 };
 
-typedef struct sp_kdesc {
+/* What every pair needs; all a pair with at most one outer dim needs. */
+typedef struct sp_kpair {
     uint64_t src, dst;      /* byte address of element 0 */
     uint64_t units;         /* moves of 1 << vec_log2 bytes */
     int64_t src_run_stride; /* bytes between moves of a run */
     int64_t dst_run_stride;
-    sp_divisor run;                        /* run_units */
-    sp_divisor outer[SP_DESC_OUTER - 1];   /* outer dims but the outermost */
-    int64_t src_outer[SP_DESC_OUTER];      /* bytes, innermost first */
-    int64_t dst_outer[SP_DESC_OUTER];
+    int64_t src_outer;      /* bytes, first outer dim (0 when there is none) */
+    int64_t dst_outer;
+    sp_divisor run;         /* run_units */
     int32_t vec_log2;
-    int32_t nouter;
     int32_t mode;
-    int32_t pad_;
-} sp_kdesc;
+} sp_kpair;
 
-/* CAP pairs per launch; tile_start is the prefix sum of tiles per pair
- * (tile_start[n] = all tiles). Entries past n are never read. A small CAP
- * keeps the parameter block, which the driver copies on every launch,
- * short for the usual handful of tensors. */
-template <int CAP> struct sp_kparams {
-    uint64_t tile_start[CAP + 1];
-    sp_kdesc d[CAP];
+/* The rest, for pairs with 2..7 outer dims (GENERAL launches only). */
+typedef struct sp_kouter {
+    sp_divisor div[SP_DESC_OUTER - 1]; /* outer dims but the outermost */
+    int64_t src[SP_DESC_OUTER];        /* bytes, innermost first */
+    int64_t dst[SP_DESC_OUTER];
+    int32_t n; /* outer dims */
+    int32_t pad_;
+} sp_kouter;
+
+/* The tile map: segment s covers blocks [start[s], start[s + 1]); in it,
+ * pairs s .. s + act[s] - 1 take turns, block start[s] + k getting tile
+ * round0[s] + k / act[s] of pair s + k % act[s]. Pairs are sorted by tile
+ * count, so segment s is where pair s - 1 has run out of tiles. */
+template <int CAP> struct sp_ktiles {
+    uint64_t start[CAP + 1];
+    uint64_t round0[CAP];
+    uint32_t act[CAP];
     int32_t n;
 };
 
+template <int CAP, bool GENERAL> struct sp_kparams;
+template <int CAP> struct sp_kparams<CAP, false> {
+    sp_ktiles<CAP> map;
+    sp_kpair d[CAP];
+};
+template <int CAP> struct sp_kparams<CAP, true> {
+    sp_ktiles<CAP> map;
+    sp_kpair d[CAP];
+    sp_kouter o[CAP];
+};
+
 /* CUDA 12.1+ on Volta and later: kernel parameters up to 32764 bytes. */
-static_assert(sizeof(sp_kparams<SP_MAX_PAIRS_PER_LAUNCH>) <= 32764,
+static_assert(sizeof(sp_kparams<SP_MAX_PAIRS_PER_LAUNCH, true>) <= 32764,
               "descriptors of one launch exceed the kernel parameter limit");
-static_assert((SP_MAX_PAIRS_PER_LAUNCH & (SP_MAX_PAIRS_PER_LAUNCH - 1)) == 0,
-              "the pair search assumes a power-of-two capacity");
+static_assert((SP_MAX_PAIRS_PER_LAUNCH & (SP_MAX_PAIRS_PER_LAUNCH - 1)) == 0 &&
+                  (SP_CAP_4 & (SP_CAP_4 - 1)) == 0 && (SP_CAP_8 & (SP_CAP_8 - 1)) == 0,
+              "the segment search assumes power-of-two capacities");
 
 /* ---- device side --------------------------------------------------------- */
 
@@ -93,88 +129,112 @@ static __device__ __forceinline__ int64_t sp_signed(uint32_t x) { return (int32_
 static __device__ __forceinline__ int64_t sp_signed(uint64_t x) { return (int64_t)x; }
 
 /* Byte offsets of unit u in the source and the destination. Without
- * GENERAL the pair has at most one outer dim (the K3 layouts do), which
- * needs one divide and few live registers. */
+ * GENERAL the pair has at most one outer dim (the K3 layouts do): one
+ * divide and few live registers. */
 template <bool GENERAL, typename I, typename O>
-static __device__ __forceinline__ void sp_unit_offsets(const sp_kdesc &d, I u, O *so, O *to) {
+static __device__ __forceinline__ void sp_unit_offsets(const sp_kpair &d, const sp_kouter *x, I u,
+                                                       O *so, O *to) {
     I o = sp_div(u, d.run);
     const I i = u - o * (I)d.run.d;
     O s = (O)i * (O)d.src_run_stride;
     O t = (O)i * (O)d.dst_run_stride;
     if (!GENERAL) {
-        s += (O)o * (O)d.src_outer[0]; /* adds 0 when nouter == 0: o is 0 */
-        t += (O)o * (O)d.dst_outer[0];
+        s += (O)o * (O)d.src_outer; /* adds 0 when there is no outer dim: o is 0 */
+        t += (O)o * (O)d.dst_outer;
     } else {
 #pragma unroll
         for (int j = 0; j < SP_DESC_OUTER - 1; j++) {
-            if (j + 1 >= d.nouter) break;
-            const I q = sp_div(o, d.outer[j]);
-            const I idx = o - q * (I)d.outer[j].d;
-            s += (O)idx * (O)d.src_outer[j];
-            t += (O)idx * (O)d.dst_outer[j];
+            if (j + 1 >= x->n) break;
+            const I q = sp_div(o, x->div[j]);
+            const I idx = o - q * (I)x->div[j].d;
+            s += (O)idx * (O)x->src[j];
+            t += (O)idx * (O)x->dst[j];
             o = q;
         }
-        /* the outermost dim takes what is left */
-        s += (O)o * (O)d.src_outer[d.nouter - 1];
-        t += (O)o * (O)d.dst_outer[d.nouter - 1];
+        if (x->n > 0) { /* the outermost dim takes what is left */
+            s += (O)o * (O)x->src[x->n - 1];
+            t += (O)o * (O)x->dst[x->n - 1];
+        }
     }
     *so = s;
     *to = t;
 }
 
 /* Move one tile of a pair: SP_TILE_BYTES from unit `first` on, in rounds of
- * U words per thread. */
+ * SP_UNROLL words per thread (16 / sizeof(W) rounds). */
 template <bool GENERAL, typename W, typename I, typename O>
-static __device__ __forceinline__ void sp_copy_tile(const sp_kdesc &d, uint64_t first64) {
-    constexpr int U = GENERAL ? SP_UNROLL_GENERAL : SP_UNROLL;
-    constexpr int ROUNDS = (int)(SP_TILE_BYTES / sizeof(W) / (U * SP_THREADS));
+static __device__ __forceinline__ void sp_copy_tile(const sp_kpair &d, const sp_kouter *x,
+                                                    uint64_t first64) {
+    constexpr int ROUNDS = (int)(SP_TILE_BYTES / sizeof(W) / (SP_UNROLL * SP_THREADS));
     const char *src = (const char *)(uintptr_t)d.src;
     char *dst = (char *)(uintptr_t)d.dst;
     const I units = (I)d.units;
     const I first = (I)first64;
 #pragma unroll 1
     for (int r = 0; r < ROUNDS; r++) {
-        const I base = first + (I)(r * U * SP_THREADS + (int)threadIdx.x);
+        const I base = first + (I)(r * SP_UNROLL * SP_THREADS + (int)threadIdx.x);
         if (base >= units) break;
-        W v[U];
-        O to[U];
+        W v[SP_UNROLL];
+        O to[SP_UNROLL];
         /* Loads past the end re-read the last unit, so all of them issue
          * back to back without branches; only the stores are predicated. */
 #pragma unroll
-        for (int k = 0; k < U; k++) {
+        for (int k = 0; k < SP_UNROLL; k++) {
             const I u = base + (I)(k * SP_THREADS);
             O so;
-            sp_unit_offsets<GENERAL, I, O>(d, u < units ? u : units - 1, &so, &to[k]);
+            sp_unit_offsets<GENERAL, I, O>(d, x, u < units ? u : units - 1, &so, &to[k]);
             v[k] = __ldg((const W *)(src + sp_signed(so)));
         }
 #pragma unroll
-        for (int k = 0; k < U; k++) {
+        for (int k = 0; k < SP_UNROLL; k++) {
             const I u = base + (I)(k * SP_THREADS);
             if (u < units) *(W *)(dst + sp_signed(to[k])) = v[k];
         }
     }
 }
 
+template <int CAP>
+static __device__ __forceinline__ const sp_kouter *sp_outer_of(const sp_kparams<CAP, false> &,
+                                                               int) {
+    return nullptr;
+}
+template <int CAP>
+static __device__ __forceinline__ const sp_kouter *sp_outer_of(const sp_kparams<CAP, true> &P,
+                                                               int p) {
+    return &P.o[p];
+}
+
 /* GENERAL: some pair has two or more outer dims. The bounds cap registers
- * (64 and 85 a thread) at what each variant needs without spilling, which
- * keeps four or three blocks resident per multiprocessor. */
+ * (32 and 85 a thread) at what each variant needs without spilling, so
+ * that eight or three blocks stay resident per multiprocessor. */
 template <int CAP, bool GENERAL>
-static __global__ void __launch_bounds__(SP_THREADS, GENERAL ? 3 : 4)
-    sp_copy_kernel(const __grid_constant__ sp_kparams<CAP> P) {
-    const uint64_t total = P.tile_start[P.n];
+static __global__ void __launch_bounds__(SP_THREADS, GENERAL ? SP_MIN_BLOCKS_GENERAL : SP_MIN_BLOCKS)
+    sp_copy_kernel(const __grid_constant__ sp_kparams<CAP, GENERAL> P) {
+    const sp_ktiles<CAP> &m = P.map;
+    const uint64_t total = m.start[m.n];
     for (uint64_t t = blockIdx.x; t < total; t += gridDim.x) {
-        /* The last pair whose first tile is <= t (binary lifting). */
-        int p = 0;
+        int s = 0; /* the last segment that starts at or before t */
 #pragma unroll
         for (int step = CAP / 2; step > 0; step >>= 1)
-            if (p + step < P.n && P.tile_start[p + step] <= t) p += step;
-        const sp_kdesc &d = P.d[p];
-        const uint64_t first = (t - P.tile_start[p]) * (uint64_t)(SP_TILE_BYTES >> d.vec_log2);
+            if (s + step < m.n && m.start[s + step] <= t) s += step;
+        const uint64_t off = t - m.start[s];
+        const uint32_t act = m.act[s];
+        const uint64_t k = act == 1 ? off : off / act;
+        const int p = s + (int)(off - k * act);
+        const sp_kpair &d = P.d[p];
+        const sp_kouter *x = sp_outer_of(P, p);
+        const uint64_t first = (m.round0[s] + k) * (uint64_t)(SP_TILE_BYTES >> d.vec_log2);
         switch (d.vec_log2 * SP_MODES + d.mode) {
 #define SP_CASE(LOG2, W)                                                                   \
-    case LOG2 * SP_MODES + SP_MODE_I32_O32: sp_copy_tile<GENERAL, W, uint32_t, uint32_t>(d, first); break; \
-    case LOG2 * SP_MODES + SP_MODE_I32_O64: sp_copy_tile<GENERAL, W, uint32_t, uint64_t>(d, first); break; \
-    case LOG2 * SP_MODES + SP_MODE_I64_O64: sp_copy_tile<GENERAL, W, uint64_t, uint64_t>(d, first); break;
+    case LOG2 * SP_MODES + SP_MODE_I32_O32:                                                \
+        sp_copy_tile<GENERAL, W, uint32_t, uint32_t>(d, x, first);                          \
+        break;                                                                             \
+    case LOG2 * SP_MODES + SP_MODE_I32_O64:                                                \
+        sp_copy_tile<GENERAL, W, uint32_t, uint64_t>(d, x, first);                          \
+        break;                                                                             \
+    case LOG2 * SP_MODES + SP_MODE_I64_O64:                                                \
+        sp_copy_tile<GENERAL, W, uint64_t, uint64_t>(d, x, first);                          \
+        break;
             SP_CASE(0, uint8_t)
             SP_CASE(1, uint16_t)
             SP_CASE(2, uint32_t)
@@ -213,15 +273,22 @@ static int sp_log2_vec(int32_t vec) {
     }
 }
 
-/* Translate the planner's descriptor; the planner already validated the
- * pair, so a failure here is a broken internal contract. */
-static sp_status sp_kdesc_from(const sp_copy_desc *c, int i, sp_kdesc *k) {
-    const int lv = sp_log2_vec(c->vec);
-    SP_REQUIRE(lv >= 0 && c->units > 0 && c->run_units > 0 && c->nouter >= 0 &&
-                   c->nouter <= SP_DESC_OUTER,
+/* The planner validated every pair; a malformed descriptor here is a broken
+ * internal contract, reported rather than run. */
+static sp_status sp_check_desc(const sp_copy_desc *c, int i) {
+    SP_REQUIRE(sp_log2_vec(c->vec) >= 0 && c->units > 0 && c->run_units > 0 &&
+                   c->units % c->run_units == 0 && c->nouter >= 0 && c->nouter <= SP_DESC_OUTER,
                SP_ERR_INVALID_ARGUMENT,
                "descs[%d]: malformed copy descriptor (vec %d, units %lld, run %lld, nouter %d)", i,
                (int)c->vec, (long long)c->units, (long long)c->run_units, (int)c->nouter);
+    for (int j = 0; j < c->nouter; j++)
+        SP_REQUIRE(c->outer_shape[j] > 0, SP_ERR_INVALID_ARGUMENT,
+                   "descs[%d]: outer_shape[%d] = %lld is not positive", i, j,
+                   (long long)c->outer_shape[j]);
+    return SP_OK;
+}
+
+static void sp_fill_pair(const sp_copy_desc *c, sp_kpair *k, sp_kouter *x) {
     const int64_t lim32 = INT32_MAX;
     const int idx32 = c->units <= lim32; /* every divisor is <= units */
     const int off32 = c->src_span <= lim32 && c->dst_span <= lim32;
@@ -230,46 +297,87 @@ static sp_status sp_kdesc_from(const sp_copy_desc *c, int i, sp_kdesc *k) {
     k->units = (uint64_t)c->units;
     k->src_run_stride = c->src_run_stride;
     k->dst_run_stride = c->dst_run_stride;
-    k->vec_log2 = lv;
-    k->nouter = c->nouter;
-    k->mode = !idx32 ? SP_MODE_I64_O64 : off32 ? SP_MODE_I32_O32 : SP_MODE_I32_O64;
-    k->pad_ = 0;
+    k->src_outer = c->nouter > 0 ? c->src_outer_stride[0] : 0;
+    k->dst_outer = c->nouter > 0 ? c->dst_outer_stride[0] : 0;
     k->run = sp_make_divisor((uint64_t)c->run_units, !idx32);
-    k->src_outer[0] = k->dst_outer[0] = 0; /* read, times 0, when nouter == 0 */
+    k->vec_log2 = sp_log2_vec(c->vec);
+    k->mode = !idx32 ? SP_MODE_I64_O64 : off32 ? SP_MODE_I32_O32 : SP_MODE_I32_O64;
+    if (!x) return;
+    x->n = c->nouter;
+    x->pad_ = 0;
     for (int j = 0; j < c->nouter; j++) {
-        SP_REQUIRE(c->outer_shape[j] > 0, SP_ERR_INVALID_ARGUMENT,
-                   "descs[%d]: outer_shape[%d] = %lld is not positive", i, j,
-                   (long long)c->outer_shape[j]);
-        if (j < SP_DESC_OUTER - 1) k->outer[j] = sp_make_divisor((uint64_t)c->outer_shape[j], !idx32);
-        k->src_outer[j] = c->src_outer_stride[j];
-        k->dst_outer[j] = c->dst_outer_stride[j];
+        if (j < SP_DESC_OUTER - 1) x->div[j] = sp_make_divisor((uint64_t)c->outer_shape[j], !idx32);
+        x->src[j] = c->src_outer_stride[j];
+        x->dst[j] = c->dst_outer_stride[j];
     }
+}
+
+template <int CAP> static sp_kouter *sp_outer_slot(sp_kparams<CAP, false> &, int) { return NULL; }
+template <int CAP> static sp_kouter *sp_outer_slot(sp_kparams<CAP, true> &P, int p) {
+    return &P.o[p];
+}
+
+/* Fill the parameter block (pairs in `order`, which sorts them by tile
+ * count) and launch. Only the first n entries of each array are written or
+ * read. */
+template <int CAP, bool GENERAL>
+static sp_status sp_launch(const sp_copy_desc *descs, const int *order, const uint64_t *tiles,
+                           int n, cudaStream_t stream) {
+    sp_kparams<CAP, GENERAL> P;
+    sp_ktiles<CAP> &m = P.map;
+    uint64_t start = 0, prev = 0;
+    for (int s = 0; s < n; s++) {
+        sp_fill_pair(&descs[order[s]], &P.d[s], sp_outer_slot(P, s));
+        const uint64_t c = tiles[order[s]];
+        m.start[s] = start;
+        if (SP_INTERLEAVE) { /* rounds prev .. c - 1, pairs s .. n - 1 in turn */
+            m.round0[s] = prev;
+            m.act[s] = (uint32_t)(n - s);
+            start += (c - prev) * (uint64_t)(n - s);
+            prev = c;
+        } else { /* all of pair s */
+            m.round0[s] = 0;
+            m.act[s] = 1;
+            start += c;
+        }
+    }
+    m.start[n] = start;
+    m.n = n;
+    /* One block per tile; the kernel loops should a grid ever be capped. */
+    const unsigned grid = start < (uint64_t)INT32_MAX ? (unsigned)start : (unsigned)INT32_MAX;
+    /* cudaLaunchKernel returns this launch's own error, where the
+     * last-error state (cudaGetLastError) may hold an older one of the
+     * caller's. */
+    void *args[] = {&P};
+    SP_CUDA_CHECK(cudaLaunchKernel((const void *)sp_copy_kernel<CAP, GENERAL>, dim3(grid),
+                                   dim3(SP_THREADS), args, 0, stream));
     return SP_OK;
 }
 
-template <int CAP>
-static sp_status sp_launch_copy(const sp_copy_desc *descs, int n, cudaStream_t stream) {
-    sp_kparams<CAP> P; /* only the first n entries are filled or read */
-    uint64_t tiles = 0;
+static sp_status sp_plan_and_launch(const sp_copy_desc *descs, int n, cudaStream_t stream) {
+    uint64_t tiles[SP_MAX_PAIRS_PER_LAUNCH];
+    int order[SP_MAX_PAIRS_PER_LAUNCH];
     bool general = false;
     for (int i = 0; i < n; i++) {
-        SP_FORWARD(sp_kdesc_from(&descs[i], i, &P.d[i]));
-        general = general || P.d[i].nouter > 1;
-        const uint64_t tile_units = (uint64_t)(SP_TILE_BYTES >> P.d[i].vec_log2);
-        P.tile_start[i] = tiles;
-        tiles += (P.d[i].units + tile_units - 1) / tile_units;
+        SP_FORWARD(sp_check_desc(&descs[i], i));
+        const uint64_t tile_units = (uint64_t)(SP_TILE_BYTES / descs[i].vec);
+        tiles[i] = ((uint64_t)descs[i].units + tile_units - 1) / tile_units;
+        general = general || descs[i].nouter > 1;
+        int j = i; /* insertion sort by tile count, fewest first */
+        while (j > 0 && tiles[order[j - 1]] > tiles[i]) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = i;
     }
-    P.tile_start[n] = tiles;
-    P.n = n;
-    /* One block per tile; the kernel loops should a grid ever be capped. */
-    const unsigned grid = tiles < (uint64_t)INT32_MAX ? (unsigned)tiles : (unsigned)INT32_MAX;
-    /* cudaLaunchKernel returns this launch's own error; the last-error
-     * state (cudaGetLastError) may hold an older one of the caller's. */
-    const void *kernel = general ? (const void *)sp_copy_kernel<CAP, true>
-                                 : (const void *)sp_copy_kernel<CAP, false>;
-    void *args[] = {&P};
-    SP_CUDA_CHECK(cudaLaunchKernel(kernel, dim3(grid), dim3(SP_THREADS), args, 0, stream));
-    return SP_OK;
+    if (n <= SP_CAP_4)
+        return general ? sp_launch<SP_CAP_4, true>(descs, order, tiles, n, stream)
+                       : sp_launch<SP_CAP_4, false>(descs, order, tiles, n, stream);
+    if (n <= SP_CAP_8)
+        return general ? sp_launch<SP_CAP_8, true>(descs, order, tiles, n, stream)
+                       : sp_launch<SP_CAP_8, false>(descs, order, tiles, n, stream);
+    return general ? sp_launch<SP_MAX_PAIRS_PER_LAUNCH, true>(descs, order, tiles, n, stream)
+                   : sp_launch<SP_MAX_PAIRS_PER_LAUNCH, false>(descs, order, tiles, n, stream);
 }
 
 extern "C" sp_status sp_cuda_copy(const sp_copy_desc *descs, int n, int device,
@@ -278,9 +386,16 @@ extern "C" sp_status sp_cuda_copy(const sp_copy_desc *descs, int n, int device,
                "descs: %d descriptors, expected 1..%d", n, SP_MAX_PAIRS_PER_LAUNCH);
     int prev = 0;
     SP_CUDA_CHECK(cudaGetDevice(&prev));
-    if (prev != device) SP_CUDA_CHECK(cudaSetDevice(device));
-    sp_status s = n <= 8 ? sp_launch_copy<8>(descs, n, stream)
-                         : sp_launch_copy<SP_MAX_PAIRS_PER_LAUNCH>(descs, n, stream);
+    if (prev != device) {
+        /* Name a missing device ourselves rather than through a failed
+         * cudaSetDevice, which tools report as an API error. */
+        int count = 0;
+        SP_CUDA_CHECK(cudaGetDeviceCount(&count));
+        SP_REQUIRE(device >= 0 && device < count, SP_ERR_NO_DEVICE,
+                   "cuda:%d: no such device (this process sees %d)", device, count);
+        SP_CUDA_CHECK(cudaSetDevice(device));
+    }
+    sp_status s = sp_plan_and_launch(descs, n, (cudaStream_t)stream);
     if (prev != device) { /* restore the caller's device on every path */
         cudaError_t e = cudaSetDevice(prev);
         if (e != cudaSuccess && s == SP_OK)
@@ -290,10 +405,18 @@ extern "C" sp_status sp_cuda_copy(const sp_copy_desc *descs, int n, int device,
 }
 
 extern "C" int sp_cuda_available(void) {
+    /* The device count is fixed for the life of the process, and this runs
+     * on every call that touches CUDA tensors: ask the runtime once. A race
+     * between first callers only computes the same answer twice. */
+    static int cached = -1;
+    int v = __atomic_load_n(&cached, __ATOMIC_ACQUIRE);
+    if (v >= 0) return v;
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {
         (void)cudaGetLastError(); /* "no device" is an answer, not an error to keep */
-        return 0;
+        n = 0;
     }
-    return n > 0;
+    v = n > 0;
+    __atomic_store_n(&cached, v, __ATOMIC_RELEASE);
+    return v;
 }
