@@ -31,10 +31,8 @@ sp_status sp_check_device_usable(sp_device dev) {
     return SP_OK;
 }
 
-static sp_status check_pair(const sp_copy_pair *p, size_t i, sp_device dev) {
-    char sn[48], dn[48];
-    snprintf(sn, sizeof sn, "pairs[%zu].src", i);
-    snprintf(dn, sizeof dn, "pairs[%zu].dst", i);
+static sp_status check_pair_named(const sp_copy_pair *p, size_t i, sp_device dev,
+                                  const char *sn, const char *dn) {
     SP_FORWARD(sp_tensor_check_aligned(&p->src, sn));
     SP_FORWARD(sp_tensor_check_aligned(&p->dst, dn));
     SP_FORWARD(sp_check_same_device(&p->src, dev, sn));
@@ -49,6 +47,15 @@ static sp_status check_pair(const sp_copy_pair *p, size_t i, sp_device dev) {
     SP_REQUIRE(!sp_tensor_self_overlaps(&p->dst), SP_ERR_OVERLAP,
                "%s: two elements share memory (zero or interleaved strides)", dn);
     return SP_OK;
+}
+
+/* Names are formatted only once a check has failed (the per-call path). */
+static sp_status check_pair(const sp_copy_pair *p, size_t i, sp_device dev) {
+    if (check_pair_named(p, i, dev, "", "") == SP_OK) return SP_OK;
+    char sn[48], dn[48];
+    snprintf(sn, sizeof sn, "pairs[%zu].src", i);
+    snprintf(dn, sizeof dn, "pairs[%zu].dst", i);
+    return check_pair_named(p, i, dev, sn, dn);
 }
 
 /* No destination may share a byte with another destination or any source. */

@@ -18,20 +18,33 @@ static uint64_t dense_bytes(const sp_tensor *t, int *ovf) {
     return b;
 }
 
-static sp_status check_inputs(const sp_tensor *inputs, size_t n, int aligned, uint64_t *need) {
+/* The argument name is formatted only once a check has failed: this is the
+ * per-call path, and snprintf costs more than the checks. */
+static sp_status check_input(const sp_tensor *t, size_t i, int aligned, sp_device dev) {
+    sp_status s = aligned ? sp_tensor_check_aligned(t, "") : sp_tensor_check(t, "");
+    if (s == SP_OK && aligned) s = sp_check_same_device(t, dev, "");
+    if (s == SP_OK) return SP_OK;
+    char name[32];
+    snprintf(name, sizeof name, "inputs[%zu]", i);
+    SP_FORWARD(aligned ? sp_tensor_check_aligned(t, name) : sp_tensor_check(t, name));
+    return sp_check_same_device(t, dev, name);
+}
+
+/* Validate the inputs (with alignment and one device when `aligned`), sum
+ * the workspace they need, and note which are dense (dense may be NULL). */
+static sp_status check_inputs(const sp_tensor *inputs, size_t n, int aligned, uint64_t *need,
+                              unsigned char *dense) {
     SP_REQUIRE(n == 0 || inputs != NULL, SP_ERR_INVALID_ARGUMENT, "inputs: NULL with n = %zu", n);
     uint64_t total = 0;
     for (size_t i = 0; i < n; i++) {
-        char name[32];
-        snprintf(name, sizeof name, "inputs[%zu]", i);
-        SP_FORWARD(aligned ? sp_tensor_check_aligned(&inputs[i], name)
-                           : sp_tensor_check(&inputs[i], name));
-        if (aligned) SP_FORWARD(sp_check_same_device(&inputs[i], inputs[0].device, name));
-        if (sp_tensor_is_dense(&inputs[i])) continue;
+        SP_FORWARD(check_input(&inputs[i], i, aligned, inputs[0].device));
+        int is_dense = sp_tensor_is_dense(&inputs[i]);
+        if (dense) dense[i] = (unsigned char)is_dense;
+        if (is_dense) continue;
         int ovf = 0;
         uint64_t b = round_up(dense_bytes(&inputs[i], &ovf), SP_PACK_ALIGN);
-        SP_REQUIRE(!ovf && total + b >= total, SP_ERR_OVERFLOW, "%s: workspace size overflows",
-                   name);
+        SP_REQUIRE(!ovf && total + b >= total, SP_ERR_OVERFLOW,
+                   "inputs[%zu]: workspace size overflows", i);
         total += b;
     }
     *need = total ? total + SP_PACK_ALIGN - 1 : 0;
@@ -41,8 +54,8 @@ static sp_status check_inputs(const sp_tensor *inputs, size_t n, int aligned, ui
 
 sp_status sp_pack_workspace_bytes(const sp_tensor *inputs, size_t n, size_t *bytes) {
     SP_REQUIRE(bytes != NULL, SP_ERR_INVALID_ARGUMENT, "bytes: output pointer is NULL");
-    uint64_t need;
-    SP_FORWARD(check_inputs(inputs, n, 0, &need));
+    uint64_t need = 0;
+    SP_FORWARD(check_inputs(inputs, n, 0, &need, NULL));
     *bytes = (size_t)need;
     return SP_OK;
 }
@@ -52,8 +65,9 @@ sp_status sp_pack(const sp_tensor *inputs, size_t n, void *workspace, size_t wor
     SP_REQUIRE(n == 0 || outputs != NULL, SP_ERR_INVALID_ARGUMENT, "outputs: NULL with n = %zu", n);
     SP_REQUIRE(n <= SP_PACK_STACK, SP_ERR_UNSUPPORTED, "inputs: %zu tensors, at most %d per sp_pack",
                n, SP_PACK_STACK);
-    uint64_t need;
-    SP_FORWARD(check_inputs(inputs, n, 1, &need));
+    uint64_t need = 0;
+    unsigned char dense[SP_PACK_STACK];
+    SP_FORWARD(check_inputs(inputs, n, 1, &need, dense));
     if (need > 0) {
         SP_REQUIRE(workspace != NULL, SP_ERR_INVALID_ARGUMENT,
                    "workspace: NULL, but %llu bytes are needed", (unsigned long long)need);
@@ -69,7 +83,7 @@ sp_status sp_pack(const sp_tensor *inputs, size_t n, void *workspace, size_t wor
     uintptr_t slot = (uintptr_t)round_up((uintptr_t)workspace, SP_PACK_ALIGN);
     const uintptr_t used_lo = slot;
     for (size_t i = 0; i < n; i++) {
-        if (sp_tensor_is_dense(&inputs[i])) continue;
+        if (dense[i]) continue;
         sp_copy_pair *p = &pairs[np++];
         p->src = inputs[i];
         p->dst = inputs[i];
@@ -88,13 +102,7 @@ sp_status sp_pack(const sp_tensor *inputs, size_t n, void *workspace, size_t wor
     }
     if (np > 0) SP_FORWARD(sp_copy_validated(pairs, np, stream));
 
-    for (size_t i = 0, k = 0; i < n; i++) {
-        if (sp_tensor_is_dense(&inputs[i])) {
-            outputs[i] = inputs[i];
-        } else {
-            outputs[i] = pairs[k++].dst;
-        }
-    }
+    for (size_t i = 0, k = 0; i < n; i++) outputs[i] = dense[i] ? inputs[i] : pairs[k++].dst;
     if (n_copied) *n_copied = np;
     return SP_OK;
 }
