@@ -1,36 +1,30 @@
 #!/usr/bin/env bash
-# On a machine with a GPU: build, run every test (GPU tiers included), the GPU
-# tests under compute-sanitizer (memcheck, racecheck) at reduced sizes, the
-# demo, and every benchmark. Logs and JSON go to OUTDIR; a summary table is
-# printed last.
+# On a machine with a GPU: build, run every test (GPU tiers included), the
+# demo, every benchmark, and the GPU tests under compute-sanitizer (memcheck,
+# racecheck) at reduced sizes. Logs and JSON go to OUTDIR; a summary table is
+# printed last. OUTDIR ends up holding the JSON results and logs.tar.gz.
 #   tools/gpu_check.sh OUTDIR [BUILD_DIR]
 set -uo pipefail
 out=${1:?usage: tools/gpu_check.sh OUTDIR [BUILD_DIR]}
+mkdir -p "$out" && out=$(cd "$out" && pwd)
 build=${2:-build-gpu}
-mkdir -p "$out"
+logs=$out/logs
+mkdir -p "$logs"
 cd "$(dirname "$0")/.."
 san=${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer
 summary=()
-step() { # step NAME CMD... : run, log to OUTDIR/NAME.log, record the outcome
+step() { # step NAME CMD... : run, log to OUTDIR/logs/NAME.log, record the outcome
   local name=$1; shift
   local t0=$SECONDS
-  "$@" >"$out/$name.log" 2>&1
+  "$@" >"$logs/$name.log" 2>&1
   local rc=$?
   summary+=("$(printf '%-28s rc=%-3s %4ss' "$name" "$rc" $((SECONDS - t0)))")
   return $rc
 }
 
-step configure cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSP_FUZZ=OFF || { cat "$out/configure.log"; exit 1; }
-step build cmake --build "$build" -j "$(nproc)" || { tail -40 "$out/build.log"; exit 1; }
+step configure cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSP_FUZZ=OFF || { cat "$logs/configure.log"; exit 1; }
+step build cmake --build "$build" -j "$(nproc)" || { tail -40 "$logs/build.log"; exit 1; }
 step ctest ctest --test-dir "$build" --output-on-failure -j 4
-gpu_tests="test_gpu_copy test_gpu_errors test_gpu_pack test_kda_gpu test_boundary_gpu"
-for tool in memcheck racecheck; do
-  for t in $gpu_tests; do
-    exe=$(find "$build/tests" -type f -name "$t" | head -n 1)
-    SP_TEST_SMALL=1 SP_GPU_TEST_QUICK=1 step "san_${tool}_$t" \
-      "$san" --tool "$tool" --error-exitcode 99 "$exe"
-  done
-done
 step demo "$build/tools/stridepack" demo --device cuda
 rm -f "$out"/h200_*.json
 step bench_pack "$build/bench/bench_pack" --json "$out/h200_pack.json"
@@ -39,8 +33,17 @@ step bench_boundary "$build/bench/bench_boundary" --json "$out/h200_boundary.jso
 STRIDEPACK_LIBRARY=$(find "$build/src" -name 'libstridepack.so' | head -n 1) PYTHONPATH=python \
   step anchors python3 bench/anchors.py --json "$out/h200_anchors.json"
 
-grep -E "tests passed|tests failed|Not Run|\(Failed\)|Skipped" "$out/ctest.log" | tail -15
-grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$out"/san_*.log | sort | uniq -c
-tail -6 "$out/demo.log"
-for f in bench_pack bench_boundary anchors; do echo "== $f"; grep -vE '^\{' "$out/$f.log" | tail -14; done
+gpu_tests="test_gpu_copy test_gpu_errors test_gpu_pack test_kda_gpu test_boundary_gpu"
+for tool in memcheck racecheck; do
+  for t in $gpu_tests; do
+    exe=$(find "$build/tests" -type f -name "$t" | head -n 1)
+    SP_TEST_SMALL=1 SP_GPU_TEST_QUICK=1 step "san_${tool}_$t" \
+      "$san" --tool "$tool" --error-exitcode 99 "$exe"
+  done
+done
+grep -E "tests passed|tests failed|Not Run|\(Failed\)|Skipped" "$logs/ctest.log" | tail -15
+grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$logs"/san_*.log | sort | uniq -c
+tail -6 "$logs/demo.log"
+for f in bench_pack bench_boundary anchors; do echo "== $f"; grep -vE '^\{' "$logs/$f.log" | tail -14; done
 printf '%s\n' "${summary[@]}"
+tar -czf "$out/logs.tar.gz" -C "$out" logs && rm -rf "$logs"
