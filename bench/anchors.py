@@ -9,7 +9,9 @@ projection). Arms:
   limit        one contiguous torch copy of the same total bytes (cudaMemcpyAsync)
   torch4       four .copy_ into preallocated dense tensors
   torch4_graph the same four copies captured in a CUDA graph
-  sp_eager     stridepack.pack through the Python binding (one launch)
+  sp_eager     stridepack.pack through the Python binding (one launch; none
+               when every input is already dense, as at T=1); its host
+               time per call is reported as sp_eager_host_us
   sp_graph     the same pack captured in a CUDA graph
   triton       a one-launch Triton kernel written for this comparison
 Each arm is checked bit for bit (int16 views) against .contiguous() on
@@ -26,6 +28,7 @@ import datetime
 import json
 import statistics
 import sys
+import time
 
 import torch
 
@@ -173,6 +176,14 @@ def run_layout(name, T, H, warmup, reps):
     passes = stridepack.copy_pass_count()
     sp_pack()
     launches = stridepack.copy_pass_count() - passes
+    # Host time of one eager pack call (the binding's Python plus the
+    # library's launch), apart from the GPU time the events measure.
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(200):
+        sp_pack()
+    host_us = (time.perf_counter() - t0) / 200 * 1e6
+    torch.cuda.synchronize()
     results = {}
     for arm, (fn, once) in prepare().items():
         try:
@@ -192,7 +203,8 @@ def run_layout(name, T, H, warmup, reps):
             a["ms"] = round(a["ms"], 4)
     return {"layout": name, "T": T, "H": H,
             "inputs": "q,k,v column slices of [T,3P]; beta column 128 of [T,128+H]; bf16",
-            "payload_bytes": payload, "sp_launches_per_pack": launches, "arms": results}
+            "payload_bytes": payload, "sp_launches_per_pack": launches,
+            "sp_eager_host_us": round(host_us, 1), "arms": results}
 
 
 def main():

@@ -62,17 +62,34 @@ def _one_framework(xs):
     return fws.pop()
 
 
-def _map_inputs(fw, xs, fallback):
-    """[(index, RawView, sp_tensor)] for the inputs the library can take;
-    the others get fallback(index, reason)."""
-    mapped = []
+def _read_inputs(fw, xs, fallback):
+    """[(index, RawView)] of the inputs the binding can read; the others
+    get fallback(index, reason)."""
+    raws = []
     for i, x in enumerate(xs):
         try:
-            v = fw.raw(x)
-            mapped.append((i, v, views.to_tensor(v)))
+            raws.append((i, fw.raw(x)))
         except views.Unsupported as e:
             fallback(i, f"tensors[{i}]: {e}")
-    return mapped
+    return raws
+
+
+def _to_array(raws, fallback):
+    """(arr, [(index, RawView)]): those the library can take, as sp_tensors
+    filled in place in arr[:len(list)]; the others get fallback."""
+    arr = (Tensor * len(raws))()
+    mapped = []
+    for i, v in raws:
+        try:
+            views.to_tensor(v, t=arr[len(mapped)])
+            mapped.append((i, v))
+        except views.Unsupported as e:
+            fallback(i, f"tensors[{i}]: {e}")
+    return arr, mapped
+
+
+def _ignore(i, reason):
+    pass
 
 
 def workspace_bytes(tensors):
@@ -82,8 +99,7 @@ def workspace_bytes(tensors):
     if not xs:
         return 0
     fw = _one_framework(xs)
-    mapped = _map_inputs(fw, xs, lambda i, reason: None)
-    arr = (Tensor * len(mapped))(*[t for _, _, t in mapped])
+    arr, mapped = _to_array(_read_inputs(fw, xs, _ignore), _ignore)
     need = ctypes.c_size_t()
     check(lib.sp_pack_workspace_bytes(arr, len(mapped), ctypes.byref(need)))
     return need.value
@@ -116,15 +132,18 @@ def pack(tensors, workspace=None):
         _warn_once("unsupported", reason + "; using the framework's own copy")
         outs[i] = fw.contiguous(xs[i])
 
-    mapped = _map_inputs(fw, xs, fallback)
-    n = len(mapped)
-    arr = (Tensor * n)(*[t for _, _, t in mapped])
-    dense = [lib.sp_tensor_is_dense(ctypes.byref(arr[j])) for j in range(n)]
-    if all(dense):
-        for i, _, _ in mapped:
+    raws = _read_inputs(fw, xs, fallback)
+    # Density as sp_tensor_is_dense defines it (size-1 dims any stride, an
+    # empty tensor dense), decided here: the all-dense call costs no more
+    # than reading the inputs.
+    copy = [v for _, v in raws if not v.is_c_contiguous()]
+    if not copy:  # nothing to move: no library call, no launch
+        for i, _ in raws:
             outs[i] = xs[i]
         return outs
-    device = next(v.device for (_, v, _), d in zip(mapped, dense) if not d)
+    device = copy[0].device
+    arr, mapped = _to_array(raws, fallback)
+    n = len(mapped)
     if workspace is None:
         need = ctypes.c_size_t()
         check(lib.sp_pack_workspace_bytes(arr, n, ctypes.byref(need)))
@@ -143,16 +162,17 @@ def pack(tensors, workspace=None):
                          fw.stream(device))
     if status == SP_ERR_UNSUPPORTED:
         reason = lib.sp_last_error().decode(errors="replace")
-        for i, _, _ in mapped:
+        for i, _ in mapped:
             fallback(i, f"the library reports unsupported input ({reason})")
         return outs
     check(status)
     ws_u8 = fw.byte_view(workspace)
-    for j, (i, v, _) in enumerate(mapped):
-        if dense[j]:
+    for j, (i, v) in enumerate(mapped):
+        data = out_arr[j].data
+        if data == arr[j].data:  # the library's alias of a dense input
             outs[i] = xs[i]
         else:
-            outs[i] = fw.out_view(ws_u8, out_arr[j].data - wv.ptr, v.numel * v.itemsize, xs[i])
+            outs[i] = fw.out_view(ws_u8, data - wv.ptr, v.numel * v.itemsize, xs[i])
     return outs
 
 

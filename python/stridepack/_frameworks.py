@@ -8,7 +8,8 @@ imported here: the binding costs nothing for frameworks you don't use.
 import sys
 
 from . import _views as views
-from ._lib import SP_DEVICE_CUDA
+from ._lib import (SP_BF16, SP_BOOL, SP_DEVICE_CPU, SP_DEVICE_CUDA, SP_F16, SP_F32, SP_F64, SP_I8,
+                   SP_I16, SP_I32, SP_I64, SP_U8, SP_U16, SP_U32, SP_U64)
 
 
 class NumpyLike:
@@ -56,13 +57,44 @@ class NumpyLike:
         self.mod.copyto(dst, src, casting="no")
 
 
+_TORCH_DTYPES = {
+    "bool": (SP_BOOL, 1), "uint8": (SP_U8, 1), "int8": (SP_I8, 1), "int16": (SP_I16, 2),
+    "uint16": (SP_U16, 2), "int32": (SP_I32, 4), "uint32": (SP_U32, 4), "int64": (SP_I64, 8),
+    "uint64": (SP_U64, 8), "float16": (SP_F16, 2), "bfloat16": (SP_BF16, 2),
+    "float32": (SP_F32, 4), "float64": (SP_F64, 8),
+}
+
+
 class Torch:
     name = "torch"
 
     def __init__(self, mod):
         self.mod = mod
+        # torch dtype -> (sp_dtype, bytes); uint16/32/64 exist in torch >= 2.3.
+        self.native = {getattr(mod, name): info for name, info in _TORCH_DTYPES.items()
+                       if hasattr(mod, name)}
 
     def raw(self, x):
+        # Fast path for plain strided tensors of the common dtypes: the same
+        # fields a DLPack export carries, read from the tensor directly.
+        # Exporting costs a capsule and, in torch 2, an as_strided view per
+        # tensor, several microseconds each on every eager call.
+        info = self.native.get(x.dtype)
+        if info is not None and x.layout is self.mod.strided and not x.is_neg():
+            exact, size = info
+            if x.is_cuda:
+                device = (SP_DEVICE_CUDA, x.get_device())
+            elif x.device.type == "cpu":
+                device = (SP_DEVICE_CPU, 0)
+            else:
+                device = None
+            if device is not None:
+                return views.RawView(x.data_ptr(), x.shape, [s * size for s in x.stride()],
+                                     size, exact, device, False, x)
+        return self.raw_dlpack(x)
+
+    def raw_dlpack(self, x):
+        """Through x.__dlpack__: every dtype and device torch can export."""
         if x.requires_grad:
             x = x.detach()  # __dlpack__ refuses tensors that require grad
         if x.dtype == self.mod.bool:
@@ -76,6 +108,11 @@ class Torch:
     def stream(self, device):
         if device[0] != SP_DEVICE_CUDA:
             return None
+        # The raw handle without building a torch.cuda.Stream object: this
+        # is on the path of every eager call (torch's compiler uses it too).
+        raw = getattr(self.mod._C, "_cuda_getCurrentRawStream", None)
+        if raw is not None:
+            return raw(device[1])
         return self.mod.cuda.current_stream(device[1]).cuda_stream
 
     def autograd_recording(self, xs):
@@ -128,9 +165,17 @@ class Generic:
 
 _GENERIC = Generic()
 _cache = {}
+_by_type = {}  # type(x) -> framework: the isinstance checks once per type
 
 
 def framework_of(x):
+    fw = _by_type.get(type(x))
+    if fw is None:
+        fw = _by_type[type(x)] = _lookup(x)
+    return fw
+
+
+def _lookup(x):
     mods = sys.modules
     np = mods.get("numpy")
     if np is not None and isinstance(x, np.ndarray):

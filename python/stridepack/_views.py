@@ -94,12 +94,13 @@ def unit_layout(v, unit):
 
 
 def fill_tensor(t, ptr, dtype, shape, strides, device):
-    if len(shape) > SP_MAX_DIMS:
-        raise Unsupported(f"{len(shape)} dims remain after merging (at most {SP_MAX_DIMS})")
+    n = len(shape)
+    if n > SP_MAX_DIMS:
+        raise Unsupported(f"{n} dims remain after merging (at most {SP_MAX_DIMS})")
     t.data = ptr or None
-    t.dtype, t.ndim = dtype, len(shape)
-    for i, (n, s) in enumerate(zip(shape, strides)):
-        t.shape[i], t.strides[i] = n, s
+    t.dtype, t.ndim = dtype, n
+    t.shape[:n] = shape
+    t.strides[:n] = strides
     t.device.type, t.device.ordinal = device
 
 
@@ -117,8 +118,10 @@ def pair_tensors(src, dst, unit):
     return ts, td
 
 
-def to_tensor(v, unit=None):
-    t = Tensor()
+def to_tensor(v, unit=None, t=None):
+    """Fill t (a new Tensor when None) with v moved in `unit`-byte words
+    (its best unit when None); returns t."""
+    t = Tensor() if t is None else t
     dtype, shape, strides = unit_layout(v, unit or best_unit(v))
     if len(shape) > SP_MAX_DIMS:
         shape, (strides,) = coalesce(shape, [strides])
@@ -188,9 +191,9 @@ def from_dlpack(x, stream):
     kind = _DL_DEVICES[t.device.device_type]
     device = (kind, t.device.device_id if kind == SP_DEVICE_CUDA else 0)
     itemsize = dt.bits // 8
-    shape = [t.shape[i] for i in range(t.ndim)]
+    shape = t.shape[:t.ndim]  # one slice: far cheaper than indexing each
     if t.strides:
-        strides = [t.strides[i] * itemsize for i in range(t.ndim)]
+        strides = [s * itemsize for s in t.strides[:t.ndim]]
     else:
         strides = dense_strides(shape, itemsize)
     ptr = (t.data or 0) + t.byte_offset

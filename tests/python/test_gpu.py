@@ -168,6 +168,44 @@ class Fallback(unittest.TestCase):
         self.assertTrue(bits_equal(o3, q.contiguous()))
 
 
+class TorchDLPack:
+    """A torch tensor seen only through __dlpack__ (an unknown producer)."""
+
+    def __init__(self, t):
+        self.t = t
+
+    def __dlpack_device__(self):
+        return self.t.__dlpack_device__()
+
+    def __dlpack__(self, stream=None):
+        return self.t.__dlpack__(stream=stream)
+
+
+class DLPackPath(unittest.TestCase):
+    def test_dlpack_reads_what_torch_reports(self):
+        # The binding reads plain torch tensors directly; the DLPack export
+        # of the same tensor must describe the same view.
+        from stridepack import _frameworks, _views
+        fw = _frameworks.framework_of(torch.empty(0))
+        base = torch.zeros(64, 3 * 512, dtype=torch.bfloat16, device=DEV)
+        for x in (base[:, 512:1024].view(1, 64, 4, 128), base.t()[3:9], base[5, ::3],
+                  torch.zeros(3, 5, dtype=torch.int64).t()):
+            a, b = fw.raw(x), _views.from_dlpack(x, -1 if x.is_cuda else None)
+            self.assertEqual((a.ptr, a.shape, a.itemsize, a.exact, a.device),
+                             (b.ptr, b.shape, b.itemsize, b.exact, b.device))
+            self.assertEqual([s for s, n in zip(a.strides, a.shape) if n > 1],
+                             [s for s, n in zip(b.strides, b.shape) if n > 1])
+
+    def test_copy_batch_through_dlpack(self):
+        gen = torch.Generator(device=DEV).manual_seed(7)
+        src = rand_bf16(gen, 300, 3 * 640)[:, 640:1280]
+        dst = torch.full((640, 300), 5, dtype=torch.bfloat16, device=DEV).t()
+        torch.cuda.synchronize()  # an unknown producer runs on the legacy stream
+        sp.copy_batch([(TorchDLPack(src), TorchDLPack(dst))])
+        torch.cuda.synchronize()
+        self.assertTrue(bits_equal(dst.contiguous(), src.contiguous()))
+
+
 class Errors(unittest.TestCase):
     def test_device_mismatch(self):
         a = torch.zeros(8, 16, device=DEV)
