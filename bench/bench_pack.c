@@ -11,19 +11,25 @@
  *
  * Bandwidth counts bytes read plus bytes written. The pack output is
  * checked bit for bit against the memcpy2d output for every layout. Host
- * cost: the wall time of 10,000 back-to-back sp_pack calls (T <= 64), and
- * the median time one call takes to return with the device idle.
+ * cost: the wall time of 10,000 back-to-back sp_pack calls (T <= 64); the
+ * same 10,000 in bursts of 64 with the device synchronized between bursts,
+ * outside the timing (the calls alone, never waiting on a full launch
+ * queue); and the median time one call takes to return with the device idle.
  * Where the bytes a repetition reads are under 4x the L2, several input
  * sets are rotated so that the figures are not the cache's.
  *
  * Run: bench_pack [--json FILE] [--reps N] [--warmup N] [--only LAYOUT]
  * Prints a table, then one JSON object per layout and line.
+ * bench_pack --all-gpus: k3_tp1 on every GPU, alone and all at once.
  */
+#define _POSIX_C_SOURCE 200809L /* pthread barriers */
 #include "harness.h"
 #include "sp_support.h"
 #include "stridepack.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define CHECK_SP(expr)                                                                \
@@ -123,7 +129,7 @@ static void arm_memcpy2d(void *p, cudaStream_t st) {
     }
 }
 
-static void ctx_make(ctx *c, const layout *l, size_t l2_bytes) {
+static void ctx_make(ctx *c, const layout *l, size_t l2_bytes, int dev) {
     memset(c, 0, sizeof *c);
     sp_k3_init(&c->k, l->T, l->H, l->beta_kind);
     sp_tensor probe[NIN];
@@ -155,7 +161,7 @@ static void ctx_make(ctx *c, const layout *l, size_t l2_bytes) {
         bench_fill_random(s->proj, c->k.proj_bytes, seed + 2);
         bench_fill_random(s->g, c->k.g_bytes, seed + 3);
         bench_fill_random(s->limit_src, c->copy_bytes, seed + 4);
-        sp_k3_views(&c->k, s->qkv, s->proj, s->g, sp_cuda(0), s->in);
+        sp_k3_views(&c->k, s->qkv, s->proj, s->g, sp_cuda(dev), s->in);
         CHECK_SP(sp_pack_workspace_bytes(s->in, NIN, &c->wsb));
         BENCH_CU(cudaMalloc(&s->ws, c->wsb ? c->wsb : 1));
         BENCH_CU(cudaMemset(s->ws, 0xa5, c->wsb)); /* poison, not zeros */
@@ -207,9 +213,86 @@ static int verify(ctx *c, cudaStream_t st) {
     return ok;
 }
 
+/* ---- every GPU at once (--all-gpus) ---------------------------------------
+ * k3_tp1 packed on each GPU alone, one GPU after the other, then on all GPUs
+ * at the same time (one host thread per GPU, started together): each GPU's
+ * pack bandwidth busy against alone. */
+typedef struct gpu_job {
+    int dev, reps, warmup;
+    ctx *c;
+    cudaStream_t st;
+    pthread_barrier_t *start;
+    double alone_gbps, busy_gbps;
+} gpu_job;
+
+static double pack_gbps(gpu_job *j) {
+    arm a = {j->c, 0};
+    bench_fn fn = arm_pack;
+    void *ctx_ = &a;
+    bench_stats s;
+    bench_time_interleaved(&fn, &ctx_, 1, j->st, j->warmup, j->reps, &s);
+    return bench_gbps(2.0 * (double)j->c->copy_bytes, s.median_ms);
+}
+
+static void *gpu_busy(void *p) {
+    gpu_job *j = p;
+    BENCH_CU(cudaSetDevice(j->dev));
+    pthread_barrier_wait(j->start);
+    j->busy_gbps = pack_gbps(j);
+    return NULL;
+}
+
+static int all_gpus(int reps, int warmup, FILE *jf) {
+    int n = 0;
+    BENCH_CU(cudaGetDeviceCount(&n));
+    const layout *l = &kLayouts[0]; /* k3_tp1 */
+    gpu_job *jobs = calloc((size_t)n, sizeof *jobs);
+    pthread_t *th = calloc((size_t)n, sizeof *th);
+    pthread_barrier_t start;
+    if (!jobs || !th || pthread_barrier_init(&start, NULL, (unsigned)n)) exit(2);
+    for (int d = 0; d < n; d++) {
+        char name[256];
+        int sms;
+        size_t l2;
+        BENCH_CU(cudaSetDevice(d));
+        bench_device(name, sizeof name, &sms, &l2);
+        jobs[d] = (gpu_job){d, reps, warmup, calloc(1, sizeof(ctx)), NULL, &start, NAN, NAN};
+        if (!jobs[d].c) exit(2);
+        ctx_make(jobs[d].c, l, l2, d);
+        BENCH_CU(cudaStreamCreateWithFlags(&jobs[d].st, cudaStreamNonBlocking));
+        jobs[d].alone_gbps = pack_gbps(&jobs[d]);
+    }
+    for (int d = 0; d < n; d++) pthread_create(&th[d], NULL, gpu_busy, &jobs[d]);
+    for (int d = 0; d < n; d++) pthread_join(th[d], NULL);
+    printf("k3_tp1 on %d GPU(s): pack GB/s alone (one GPU at a time) and busy (all at once)\n", n);
+    printf("%4s %10s %10s %8s\n", "gpu", "alone", "busy", "busy/alone");
+    for (int d = 0; d < n; d++) {
+        gpu_job *j = &jobs[d];
+        printf("%4d %10.1f %10.1f %8.3f\n", d, j->alone_gbps, j->busy_gbps, j->busy_gbps / j->alone_gbps);
+        bench_json rec;
+        bench_json_begin(&rec);
+        bench_json_str(&rec, "layout", l->name);
+        bench_json_str(&rec, "mode", "all_gpus");
+        bench_json_int(&rec, "gpu", d);
+        bench_json_int(&rec, "gpus", n);
+        bench_json_num(&rec, "alone_gbps", j->alone_gbps);
+        bench_json_num(&rec, "busy_gbps", j->busy_gbps);
+        bench_json_num(&rec, "busy_over_alone", j->busy_gbps / j->alone_gbps);
+        bench_json_emit(&rec, jf);
+        BENCH_CU(cudaSetDevice(d));
+        ctx_free(j->c);
+        free(j->c);
+        BENCH_CU(cudaStreamDestroy(j->st));
+    }
+    pthread_barrier_destroy(&start);
+    free(jobs);
+    free(th);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *json_path = NULL, *only = NULL;
-    int reps = 100, warmup = 10;
+    int reps = 100, warmup = 10, every_gpu = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json") && i + 1 < argc)
             json_path = argv[++i];
@@ -219,8 +302,10 @@ int main(int argc, char **argv) {
             warmup = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--only") && i + 1 < argc)
             only = argv[++i];
+        else if (!strcmp(argv[i], "--all-gpus"))
+            every_gpu = 1;
         else {
-            fprintf(stderr, "usage: %s [--json FILE] [--reps N>=50] [--warmup N] [--only LAYOUT]\n",
+            fprintf(stderr, "usage: %s [--json FILE] [--reps N>=50] [--warmup N] [--only LAYOUT] [--all-gpus]\n",
                     argv[0]);
             return 2;
         }
@@ -240,6 +325,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "cannot write %s\n", json_path);
         return 2;
     }
+    if (every_gpu) {
+        int rc = all_gpus(reps, warmup, jf);
+        if (jf) fclose(jf);
+        return rc;
+    }
     cudaStream_t st;
     BENCH_CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
 
@@ -248,14 +338,14 @@ int main(int argc, char **argv) {
     int nrec = 0, all_ok = 1;
     printf("device: %s, %d SMs, L2 %.0f MB, stridepack %s; median of %d after %d warm-up\n", dev,
            sms, (double)l2 / 1e6, sp_version(), reps, warmup);
-    printf("%-14s %6s %4s %10s %4s | %8s %8s %8s %8s | %6s | %7s %7s %s\n", "layout", "T", "H",
-           "MB moved", "sets", "limit", "pack", "per-t", "m2d", "ratio", "host us", "1-call",
-           "bits");
+    printf("%-14s %6s %4s %10s %4s | %8s %8s %8s %8s | %6s | %7s %7s %7s %s\n", "layout", "T",
+           "H", "MB moved", "sets", "limit", "pack", "per-t", "m2d", "ratio", "host us", "burst",
+           "1-call", "bits");
     for (int li = 0; li < NL; li++) {
         const layout *l = &kLayouts[li];
         if (only && strcmp(only, l->name)) continue;
         static ctx c;
-        ctx_make(&c, l, l2);
+        ctx_make(&c, l, l2, 0);
         const double moved = 2.0 * (double)c.copy_bytes;
         bench_stats s[4] = {{NAN, NAN, NAN, 0}, {NAN, NAN, NAN, 0}, {NAN, NAN, NAN, 0},
                             {NAN, NAN, NAN, 0}};
@@ -269,11 +359,12 @@ int main(int argc, char **argv) {
         }
         /* Host cost: back-to-back calls where a call is short enough for
          * the issue's definition (T <= 64); the single-call median always. */
-        double host_us = NAN;
+        double host_us = NAN, burst_us = NAN;
         int host_calls = 0;
         if (l->T <= 64) {
             host_calls = 10000;
             host_us = bench_host_us(arm_pack, &arms[1], st, 100, host_calls);
+            burst_us = bench_host_burst_us(arm_pack, &arms[1], st, host_calls, 64);
         }
         double single_us = bench_host_single_us(arm_pack, &arms[1], st, 200);
         uint64_t p0 = sp_copy_pass_count();
@@ -283,9 +374,10 @@ int main(int argc, char **argv) {
 
         double lim = bench_gbps(moved, s[0].median_ms), pk = bench_gbps(moved, s[1].median_ms),
                pt = bench_gbps(moved, s[2].median_ms), m2 = bench_gbps(moved, s[3].median_ms);
-        printf("%-14s %6lld %4lld %10.1f %4d | %8.1f %8.1f %8.1f %8.1f | %6.3f | %7.2f %7.2f %s\n",
+        printf("%-14s %6lld %4lld %10.1f %4d | %8.1f %8.1f %8.1f %8.1f | %6.3f | %7.2f %7.2f %7.2f "
+               "%s\n",
                l->name, (long long)l->T, (long long)l->H, moved / 1e6, c.nsets, lim, pk, pt, m2,
-               pk / lim, host_us, single_us, ok ? "ok" : "DIFFER");
+               pk / lim, host_us, burst_us, single_us, ok ? "ok" : "DIFFER");
         bench_json *j = &rec[nrec++];
         bench_json_begin(j);
         bench_json_str(j, "layout", l->name);
@@ -311,6 +403,7 @@ int main(int argc, char **argv) {
         bench_json_num(j, "host_us_per_call", isfinite(host_us) ? host_us : single_us);
         bench_json_int(j, "host_calls", host_calls);
         bench_json_num(j, "host_us_single_call", single_us);
+        bench_json_num(j, "host_us_bursts_of_64", burst_us);
         bench_json_int(j, "input_sets", c.nsets);
         bench_json_int(j, "reps", reps);
         bench_json_int(j, "warmup", warmup);

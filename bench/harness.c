@@ -79,6 +79,19 @@ double bench_host_us(bench_fn fn, void *ctx, cudaStream_t stream, int warmup, in
     return (t1 - t0) * 1e6 / calls;
 }
 
+double bench_host_burst_us(bench_fn fn, void *ctx, cudaStream_t stream, int calls, int burst) {
+    double total = 0;
+    for (int done = 0; done < calls; done += burst) {
+        int n = calls - done < burst ? calls - done : burst;
+        BENCH_CU(cudaStreamSynchronize(stream));
+        double t0 = now_s();
+        for (int c = 0; c < n; c++) fn(ctx, stream);
+        total += now_s() - t0;
+    }
+    BENCH_CU(cudaStreamSynchronize(stream));
+    return total * 1e6 / calls;
+}
+
 double bench_host_single_us(bench_fn fn, void *ctx, cudaStream_t stream, int calls) {
     double *us = (double *)malloc((size_t)calls * sizeof *us);
     if (!us || calls < 1) exit(2);

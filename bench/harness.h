@@ -56,6 +56,13 @@ void bench_time_interleaved(const bench_fn *fns, void *const *ctxs, int n, cudaS
  * final synchronization is not counted). */
 double bench_host_us(bench_fn fn, void *ctx, cudaStream_t stream, int warmup, int calls);
 
+/* Host cost with the launch queue kept short: `calls` calls in bursts of
+ * `burst`, the device synchronized between bursts outside the timed part,
+ * in microseconds per call. Back-to-back calls whose kernels run longer than
+ * a call takes on the host end up waiting for the device once the launch
+ * queue fills; this measures the calls alone. */
+double bench_host_burst_us(bench_fn fn, void *ctx, cudaStream_t stream, int calls, int burst);
+
 /* Host cost of a single call, the device idle before it: median over
  * `calls` calls of the wall time until the call returns, in microseconds. */
 double bench_host_single_us(bench_fn fn, void *ctx, cudaStream_t stream, int calls);

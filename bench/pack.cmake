@@ -14,5 +14,5 @@ if(NOT TARGET bench_harness)
 endif()
 
 add_executable(bench_pack ${CMAKE_CURRENT_LIST_DIR}/bench_pack.c)
-target_link_libraries(bench_pack PRIVATE bench_harness sp_support stridepack_static)
+target_link_libraries(bench_pack PRIVATE bench_harness sp_support stridepack_static Threads::Threads)
 target_compile_options(bench_pack PRIVATE ${SP_WARNINGS})

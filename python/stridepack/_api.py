@@ -126,6 +126,10 @@ def pack(tensors, workspace=None):
         _warn_once("autograd", "autograd is recording (an input requires grad): pack uses "
                    "per-tensor .contiguous() so that gradients flow")
         return [fw.contiguous(x) for x in xs]
+    key = _plan_key(fw, xs, workspace)
+    plan = _plans.get(key) if key is not None else None
+    if plan is not None:
+        return _replay(fw, plan, xs)
     outs = [None] * len(xs)
 
     def fallback(i, reason):
@@ -167,13 +171,43 @@ def pack(tensors, workspace=None):
         return outs
     check(status)
     ws_u8 = fw.byte_view(workspace)
+    copied = {}
     for j, (i, v) in enumerate(mapped):
         data = out_arr[j].data
         if data == arr[j].data:  # the library's alias of a dense input
             outs[i] = xs[i]
         else:
-            outs[i] = fw.out_view(ws_u8, data - wv.ptr, v.numel * v.itemsize, xs[i])
+            outs[i] = copied[i] = fw.out_view(ws_u8, data - wv.ptr, v.numel * v.itemsize, xs[i])
+    if key is not None and len(mapped) == len(xs):  # no fallback: the call can be replayed
+        if len(_plans) >= _PLAN_CACHE:
+            _plans.pop(next(iter(_plans)))
+        _plans[key] = (arr, n, wv.ptr, wv.numel * wv.itemsize, out_arr, device, copied)
     return outs
+
+
+# Eager calls repeat with the same views and workspace (the same layer
+# buffers, step after step). The arguments built for such a call are kept,
+# keyed on everything they were built from, so that a repeat costs reading
+# each input's address and layout and one library call; the library still
+# validates every call.
+_PLAN_CACHE = 16
+_plans = {}
+
+
+def _plan_key(fw, xs, workspace):
+    keyf = getattr(fw, "plan_key", None)
+    if keyf is None or workspace is None:
+        return None
+    try:
+        return (fw.name, tuple(keyf(x) for x in xs), keyf(workspace))
+    except views.Unsupported:
+        return None
+
+
+def _replay(fw, plan, xs):
+    arr, n, ws_ptr, ws_bytes, out_arr, device, copied = plan
+    check(lib.sp_pack(arr, n, ws_ptr, ws_bytes, out_arr, None, fw.stream(device)))
+    return [copied.get(i, x) for i, x in enumerate(xs)]
 
 
 def copy_batch(pairs):

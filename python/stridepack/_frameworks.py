@@ -93,6 +93,13 @@ class Torch:
                                      size, exact, device, False, x)
         return self.raw_dlpack(x)
 
+    def plan_key(self, x):
+        """Everything pack's arguments for x are built from, hashable; only
+        for tensors raw() reads directly (others are not cached)."""
+        if x.dtype not in self.native or x.layout is not self.mod.strided or x.is_neg():
+            raise views.Unsupported("not cached")
+        return (x.data_ptr(), x.dtype, x.shape, x.stride(), x.get_device())
+
     def raw_dlpack(self, x):
         """Through x.__dlpack__: every dtype and device torch can export."""
         if x.requires_grad:
