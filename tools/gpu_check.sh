@@ -40,8 +40,8 @@ STRIDEPACK_LIBRARY=$(find "$build/src" -name 'libstridepack.so' | head -n 1) PYT
   step anchors python3 bench/anchors.py --json "$out/h200_anchors.json"
 
 gpu_tests="test_gpu_pack test_boundary_gpu test_gpu_copy test_kda_gpu test_gpu_errors"
-for tool in memcheck racecheck; do
-  for t in $gpu_tests; do
+for t in $gpu_tests; do
+  for tool in memcheck racecheck; do
     exe=$(find "$build/tests" -type f -name "$t" | head -n 1)
     SP_TEST_SMALL=1 SP_GPU_TEST_QUICK=1 step "san_${tool}_$t" \
       "$san" --tool "$tool" --error-exitcode 99 "$exe"
