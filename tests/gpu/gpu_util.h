@@ -103,12 +103,16 @@ static inline sp_tensor arena_on_host(const arena *a, sp_tensor t) {
 static inline void arena_poison(arena *a, sp_rng *r) {
     sp_fill_random(a->expect, a->used, r);
     CU(cudaMemcpy(a->dev, a->expect, a->used, cudaMemcpyHostToDevice));
+    /* From pageable memory cudaMemcpy may return before the DMA lands, and
+     * the copies under test run on non-blocking streams: wait for it. */
+    CU(cudaDeviceSynchronize());
 }
 
 /* Copy the host image's [dev, dev + bytes) to the device (after changing
  * sources on the host side). */
 static inline void arena_upload(arena *a, const void *dev, size_t bytes) {
     CU(cudaMemcpy((void *)dev, arena_host(a, dev), bytes, cudaMemcpyHostToDevice));
+    CU(cudaDeviceSynchronize()); /* as in arena_poison */
 }
 
 /* Download the used part; index of the first byte that differs from the

@@ -34,6 +34,7 @@ static void big_make(big *b, size_t src_bytes, size_t dst_bytes, sp_rng *r) {
     CU(cudaMalloc((void **)&b->ddst, dst_bytes + 2 * GUARD));
     CU(cudaMemcpy(b->dsrc, b->hsrc, src_bytes, cudaMemcpyHostToDevice));
     CU(cudaMemcpy(b->ddst, b->hdst, dst_bytes + 2 * GUARD, cudaMemcpyHostToDevice));
+    CU(cudaDeviceSynchronize()); /* pageable uploads may still be in flight */
 }
 
 static void big_free(big *b) {

@@ -48,6 +48,7 @@ static void *dev_alloc_copy(int dev, const void *src, size_t bytes) {
     CUDA_OK(cudaSetDevice(dev));
     CUDA_OK(cudaMalloc(&p, bytes + 256));
     CUDA_OK(cudaMemcpy(p, src, bytes, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaDeviceSynchronize()); /* pageable uploads may still be in flight */
     CUDA_OK(cudaSetDevice(cur));
     return p;
 }
