@@ -75,12 +75,17 @@ class Torch:
                        if hasattr(mod, name)}
 
     def raw(self, x):
+        # A lazy negation or conjugation is a flag on the view, not in its
+        # memory; DLPack exports the memory as it is. Copying bits would drop
+        # the flag, so such views take the framework's own copy.
+        if x.is_neg() or x.is_conj():
+            raise views.Unsupported("the view has torch's lazy negation or conjugation bit set")
         # Fast path for plain strided tensors of the common dtypes: the same
         # fields a DLPack export carries, read from the tensor directly.
         # Exporting costs a capsule and, in torch 2, an as_strided view per
         # tensor, several microseconds each on every eager call.
         info = self.native.get(x.dtype)
-        if info is not None and x.layout is self.mod.strided and not x.is_neg():
+        if info is not None and x.layout is self.mod.strided:
             exact, size = info
             if x.is_cuda:
                 device = (SP_DEVICE_CUDA, x.get_device())

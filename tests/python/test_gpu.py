@@ -124,6 +124,12 @@ class K3(unittest.TestCase):
                 # back as the negated view itself; int16 views ignore the bit).
                 self.assertTrue(bits_equal(o.resolve_neg(), n.resolve_neg()),
                                 "a negated view came back un-negated")
+            d = torch.empty(negs[0].shape, dtype=negs[0].dtype, device=DEV)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                sp.copy_batch([(negs[0], d)])
+            torch.cuda.synchronize()
+            self.assertTrue(bits_equal(d, negs[0].resolve_neg()), "copy_batch dropped a negation")
 
     def test_graph_capture_and_replay(self):
         gen = torch.Generator(device=DEV).manual_seed(3)
