@@ -184,6 +184,27 @@ int64_t sp_ref_compare(const sp_tensor *a, const sp_tensor *b, int64_t *first) {
     return bad;
 }
 
+/* ---- bit patterns ---------------------------------------------------------- */
+
+const sp_bit_patterns sp_float_patterns[4] = {
+    {SP_BF16,
+     {0x7f81, 0xff81, 0x7fbf, 0xffa5, 0x7fc0, 0xffc0, 0x7fd3, 0xffff, 0x7f80, 0xff80, 0x0001,
+      0x807f, 0x0040, 0x0000, 0x8000, 0x3f80}},
+    {SP_F16,
+     {0x7c01, 0xfc01, 0x7dff, 0xfd55, 0x7e00, 0xfe00, 0x7e5a, 0xffff, 0x7c00, 0xfc00, 0x0001,
+      0x83ff, 0x0200, 0x0000, 0x8000, 0x3c00}},
+    {SP_F32,
+     {0x7f800001, 0xff800001, 0x7fbfffff, 0xffa5a5a5, 0x7fc00000, 0xffc00000, 0x7fd23456,
+      0xffffffff, 0x7f800000, 0xff800000, 0x00000001, 0x807fffff, 0x00400000, 0x00000000,
+      0x80000000, 0x3f800000}},
+    {SP_F64,
+     {0x7ff0000000000001ull, 0xfff0000000000001ull, 0x7ff7ffffffffffffull, 0xfff5a5a5a5a5a5a5ull,
+      0x7ff8000000000000ull, 0xfff8000000000000ull, 0x7ff8deadbeef0001ull, 0xffffffffffffffffull,
+      0x7ff0000000000000ull, 0xfff0000000000000ull, 0x0000000000000001ull, 0x800fffffffffffffull,
+      0x0008000000000000ull, 0x0000000000000000ull, 0x8000000000000000ull,
+      0x3ff0000000000000ull}},
+};
+
 /* ---- K3 layouts ------------------------------------------------------------- */
 
 void sp_k3_init(sp_k3 *k, int64_t T, int64_t H, int beta_kind) {

@@ -68,6 +68,18 @@ void sp_ref_copy(const sp_tensor *src, const sp_tensor *dst);
  * index, or -1. */
 int64_t sp_ref_compare(const sp_tensor *a, const sp_tensor *b, int64_t *first);
 
+/* ---- floating-point bit patterns a value copy would change ---------------- */
+#define SP_NPATTERNS 16
+typedef struct sp_bit_patterns {
+    sp_dtype dtype;
+    uint64_t bits[SP_NPATTERNS]; /* the low 8 * element-size bits are the pattern */
+} sp_bit_patterns;
+/* For bf16, f16, f32, f64: +sNaN (smallest payload), -sNaN, sNaN largest
+ * payload, -sNaN odd payload, +qNaN, -qNaN, qNaN payload, -qNaN all ones,
+ * +inf, -inf, smallest subnormal, -largest subnormal, a mid subnormal, +0,
+ * -0, 1.0. */
+extern const sp_bit_patterns sp_float_patterns[4];
+
 /* ---- the K3 layouts (DESIGN: the KDA input boundary) ----------------------- */
 enum { SP_K3_BETA_FA = 0, SP_K3_BETA_INPROJ = 1 };
 

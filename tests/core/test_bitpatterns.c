@@ -12,38 +12,10 @@
 
 #include <string.h>
 
-enum { NPAT = 16 };
-
-typedef struct patterns {
-    sp_dtype dtype;
-    uint64_t bits[NPAT]; /* the low 8 * element-size bits are the pattern */
-} patterns;
-
-/* Per dtype: +sNaN (smallest payload), -sNaN, sNaN largest payload,
- * -sNaN odd payload, +qNaN, -qNaN, qNaN payload, -qNaN all ones, +inf,
- * -inf, smallest subnormal, -largest subnormal, a mid subnormal, +0, -0,
- * 1.0. */
-static const patterns kPatterns[4] = {
-    {SP_BF16,
-     {0x7f81, 0xff81, 0x7fbf, 0xffa5, 0x7fc0, 0xffc0, 0x7fd3, 0xffff, 0x7f80, 0xff80, 0x0001,
-      0x807f, 0x0040, 0x0000, 0x8000, 0x3f80}},
-    {SP_F16,
-     {0x7c01, 0xfc01, 0x7dff, 0xfd55, 0x7e00, 0xfe00, 0x7e5a, 0xffff, 0x7c00, 0xfc00, 0x0001,
-      0x83ff, 0x0200, 0x0000, 0x8000, 0x3c00}},
-    {SP_F32,
-     {0x7f800001, 0xff800001, 0x7fbfffff, 0xffa5a5a5, 0x7fc00000, 0xffc00000, 0x7fd23456,
-      0xffffffff, 0x7f800000, 0xff800000, 0x00000001, 0x807fffff, 0x00400000, 0x00000000,
-      0x80000000, 0x3f800000}},
-    {SP_F64,
-     {0x7ff0000000000001ull, 0xfff0000000000001ull, 0x7ff7ffffffffffffull, 0xfff5a5a5a5a5a5a5ull,
-      0x7ff8000000000000ull, 0xfff8000000000000ull, 0x7ff8deadbeef0001ull, 0xffffffffffffffffull,
-      0x7ff0000000000000ull, 0xfff0000000000000ull, 0x0000000000000001ull, 0x800fffffffffffffull,
-      0x0008000000000000ull, 0x0000000000000000ull, 0x8000000000000000ull,
-      0x3ff0000000000000ull}},
-};
+enum { NPAT = SP_NPATTERNS };
 
 /* Store pattern k (little-endian low bytes) at p. */
-static void put(void *p, const patterns *pt, int64_t k, size_t es) {
+static void put(void *p, const sp_bit_patterns *pt, int64_t k, size_t es) {
     uint64_t v = pt->bits[k % NPAT];
     uint16_t h = (uint16_t)v;
     uint32_t w = (uint32_t)v;
@@ -54,7 +26,7 @@ static void put(void *p, const patterns *pt, int64_t k, size_t es) {
 
 /* Visit every element of t in row-major order: write pattern k there
  * (fill), or count elements whose bytes are not pattern k (check). */
-static int64_t walk(const sp_tensor *t, const patterns *pt, int fill) {
+static int64_t walk(const sp_tensor *t, const sp_bit_patterns *pt, int fill) {
     size_t es = sp_dtype_size((sp_dtype)t->dtype);
     int64_t idx[SP_MAX_DIMS] = {0}, n = 1, bad = 0;
     for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
@@ -106,7 +78,7 @@ static sp_tensor on(const layout *l, unsigned char *payload, sp_dtype dt) {
     return t;
 }
 
-static void test_paths(sp_rng *r, const patterns *pt) {
+static void test_paths(sp_rng *r, const sp_bit_patterns *pt) {
     size_t es = sp_dtype_size(pt->dtype);
     const char *dn = sp_dtype_name(pt->dtype);
     for (size_t si = 0; si < sizeof kSources / sizeof kSources[0]; si++) {
@@ -171,6 +143,6 @@ static void test_paths(sp_rng *r, const patterns *pt) {
 int main(void) {
     sp_rng r;
     sp_rng_seed(&r, 0xb175ull);
-    for (int i = 0; i < 4; i++) test_paths(&r, &kPatterns[i]);
+    for (int i = 0; i < 4; i++) test_paths(&r, &sp_float_patterns[i]);
     return sp_test_finish("test_bitpatterns");
 }

@@ -16,26 +16,16 @@
 #include "check.h"
 #include "sp_support.h"
 
-#include <cuda_runtime_api.h>
+#include "cuda_ok.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* A CUDA call the test itself makes; failing it ends the test (exit 1). */
-#define CU(stmt)                                                                     \
-    do {                                                                             \
-        cudaError_t cu_err_ = (stmt);                                                \
-        if (cu_err_ != cudaSuccess) {                                                \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #stmt,     \
-                    cudaGetErrorString(cu_err_));                                    \
-            exit(1);                                                                 \
-        }                                                                            \
-    } while (0)
 
 /* Exit 77 (ctest: "Not Run") unless a CUDA device is usable. */
 static inline void gpu_require(void) {
     if (!sp_cuda_available()) SP_SKIP("no usable CUDA device (or a build without CUDA)");
-    CU(cudaSetDevice(0));
+    CUDA_OK(cudaSetDevice(0));
 }
 
 /* Nonzero when the environment asks for small sizes (sanitizer runs). */
@@ -55,7 +45,7 @@ typedef struct arena {
 
 static inline void arena_init(arena *a, size_t cap) {
     memset(a, 0, sizeof *a);
-    CU(cudaMalloc((void **)&a->dev, cap));
+    CUDA_OK(cudaMalloc((void **)&a->dev, cap));
     a->expect = (unsigned char *)malloc(cap);
     a->got = (unsigned char *)malloc(cap);
     if (!a->expect || !a->got) {
@@ -66,7 +56,7 @@ static inline void arena_init(arena *a, size_t cap) {
 }
 
 static inline void arena_free(arena *a) {
-    CU(cudaFree(a->dev));
+    CUDA_OK(cudaFree(a->dev));
     free(a->expect);
     free(a->got);
     memset(a, 0, sizeof *a);
@@ -102,24 +92,24 @@ static inline sp_tensor arena_on_host(const arena *a, sp_tensor t) {
 /* Fill the used part with random bytes, on both sides. */
 static inline void arena_poison(arena *a, sp_rng *r) {
     sp_fill_random(a->expect, a->used, r);
-    CU(cudaMemcpy(a->dev, a->expect, a->used, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(a->dev, a->expect, a->used, cudaMemcpyHostToDevice));
     /* From pageable memory cudaMemcpy may return before the DMA lands, and
      * the copies under test run on non-blocking streams: wait for it. */
-    CU(cudaDeviceSynchronize());
+    CUDA_OK(cudaDeviceSynchronize());
 }
 
 /* Copy the host image's [dev, dev + bytes) to the device (after changing
  * sources on the host side). */
 static inline void arena_upload(arena *a, const void *dev, size_t bytes) {
-    CU(cudaMemcpy((void *)dev, arena_host(a, dev), bytes, cudaMemcpyHostToDevice));
-    CU(cudaDeviceSynchronize()); /* as in arena_poison */
+    CUDA_OK(cudaMemcpy((void *)dev, arena_host(a, dev), bytes, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaDeviceSynchronize()); /* as in arena_poison */
 }
 
 /* Download the used part; index of the first byte that differs from the
  * image, or -1. Synchronizes the device first. */
 static inline long arena_first_diff(arena *a) {
-    CU(cudaDeviceSynchronize());
-    CU(cudaMemcpy(a->got, a->dev, a->used, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaMemcpy(a->got, a->dev, a->used, cudaMemcpyDeviceToHost));
     if (memcmp(a->got, a->expect, a->used) == 0) return -1;
     for (size_t i = 0; i < a->used; i++)
         if (a->got[i] != a->expect[i]) return (long)i;

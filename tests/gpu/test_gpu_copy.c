@@ -194,31 +194,7 @@ static void test_fixed(sp_rng *r, arena *a) {
 
 /* ---- bit patterns ------------------------------------------------------------ */
 
-enum { NPAT = 16 };
-
-/* Per dtype: signalling and quiet NaNs of both signs with payloads, ±inf,
- * subnormals of both signs, ±0 and 1.0 (little-endian low bytes). */
-static const struct {
-    sp_dtype dtype;
-    uint64_t bits[NPAT];
-} kPatterns[4] = {
-    {SP_BF16,
-     {0x7f81, 0xff81, 0x7fbf, 0xffa5, 0x7fc0, 0xffc0, 0x7fd3, 0xffff, 0x7f80, 0xff80, 0x0001,
-      0x807f, 0x0040, 0x0000, 0x8000, 0x3f80}},
-    {SP_F16,
-     {0x7c01, 0xfc01, 0x7dff, 0xfd55, 0x7e00, 0xfe00, 0x7e5a, 0xffff, 0x7c00, 0xfc00, 0x0001,
-      0x83ff, 0x0200, 0x0000, 0x8000, 0x3c00}},
-    {SP_F32,
-     {0x7f800001, 0xff800001, 0x7fbfffff, 0xffa5a5a5, 0x7fc00000, 0xffc00000, 0x7fd23456,
-      0xffffffff, 0x7f800000, 0xff800000, 0x00000001, 0x807fffff, 0x00400000, 0x00000000,
-      0x80000000, 0x3f800000}},
-    {SP_F64,
-     {0x7ff0000000000001ull, 0xfff0000000000001ull, 0x7ff7ffffffffffffull, 0xfff5a5a5a5a5a5a5ull,
-      0x7ff8000000000000ull, 0xfff8000000000000ull, 0x7ff8deadbeef0001ull, 0xffffffffffffffffull,
-      0x7ff0000000000000ull, 0xfff0000000000000ull, 0x0000000000000001ull, 0x800fffffffffffffull,
-      0x0008000000000000ull, 0x0000000000000000ull, 0x8000000000000000ull,
-      0x3ff0000000000000ull}},
-};
+enum { NPAT = SP_NPATTERNS };
 
 /* Source layouts over a buffer of 8 * NPAT * NPAT elements filled with the
  * patterns in turn: one run, padded rows, a gather, reversed, transposed,
@@ -240,7 +216,7 @@ enum { NSRC = sizeof kSources / sizeof kSources[0] };
 
 static void test_bitpatterns(sp_rng *r, arena *a) {
     for (int pi = 0; pi < 4; pi++) {
-        const sp_dtype dt = kPatterns[pi].dtype;
+        const sp_dtype dt = sp_float_patterns[pi].dtype;
         const size_t es = sp_dtype_size(dt), src_elems = 8 * NPAT * NPAT;
         arena_reset(a);
         unsigned char *sbase = arena_take(a, src_elems * es, 0);
@@ -267,7 +243,7 @@ static void test_bitpatterns(sp_rng *r, arena *a) {
         arena_poison(a, r);
         unsigned char *hs = (unsigned char *)arena_host(a, sbase);
         for (size_t k = 0; k < src_elems; k++) /* little-endian low bytes */
-            memcpy(hs + k * es, &kPatterns[pi].bits[k % NPAT], es);
+            memcpy(hs + k * es, &sp_float_patterns[pi].bits[k % NPAT], es);
         arena_upload(a, sbase, src_elems * es);
         int bad = run_and_check(a, pairs, n, NULL, "bit patterns", pi);
         CHECKF(!bad, "%s: a bit pattern changed on the way", sp_dtype_name(dt));
@@ -278,7 +254,7 @@ static void test_bitpatterns(sp_rng *r, arena *a) {
 
 static void test_current_device(sp_rng *r, arena *a) {
     int ndev = 0, cur = -1;
-    CU(cudaGetDeviceCount(&ndev));
+    CUDA_OK(cudaGetDeviceCount(&ndev));
     arena_reset(a);
     int64_t shape[2] = {64, 100}, strides[2] = {128, 1};
     sp_copy_pair p;
@@ -296,14 +272,14 @@ static void test_current_device(sp_rng *r, arena *a) {
     CHECKF(st != SP_OK, "cuda:%d (missing) accepted", ndev);
     CHECK(sp_copy_pass_count() == before);
     CHECK(sp_last_error()[0] != '\0');
-    CU(cudaGetDevice(&cur));
+    CUDA_OK(cudaGetDevice(&cur));
     CHECKF(cur == 0, "current device %d after a failed call, expected 0", cur);
     CHECK(arena_first_diff(a) < 0);
 
     if (ndev < 2) {
         /* One device: the copy runs where we already are. */
         run_and_check(a, &p, 1, NULL, "current device", 0);
-        CU(cudaGetDevice(&cur));
+        CUDA_OK(cudaGetDevice(&cur));
         CHECKF(cur == 0, "current device %d after the copy, expected 0", cur);
         printf("current device: one GPU, switching not exercised\n");
         return;
@@ -311,11 +287,11 @@ static void test_current_device(sp_rng *r, arena *a) {
     /* Caller on device 1, tensors on device 0: runs there, comes back to 1. */
     sp_tensor hs = arena_on_host(a, p.src), hd = arena_on_host(a, p.dst);
     sp_ref_copy(&hs, &hd);
-    CU(cudaSetDevice(1));
+    CUDA_OK(cudaSetDevice(1));
     CHECK_OK(sp_copy_batch(&p, 1, NULL));
-    CU(cudaGetDevice(&cur));
+    CUDA_OK(cudaGetDevice(&cur));
     CHECKF(cur == 1, "current device %d after the copy, expected 1", cur);
-    CU(cudaSetDevice(0));
+    CUDA_OK(cudaSetDevice(0));
     CHECK(arena_first_diff(a) < 0);
 }
 
@@ -326,12 +302,12 @@ int main(void) {
     arena a;
     arena_init(&a, (size_t)512 << 20);
     cudaStream_t stream;
-    CU(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     test_fixed(&r, &a);
     test_bitpatterns(&r, &a);
     test_current_device(&r, &a);
     test_random(&r, &a, stream);
-    CU(cudaStreamDestroy(stream));
+    CUDA_OK(cudaStreamDestroy(stream));
     arena_free(&a);
     return sp_test_finish("test_gpu_copy");
 }

@@ -278,7 +278,7 @@ static void test_pack_errors(sp_rng *r) {
 int main(void) {
     gpu_require();
     int ndev = 0;
-    CU(cudaGetDeviceCount(&ndev));
+    CUDA_OK(cudaGetDeviceCount(&ndev));
     sp_rng r;
     sp_rng_seed(&r, 0xe77025ull);
     arena_init(&A, (size_t)1 << 20);

@@ -30,16 +30,16 @@ static void big_make(big *b, size_t src_bytes, size_t dst_bytes, sp_rng *r) {
     }
     sp_fill_random(b->hsrc, src_bytes, r);
     sp_fill_random(b->hdst, dst_bytes + 2 * GUARD, r); /* poison, guards included */
-    CU(cudaMalloc((void **)&b->dsrc, src_bytes));
-    CU(cudaMalloc((void **)&b->ddst, dst_bytes + 2 * GUARD));
-    CU(cudaMemcpy(b->dsrc, b->hsrc, src_bytes, cudaMemcpyHostToDevice));
-    CU(cudaMemcpy(b->ddst, b->hdst, dst_bytes + 2 * GUARD, cudaMemcpyHostToDevice));
-    CU(cudaDeviceSynchronize()); /* pageable uploads may still be in flight */
+    CUDA_OK(cudaMalloc((void **)&b->dsrc, src_bytes));
+    CUDA_OK(cudaMalloc((void **)&b->ddst, dst_bytes + 2 * GUARD));
+    CUDA_OK(cudaMemcpy(b->dsrc, b->hsrc, src_bytes, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(b->ddst, b->hdst, dst_bytes + 2 * GUARD, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaDeviceSynchronize()); /* pageable uploads may still be in flight */
 }
 
 static void big_free(big *b) {
-    CU(cudaFree(b->dsrc));
-    CU(cudaFree(b->ddst));
+    CUDA_OK(cudaFree(b->dsrc));
+    CUDA_OK(cudaFree(b->ddst));
     free(b->hsrc);
     free(b->hdst);
 }
@@ -48,24 +48,24 @@ static void big_free(big *b) {
  * a fresh host buffer; the poisoned guards are compared here. */
 static unsigned char *big_run(big *b, const sp_copy_pair *p, const char *what) {
     cudaEvent_t e0, e1;
-    CU(cudaEventCreate(&e0));
-    CU(cudaEventCreate(&e1));
+    CUDA_OK(cudaEventCreate(&e0));
+    CUDA_OK(cudaEventCreate(&e1));
     uint64_t before = sp_copy_pass_count();
-    CU(cudaEventRecord(e0, NULL));
+    CUDA_OK(cudaEventRecord(e0, NULL));
     sp_status st = sp_copy_batch(p, 1, NULL);
-    CU(cudaEventRecord(e1, NULL));
-    CU(cudaEventSynchronize(e1));
+    CUDA_OK(cudaEventRecord(e1, NULL));
+    CUDA_OK(cudaEventSynchronize(e1));
     CHECKF(st == SP_OK, "%s: %s (%s)", what, sp_status_string(st), sp_last_error());
     CHECK(sp_copy_pass_count() - before == 1);
     float ms = 0;
-    CU(cudaEventElapsedTime(&ms, e0, e1));
+    CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
     printf("%s: %.2f ms, %.0f GB/s (read + written)\n", what, ms,
            2.0 * (double)b->dst_bytes / (ms * 1e-3) / 1e9);
-    CU(cudaEventDestroy(e0));
-    CU(cudaEventDestroy(e1));
+    CUDA_OK(cudaEventDestroy(e0));
+    CUDA_OK(cudaEventDestroy(e1));
     unsigned char *got = (unsigned char *)malloc(b->dst_bytes + 2 * GUARD);
     if (!got) exit(1);
-    CU(cudaMemcpy(got, b->ddst, b->dst_bytes + 2 * GUARD, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(got, b->ddst, b->dst_bytes + 2 * GUARD, cudaMemcpyDeviceToHost));
     CHECKF(memcmp(got, b->hdst, GUARD) == 0 &&
                memcmp(got + GUARD + b->dst_bytes, b->hdst + GUARD + b->dst_bytes, GUARD) == 0,
            "%s: a guard byte changed", what);
@@ -149,7 +149,7 @@ static void test_three_dims(sp_rng *r) {
 int main(void) {
     gpu_require();
     size_t free_b = 0, total_b = 0;
-    CU(cudaMemGetInfo(&free_b, &total_b));
+    CUDA_OK(cudaMemGetInfo(&free_b, &total_b));
     if (free_b < ((size_t)12 << 30)) SP_SKIP("needs 12 GB of free device memory, %zu free", free_b);
     sp_rng r;
     sp_rng_seed(&r, 0x1a29eull);

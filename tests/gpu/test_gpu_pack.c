@@ -100,38 +100,38 @@ static void capture_and_replay(const char *what, sp_tensor *in, int n, void *ws,
                                size_t expect_copied, unsigned char **bufs, const size_t *sizes,
                                int nbufs, int rounds, sp_rng *r) {
     cudaStream_t s;
-    CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     sp_tensor out[8];
     size_t copied = 99;
     uint64_t before = sp_copy_pass_count();
     cudaGraph_t graph;
-    CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     sp_status st = sp_pack(in, (size_t)n, ws, wsb, out, &copied, (struct CUstream_st *)s);
-    CU(cudaStreamEndCapture(s, &graph));
+    CUDA_OK(cudaStreamEndCapture(s, &graph));
     uint64_t launches = sp_copy_pass_count() - before;
     CHECKF(st == SP_OK, "%s: capture: %s (%s)", what, sp_status_string(st), sp_last_error());
     CHECKF(copied == expect_copied && launches == (expect_copied > 0),
            "%s: capture: %zu copied, %llu launches", what, copied, (unsigned long long)launches);
     size_t nodes = 99;
-    CU(cudaGraphGetNodes(graph, NULL, &nodes));
+    CUDA_OK(cudaGraphGetNodes(graph, NULL, &nodes));
     CHECKF(nodes == (expect_copied > 0 ? 1u : 0u), "%s: captured graph has %zu nodes", what,
            nodes);
     if (nodes == 1) {
         cudaGraphNode_t node;
         enum cudaGraphNodeType type;
-        CU(cudaGraphGetNodes(graph, &node, &nodes));
-        CU(cudaGraphNodeGetType(node, &type));
+        CUDA_OK(cudaGraphGetNodes(graph, &node, &nodes));
+        CUDA_OK(cudaGraphNodeGetType(node, &type));
         CHECKF(type == cudaGraphNodeTypeKernel, "%s: the node is not a kernel (type %d)", what,
                (int)type);
     }
     if (st != SP_OK || nodes == 0) { /* nothing to replay: the outputs are the inputs */
         for (int i = 0; st == SP_OK && i < n; i++) CHECK(out[i].data == in[i].data);
-        CU(cudaGraphDestroy(graph));
-        CU(cudaStreamDestroy(s));
+        CUDA_OK(cudaGraphDestroy(graph));
+        CUDA_OK(cudaStreamDestroy(s));
         return;
     }
     cudaGraphExec_t exec;
-    CU(cudaGraphInstantiate(&exec, graph, 0));
+    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
     before = sp_copy_pass_count();
     for (int round = 0; round < rounds; round++) {
         if (round > 0) /* new contents, same addresses */
@@ -144,16 +144,16 @@ static void capture_and_replay(const char *what, sp_tensor *in, int n, void *ws,
             sp_tensor hi = arena_on_host(&A, in[i]), ho = arena_on_host(&A, out[i]);
             sp_ref_copy(&hi, &ho);
         }
-        CU(cudaGraphLaunch(exec, s));
-        CU(cudaStreamSynchronize(s));
+        CUDA_OK(cudaGraphLaunch(exec, s));
+        CUDA_OK(cudaStreamSynchronize(s));
         long diff = arena_first_diff(&A);
         CHECKF(diff < 0, "%s: replay %d: arena byte %ld differs", what, round, diff);
     }
     CHECK(sp_copy_pass_count() == before); /* replays do not go through the library */
     printf("%s: graph of %zu node(s), %d replays checked\n", what, nodes, rounds);
-    CU(cudaGraphExecDestroy(exec));
-    CU(cudaGraphDestroy(graph));
-    CU(cudaStreamDestroy(s));
+    CUDA_OK(cudaGraphExecDestroy(exec));
+    CUDA_OK(cudaGraphDestroy(graph));
+    CUDA_OK(cudaStreamDestroy(s));
 }
 
 static void k3_graph(int64_t T, int64_t H, int beta_kind, sp_rng *r) {

@@ -11,17 +11,7 @@
 #include <string.h>
 
 #ifdef SP_HAVE_CUDA
-#include <cuda_runtime_api.h>
-
-#define CUDA_OK(x)                                                                   \
-    do {                                                                             \
-        cudaError_t e_ = (x);                                                        \
-        if (e_ != cudaSuccess) {                                                     \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x,               \
-                    cudaGetErrorString(e_));                                         \
-            exit(1);                                                                 \
-        }                                                                            \
-    } while (0)
+#include "cuda_ok.h"
 
 static void dev_upload(const kda_problem *p, void *const host[KB_COUNT], void *dev[KB_COUNT]) {
     for (int b = 0; b < KB_COUNT; b++) {

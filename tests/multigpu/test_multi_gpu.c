@@ -16,16 +16,7 @@
 #include <string.h>
 
 #ifdef SP_HAVE_CUDA
-#include <cuda_runtime_api.h>
-
-#define CUDA_OK(x)                                                                        \
-    do {                                                                                  \
-        cudaError_t e_ = (x);                                                             \
-        if (e_ != cudaSuccess) {                                                          \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            exit(1);                                                                      \
-        }                                                                                 \
-    } while (0)
+#include "cuda_ok.h"
 
 enum { T = 300, H = 4, REPS = 8 };
 static const int64_t lens[3] = {100, 37, 163};
