@@ -35,32 +35,6 @@ typedef struct ctx {
     sp_kda_boundary *bd;
 } ctx;
 
-static void *dmalloc(size_t bytes) {
-    void *p = NULL;
-    BENCH_CU(cudaMalloc(&p, bytes ? bytes : 256));
-    return p;
-}
-
-/* Valid bf16 values (see bench_kda.c): a host pattern copied over. */
-static void fill_bf16(void *dev, size_t n, double lo, double hi, uint64_t seed) {
-    const size_t pat = (size_t)8 << 20;
-    uint16_t *h = malloc(pat * 2);
-    if (!h) exit(2);
-    uint64_t x = seed;
-    for (size_t i = 0; i < pat; i++) {
-        x = x * 6364136223846793005ull + 1442695040888963407ull;
-        float f = (float)(lo + (hi - lo) * (double)(x >> 40) / (double)(1ull << 24));
-        uint32_t u;
-        memcpy(&u, &f, 4);
-        h[i] = (uint16_t)(u >> 16);
-    }
-    for (size_t off = 0; off < n; off += pat) {
-        size_t m = n - off < pat ? n - off : pat;
-        BENCH_CU(cudaMemcpy((uint16_t *)dev + off, h, m * 2, cudaMemcpyHostToDevice));
-    }
-    free(h);
-}
-
 static void check(sp_status s, const char *what) {
     if (s != SP_OK) {
         fprintf(stderr, "%s: %s (%s)\n", what, sp_status_string(s), sp_last_error());
@@ -126,7 +100,7 @@ static void make_args(ctx *c, sp_kda_args *a) {
     for (int i = 0; i < 5; i++)
         if (i != 3) {
             size_t n = (size_t)T * (size_t)(i == 4 ? H : H * D);
-            c->sep[i] = dmalloc(n * 2);
+            c->sep[i] = bench_malloc(n * 2);
             bench_fill_random(c->sep[i], n * 2, 100 + (uint64_t)i); /* poison */
         }
     sp_tensor_dense(&a->q, c->sep[0], SP_BF16, 4, x4, dev);
@@ -134,9 +108,9 @@ static void make_args(ctx *c, sp_kda_args *a) {
     sp_tensor_dense(&a->v, c->sep[2], SP_BF16, 4, x4, dev);
     sp_tensor_dense(&a->g, c->g, SP_BF16, 4, x4, dev);
     sp_tensor_dense(&a->beta, c->sep[4], SP_BF16, 3, x3, dev);
-    void *o = dmalloc((size_t)T * (size_t)hd * 2), *st = dmalloc((size_t)hd * D * 4);
-    void *A = dmalloc((size_t)H * 4), *B = dmalloc((size_t)hd * 4);
-    void *cu = dmalloc(16), *idx = dmalloc(4);
+    void *o = bench_malloc((size_t)T * (size_t)hd * 2), *st = bench_malloc((size_t)hd * D * 4);
+    void *A = bench_malloc((size_t)H * 4), *B = bench_malloc((size_t)hd * 4);
+    void *cu = bench_malloc(16), *idx = bench_malloc(4);
     BENCH_CU(cudaMemset(st, 0, (size_t)hd * D * 4));
     BENCH_CU(cudaMemset(A, 0, (size_t)H * 4));     /* exp(A_log) = 1 */
     BENCH_CU(cudaMemset(B, 0, (size_t)hd * 4));
@@ -162,15 +136,15 @@ static void run_layout(const char *layout, int64_t H, int kind, cudaStream_t s, 
     ctx c;
     memset(&c, 0, sizeof c);
     sp_k3_init(&c.k, T, H, kind);
-    c.qkv = dmalloc(c.k.qkv_bytes);
-    c.proj = dmalloc(c.k.proj_bytes);
-    c.g = dmalloc(c.k.g_bytes);
-    fill_bf16(c.qkv, c.k.qkv_bytes / 2, -1, 1, 11);
-    fill_bf16(c.proj, c.k.proj_bytes / 2, -3, 3, 12);
-    fill_bf16(c.g, c.k.g_bytes / 2, -4, 1.5, 13);
+    c.qkv = bench_malloc(c.k.qkv_bytes);
+    c.proj = bench_malloc(c.k.proj_bytes);
+    c.g = bench_malloc(c.k.g_bytes);
+    bench_fill_bf16(c.qkv, c.k.qkv_bytes / 2, -1, 1, 11);
+    bench_fill_bf16(c.proj, c.k.proj_bytes / 2, -3, 3, 12);
+    bench_fill_bf16(c.g, c.k.g_bytes / 2, -4, 1.5, 13);
     sp_k3_views(&c.k, c.qkv, c.proj, c.g, sp_cuda(0), c.views);
     check(sp_pack_workspace_bytes(c.views, 5, &c.ws_bytes), "sp_pack_workspace_bytes");
-    c.ws = dmalloc(c.ws_bytes);
+    c.ws = bench_malloc(c.ws_bytes);
     make_args(&c, &c.dense_args);
     c.strided_args = c.dense_args;
     c.strided_args.q = c.views[0];
@@ -183,8 +157,8 @@ static void run_layout(const char *layout, int64_t H, int kind, cudaStream_t s, 
     /* Bytes the strided inputs move: each read once and written once. */
     const size_t moved = 2 * (size_t)T * (size_t)(3 * c.k.P + H) * 2;
     c.limit_bytes = moved / 2;
-    c.limit_src = dmalloc(c.limit_bytes);
-    c.limit_dst = dmalloc(c.limit_bytes);
+    c.limit_src = bench_malloc(c.limit_bytes);
+    c.limit_dst = bench_malloc(c.limit_bytes);
     bench_fill_random(c.limit_src, c.limit_bytes, 21);
     BENCH_CU(cudaDeviceSynchronize());
     if (!pack_matches(&c, s)) {

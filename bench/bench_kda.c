@@ -20,33 +20,6 @@
 
 enum { D = SP_KDA_HEAD_DIM };
 
-/* Valid bf16 inputs in [lo, hi): a 16 MiB host pattern copied over the
- * buffer (timing must not run on zeros, and random bytes would be NaNs). */
-static void fill_bf16(void *dev, size_t n, double lo, double hi, uint64_t seed) {
-    const size_t pat = (size_t)8 << 20; /* elements */
-    uint16_t *h = malloc(pat * 2);
-    if (!h) exit(2);
-    uint64_t x = seed;
-    for (size_t i = 0; i < pat; i++) {
-        x = x * 6364136223846793005ull + 1442695040888963407ull;
-        float f = (float)(lo + (hi - lo) * (double)(x >> 40) / (double)(1ull << 24));
-        uint32_t u;
-        memcpy(&u, &f, 4);
-        h[i] = (uint16_t)(u >> 16);
-    }
-    for (size_t off = 0; off < n; off += pat) {
-        size_t m = n - off < pat ? n - off : pat;
-        BENCH_CU(cudaMemcpy((uint16_t *)dev + off, h, m * 2, cudaMemcpyHostToDevice));
-    }
-    free(h);
-}
-
-static void *dmalloc(size_t bytes) {
-    void *p = NULL;
-    BENCH_CU(cudaMalloc(&p, bytes ? bytes : 256));
-    return p;
-}
-
 typedef struct kda_case {
     sp_kda_args a;
     int64_t T, H, N;
@@ -55,7 +28,7 @@ typedef struct kda_case {
 } kda_case;
 
 static void *owned(kda_case *c, size_t bytes) {
-    return c->bufs[c->nbufs++] = dmalloc(bytes);
+    return c->bufs[c->nbufs++] = bench_malloc(bytes);
 }
 
 /* Dense inputs for T tokens, H heads, N equal sequences (the last takes the
@@ -72,11 +45,11 @@ static void make_case(kda_case *c, int64_t T, int64_t H, int64_t N, sp_dtype sdt
     const size_t n4 = (size_t)(T * H * D);
     void *q = owned(c, n4 * 2), *k = owned(c, n4 * 2), *v = owned(c, n4 * 2);
     void *g = owned(c, n4 * 2), *beta = owned(c, (size_t)(T * H) * 2), *o = owned(c, n4 * 2);
-    fill_bf16(q, n4, -1, 1, 1);
-    fill_bf16(k, n4, -1, 1, 2);
-    fill_bf16(v, n4, -1, 1, 3);
-    fill_bf16(g, n4, -4, 1.5, 4);
-    fill_bf16(beta, (size_t)(T * H), -3, 3, 5);
+    bench_fill_bf16(q, n4, -1, 1, 1);
+    bench_fill_bf16(k, n4, -1, 1, 2);
+    bench_fill_bf16(v, n4, -1, 1, 3);
+    bench_fill_bf16(g, n4, -4, 1.5, 4);
+    bench_fill_bf16(beta, (size_t)(T * H), -3, 3, 5);
     bench_fill_random(o, n4 * 2, 6); /* poison */
     sp_tensor_dense(&a->q, q, SP_BF16, 4, x4, dev);
     sp_tensor_dense(&a->k, k, SP_BF16, 4, x4, dev);
@@ -109,7 +82,7 @@ static void make_case(kda_case *c, int64_t T, int64_t H, int64_t N, sp_dtype sdt
     const size_t se = (size_t)(N * H * D * D);
     void *st = owned(c, se * sp_dtype_size(sdt));
     if (sdt == SP_BF16)
-        fill_bf16(st, se, -0.1, 0.1, 7);
+        bench_fill_bf16(st, se, -0.1, 0.1, 7);
     else
         BENCH_CU(cudaMemset(st, 0, se * 4)); /* a zero start state is a real case */
     sp_tensor_dense(&a->state, st, sdt, 4, ss, dev);

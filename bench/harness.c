@@ -2,6 +2,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "harness.h"
 
+#include "kda_problem.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
@@ -109,6 +111,26 @@ double bench_host_single_us(bench_fn fn, void *ctx, cudaStream_t stream, int cal
 }
 
 double bench_gbps(double bytes, double ms) { return ms > 0 ? bytes / (ms * 1e-3) / 1e9 : NAN; }
+
+void *bench_malloc(size_t bytes) {
+    void *p = NULL;
+    BENCH_CU(cudaMalloc(&p, bytes ? bytes : 256));
+    return p;
+}
+
+void bench_fill_bf16(void *dev, size_t n, double lo, double hi, uint64_t seed) {
+    const size_t pat = (size_t)8 << 20; /* elements */
+    uint16_t *h = (uint16_t *)malloc(pat * 2);
+    if (!h) exit(2);
+    sp_rng r;
+    sp_rng_seed(&r, seed);
+    kp_fill_bf16(h, pat, &r, lo, hi);
+    for (size_t off = 0; off < n; off += pat) {
+        size_t m = n - off < pat ? n - off : pat;
+        BENCH_CU(cudaMemcpy((uint16_t *)dev + off, h, m * 2, cudaMemcpyHostToDevice));
+    }
+    free(h);
+}
 
 void bench_fill_random(void *dev, size_t bytes, uint64_t seed) {
     /* A splitmix stream; 64 MiB staged at a time. */

@@ -70,6 +70,14 @@ double bench_host_single_us(bench_fn fn, void *ctx, cudaStream_t stream, int cal
 /* Bytes over milliseconds, in GB/s (1e9 bytes a second). */
 double bench_gbps(double bytes, double ms);
 
+/* cudaMalloc of `bytes` (at least 256), exiting on failure. */
+void *bench_malloc(size_t bytes);
+
+/* n valid bf16 values uniform in [lo, hi) on the device: a 16 MiB host
+ * pattern copied over the buffer (timing must not run on zeros, and random
+ * bytes would be NaNs for arithmetic kernels). */
+void bench_fill_bf16(void *dev, size_t n, double lo, double hi, uint64_t seed);
+
 /* Fill device memory with pseudo-random bytes from `seed` (through a host
  * staging buffer; fine for setup, not for timing). */
 void bench_fill_random(void *dev, size_t bytes, uint64_t seed);

@@ -9,7 +9,7 @@ endif()
 if(NOT TARGET bench_harness)
   add_library(bench_harness STATIC ${CMAKE_CURRENT_LIST_DIR}/harness.c)
   target_include_directories(bench_harness PUBLIC ${CMAKE_CURRENT_LIST_DIR})
-  target_link_libraries(bench_harness PUBLIC CUDA::cudart_static m)
+  target_link_libraries(bench_harness PUBLIC sp_support CUDA::cudart_static m)
   target_compile_options(bench_harness PRIVATE ${SP_WARNINGS})
 endif()
 
