@@ -24,7 +24,9 @@ install(FILES ${PROJECT_BINARY_DIR}/stridepackConfig.cmake
 # pkg-config: the static link needs what the library uses privately.
 set(SP_PC_PRIVATE "-fopenmp -lpthread -lm")
 if(SP_HAVE_CUDA)
-  string(APPEND SP_PC_PRIVATE " -L${CUDAToolkit_LIBRARY_DIR} -lcudart_static -ldl -lrt")
+  string(APPEND SP_PC_PRIVATE " -L${CUDAToolkit_LIBRARY_DIR} -lcudart_static -ldl -lrt -lstdc++")
 endif()
+# Relocatable: the prefix is found from where the .pc file lies.
+string(REGEX REPLACE "[^/]+" ".." SP_PC_UP "${CMAKE_INSTALL_LIBDIR}/pkgconfig")
 configure_file(${PROJECT_SOURCE_DIR}/cmake/stridepack.pc.in ${PROJECT_BINARY_DIR}/stridepack.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/stridepack.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

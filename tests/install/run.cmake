@@ -1,0 +1,58 @@
+# Install the build into a fresh prefix, then build and run a consumer two
+# ways: CMake's find_package (shared and static targets) and pkg-config.
+# Variables: BUILD (the build tree), SRC (this folder), WORK (scratch), CC.
+file(REMOVE_RECURSE ${WORK})
+execute_process(COMMAND ${CMAKE_COMMAND} --install ${BUILD} --prefix ${WORK}/prefix
+                RESULT_VARIABLE rc OUTPUT_QUIET)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "cmake --install failed (${rc})")
+endif()
+foreach(f include/stridepack.h include/stridepack_kda.h lib/pkgconfig/stridepack.pc
+          lib/cmake/stridepack/stridepackConfig.cmake)
+  if(NOT EXISTS ${WORK}/prefix/${f})
+    message(FATAL_ERROR "not installed: ${f}")
+  endif()
+endforeach()
+
+execute_process(COMMAND ${CMAKE_COMMAND} -S ${SRC}/consumer -B ${WORK}/consumer -G Ninja
+                        -DCMAKE_PREFIX_PATH=${WORK}/prefix -DCMAKE_C_COMPILER=${CC}
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "configuring the consumer failed:\n${out}")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} --build ${WORK}/consumer
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "building the consumer failed:\n${out}")
+endif()
+foreach(exe consumer_shared consumer_static)
+  execute_process(COMMAND ${WORK}/consumer/${exe} RESULT_VARIABLE rc OUTPUT_VARIABLE out
+                  ERROR_VARIABLE out)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${exe} failed (${rc}):\n${out}")
+  endif()
+  message(STATUS "${exe}: ${out}")
+endforeach()
+
+# pkg-config, static link (Libs.private) so the private dependencies are exercised.
+find_program(PKG_CONFIG pkg-config)
+if(PKG_CONFIG)
+  set(ENV{PKG_CONFIG_PATH} ${WORK}/prefix/lib/pkgconfig)
+  execute_process(COMMAND ${PKG_CONFIG} --cflags --libs --static stridepack
+                  OUTPUT_VARIABLE flags RESULT_VARIABLE rc OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "pkg-config --cflags --libs stridepack failed")
+  endif()
+  separate_arguments(flags UNIX_COMMAND "${flags}")
+  execute_process(COMMAND ${CC} -std=c11 ${SRC}/consumer/consumer.c -o ${WORK}/consumer_pc
+                          -Wl,-rpath,${WORK}/prefix/lib ${flags}
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "compiling with pkg-config flags failed:\n${out}")
+  endif()
+  execute_process(COMMAND ${WORK}/consumer_pc RESULT_VARIABLE rc OUTPUT_VARIABLE out)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "consumer_pc failed (${rc}):\n${out}")
+  endif()
+  message(STATUS "pkg-config consumer: ${out}")
+endif()
