@@ -255,14 +255,6 @@ class Errors(unittest.TestCase):
             sp.pack([a.t()], workspace=torch.empty(4096, dtype=torch.uint8))
         self.assertEqual(cm.exception.status, "SP_ERR_DEVICE_MISMATCH")
 
-    def test_cpu_torch_bf16(self):
-        gen = torch.Generator().manual_seed(5)
-        bits = torch.randint(-32768, 32768, (50, 70), dtype=torch.int16, generator=gen)
-        x = bits.view(torch.bfloat16)[::2, 3:60].t()
-        o = sp.pack([x])[0]
-        self.assertTrue(o.is_contiguous() and o.device.type == "cpu")
-        self.assertTrue(bits_equal(o, x.contiguous()))
-
 
 @unittest.skipUnless(sp.kda_available(), "this libstridepack build has no KDA part")
 class KdaBoundary(unittest.TestCase):
