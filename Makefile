@@ -20,7 +20,7 @@ build: deps
 	cmake --build $(BUILD) -j $(JOBS)
 
 demo: build
-	./$(BUILD)/tools/stridepack demo
+	$(BUILD)/tools/stridepack demo
 
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)

@@ -1,7 +1,9 @@
 #!/bin/sh
 # Check the build's dependencies; on Debian/Ubuntu as root, install what is
 # missing from the distribution's packages; otherwise name it and fail.
-#   cmake >= 3.25, ninja, a C11 compiler  — the build
+#   cmake >= 3.25, ninja, a C11 and a C++ compiler — the build (C++: the
+#                                         header's C++ compile test)
+#   pkg-config                            — the install test's pkg-config consumer
 #   libomp / libgomp (with the compiler)  — the CPU backend's threads
 #   python3 with numpy (python3-numpy)    — the Python binding's tests
 #   clang (optional)                      — the libFuzzer target
@@ -12,6 +14,8 @@ need() { command -v "$1" >/dev/null 2>&1 || missing="$missing $2"; }
 need cmake cmake
 need ninja ninja-build
 need cc gcc
+need c++ g++
+need pkg-config pkg-config
 have_numpy=0
 for py in python3 /usr/bin/python3; do
   if command -v "$py" >/dev/null 2>&1 && "$py" -c 'import numpy' >/dev/null 2>&1; then have_numpy=1; fi

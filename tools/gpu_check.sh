@@ -3,6 +3,7 @@
 # demo, every benchmark, and the GPU tests under compute-sanitizer (memcheck,
 # racecheck) at reduced sizes. Logs and JSON go to OUTDIR; a summary table is
 # printed last. OUTDIR ends up holding the JSON results and logs.tar.gz.
+# Exit status 0 only if every step passed.
 #   tools/gpu_check.sh OUTDIR [BUILD_DIR]
 set -uo pipefail
 out=${1:?usage: tools/gpu_check.sh OUTDIR [BUILD_DIR]}
@@ -13,6 +14,7 @@ mkdir -p "$logs"
 cd "$(dirname "$0")/.."
 san=${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer
 summary=()
+failed=0
 budget=${GPU_CHECK_BUDGET:-100000} # seconds; later steps are skipped past it
 step() { # step NAME CMD... : run, log to OUTDIR/logs/NAME.log, record the outcome
   local name=$1; shift
@@ -24,6 +26,7 @@ step() { # step NAME CMD... : run, log to OUTDIR/logs/NAME.log, record the outco
   "$@" >"$logs/$name.log" 2>&1
   local rc=$?
   summary+=("$(printf '%-28s rc=%-3s %4ss' "$name" "$rc" $((SECONDS - t0)))")
+  [ "$rc" -eq 0 ] || failed=$((failed + 1))
   return $rc
 }
 
@@ -53,3 +56,5 @@ tail -6 "$logs/demo.log"
 for f in bench_pack bench_boundary anchors; do echo "== $f"; grep -vE '^\{' "$logs/$f.log" | tail -14; done
 printf '%s\n' "${summary[@]}"
 tar -czf "$out/logs.tar.gz" -C "$out" logs && rm -rf "$logs"
+echo "steps failed: $failed"
+[ "$failed" -eq 0 ]

@@ -17,6 +17,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "demo.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,7 +37,7 @@ static void usage(FILE *f) {
             "  -b, --beta KIND    beta layout: fa ([T,128+H]), inproj ([T,4P+128+H]),\n"
             "                     or both (default both)\n"
             "  -d, --device DEV   auto, cpu or cuda (default auto: cuda when usable)\n"
-            "  -r, --reps N       timed repetitions per arm (default 20)\n"
+            "  -r, --reps N       timed repetitions per arm, 1..100000 (default 20)\n"
             "  -s, --seed S       random seed (default 1)\n"
             "  -k, --kda-tokens N tokens of the end-to-end run (strided inputs ->\n"
             "                     boundary -> KDA prefill); 0 skips it (default: T on\n"
@@ -44,10 +45,12 @@ static void usage(FILE *f) {
             "  -h, --help         this text\n");
 }
 
-static int parse_i64(const char *s, int64_t lo, int64_t *out) {
+/* A decimal integer in [lo, hi]; -1 for anything else (overflow included). */
+static int parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
     char *end;
+    errno = 0;
     long long v = strtoll(s, &end, 10);
-    if (*s == '\0' || *end != '\0' || v < lo) return -1;
+    if (*s == '\0' || *end != '\0' || errno == ERANGE || v < lo || v > hi) return -1;
     *out = v;
     return 0;
 }
@@ -67,20 +70,20 @@ static int demo_main(int argc, char **argv) {
     while ((c = getopt_long(argc, argv, "T:H:b:d:r:s:k:h", longopts, NULL)) != -1) {
         switch (c) {
         case 'T':
-            if (parse_i64(optarg, 0, &o.T)) goto bad;
+            if (parse_i64(optarg, 0, INT32_MAX, &o.T)) goto bad;
             break;
         case 'H':
-            if (parse_i64(optarg, 1, &o.H)) goto bad;
+            if (parse_i64(optarg, 1, 1 << 20, &o.H)) goto bad;
             break;
         case 'k':
-            if (parse_i64(optarg, 0, &o.kda_tokens)) goto bad;
+            if (parse_i64(optarg, 0, INT32_MAX, &o.kda_tokens)) goto bad;
             break;
         case 'r':
-            if (parse_i64(optarg, 1, &v)) goto bad;
+            if (parse_i64(optarg, 1, 100000, &v)) goto bad;
             o.reps = (int)v;
             break;
         case 's':
-            if (parse_i64(optarg, 0, &v)) goto bad;
+            if (parse_i64(optarg, 0, INT64_MAX, &v)) goto bad;
             o.seed = (uint64_t)v;
             break;
         case 'b':

@@ -110,7 +110,8 @@ def pack(tensors, workspace=None):
 
     Each output is the input itself when that is already dense, otherwise a
     view of `workspace` holding a copy; all copies are one library call (one
-    kernel launch on CUDA, on the framework's current stream). Give a
+    kernel launch on CUDA, on the framework's current stream; at most 64
+    tensors per call, more fall back to the framework's copy). Give a
     workspace of at least workspace_bytes(tensors) bytes (a contiguous
     array of the same framework and device) to allocate nothing, as CUDA
     graph capture wants; without one, one is allocated. Falls back to the
@@ -224,8 +225,8 @@ def _replay(fw, plan, xs, workspace):
 
 def copy_batch(pairs):
     """Copy each (src, dst) pair, bits not values, all in one library call
-    (one kernel launch on CUDA, on the current stream of the framework of
-    the first CUDA array). Arrays may come from any DLPack producer; src and
+    (one kernel launch per 64 pairs on CUDA, on the current stream of the
+    framework of the first CUDA array). Arrays may come from any DLPack producer; src and
     dst of a pair have the same shape and dtype, dst is writable and no
     destination overlaps another or any source. Falls back to the
     framework's per-pair copy (dst's framework), warning once, while

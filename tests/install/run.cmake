@@ -36,6 +36,9 @@ endforeach()
 
 # pkg-config, static link (Libs.private) so the private dependencies are exercised.
 find_program(PKG_CONFIG pkg-config)
+if(NOT PKG_CONFIG)
+  message(FATAL_ERROR "pkg-config not found (Debian: pkg-config); the .pc file is untested")
+endif()
 if(PKG_CONFIG)
   set(ENV{PKG_CONFIG_PATH} ${WORK}/prefix/lib/pkgconfig)
   execute_process(COMMAND ${PKG_CONFIG} --cflags --libs --static stridepack
