@@ -223,6 +223,9 @@ typedef struct sp_copy_pair {
  *     itself through a zero or aliasing stride (SP_ERR_OVERLAP). Overlap is
  *     decided per element, not per address range, so views interleaved in
  *     one buffer (column slices of a fused [T, 3P] buffer) are accepted;
+ *     for intricate layouts (many dims of mixed-sign strides in one buffer)
+ *     whose decision would exceed a bounded search, the answer is
+ *     conservatively SP_ERR_OVERLAP;
  *   - at most SP_MAX_DIMS dims remain once dims are coalesced
  *     (SP_ERR_UNSUPPORTED).
  * CUDA: asynchronous on `stream`, allocates nothing, copies nothing between

@@ -62,6 +62,30 @@ int main(void) {
     CHECKF(agree == 100000, "%ld of 100000 answers exact", agree);
     CHECK(both > 10000 && both < 90000); /* both outcomes well represented */
 
+    /* Views whose decision exhausts the search budget: the answer must then
+     * be "overlap", and these pairs do overlap (brute force says so). */
+    static const struct {
+        int nd[2];
+        int64_t off[2], shape[2][6], strides[2][6];
+    } hard[3] = {
+        {{6, 4}, {0, 30}, {{8, 3, 4, 7, 7, 11}, {2, 6, 10, 3}},
+         {{-56, 52, -46, 65, 44, 20}, {67, 60, -46, 63}}},
+        {{5, 6}, {0, 57}, {{6, 7, 3, 7, 9}, {4, 8, 1, 8, 9, 8}},
+         {{58, 54, -14, -96, -74}, {-70, -60, 90, -97, -30, -52}}},
+        {{4, 4}, {0, 30}, {{8, 10, 2, 10}, {9, 7, 10, 3}}, {{51, -72, -45, 54}, {73, 33, -15, -60}}},
+    };
+    for (int i = 0; i < 3; i++) {
+        sp_tensor v[2];
+        for (int k = 0; k < 2; k++)
+            CHECK_OK(sp_tensor_view(&v[k], buf, ORIGIN + hard[i].off[k], SP_U8, hard[i].nd[k],
+                                    hard[i].shape[k], hard[i].strides[k], sp_cpu()));
+        memset(paint_marks, 0, sizeof paint_marks);
+        paint(&v[0], 1);
+        paint(&v[1], 2);
+        CHECK(memchr(paint_marks, 3, sizeof paint_marks) != NULL);
+        CHECKF(sp_tensors_overlap(&v[0], &v[1]) == 1, "hard case %d: says no overlap", i);
+    }
+
     /* q, k, v: column slices of a [T, 3P] buffer, written back by a scatter. */
     enum { T = 5, H = 2, P = H * 128 };
     static uint16_t fused[T * 3 * P], dense[3][T * P];
