@@ -148,8 +148,9 @@ static inline sp_device sp_cuda(int32_t ordinal) {
     return d;
 }
 
-/* @return 1 when this build has the CUDA backend and a CUDA device is
- *         usable now, 0 otherwise. Never fails. */
+/* @return 1 when this build has the CUDA backend and a CUDA device it can
+ *         run on is present (compute capability at least the lowest
+ *         architecture built, sm_90 by default), 0 otherwise. Never fails. */
 SP_API int sp_cuda_available(void);
 
 /* ---------------------------------------------------------------------- */

@@ -404,6 +404,10 @@ extern "C" sp_status sp_cuda_copy(const sp_copy_desc *descs, int n, int device,
     return s;
 }
 
+#ifndef SP_CUDA_MIN_ARCH
+#define SP_CUDA_MIN_ARCH 0 /* unknown (e.g. "native"): any device */
+#endif
+
 extern "C" int sp_cuda_available(void) {
     /* The device count is fixed for the life of the process, and this runs
      * on every call that touches CUDA tensors: ask the runtime once. A race
@@ -416,7 +420,17 @@ extern "C" int sp_cuda_available(void) {
         (void)cudaGetLastError(); /* "no device" is an answer, not an error to keep */
         n = 0;
     }
-    v = n > 0;
+    /* Usable means the kernels can run there: compute capability at least
+     * the lowest architecture this build carries code for. */
+    v = 0;
+    for (int d = 0; d < n && !v; d++) {
+        int major = 0, minor = 0;
+        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d) == cudaSuccess &&
+            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d) == cudaSuccess)
+            v = major * 10 + minor >= SP_CUDA_MIN_ARCH;
+        else
+            (void)cudaGetLastError();
+    }
     __atomic_store_n(&cached, v, __ATOMIC_RELEASE);
     return v;
 }
