@@ -135,6 +135,9 @@ SP_API sp_status sp_kda_args_init(sp_kda_args *args);
  *     kernel instead skips (writes nothing for) a sequence whose token range,
  *     slot or checkpoint rows are out of bounds. Distinct slots on CUDA are
  *     the caller's duty (two sequences on one slot race).
+ *   - CUDA: N * H blocks fit one launch (at most 2^31 - 1), else
+ *     SP_ERR_UNSUPPORTED; checkpoint rows of different sequences must not
+ *     overlap (like distinct slots, the caller's duty: not read on the host).
  * T = 0 or N = 0 is SP_OK with nothing done.
  * @return SP_OK, or the error above; SP_ERR_CUDA for a failed launch;
  *         SP_ERR_OUT_OF_MEMORY if the CPU path cannot get its scratch. */
@@ -158,7 +161,9 @@ typedef struct sp_kda_boundary sp_kda_boundary;
  * (q, k, v, g and beta all strided at max_tokens x max_heads): cudaMalloc on
  * a CUDA device, host memory on the CPU.
  * @return SP_OK and *out; SP_ERR_INVALID_ARGUMENT for a NULL out or negative
- *         capacity; SP_ERR_NO_DEVICE; SP_ERR_OVERFLOW; SP_ERR_OUT_OF_MEMORY.
+ *         capacity; SP_ERR_NO_DEVICE; SP_ERR_OVERFLOW; SP_ERR_OUT_OF_MEMORY;
+ *         SP_ERR_CUDA when the device allocation fails otherwise. With a
+ *         capacity of 0 nothing is allocated (and the ordinal not tried).
  *         On error *out is set to NULL. */
 SP_API sp_status sp_kda_boundary_create(sp_kda_boundary **out, sp_device dev,
                                         int64_t max_tokens, int64_t max_heads);
@@ -173,7 +178,10 @@ SP_API sp_status sp_kda_boundary_create(sp_kda_boundary **out, sp_device dev,
  * Errors, before anything is written: those of sp_kda_prefill (the
  * density rule aside) with the same statuses; SP_ERR_DEVICE_MISMATCH when
  * the tensors are not on the boundary's device; SP_ERR_CAPACITY when T or H
- * exceeds the capacity given at creation.
+ * exceeds the capacity given at creation. Only a failed CUDA launch
+ * (SP_ERR_CUDA) or, on the CPU, no memory for the prefill's scratch
+ * (SP_ERR_OUT_OF_MEMORY) can come after the pack, which by then has written
+ * the boundary's own workspace and nothing of the caller's.
  *
  * CUDA graphs. The same function serves the eager and the graph path:
  *   1. warm up: run once eagerly on stream s (not capturing);

@@ -32,8 +32,15 @@ static sp_status worst_case_bytes(int64_t T, int64_t H, size_t *bytes) {
     sp_tensor in[N_INPUTS];
     const int64_t shape4[4] = {1, T, H, SP_KDA_D}, shape3[3] = {1, T, H};
     /* Any non-dense layout will do: one padded row per token. */
-    const int64_t str4[4] = {(T + 1) * (H + 1) * SP_KDA_D, (H + 1) * SP_KDA_D, SP_KDA_D, 1};
-    const int64_t str3[3] = {(T + 1) * (H + 1), H + 1, 1};
+    int64_t row3, all3, row4, all4;
+    SP_REQUIRE(!__builtin_mul_overflow(H + 1, (int64_t)1, &row3) &&
+                   !__builtin_mul_overflow(T + 1, row3, &all3) &&
+                   !__builtin_mul_overflow(row3, (int64_t)SP_KDA_D, &row4) &&
+                   !__builtin_mul_overflow(all3, (int64_t)SP_KDA_D, &all4),
+               SP_ERR_OVERFLOW, "max_tokens x max_heads: %lld x %lld overflows",
+               (long long)T, (long long)H);
+    const int64_t str4[4] = {all4, row4, SP_KDA_D, 1};
+    const int64_t str3[3] = {all3, row3, 1};
     for (int i = 0; i < 4; i++)
         SP_FORWARD(sp_tensor_view(&in[i], placeholder, 0, SP_BF16, 4, shape4, str4, sp_cpu()));
     SP_FORWARD(sp_tensor_view(&in[4], placeholder, 0, SP_BF16, 3, shape3, str3, sp_cpu()));
@@ -112,12 +119,16 @@ static sp_status check_capture(const sp_kda_boundary *b, const sp_tensor *in, in
 sp_status sp_kda_boundary_run(sp_kda_boundary *b, const sp_kda_args *args,
                               struct CUstream_st *stream) {
     SP_REQUIRE(b, SP_ERR_INVALID_ARGUMENT, "b: NULL boundary");
+    SP_REQUIRE(args, SP_ERR_INVALID_ARGUMENT, "args: NULL");
+    /* q's device first: the contract check below makes every argument agree
+     * with it, and would otherwise report a CPU boundary's CUDA tensors as a
+     * missing device rather than the wrong one. */
+    const sp_device qd = args->q.device;
+    SP_REQUIRE(qd.type == b->dev.type && (qd.type == SP_DEVICE_CPU || qd.ordinal == b->dev.ordinal),
+               SP_ERR_DEVICE_MISMATCH, "q: on device (%d, %d), the boundary serves (%d, %d)",
+               (int)qd.type, (int)qd.ordinal, (int)b->dev.type, (int)b->dev.ordinal);
     sp_kda_dims d;
     SP_FORWARD(sp_kda_check_(args, 0, &d));
-    SP_REQUIRE(d.dev.type == b->dev.type &&
-                   (d.dev.type == SP_DEVICE_CPU || d.dev.ordinal == b->dev.ordinal),
-               SP_ERR_DEVICE_MISMATCH, "q: on device (%d, %d), the boundary serves (%d, %d)",
-               (int)d.dev.type, (int)d.dev.ordinal, (int)b->dev.type, (int)b->dev.ordinal);
     SP_REQUIRE(d.T <= b->max_tokens, SP_ERR_CAPACITY,
                "q: T = %lld exceeds the boundary's max_tokens %lld", (long long)d.T,
                (long long)b->max_tokens);
@@ -132,8 +143,11 @@ sp_status sp_kda_boundary_run(sp_kda_boundary *b, const sp_kda_args *args,
         if (capturing) SP_FORWARD(check_capture(b, in, d.T, stream));
     }
 
-    /* The check above is the prefill's, so neither call below can refuse
-     * its arguments after the pack has written the workspace. */
+    /* The check above is the prefill's whole check (device and launch
+     * limits included), so neither call below refuses its arguments after
+     * the pack has written the workspace. What can still fail then is a
+     * CUDA launch, or the CPU prefill's scratch allocation; the pack has
+     * written only this boundary's own workspace by that point. */
     sp_tensor dense[N_INPUTS];
     size_t copied = 0;
     SP_FORWARD(sp_pack(in, N_INPUTS, b->workspace, b->workspace_bytes, dense, &copied, stream));

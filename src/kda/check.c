@@ -301,6 +301,13 @@ sp_status sp_kda_check_(const sp_kda_args *a, int inputs_dense, sp_kda_dims *dim
 
     SP_FORWARD(check_overlap(all, n, first_output));
 
+    if (d.dev.type == SP_DEVICE_CUDA) {
+        /* Here rather than at the launch: the boundary packs between the two. */
+        SP_FORWARD(sp_check_device_usable(d.dev));
+        SP_REQUIRE(d.H == 0 || d.N <= INT32_MAX / d.H, SP_ERR_UNSUPPORTED,
+                   "cu_seqlens: N * H = %lld * %lld blocks exceed one launch (2^31 - 1)",
+                   (long long)d.N, (long long)d.H);
+    }
     if (d.dev.type == SP_DEVICE_CPU) SP_FORWARD(check_host_indices(a, &d));
     *dims = d;
     return SP_OK;

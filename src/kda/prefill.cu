@@ -266,9 +266,6 @@ extern "C" sp_status sp_kda_prefill_cuda_(const sp_kda_args *a, const sp_kda_dim
         return sp_set_error(SP_ERR_NO_DEVICE, "q: CUDA device %d is not available",
                             (int)d->dev.ordinal);
     }
-    SP_REQUIRE(d->N <= INT32_MAX / d->H, SP_ERR_UNSUPPORTED,
-               "cu_seqlens: N * H = %lld * %lld blocks exceed one launch", (long long)d->N,
-               (long long)d->H);
     kda_params p;
     p.q = (const uint16_t *)a->q.data;
     p.k = (const uint16_t *)a->k.data;
@@ -298,11 +295,20 @@ extern "C" sp_status sp_kda_prefill_cuda_(const sp_kda_args *a, const sp_kda_dim
     cudaError_t e = cudaGetDevice(&prev);
     if (e == cudaSuccess && prev != d->dev.ordinal) e = cudaSetDevice(d->dev.ordinal);
     if (e == cudaSuccess) {
-        kda_prefill_kernel<<<(unsigned)(d->N * d->H), THREADS, 0, (cudaStream_t)stream>>>(p);
-        e = cudaGetLastError();
-        if (prev != d->dev.ordinal) cudaSetDevice(prev);
+        /* The launch's own status, not cudaGetLastError(): that could be an
+         * error the caller left pending, reported as ours and cleared. */
+        void *params[] = {&p};
+        e = cudaLaunchKernel((const void *)kda_prefill_kernel, dim3((unsigned)(d->N * d->H)),
+                             dim3(THREADS), params, 0, (cudaStream_t)stream);
+        if (prev != d->dev.ordinal) {
+            cudaError_t r = cudaSetDevice(prev);
+            if (e == cudaSuccess) e = r;
+        }
     }
-    SP_REQUIRE(e == cudaSuccess, SP_ERR_CUDA, "sp_kda_prefill: kernel launch failed: %s",
-               cudaGetErrorString(e));
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* ours, reported below: do not leave it to the caller */
+        return sp_set_error(SP_ERR_CUDA, "sp_kda_prefill: kernel launch failed: %s",
+                            cudaGetErrorString(e));
+    }
     return SP_OK;
 }
