@@ -58,15 +58,46 @@ static sp_status check_pair(const sp_copy_pair *p, size_t i, sp_device dev) {
     return check_pair_named(p, i, dev, sn, dn);
 }
 
-/* No destination may share a byte with another destination or any source. */
+/* Byte extent of pairs[i].src (which 0) or .dst (which 1): from `cache`
+ * when the batch is small enough to have one, else computed. */
+#define SP_EXTENT_CACHE 64
+static void extent_of(const sp_copy_pair *pairs, size_t i, int which,
+                      const uintptr_t (*cache)[4], uintptr_t *lo, uintptr_t *hi) {
+    if (cache) {
+        *lo = cache[i][2 * which];
+        *hi = cache[i][2 * which + 1];
+    } else {
+        sp_tensor_extent(which ? &pairs[i].dst : &pairs[i].src, lo, hi);
+    }
+}
+
+/* No destination may share a byte with another destination or any source.
+ * Byte extents are compared first (computed once for batches of up to
+ * SP_EXTENT_CACHE pairs; nothing is allocated); the element-exact test runs
+ * only for pairs whose extents meet. */
 static sp_status check_overlaps(const sp_copy_pair *pairs, size_t n) {
+    uintptr_t cache[SP_EXTENT_CACHE][4];
+    const uintptr_t(*c)[4] = NULL;
+    if (n <= SP_EXTENT_CACHE) {
+        for (size_t i = 0; i < n; i++) {
+            sp_tensor_extent(&pairs[i].src, &cache[i][0], &cache[i][1]);
+            sp_tensor_extent(&pairs[i].dst, &cache[i][2], &cache[i][3]);
+        }
+        c = (const uintptr_t(*)[4])cache;
+    }
     for (size_t i = 0; i < n; i++) {
+        uintptr_t dlo, dhi, lo, hi;
+        extent_of(pairs, i, 1, c, &dlo, &dhi);
         for (size_t j = 0; j < n; j++) {
-            SP_REQUIRE(!sp_tensors_overlap(&pairs[i].dst, &pairs[j].src), SP_ERR_OVERLAP,
-                       "pairs[%zu].dst: shares memory with pairs[%zu].src", i, j);
-            if (j > i)
-                SP_REQUIRE(!sp_tensors_overlap(&pairs[i].dst, &pairs[j].dst), SP_ERR_OVERLAP,
-                           "pairs[%zu].dst: shares memory with pairs[%zu].dst", i, j);
+            extent_of(pairs, j, 0, c, &lo, &hi);
+            SP_REQUIRE(!sp_extents_overlap(dlo, dhi, lo, hi) ||
+                           !sp_tensors_overlap(&pairs[i].dst, &pairs[j].src),
+                       SP_ERR_OVERLAP, "pairs[%zu].dst: shares memory with pairs[%zu].src", i, j);
+            if (j <= i) continue;
+            extent_of(pairs, j, 1, c, &lo, &hi);
+            SP_REQUIRE(!sp_extents_overlap(dlo, dhi, lo, hi) ||
+                           !sp_tensors_overlap(&pairs[i].dst, &pairs[j].dst),
+                       SP_ERR_OVERLAP, "pairs[%zu].dst: shares memory with pairs[%zu].dst", i, j);
         }
     }
     return SP_OK;

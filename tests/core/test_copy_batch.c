@@ -186,6 +186,34 @@ static void test_fixed(sp_rng *r) {
     gb_free(&g);
     gb_free(&out);
 
+    /* Runs longer than the CPU backend's chunk, which it splits: a dense
+     * 3 MB copy (one run after coalescing, at an odd byte offset), a 1 MB
+     * gather (stride 3) and a 2-row copy of 700 KB rows, in one batch. */
+    {
+        const int64_t n_dense = 3 << 20, n_gather = 1 << 18, rows[2] = {2, 700 << 10};
+        gbuf a = gb_alloc((size_t)n_dense, 3, r), ad = gb_alloc((size_t)n_dense, 5, r);
+        gbuf b = gb_alloc((size_t)n_gather * 3 * 4, 0, r), bd = gb_alloc((size_t)n_gather * 4, 0, r);
+        gbuf c = gb_alloc((size_t)(rows[0] * (rows[1] + 64)), 0, r),
+             cd = gb_alloc((size_t)(rows[0] * rows[1]), 0, r);
+        sp_copy_pair lp[3];
+        const int64_t s3[1] = {3}, cst[2] = {rows[1] + 64, 1};
+        CHECK_OK(sp_tensor_dense(&lp[0].src, a.p, SP_U8, 1, &n_dense, sp_cpu()));
+        CHECK_OK(sp_tensor_dense(&lp[0].dst, ad.p, SP_U8, 1, &n_dense, sp_cpu()));
+        CHECK_OK(sp_tensor_view(&lp[1].src, b.p, 0, SP_F32, 1, &n_gather, s3, sp_cpu()));
+        CHECK_OK(sp_tensor_dense(&lp[1].dst, bd.p, SP_F32, 1, &n_gather, sp_cpu()));
+        CHECK_OK(sp_tensor_view(&lp[2].src, c.p, 0, SP_U8, 2, rows, cst, sp_cpu()));
+        CHECK_OK(sp_tensor_dense(&lp[2].dst, cd.p, SP_U8, 2, rows, sp_cpu()));
+        gbuf *dsts[3] = {&ad, &bd, &cd};
+        for (int i = 0; i < 3; i++) {
+            sp_tensor x = gb_on_expect(dsts[i], lp[i].dst);
+            sp_ref_copy(&lp[i].src, &x);
+        }
+        CHECK_OK(sp_copy_batch(lp, 3, NULL));
+        for (int i = 0; i < 3; i++) CHECKF(gb_first_diff(dsts[i]) < 0, "long run %d", i);
+        gbuf *all[6] = {&a, &ad, &b, &bd, &c, &cd};
+        for (int i = 0; i < 6; i++) gb_free(all[i]);
+    }
+
     /* Every pair empty: SP_OK, nothing written. */
     gbuf e = gb_alloc(64, 0, r);
     int64_t s0[2] = {0, 3};
