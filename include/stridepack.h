@@ -176,25 +176,32 @@ typedef struct sp_tensor {
 
 /* Fill *t as a dense (row-major, C-contiguous) tensor at `data`.
  * @return SP_OK; SP_ERR_INVALID_ARGUMENT for a NULL t or shape (with
- *         ndim > 0), ndim outside 0..SP_MAX_DIMS, an unknown dtype or a
- *         negative size; SP_ERR_OVERFLOW when the element count overflows.
- *         On error *t is left unchanged. */
+ *         ndim > 0), ndim outside 0..SP_MAX_DIMS, an unknown dtype or
+ *         device, a negative size, or NULL data with elements;
+ *         SP_ERR_OVERFLOW when the element count or a byte offset
+ *         overflows. On error *t is left unchanged. */
 SP_API sp_status sp_tensor_dense(sp_tensor *t, void *data, sp_dtype dtype, int ndim,
                                  const int64_t *shape, sp_device device);
 
 /* Fill *t as a strided view of a buffer: data = base + offset elements.
- * @return as sp_tensor_dense; strides may not be NULL when ndim > 0. */
+ * @return as sp_tensor_dense (SP_ERR_OVERFLOW also when offset in bytes
+ *         overflows); strides may not be NULL when ndim > 0. */
 SP_API sp_status sp_tensor_view(sp_tensor *t, void *base, int64_t offset, sp_dtype dtype,
                                 int ndim, const int64_t *shape, const int64_t *strides,
                                 sp_device device);
 
-/* Element count (1 for a scalar, 0 when any size is 0) into *numel.
- * @return SP_OK; SP_ERR_INVALID_ARGUMENT for a malformed tensor;
- *         SP_ERR_OVERFLOW when the product overflows int64. */
+/* Element count (1 for a scalar, 0 when any size is 0) into *numel, for a
+ * well-formed view (the structural checks of sp_copy_batch, alignment
+ * aside).
+ * @return SP_OK; SP_ERR_INVALID_ARGUMENT for a malformed tensor (ndim,
+ *         dtype, device, a negative size, NULL data with elements);
+ *         SP_ERR_OVERFLOW when the count, or the byte offset of some
+ *         element, overflows int64. */
 SP_API sp_status sp_tensor_numel(const sp_tensor *t, int64_t *numel);
 
 /* @return 1 when t is C-contiguous (size-1 dims may have any stride; an
- *         empty tensor is dense), 0 otherwise or when t is malformed. */
+ *         empty tensor is dense), 0 otherwise or when t's ndim, sizes or
+ *         dtype are malformed. Looks at the layout only, not at data. */
 SP_API int sp_tensor_is_dense(const sp_tensor *t);
 
 /* ---------------------------------------------------------------------- */
@@ -221,14 +228,15 @@ typedef struct sp_copy_pair {
  *     need a CUDA build and device (SP_ERR_NO_DEVICE);
  *   - each data pointer is aligned to its element size (SP_ERR_MISALIGNED);
  *   - no destination overlaps another destination or any source, nor
- *     itself through a zero or aliasing stride (SP_ERR_OVERLAP). Overlap is
+ *     itself through a zero or aliasing stride (SP_ERR_OVERLAP; this
+ *     self-overlap test is a sufficient condition: strides that interleave
+ *     without colliding, like [2, 3] with strides (3, 2), are refused too).
+ *     Overlap between tensors is
  *     decided per element, not per address range, so views interleaved in
  *     one buffer (column slices of a fused [T, 3P] buffer) are accepted;
  *     for intricate layouts (many dims of mixed-sign strides in one buffer)
  *     whose decision would exceed a bounded search, the answer is
- *     conservatively SP_ERR_OVERLAP;
- *   - at most SP_MAX_DIMS dims remain once dims are coalesced
- *     (SP_ERR_UNSUPPORTED).
+ *     conservatively SP_ERR_OVERLAP.
  * CUDA: asynchronous on `stream`, allocates nothing, copies nothing between
  * host and device and never synchronizes, so it can be captured into a CUDA
  * graph; it runs on the tensors' device and restores the caller's current
@@ -245,7 +253,9 @@ SP_API sp_status sp_copy_batch(const sp_copy_pair *pairs, size_t n, struct CUstr
 /* Workspace bytes that sp_pack needs for these inputs, whatever the
  * workspace's address: each non-dense input's bytes rounded up to
  * SP_PACK_ALIGN, plus SP_PACK_ALIGN - 1 for aligning the base; 0 when every
- * input is dense. @return SP_OK, or an error for a malformed input. */
+ * input is dense. Only shapes, strides and dtypes are looked at (not
+ * alignment, devices or the count limit of sp_pack).
+ * @return SP_OK, or an error for a malformed input (as sp_tensor_numel). */
 SP_API sp_status sp_pack_workspace_bytes(const sp_tensor *inputs, size_t n, size_t *bytes);
 
 /* Make a dense view of each input. outputs[i] is inputs[i] itself when that
