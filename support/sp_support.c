@@ -184,6 +184,14 @@ int64_t sp_ref_compare(const sp_tensor *a, const sp_tensor *b, int64_t *first) {
     return bad;
 }
 
+void sp_print_tensor(FILE *f, const char *name, const sp_tensor *t) {
+    fprintf(f, "  %s: %s ndim %d shape [", name, sp_dtype_name((sp_dtype)t->dtype), t->ndim);
+    for (int d = 0; d < t->ndim; d++) fprintf(f, "%s%lld", d ? "," : "", (long long)t->shape[d]);
+    fprintf(f, "] strides [");
+    for (int d = 0; d < t->ndim; d++) fprintf(f, "%s%lld", d ? "," : "", (long long)t->strides[d]);
+    fprintf(f, "] data %p\n", t->data);
+}
+
 /* ---- bit patterns ---------------------------------------------------------- */
 
 const sp_bit_patterns sp_float_patterns[4] = {

@@ -11,6 +11,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -67,6 +68,10 @@ void sp_ref_copy(const sp_tensor *src, const sp_tensor *dst);
  * differing elements; *first (may be NULL) gets the first one's linear
  * index, or -1. */
 int64_t sp_ref_compare(const sp_tensor *a, const sp_tensor *b, int64_t *first);
+
+/* Print a view's layout ("  name: bf16 ndim 2 shape [..] strides [..] data
+ * 0x.."), for failure messages. */
+void sp_print_tensor(FILE *f, const char *name, const sp_tensor *t);
 
 /* ---- floating-point bit patterns a value copy would change ---------------- */
 #define SP_NPATTERNS 16

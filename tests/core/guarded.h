@@ -66,14 +66,4 @@ static inline long gb_first_diff(const gbuf *b) {
 /* Refresh the image after a call that was allowed to write. */
 static inline void gb_sync(gbuf *b) { memcpy(b->expect, b->raw, b->raw_bytes); }
 
-/* Print a tensor's layout, for failure messages. */
-static inline void gb_print_tensor(FILE *f, const char *name, const sp_tensor *t) {
-    fprintf(f, "  %s: %s ndim %d shape [", name, sp_dtype_name((sp_dtype)t->dtype), t->ndim);
-    for (int d = 0; d < t->ndim; d++) fprintf(f, "%s%lld", d ? "," : "", (long long)t->shape[d]);
-    fprintf(f, "] strides [");
-    for (int d = 0; d < t->ndim; d++)
-        fprintf(f, "%s%lld", d ? "," : "", (long long)t->strides[d]);
-    fprintf(f, "] data %p\n", t->data);
-}
-
 #endif /* SP_TEST_GUARDED_H */

@@ -103,8 +103,8 @@ static int run_batch(sp_rng *r, int n, int trial) {
                "trial %d pair %d of %d: first wrong byte %ld of dst (payload at %d), %ld of src",
                trial, i, n, dd, (int)(b[i].dst.p - b[i].dst.raw), sd);
         if (dd >= 0 || sd >= 0) {
-            gb_print_tensor(stderr, "src", &pairs[i].src);
-            gb_print_tensor(stderr, "dst", &pairs[i].dst);
+            sp_print_tensor(stderr, "src", &pairs[i].src);
+            sp_print_tensor(stderr, "dst", &pairs[i].dst);
             bad = 1;
         }
     }

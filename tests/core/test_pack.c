@@ -70,8 +70,8 @@ static int check_pack(const char *what, int trial, const sp_tensor *in, int n, g
                trial, i, ws ? (long)(a - (uintptr_t)ws->p) : 0L,
                ws ? (long)(slot - (uintptr_t)ws->p) : 0L);
         if (!ok) {
-            gb_print_tensor(stderr, "input", &in[i]);
-            gb_print_tensor(stderr, "output", &out[i]);
+            sp_print_tensor(stderr, "input", &in[i]);
+            sp_print_tensor(stderr, "output", &out[i]);
             bad = 1;
             break;
         }

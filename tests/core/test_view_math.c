@@ -292,8 +292,8 @@ static void test_coalesce_random(sp_rng *r) {
         CHECKF(ok, "coalescing trial %d changed the element map or is not maximal (nd %d)", trial,
                nd);
         if (!ok) {
-            gb_print_tensor(stderr, "src", &s);
-            gb_print_tensor(stderr, "dst", &d);
+            sp_print_tensor(stderr, "src", &s);
+            sp_print_tensor(stderr, "dst", &d);
             return;
         }
     }
@@ -412,12 +412,12 @@ static void test_self_overlap(sp_rng *r) {
         int got = sp_tensor_self_overlaps(&t);
         CHECKF(got == 0, "trial %d: a generated non-aliasing layout reported as overlapping",
                trial);
-        if (got) gb_print_tensor(stderr, "t", &t);
+        if (got) sp_print_tensor(stderr, "t", &t);
         for (int d = 0; d < nd; d++) t.strides[d] = sp_rng_range(r, -6, 6);
         if (sp_tensor_self_overlaps(&t) == 0) {
             CHECKF(!aliases(&t), "trial %d: an aliasing layout reported as not overlapping",
                    trial);
-            if (aliases(&t)) gb_print_tensor(stderr, "t", &t);
+            if (aliases(&t)) sp_print_tensor(stderr, "t", &t);
         }
     }
 }
@@ -613,8 +613,8 @@ static void test_plan_random(sp_rng *r) {
                desc.nouter);
         int bad = rc != 0 || diff >= 0;
         if (bad) {
-            gb_print_tensor(stderr, "src", &s);
-            gb_print_tensor(stderr, "dst", &d);
+            sp_print_tensor(stderr, "src", &s);
+            sp_print_tensor(stderr, "dst", &d);
         }
         gb_free(&bs);
         gb_free(&bd);

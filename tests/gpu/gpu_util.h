@@ -21,7 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 /* Exit 77 (ctest: "Not Run") unless a CUDA device is usable. */
 static inline void gpu_require(void) {
     if (!sp_cuda_available()) SP_SKIP("no usable CUDA device (or a build without CUDA)");
@@ -114,16 +113,6 @@ static inline long arena_first_diff(arena *a) {
     for (size_t i = 0; i < a->used; i++)
         if (a->got[i] != a->expect[i]) return (long)i;
     return -1;
-}
-
-/* Print a tensor's layout, for failure messages. */
-static inline void gpu_print_tensor(FILE *f, const char *name, const sp_tensor *t) {
-    fprintf(f, "  %s: %s ndim %d shape [", name, sp_dtype_name((sp_dtype)t->dtype), t->ndim);
-    for (int d = 0; d < t->ndim; d++) fprintf(f, "%s%lld", d ? "," : "", (long long)t->shape[d]);
-    fprintf(f, "] strides [");
-    for (int d = 0; d < t->ndim; d++)
-        fprintf(f, "%s%lld", d ? "," : "", (long long)t->strides[d]);
-    fprintf(f, "] data %p\n", t->data);
 }
 
 #endif /* SP_GPU_UTIL_H */

@@ -120,8 +120,8 @@ static int run_and_check(arena *a, sp_copy_pair *pairs, int n, cudaStream_t stre
             extent_of(&pairs[i].dst, &lo, &hi);
             if (at >= lo && at < hi) {
                 fprintf(stderr, "  inside pairs[%d].dst\n", i);
-                gpu_print_tensor(stderr, "src", &pairs[i].src);
-                gpu_print_tensor(stderr, "dst", &pairs[i].dst);
+                sp_print_tensor(stderr, "src", &pairs[i].src);
+                sp_print_tensor(stderr, "dst", &pairs[i].dst);
             }
         }
         return 1;
