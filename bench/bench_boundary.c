@@ -202,14 +202,8 @@ static void run_layout(const char *layout, int64_t H, int kind, cudaStream_t s, 
 }
 
 int main(int argc, char **argv) {
-    /* --json FILE (as bench_pack) appends the JSON lines to FILE. */
     FILE *out = NULL;
-    if (argc == 3 && !strcmp(argv[1], "--json")) {
-        out = fopen(argv[2], "a");
-    } else if (argc != 1) {
-        fprintf(stderr, "usage: %s [--json FILE]\n", argv[0]);
-        return 2;
-    }
+    if (bench_json_arg(argc, argv, &out)) return 2;
     cudaStream_t s;
     BENCH_CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     run_layout("K3-TP1", 96, SP_K3_BETA_FA, s, out);

@@ -103,14 +103,8 @@ static void arm_prefill(void *ctx, cudaStream_t s) {
 }
 
 int main(int argc, char **argv) {
-    /* --json FILE (as bench_pack) appends the JSON lines to FILE. */
     FILE *out = NULL;
-    if (argc == 3 && !strcmp(argv[1], "--json")) {
-        out = fopen(argv[2], "a");
-    } else if (argc != 1) {
-        fprintf(stderr, "usage: %s [--json FILE]\n", argv[0]);
-        return 2;
-    }
+    if (bench_json_arg(argc, argv, &out)) return 2;
     char name[256];
     int sms = 0;
     size_t l2 = 0;

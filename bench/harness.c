@@ -112,6 +112,14 @@ double bench_host_single_us(bench_fn fn, void *ctx, cudaStream_t stream, int cal
 
 double bench_gbps(double bytes, double ms) { return ms > 0 ? bytes / (ms * 1e-3) / 1e9 : NAN; }
 
+int bench_json_arg(int argc, char **argv, FILE **out) {
+    *out = NULL;
+    if (argc == 1) return 0;
+    if (argc == 3 && !strcmp(argv[1], "--json") && (*out = fopen(argv[2], "a")) != NULL) return 0;
+    fprintf(stderr, "usage: %s [--json FILE] (FILE writable)\n", argv[0]);
+    return 2;
+}
+
 void *bench_malloc(size_t bytes) {
     void *p = NULL;
     BENCH_CU(cudaMalloc(&p, bytes ? bytes : 256));

@@ -70,6 +70,11 @@ double bench_host_single_us(bench_fn fn, void *ctx, cudaStream_t stream, int cal
 /* Bytes over milliseconds, in GB/s (1e9 bytes a second). */
 double bench_gbps(double bytes, double ms);
 
+/* The command line `[--json FILE]`: *out is FILE opened for appending, or
+ * NULL without the option. @return 0, or 2 after printing the usage for
+ * anything else (the caller exits with it). */
+int bench_json_arg(int argc, char **argv, FILE **out);
+
 /* cudaMalloc of `bytes` (at least 256), exiting on failure. */
 void *bench_malloc(size_t bytes);
 
