@@ -1,14 +1,13 @@
 /*
- * bench_kda.c — throughput of the CUDA KDA prefill: T = 16384 tokens,
- * H = 96 heads, as one sequence and as 8 equal sequences, fp32 state (and
- * bf16 for comparison), no checkpoints. Prints one JSON line per case
- * (also appended to FILE with --json FILE).
- *
- * The kernel runs one block per (sequence, head) through the sequence's
- * tokens one after another, so its time is (T / N) sequential token steps
- * times the time of one step, times the number of waves of blocks over the
- * multiprocessors. The JSON gives the per-step time of a block so that
- * figure can be read directly.
+ * bench_kda.c — the CUDA KDA prefill, each kernel (recurrent, chunked, and
+ * the dispatcher's choice) on the same inputs in the same process, timed
+ * interleaved, at the shapes where fla's Triton chunk_kda was measured on
+ * an H200 (2026-11-30, K3 contract, fp32 state): its Python-call times and,
+ * at T = 16384, its GPU kernel time. Dense inputs, fp32 and bf16 state
+ * pools, no checkpoints. Before timing, the chunked kernel's output is
+ * compared with the recurrent kernel's (relative L2 error in the JSON).
+ * Prints one JSON line per kernel x shape x state (also appended to FILE
+ * with --json FILE), then a table.
  *
  * Run: build/bench/bench_kda [--json FILE]
  */
@@ -25,6 +24,8 @@ typedef struct kda_case {
     int64_t T, H, N;
     void *bufs[16];
     int nbufs;
+    void *state0; /* the initial state pool, to restore before compared runs */
+    size_t state_bytes;
 } kda_case;
 
 static void *owned(kda_case *c, size_t bytes) {
@@ -86,6 +87,9 @@ static void make_case(kda_case *c, int64_t T, int64_t H, int64_t N, sp_dtype sdt
     else
         BENCH_CU(cudaMemset(st, 0, se * 4)); /* a zero start state is a real case */
     sp_tensor_dense(&a->state, st, sdt, 4, ss, dev);
+    c->state_bytes = se * sp_dtype_size(sdt);
+    c->state0 = owned(c, c->state_bytes);
+    BENCH_CU(cudaMemcpy(c->state0, st, c->state_bytes, cudaMemcpyDeviceToDevice));
     BENCH_CU(cudaDeviceSynchronize());
 }
 
@@ -102,6 +106,41 @@ static void arm_prefill(void *ctx, cudaStream_t s) {
     }
 }
 
+/* o of one run of `kernel`, downloaded (caller frees). */
+static uint16_t *run_once(kda_case *c, int32_t kernel, cudaStream_t s) {
+    const size_t n = (size_t)(c->T * c->H * D);
+    c->a.kernel = kernel;
+    BENCH_CU(cudaMemcpy(c->a.state.data, c->state0, c->state_bytes, cudaMemcpyDeviceToDevice));
+    bench_fill_random(c->a.o.data, n * 2, 99); /* poison: every element must be written */
+    arm_prefill(c, s);
+    BENCH_CU(cudaStreamSynchronize(s));
+    uint16_t *o = malloc(n * 2);
+    if (!o) exit(2);
+    BENCH_CU(cudaMemcpy(o, c->a.o.data, n * 2, cudaMemcpyDeviceToHost));
+    return o;
+}
+
+static double bf16_val(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static double rel_err(const uint16_t *x, const uint16_t *ref, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double a = bf16_val(x[i]), b = bf16_val(ref[i]);
+        num += (a - b) * (a - b);
+        den += b * b;
+    }
+    return den > 0 ? sqrt(num / den) : (num > 0 ? INFINITY : 0); /* NaN stays NaN */
+}
+
+static const char *kernel_name(int32_t k) {
+    return k == SP_KDA_KERNEL_CHUNKED ? "chunked" : k == SP_KDA_KERNEL_RECURRENT ? "recurrent" : "auto";
+}
+
 int main(int argc, char **argv) {
     FILE *out = NULL;
     if (bench_json_arg(argc, argv, &out)) return 2;
@@ -111,39 +150,86 @@ int main(int argc, char **argv) {
     bench_device(name, sizeof name, &sms, &l2);
     cudaStream_t s;
     BENCH_CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    const int64_t T = 16384, H = 96;
-    const struct {
-        int64_t N;
-        sp_dtype sdt;
-    } cases[] = {{1, SP_F32}, {8, SP_F32}, {1, SP_BF16}, {8, SP_BF16}};
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        kda_case c;
-        make_case(&c, T, H, cases[i].N, cases[i].sdt);
-        bench_stats st;
-        bench_time(arm_prefill, &c, s, 3, 50, &st);
-        const int64_t steps = (T + c.N - 1) / c.N; /* sequential steps per block */
-        const int64_t blocks = c.N * H;
-        const int64_t waves = (blocks + sms - 1) / sms; /* one resident block per SM */
-        bench_json j;
-        bench_json_begin(&j);
-        bench_json_str(&j, "bench", "kda_prefill");
-        bench_json_str(&j, "device", name);
-        bench_json_int(&j, "T", T);
-        bench_json_int(&j, "H", H);
-        bench_json_int(&j, "N", c.N);
-        bench_json_str(&j, "state", sp_dtype_name(cases[i].sdt));
-        bench_json_num(&j, "ms", st.median_ms);
-        bench_json_num(&j, "min_ms", st.min_ms);
-        bench_json_int(&j, "reps", st.reps);
-        bench_json_num(&j, "tokens_per_s", (double)T / (st.median_ms * 1e-3));
-        bench_json_int(&j, "blocks", blocks);
-        bench_json_int(&j, "sms", sms);
-        bench_json_int(&j, "waves", waves);
-        bench_json_num(&j, "us_per_step_per_block",
-                       st.median_ms * 1e3 / (double)(steps * waves));
-        bench_json_emit(&j, out);
-        free_case(&c);
-    }
+    /* fla chunk_kda on one H200 (2026-11-30): Python-call ms, and GPU
+     * kernel ms (torch profiler) where measured (0: not measured). */
+    static const struct {
+        int64_t T, H, N;
+        double fla_ms, fla_kernel_ms;
+    } shapes[] = {{16384, 96, 1, 5.86, 5.27},
+                  {16384, 96, 8, 5.60, 0},
+                  {16384, 12, 1, 1.82, 0.95},
+                  {2048, 96, 1, 1.44, 0},
+                  {2048, 96, 16, 1.53, 0}};
+    static const sp_dtype states[] = {SP_F32, SP_BF16};
+    enum { NK = 3 };
+    static const int32_t kernels[NK] = {SP_KDA_KERNEL_RECURRENT, SP_KDA_KERNEL_CHUNKED,
+                                        SP_KDA_KERNEL_AUTO};
+    char table[64][160];
+    int rows = 0;
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+        for (int si = 0; si < 2; si++) {
+            kda_case c[NK];
+            make_case(&c[0], shapes[i].T, shapes[i].H, shapes[i].N, states[si]);
+            for (int k = 1; k < NK; k++) {
+                c[k] = c[0]; /* the same inputs; the state pool is rewritten each run alike */
+                c[k].nbufs = 0; /* freed once, through c[0] */
+                c[k].a.kernel = kernels[k];
+            }
+            c[0].a.kernel = kernels[0];
+            sp_kda_kernel chosen = SP_KDA_KERNEL_AUTO;
+            if (sp_kda_prefill_kernel(&c[2].a, &chosen) != SP_OK) {
+                fprintf(stderr, "sp_kda_prefill_kernel: %s\n", sp_last_error());
+                return 2;
+            }
+            const size_t n = (size_t)(c[0].T * c[0].H * D);
+            uint16_t *o_rec = run_once(&c[0], kernels[0], s);
+            uint16_t *o_chk = run_once(&c[1], kernels[1], s);
+            const double err = rel_err(o_chk, o_rec, n);
+            free(o_rec), free(o_chk);
+
+            bench_fn fns[NK] = {arm_prefill, arm_prefill, arm_prefill};
+            void *ctxs[NK] = {&c[0], &c[1], &c[2]};
+            bench_stats st[NK];
+            bench_time_interleaved(fns, ctxs, NK, s, 3, 50, st);
+            for (int k = 0; k < NK; k++) {
+                bench_json j;
+                bench_json_begin(&j);
+                bench_json_str(&j, "bench", "kda_prefill");
+                bench_json_str(&j, "device", name);
+                bench_json_str(&j, "kernel", kernel_name(kernels[k]));
+                if (kernels[k] == SP_KDA_KERNEL_AUTO)
+                    bench_json_str(&j, "auto_chose", kernel_name(chosen));
+                bench_json_int(&j, "T", shapes[i].T);
+                bench_json_int(&j, "H", shapes[i].H);
+                bench_json_int(&j, "N", shapes[i].N);
+                bench_json_str(&j, "state", sp_dtype_name(states[si]));
+                bench_json_num(&j, "ms", st[k].median_ms);
+                bench_json_num(&j, "min_ms", st[k].min_ms);
+                bench_json_int(&j, "reps", st[k].reps);
+                bench_json_num(&j, "tokens_per_s", (double)shapes[i].T / (st[k].median_ms * 1e-3));
+                bench_json_num(&j, "fla_ms", shapes[i].fla_ms);
+                bench_json_num(&j, "ratio_to_fla", st[k].median_ms / shapes[i].fla_ms);
+                if (shapes[i].fla_kernel_ms > 0) {
+                    bench_json_num(&j, "fla_kernel_ms", shapes[i].fla_kernel_ms);
+                    bench_json_num(&j, "ratio_to_fla_kernel",
+                                   st[k].median_ms / shapes[i].fla_kernel_ms);
+                }
+                if (kernels[k] == SP_KDA_KERNEL_CHUNKED)
+                    bench_json_num(&j, "o_rel_err_vs_recurrent", err);
+                bench_json_emit(&j, out);
+                if (rows < 64)
+                    snprintf(table[rows++], sizeof table[0],
+                             "%6lld %3lld %3lld %-4s %-10s %8.3f %6.2f  %s", (long long)shapes[i].T,
+                             (long long)shapes[i].H, (long long)shapes[i].N,
+                             sp_dtype_name(states[si]), kernel_name(kernels[k]), st[k].median_ms,
+                             st[k].median_ms / shapes[i].fla_ms,
+                             kernels[k] == SP_KDA_KERNEL_AUTO ? kernel_name(chosen) : "");
+            }
+            free_case(&c[0]);
+        }
+    printf("\n%6s %3s %3s %-4s %-10s %8s %6s  %s\n", "T", "H", "N", "state", "kernel", "ms",
+           "/fla", "auto chose");
+    for (int r = 0; r < rows; r++) printf("%s\n", table[r]);
     BENCH_CU(cudaStreamDestroy(s));
     if (out) fclose(out);
     return 0;

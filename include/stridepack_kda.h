@@ -50,6 +50,28 @@ typedef enum sp_kda_gate {
     SP_KDA_GATE_SOFTPLUS = 1     /* Kimi-Linear: -exp(A_log) * softplus(x) */
 } sp_kda_gate;
 
+/* Which kernel computes a CUDA prefill. Values are fixed; new ones are
+ * appended.
+ *   RECURRENT: one block per (sequence, head) steps through the tokens one
+ *     at a time; fp32 throughout (relative error of o about 2e-3 from the
+ *     bf16 output alone, final state about 1e-7). Serves every call.
+ *   CHUNKED: 32 tokens at a time as matrix products on tensor cores (tf32
+ *     operands, fp32 accumulation and state); several blocks per
+ *     (sequence, head) when there are few of them. Serves CUDA calls with
+ *     the lower-bound gate, a checkpoint interval that is 0 or a multiple
+ *     of 32, and dense q, k, v, g 16-byte aligned (the boundary's packed
+ *     copies always are).
+ *   AUTO (the default): CHUNKED where it can serve the call and the
+ *     sequences average at least 64 tokens, else RECURRENT. CPU tensors
+ *     have one implementation (the recurrent form); AUTO and RECURRENT
+ *     select it.
+ * Neither kernel needs scratch memory: nothing is allocated per call. */
+typedef enum sp_kda_kernel {
+    SP_KDA_KERNEL_AUTO = 0,
+    SP_KDA_KERNEL_RECURRENT = 1,
+    SP_KDA_KERNEL_CHUNKED = 2
+} sp_kda_kernel;
+
 /* The arguments of one prefill call. T tokens, H heads, N sequences.
  * "Dense" means C-contiguous (sp_tensor_is_dense). All tensors live on one
  * device. */
@@ -99,18 +121,24 @@ typedef struct sp_kda_args {
     /* Output o [1, T, H, 128] bf16, dense. Must not overlap any other
      * argument; nor may the state pool or the checkpoints. */
     sp_tensor o;
+
+    /* sp_kda_kernel; AUTO (0) lets the library choose. Forcing a kernel
+     * that cannot serve the call is SP_ERR_UNSUPPORTED. */
+    int32_t kernel;
 } sp_kda_args;
 
 /* Zero every field, then set the defaults: gate SP_KDA_GATE_LOWER_BOUND,
- * lower_bound -5, scale 0 (= 128^-0.5), checkpoint_interval 0 (none).
+ * lower_bound -5, scale 0 (= 128^-0.5), checkpoint_interval 0 (none),
+ * kernel SP_KDA_KERNEL_AUTO.
  * @return SP_OK; SP_ERR_INVALID_ARGUMENT for a NULL args. */
 SP_API sp_status sp_kda_args_init(sp_kda_args *args);
 
 /* Run the prefill on the tensors' device: one parallel CPU pass over
  * (sequence, head) for CPU tensors; one kernel launch on `stream` for CUDA
- * tensors (one block per (sequence, head), fixed reduction order: reruns are
- * bit-identical). Nothing is allocated on the device and nothing is
- * synchronized, so the call can be captured in a CUDA graph.
+ * tensors, of the kernel that args->kernel names or AUTO chooses (see
+ * sp_kda_kernel). Every sum has a fixed order: reruns are bit-identical.
+ * Nothing is allocated on the device and nothing is synchronized, so the
+ * call can be captured in a CUDA graph.
  *
  * Checked before anything is written, for every tensor (each error names it):
  *   - structure and alignment of `data` to the element size
@@ -135,7 +163,7 @@ SP_API sp_status sp_kda_args_init(sp_kda_args *args);
  *     kernel instead skips (writes nothing for) a sequence whose token range,
  *     slot or checkpoint rows are out of bounds. Distinct slots on CUDA are
  *     the caller's duty (two sequences on one slot race).
- *   - CUDA: N * H blocks fit one launch (at most 2^31 - 1), else
+ *   - CUDA: N * H (sequence, head) pairs at most 2^31 - 1, else
  *     SP_ERR_UNSUPPORTED; checkpoint rows of different sequences must not
  *     overlap (like distinct slots, the caller's duty: not read on the host).
  * T = 0 or N = 0 is SP_OK with nothing done.
@@ -143,10 +171,17 @@ SP_API sp_status sp_kda_args_init(sp_kda_args *args);
  *         SP_ERR_OUT_OF_MEMORY if the CPU path cannot get its scratch. */
 SP_API sp_status sp_kda_prefill(const sp_kda_args *args, struct CUstream_st *stream);
 
+/* Which kernel sp_kda_prefill would run for `args` (never AUTO): after the
+ * same checks as sp_kda_prefill, with the same errors, nothing run.
+ * @return SP_OK and *chosen; the errors of sp_kda_prefill; SP_ERR_INVALID_
+ *         ARGUMENT for a NULL chosen. */
+SP_API sp_status sp_kda_prefill_kernel(const sp_kda_args *args, sp_kda_kernel *chosen);
+
 /* The float64 reference: the recurrence above followed literally, one
  * (sequence, head) at a time, on CPU tensors only (SP_ERR_UNSUPPORTED for
  * CUDA tensors). Same arguments and checks as sp_kda_prefill; results are
- * rounded to their dtypes once, at the end. Slow: for tests. */
+ * rounded to their dtypes once, at the end. args->kernel is ignored.
+ * Slow: for tests. */
 SP_API sp_status sp_kda_prefill_reference(const sp_kda_args *args);
 
 /* ---------------------------------------------------------------------- */

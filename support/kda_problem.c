@@ -168,12 +168,24 @@ void kp_args(const kda_problem *p, void *const ptr[KB_COUNT], sp_device dev, sp_
     a->gate = p->gate;
     a->lower_bound = p->lower_bound;
     a->scale = p->scale;
+    a->kernel = p->kernel;
     if (p->interval > 0) {
         a->checkpoint_interval = p->interval;
         sp_tensor_dense(&a->checkpoint_cu_starts, ptr[KB_CKS], SP_I64, 1, &n1, dev);
         const int64_t cs[4] = {p->C, p->H, D, D};
         sp_tensor_dense(&a->checkpoints, ptr[KB_CKPT], p->state_dtype, 4, cs, dev);
     }
+}
+
+void kp_extreme_gates(kda_problem *p, uint64_t seed) {
+    sp_rng r;
+    sp_rng_seed(&r, seed);
+    const int64_t n = p->T * p->H * D;
+    uint16_t *g = p->host[KB_G], *beta = p->host[KB_BETA];
+    for (int64_t i = 0; i < n; i++)
+        g[i] = bf16_of(sp_rng_unit(&r) < 0.5 ? unif(&r, 60, 100) : unif(&r, -100, -60));
+    for (int64_t i = 0; i < p->T * p->H; i++) beta[i] = bf16_of(sp_rng_unit(&r) < 0.5 ? -10.0f : 10.0f);
+    p->lower_bound = -5.0f;
 }
 
 static double val(sp_dtype t, const void *b, int64_t i) {

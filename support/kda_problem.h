@@ -32,6 +32,7 @@ typedef struct kda_problem {
     sp_dtype state_dtype;
     int32_t gate;
     float lower_bound, scale;
+    int32_t kernel; /* sp_kda_kernel for kp_args (0: AUTO) */
     size_t bytes[KB_COUNT];
     void *host[KB_COUNT]; /* the initial contents */
 } kda_problem;
@@ -60,6 +61,12 @@ void kp_free(kda_problem *p);
 
 /* n bf16 values uniform in [lo, hi) (from a per-call table of 4096). */
 void kp_fill_bf16(void *x, size_t n, sp_rng *r, double lo, double hi);
+
+/* Extreme gates and betas: each g_raw is drawn either far positive (the
+ * lower-bound gate then sits at its bound, -5 with lower_bound -5) or far
+ * negative (the gate is then about 0: no decay), each beta logit is -10 or
+ * +10; lower_bound becomes -5. */
+void kp_extreme_gates(kda_problem *p, uint64_t seed);
 
 /* Host copies of the initial buffers (each malloc'ed; kp_free_copy). */
 void kp_copy(const kda_problem *p, void *out[KB_COUNT]);

@@ -157,7 +157,7 @@ sp_status sp_kda_boundary_run(sp_kda_boundary *b, const sp_kda_args *args,
     packed.v = dense[2];
     packed.g = dense[3];
     packed.beta = dense[4];
-    SP_FORWARD(sp_kda_prefill(&packed, stream));
+    SP_FORWARD(sp_kda_run_(&packed, &d, stream)); /* checked above, not again */
 
     b->last_copied = copied;
     if (d.dev.type == SP_DEVICE_CUDA && !capturing) {

@@ -86,6 +86,7 @@ static inline SP_HD float sp_kda_gate_f32(int gate, float lower_bound, float exp
 
 #define SP_KDA_D SP_KDA_HEAD_DIM
 #define SP_KDA_EPS 1e-6
+#define SP_KDA_CHUNK 32 /* tokens per chunk of the chunked kernel */
 
 typedef struct sp_kda_dims {
     int64_t T, H, N;      /* tokens, heads, sequences */
@@ -95,6 +96,7 @@ typedef struct sp_kda_dims {
     int state_bf16;       /* 1: bf16 pool and checkpoints; 0: f32 */
     float scale;          /* resolved (the default substituted for 0) */
     sp_device dev;
+    int kernel;           /* sp_kda_kernel that will run (never AUTO) */
 } sp_kda_dims;
 
 /* The whole contract of sp_kda_prefill, in a fixed order, each violation
@@ -102,6 +104,18 @@ typedef struct sp_kda_dims {
  * beta be any strided views (the boundary packs them afterwards). Index
  * arrays are read only for CPU tensors. Writes nothing but *dims. */
 sp_status sp_kda_check_(const sp_kda_args *a, int inputs_dense, sp_kda_dims *dims);
+
+/* The kernel for a checked call: a->kernel when it can serve the call
+ * (SP_ERR_UNSUPPORTED naming why when forced and it cannot), else the
+ * dispatcher's choice. Sets d->kernel. Called by sp_kda_check_. */
+sp_status sp_kda_choose_kernel_(const sp_kda_args *a, sp_kda_dims *d);
+/* How many blocks share one (sequence, head) in the chunked kernel, for
+ * `pairs` (sequence, head) pairs on `sms` multiprocessors: 1, 2, 4 or 8. */
+int sp_kda_chunked_splits_(int64_t pairs, int sms);
+
+/* Run a checked call on its backend (no check again): what sp_kda_prefill
+ * and the boundary do after sp_kda_check_. */
+sp_status sp_kda_run_(const sp_kda_args *a, const sp_kda_dims *d, struct CUstream_st *stream);
 
 /* Backends, called after the check with T, N and H > 0. */
 sp_status sp_kda_prefill_cpu_(const sp_kda_args *a, const sp_kda_dims *d);

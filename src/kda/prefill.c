@@ -14,20 +14,33 @@ sp_status sp_kda_args_init(sp_kda_args *args) {
     return SP_OK;
 }
 
-sp_status sp_kda_prefill(const sp_kda_args *args, struct CUstream_st *stream) {
-    sp_kda_dims d;
-    SP_FORWARD(sp_kda_check_(args, 1, &d));
-    if (d.dev.type == SP_DEVICE_CUDA)
-        SP_REQUIRE(sp_cuda_available(), SP_ERR_NO_DEVICE,
-                   "q: CUDA tensors, but this build or machine has no usable CUDA device");
+sp_status sp_kda_run_(const sp_kda_args *a, const sp_kda_dims *d, struct CUstream_st *stream) {
     /* Empty sequences leave their state as it is (a bf16 state round-trips
      * through fp32 exactly), so T = 0, N = 0 or H = 0 has nothing to do. */
-    if (d.T == 0 || d.N == 0 || d.H == 0) return SP_OK;
-    if (d.dev.type == SP_DEVICE_CPU) return sp_kda_prefill_cpu_(args, &d);
-    return sp_kda_prefill_cuda_(args, &d, stream);
+    if (d->T == 0 || d->N == 0 || d->H == 0) return SP_OK;
+    if (d->dev.type == SP_DEVICE_CPU) return sp_kda_prefill_cpu_(a, d);
+    return sp_kda_prefill_cuda_(a, d, stream);
+}
+
+sp_status sp_kda_prefill(const sp_kda_args *args, struct CUstream_st *stream) {
+    sp_kda_dims d;
+    SP_FORWARD(sp_kda_check_(args, 1, &d)); /* CUDA: the device was found usable there */
+    return sp_kda_run_(args, &d, stream);
+}
+
+sp_status sp_kda_prefill_kernel(const sp_kda_args *args, sp_kda_kernel *chosen) {
+    SP_REQUIRE(chosen, SP_ERR_INVALID_ARGUMENT, "chosen: NULL");
+    sp_kda_dims d;
+    SP_FORWARD(sp_kda_check_(args, 1, &d));
+    *chosen = (sp_kda_kernel)d.kernel;
+    return SP_OK;
 }
 
 sp_status sp_kda_prefill_reference(const sp_kda_args *args) {
+    SP_REQUIRE(args, SP_ERR_INVALID_ARGUMENT, "args: NULL");
+    sp_kda_args a = *args;
+    a.kernel = SP_KDA_KERNEL_AUTO; /* one way to compute here: the choice is ignored */
+    args = &a;
     sp_kda_dims d;
     SP_FORWARD(sp_kda_check_(args, 1, &d));
     SP_REQUIRE(d.dev.type == SP_DEVICE_CPU, SP_ERR_UNSUPPORTED,

@@ -154,8 +154,8 @@ static sp_status capture(sp_kda_boundary *bd, const sp_kda_args *a, cudaStream_t
 }
 
 /* The K3 layout end to end, including the graph path. */
-static void k3_case(sp_kda_boundary *bd, int64_t T, int64_t H, int kind, sp_dtype sdt,
-                    int64_t interval, int graph, uint64_t seed) {
+static void k3_case(sp_kda_boundary *bd, int32_t kernel, int64_t T, int64_t H, int kind,
+                    sp_dtype sdt, int64_t interval, int graph, uint64_t seed) {
     sp_rng r;
     sp_rng_seed(&r, seed);
     int64_t lens[8];
@@ -166,6 +166,7 @@ static void k3_case(sp_kda_boundary *bd, int64_t T, int64_t H, int kind, sp_dtyp
     lens[7] = T - sum;
     kda_problem p;
     kp_make_ex(&p, 8, lens, 0, H, sdt, SP_KDA_GATE_LOWER_BOUND, interval, seed, 0);
+    p.kernel = kernel;
     dk3 x;
     dk3_make(&x, T, H, kind, &r);
     void *dev[KB_COUNT];
@@ -369,8 +370,13 @@ int main(void) {
     const int64_t T = small ? 300 : 16384, H = small ? 4 : 96;
     sp_kda_boundary *bd;
     CHECK_OK(sp_kda_boundary_create(&bd, sp_cuda(0), T, H));
-    k3_case(bd, T, H, SP_K3_BETA_FA, SP_F32, small ? 32 : 1024, 1, 1);
-    k3_case(bd, T, H, SP_K3_BETA_INPROJ, SP_BF16, small ? 64 : 2048, small ? 0 : 1, 2);
+    /* Each kernel, forced, through the boundary (packed bit-equal to dense,
+     * and the graph path), then the dispatcher's own choice. */
+    const int32_t R = SP_KDA_KERNEL_RECURRENT, CH = SP_KDA_KERNEL_CHUNKED;
+    k3_case(bd, CH, T, H, SP_K3_BETA_FA, SP_F32, small ? 32 : 1024, 1, 1);
+    k3_case(bd, R, T, H, SP_K3_BETA_FA, SP_F32, small ? 32 : 1024, 1, 1);
+    k3_case(bd, SP_KDA_KERNEL_AUTO, T, H, SP_K3_BETA_INPROJ, SP_BF16, small ? 64 : 2048,
+            small ? 0 : 1, 2);
     const int64_t sh = small ? 2 : 8;
     small_case(bd, 77, sh, SP_K3_BETA_FA, 3);
     small_case(bd, 1, sh, SP_K3_BETA_INPROJ, 4);

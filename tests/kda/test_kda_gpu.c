@@ -1,8 +1,10 @@
 /*
- * test_kda_gpu.c — the CUDA KDA prefill against the float64 reference on
- * varlen batches (both state dtypes, both gates, checkpoint intervals),
- * bit-identical reruns, no-op cases, the kernel's guard against bad index
- * arrays (which the host cannot read), and bad arguments with nothing
+ * test_kda_gpu.c — both CUDA KDA kernels (each forced) against the float64
+ * reference on varlen batches (both state dtypes, both gates for the
+ * recurrent kernel, checkpoint intervals, every sequence length modulo the
+ * chunk, long sequences, gates at their extremes), bit-identical reruns,
+ * no-op cases, the kernels' guard against bad index arrays (which the host
+ * cannot read), the dispatcher's rules, and bad arguments with nothing
  * written. SP_TEST_SMALL=1 shrinks it for compute-sanitizer.
  */
 #include "check.h"
@@ -50,35 +52,147 @@ static int outputs_equal(const kda_problem *p, void *const x[KB_COUNT], void *co
     return 1;
 }
 
-static void batch_case(sp_dtype sdt, int32_t gate, int64_t interval, const int64_t *lens, int N,
-                       int64_t H) {
-    kda_problem p;
-    kp_make(&p, N, lens, 3, H, sdt, gate, interval,
-            2000 + (uint64_t)sdt * 100 + (uint64_t)gate * 10 + (uint64_t)interval);
-    void *ref[KB_COUNT], *g1[KB_COUNT], *g2[KB_COUNT];
-    kp_copy(&p, ref);
-    kp_copy(&p, g1);
-    kp_copy(&p, g2);
-    sp_kda_args a;
-    kp_args(&p, ref, sp_cpu(), &a);
-    CHECK_OK(sp_kda_prefill_reference(&a));
-    CHECK_OK(run_device(&p, p.host, g1));
-    CHECK_OK(run_device(&p, p.host, g2));
+static const char *kernel_name(int32_t k) {
+    return k == SP_KDA_KERNEL_CHUNKED ? "chunked" : k == SP_KDA_KERNEL_RECURRENT ? "recurrent" : "auto";
+}
 
+/* Accuracy bounds against the float64 reference. The recurrent kernel is
+ * fp32 throughout; the chunked kernel's tf32 products must stay below
+ * 4e-3 (o) and 3e-3 (final state), or the bf16 pool's own rounding. */
+static double o_tol(int32_t kernel) { return kernel == SP_KDA_KERNEL_CHUNKED ? 4e-3 : 5e-3; }
+static double state_tol(const kda_problem *p) {
+    const double t = kp_state_tol(p);
+    return p->kernel == SP_KDA_KERNEL_CHUNKED && t < 3e-3 ? 3e-3 : t;
+}
+
+/* Run p (already made, p->kernel set) on the device twice and once on the
+ * reference; compare. */
+static void check_problem(kda_problem *p, const char *what) {
+    void *ref[KB_COUNT], *g1[KB_COUNT], *g2[KB_COUNT];
+    kp_copy(p, ref);
+    kp_copy(p, g1);
+    kp_copy(p, g2);
+    sp_kda_args a;
+    kp_args(p, ref, sp_cpu(), &a);
+    CHECK_OK(sp_kda_prefill_reference(&a));
+    CHECK_OK(run_device(p, p->host, g1));
+    CHECK_OK(run_device(p, p->host, g2));
     int64_t so, ss, sc;
-    const double eo = kp_err_o(&p, g1[KB_O], ref[KB_O], &so);
-    const double es = kp_err_state(&p, g1[KB_STATE], ref[KB_STATE], &ss);
-    const double ec = kp_err_ckpt(&p, g1[KB_CKPT], ref[KB_CKPT], &sc);
-    printf("cuda %-4s gate %d interval %2lld: o %.2e state %.2e ckpt %.2e\n", sp_dtype_name(sdt),
-           gate, (long long)interval, eo, es, ec);
-    CHECKF(eo < 5e-3 && so == 0, "o err %.3g, %lld stray", eo, (long long)so);
-    CHECKF(es < kp_state_tol(&p) && ss == 0, "state err %.3g, %lld stray", es, (long long)ss);
-    CHECKF(ec < kp_state_tol(&p) && sc == 0, "ckpt err %.3g, %lld stray", ec, (long long)sc);
-    CHECKF(outputs_equal(&p, g1, g2), "%s gate %d interval %lld: two runs differ",
-           sp_dtype_name(sdt), gate, (long long)interval);
+    const double eo = kp_err_o(p, g1[KB_O], ref[KB_O], &so);
+    const double es = kp_err_state(p, g1[KB_STATE], ref[KB_STATE], &ss);
+    const double ec = kp_err_ckpt(p, g1[KB_CKPT], ref[KB_CKPT], &sc);
+    printf("%-9s %-36s: o %.2e state %.2e ckpt %.2e\n", kernel_name(p->kernel), what, eo, es, ec);
+    CHECKF(eo < o_tol(p->kernel) && so == 0, "%s: o err %.3g, %lld stray", what, eo, (long long)so);
+    CHECKF(es < state_tol(p) && ss == 0, "%s: state err %.3g, %lld stray", what, es, (long long)ss);
+    CHECKF(ec < state_tol(p) && sc == 0, "%s: ckpt err %.3g, %lld stray", what, ec, (long long)sc);
+    CHECKF(outputs_equal(p, g1, g2), "%s: two runs differ", what);
     kp_free_copy(ref);
     kp_free_copy(g1);
     kp_free_copy(g2);
+}
+
+static void batch_case(int32_t kernel, sp_dtype sdt, int32_t gate, int64_t interval,
+                       const int64_t *lens, int N, int64_t H) {
+    kda_problem p;
+    kp_make(&p, N, lens, 3, H, sdt, gate, interval,
+            2000 + (uint64_t)sdt * 100 + (uint64_t)gate * 10 + (uint64_t)interval);
+    p.kernel = kernel;
+    char what[96];
+    snprintf(what, sizeof what, "%s gate %d interval %lld N %d", sp_dtype_name(sdt), gate,
+             (long long)interval, N);
+    check_problem(&p, what);
+    kp_free(&p);
+}
+
+/* The chunked kernel at its edges: every length modulo the chunk (two
+ * batches of 16 sequences, 32k + m tokens for m = 0..31), a long sequence,
+ * gates pinned at the lower bound or at ~0 and beta logits of +-10. */
+static void chunked_edge_cases(int small) {
+    int64_t lens[16];
+    for (int half = 0; half < 2; half++) {
+        for (int i = 0; i < 16; i++) {
+            const int m = 16 * half + i;
+            lens[i] = m + 32 * (m % 3);
+        }
+        kda_problem p;
+        kp_make(&p, 16, lens, 5, small ? 1 : 3, half ? SP_BF16 : SP_F32, SP_KDA_GATE_LOWER_BOUND,
+                half ? 64 : 32, 3100 + (uint64_t)half);
+        p.kernel = SP_KDA_KERNEL_CHUNKED;
+        check_problem(&p, half ? "lengths 16..31 mod 32" : "lengths 0..15 mod 32");
+        kp_free(&p);
+    }
+    const int64_t extreme_lens[3] = {small ? 70 : 700, 33, small ? 90 : 1000};
+    for (int k = 0; k < 2; k++) {
+        kda_problem p;
+        kp_make(&p, 3, extreme_lens, 0, 2, SP_F32, SP_KDA_GATE_LOWER_BOUND, 32, 3200);
+        kp_extreme_gates(&p, 3201);
+        p.kernel = k ? SP_KDA_KERNEL_CHUNKED : SP_KDA_KERNEL_RECURRENT;
+        check_problem(&p, "gates at -5 and ~0, beta +-10");
+        kp_free(&p);
+    }
+    if (small) return;
+    const int64_t long_len = 8200; /* not a multiple of the chunk */
+    kda_problem p;
+    kp_make(&p, 1, &long_len, 0, 2, SP_F32, SP_KDA_GATE_LOWER_BOUND, 1024, 3300);
+    p.kernel = SP_KDA_KERNEL_CHUNKED;
+    check_problem(&p, "one sequence of 8200 tokens");
+    kp_free(&p);
+}
+
+/* Which kernel AUTO picks, and forced kernels that cannot serve a call:
+ * SP_ERR_UNSUPPORTED (or INVALID_ARGUMENT for no kernel at all), nothing
+ * written. */
+static void dispatch_cases(void) {
+    static const int64_t lens[] = {100, 40};
+    kda_problem p;
+    kp_make(&p, 2, lens, 0, 2, SP_F32, SP_KDA_GATE_LOWER_BOUND, 32, 51);
+    void *dev[KB_COUNT], *out[KB_COUNT];
+    kp_copy(&p, out);
+    dev_upload(&p, p.host, dev);
+    sp_kda_args a;
+    sp_kda_kernel k = SP_KDA_KERNEL_AUTO;
+    kp_args(&p, dev, sp_cuda(0), &a);
+    CHECK_OK(sp_kda_prefill_kernel(&a, &k));
+    CHECKF(k == SP_KDA_KERNEL_CHUNKED, "AUTO on 70 tokens a sequence chose %d", (int)k);
+    a.kernel = SP_KDA_KERNEL_RECURRENT;
+    CHECK_OK(sp_kda_prefill_kernel(&a, &k));
+    CHECK(k == SP_KDA_KERNEL_RECURRENT);
+    a.kernel = SP_KDA_KERNEL_AUTO;
+    a.gate = SP_KDA_GATE_SOFTPLUS;
+    CHECK_OK(sp_kda_prefill_kernel(&a, &k));
+    CHECK(k == SP_KDA_KERNEL_RECURRENT);
+    for (int c = 0; c < 5; c++) {
+        kp_args(&p, dev, sp_cuda(0), &a);
+        a.kernel = SP_KDA_KERNEL_CHUNKED;
+        sp_status want = SP_ERR_UNSUPPORTED;
+        const char *needle = NULL;
+        switch (c) {
+        case 0: a.gate = SP_KDA_GATE_SOFTPLUS; needle = "lower-bound gate"; break;
+        case 1:
+            a.checkpoint_interval = 16;
+            needle = "multiple of 32";
+            break;
+        case 2: /* a dense q 2 bytes off 16-byte alignment: k's buffer, shifted */
+            a.q.data = (char *)a.k.data + 2;
+            a.q.shape[1] -= 1;
+            a.k.shape[1] -= 1, a.v.shape[1] -= 1, a.g.shape[1] -= 1, a.o.shape[1] -= 1;
+            a.beta.shape[1] -= 1;
+            needle = "16-byte aligned";
+            break;
+        case 3: a.kernel = 7; want = SP_ERR_INVALID_ARGUMENT; needle = "kernel"; break;
+        case 4: a.kernel = -1; want = SP_ERR_INVALID_ARGUMENT; needle = "kernel"; break;
+        }
+        sp_status s = sp_kda_prefill(&a, NULL);
+        CHECKF(s == want, "dispatch case %d: got %s, want %s (%s)", c, sp_status_string(s),
+               sp_status_string(want), sp_last_error());
+        CHECKF(strstr(sp_last_error(), needle) != NULL, "dispatch case %d: message '%s'", c,
+               sp_last_error());
+        CHECK_STATUS(sp_kda_prefill_kernel(&a, &k), want);
+        dev_download(&p, dev, out);
+        CHECKF(outputs_equal(&p, out, p.host), "dispatch case %d: an output was written", c);
+    }
+    dev_free(dev);
+    kp_free_copy(out);
     kp_free(&p);
 }
 
@@ -103,10 +217,11 @@ static void noop_cases(void) {
 /* Index arrays live on the device: the kernel skips a sequence whose slot
  * or token range is out of bounds, writing nothing for it, and runs the
  * others exactly as usual. */
-static void device_guard_cases(void) {
+static void device_guard_cases(int32_t kernel) {
     static const int64_t lens[] = {20, 33, 17};
     kda_problem p;
-    kp_make(&p, 3, lens, 0, 2, SP_F32, SP_KDA_GATE_LOWER_BOUND, 16, 31);
+    kp_make(&p, 3, lens, 0, 2, SP_F32, SP_KDA_GATE_LOWER_BOUND, 32, 31);
+    p.kernel = kernel;
     void *good[KB_COUNT], *bad[KB_COUNT], *init[KB_COUNT];
     kp_copy(&p, good);
     kp_copy(&p, bad);
@@ -179,18 +294,28 @@ int main(void) {
     static const sp_dtype dts[] = {SP_F32, SP_BF16};
     static const int32_t gates[] = {SP_KDA_GATE_LOWER_BOUND, SP_KDA_GATE_SOFTPLUS};
     static const int64_t intervals[] = {0, 1, 32, 64};
+    const int32_t R = SP_KDA_KERNEL_RECURRENT, CH = SP_KDA_KERNEL_CHUNKED;
     if (kp_small()) {
-        batch_case(SP_F32, SP_KDA_GATE_LOWER_BOUND, 16, small, 3, 2);
-        batch_case(SP_BF16, SP_KDA_GATE_SOFTPLUS, 1, small, 3, 1);
+        batch_case(R, SP_F32, SP_KDA_GATE_LOWER_BOUND, 16, small, 3, 2);
+        batch_case(R, SP_BF16, SP_KDA_GATE_SOFTPLUS, 1, small, 3, 1);
+        batch_case(CH, SP_F32, SP_KDA_GATE_LOWER_BOUND, 32, small, 3, 2);
+        batch_case(CH, SP_BF16, SP_KDA_GATE_LOWER_BOUND, 0, small, 3, 1);
     } else {
         for (int di = 0; di < 2; di++)
             for (int gi = 0; gi < 2; gi++)
-                for (int ii = 0; ii < 4; ii++)
-                    batch_case(dts[di], gates[gi], intervals[ii], lens, 5, 3);
-        batch_case(SP_F32, SP_KDA_GATE_SOFTPLUS, 64, extra, 3, 4);
+                for (int ii = 0; ii < 4; ii++) {
+                    batch_case(R, dts[di], gates[gi], intervals[ii], lens, 5, 3);
+                    if (gates[gi] == SP_KDA_GATE_LOWER_BOUND && intervals[ii] % 32 == 0)
+                        batch_case(CH, dts[di], gates[gi], intervals[ii], lens, 5, 3);
+                }
+        batch_case(R, SP_F32, SP_KDA_GATE_SOFTPLUS, 64, extra, 3, 4);
+        batch_case(CH, SP_F32, SP_KDA_GATE_LOWER_BOUND, 64, extra, 3, 4);
     }
+    chunked_edge_cases(kp_small());
     noop_cases();
-    device_guard_cases();
+    device_guard_cases(R);
+    device_guard_cases(CH);
+    dispatch_cases();
     bad_argument_cases();
     return sp_test_finish("test_kda_gpu");
 }

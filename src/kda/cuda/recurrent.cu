@@ -1,6 +1,9 @@
 /*
- * prefill.cu — the CUDA KDA prefill: one block per (sequence, head), the
- * 128x128 fp32 state in registers for the whole sequence.
+ * recurrent.cu — the recurrent CUDA KDA prefill: one block per (sequence,
+ * head) steps through the sequence token by token, the 128x128 fp32 state in
+ * registers for the whole sequence. Exact to fp32 rounding: the oracle the
+ * chunked kernel is tested against, and the kernel for the shapes the chunked
+ * one does not serve (see dispatch.c).
  *
  * The V columns of the recurrence are independent of each other once the
  * token's k^, q^, exp(g), b are known: column j needs only sums over the K
@@ -29,28 +32,14 @@
  * the rank-1 update. Every sum has a fixed order, so reruns are
  * bit-identical.
  */
-#include "kda/kda_internal.h"
-
-#include <cuda_runtime.h>
+#include "kda/cuda/common.cuh"
 
 #define THREADS 512
 #define WARPS (THREADS / 32)
 #define CHUNK WARPS              /* tokens per chunk: one per warp */
 #define COLS_PER_WARP (SP_KDA_D / WARPS) /* 8 */
 #define PER_LANE (SP_KDA_D / 32) /* prep: elements per lane of a token */
-#define FULL 0xffffffffu
-
-typedef struct kda_params {
-    const uint16_t *q, *k, *v, *g, *beta;
-    const float *A_log, *dt_bias;
-    const int64_t *cu_seqlens, *cu_starts;
-    const int32_t *state_indices;
-    void *state, *ckpt;
-    uint16_t *o;
-    int64_t T, H, slots, pitch, C, interval;
-    int state_bf16, gate;
-    float lower_bound, scale;
-} kda_params;
+#define FULL SP_KDA_FULL_MASK
 
 /* One token's raw inputs, lane's share: d = lane + 32*e. */
 typedef struct raw_token {
@@ -179,26 +168,17 @@ static __global__ void __launch_bounds__(THREADS, 1) kda_prefill_kernel(kda_para
     const int kq_lane = (lane >> 3) & 1;                       /* holds a q^ sum */
     const int col = ((lane >> 2) & 1) * 2 + ((lane >> 1) & 1); /* its sum's column */
 
-    /* Indices were not checked on the host (they live here): skip, writing
-     * nothing, a sequence that would reach outside its tensors. The test is
-     * uniform over the block, so no thread is left at a barrier. */
-    const int64_t bos = p.cu_seqlens[n], eos = p.cu_seqlens[n + 1];
-    const int64_t slot = p.state_indices[n];
-    if (bos < 0 || eos < bos || eos > p.T || slot < 0 || slot >= p.slots) return;
-    const int64_t L = eos - bos;
-    int64_t crow = 0;
-    if (p.interval > 0) {
-        crow = p.cu_starts[n];
-        if (crow < 0 || crow > p.C || L / p.interval > p.C - crow) return;
-    }
+    kda_seq sq;
+    if (!kda_seq_of(p, n, h, &sq)) return;
+    const int64_t bos = sq.bos, L = sq.len;
+    int64_t crow = sq.crow;
 
     const float expA = expf(p.A_log[h]);
     float bias[PER_LANE];
 #pragma unroll
     for (int e = 0; e < PER_LANE; e++) bias[e] = p.dt_bias[h * SP_KDA_D + lane + 32 * e];
 
-    const int64_t head = h * SP_KDA_D * SP_KDA_D;   /* [., h, 0, 0] within a slot/row */
-    const int64_t slot_base = slot * p.pitch + head;
+    const int64_t slot_base = sq.slot_base;
     float S[8][4];
     tile_io(p.state, p.state_bf16, slot_base, r, j0, S, 1);
 
@@ -247,8 +227,7 @@ static __global__ void __launch_bounds__(THREADS, 1) kda_prefill_kernel(kda_para
 #pragma unroll
                 for (int c = 0; c < 4; c++) S[m][c] = fmaf(k[m], bu[c], S[m][c]);
             if (p.interval > 0 && ++since == p.interval) {
-                tile_io(p.ckpt, p.state_bf16, crow * p.H * SP_KDA_D * SP_KDA_D + head, r, j0, S,
-                        0);
+                tile_io(p.ckpt, p.state_bf16, kda_ckpt_base(p, crow, h), r, j0, S, 0);
                 crow++;
                 since = 0;
             }
@@ -257,58 +236,8 @@ static __global__ void __launch_bounds__(THREADS, 1) kda_prefill_kernel(kda_para
     tile_io(p.state, p.state_bf16, slot_base, r, j0, S, 0);
 }
 
-extern "C" sp_status sp_kda_prefill_cuda_(const sp_kda_args *a, const sp_kda_dims *d,
-                                          struct CUstream_st *stream) {
-    int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess || d->dev.ordinal < 0 ||
-        d->dev.ordinal >= count) {
-        cudaGetLastError();
-        return sp_set_error(SP_ERR_NO_DEVICE, "q: CUDA device %d is not available",
-                            (int)d->dev.ordinal);
-    }
-    kda_params p;
-    p.q = (const uint16_t *)a->q.data;
-    p.k = (const uint16_t *)a->k.data;
-    p.v = (const uint16_t *)a->v.data;
-    p.g = (const uint16_t *)a->g.data;
-    p.beta = (const uint16_t *)a->beta.data;
-    p.A_log = (const float *)a->A_log.data;
-    p.dt_bias = (const float *)a->dt_bias.data;
-    p.cu_seqlens = (const int64_t *)a->cu_seqlens.data;
-    p.cu_starts = d->interval > 0 ? (const int64_t *)a->checkpoint_cu_starts.data : NULL;
-    p.state_indices = (const int32_t *)a->state_indices.data;
-    p.state = a->state.data;
-    p.ckpt = d->interval > 0 ? a->checkpoints.data : NULL;
-    p.o = (uint16_t *)a->o.data;
-    p.T = d->T;
-    p.H = d->H;
-    p.slots = d->slots;
-    p.pitch = d->pitch;
-    p.C = d->C;
-    p.interval = d->interval;
-    p.state_bf16 = d->state_bf16;
-    p.gate = a->gate;
-    p.lower_bound = a->lower_bound;
-    p.scale = d->scale;
-
-    int prev = 0;
-    cudaError_t e = cudaGetDevice(&prev);
-    if (e == cudaSuccess && prev != d->dev.ordinal) e = cudaSetDevice(d->dev.ordinal);
-    if (e == cudaSuccess) {
-        /* The launch's own status, not cudaGetLastError(): that could be an
-         * error the caller left pending, reported as ours and cleared. */
-        void *params[] = {&p};
-        e = cudaLaunchKernel((const void *)kda_prefill_kernel, dim3((unsigned)(d->N * d->H)),
-                             dim3(THREADS), params, 0, (cudaStream_t)stream);
-        if (prev != d->dev.ordinal) {
-            cudaError_t r = cudaSetDevice(prev);
-            if (e == cudaSuccess) e = r;
-        }
-    }
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError(); /* ours, reported below: do not leave it to the caller */
-        return sp_set_error(SP_ERR_CUDA, "sp_kda_prefill: kernel launch failed: %s",
-                            cudaGetErrorString(e));
-    }
-    return SP_OK;
+extern "C" cudaError_t sp_kda_launch_recurrent_(const kda_params *p, cudaStream_t stream) {
+    void *params[] = {(void *)p};
+    return cudaLaunchKernel((const void *)kda_prefill_kernel, dim3((unsigned)(p->N * p->H)),
+                            dim3(THREADS), params, 0, stream);
 }

@@ -1,0 +1,75 @@
+/*
+ * common.cuh — what the CUDA KDA kernels share: the launch parameters (one
+ * struct, filled once by the entry in prefill.cu), the per-sequence bounds
+ * guard, and the launchers' prototypes. Every kernel takes a kda_params by
+ * value and decides its own grid from it.
+ */
+#ifndef SP_KDA_CUDA_COMMON_CUH
+#define SP_KDA_CUDA_COMMON_CUH
+
+#include "kda/kda_internal.h"
+
+#include <cuda_runtime.h>
+
+#define SP_KDA_FULL_MASK 0xffffffffu
+
+typedef struct kda_params {
+    const uint16_t *q, *k, *v, *g, *beta; /* [T, H, 128] and [T, H], bf16 */
+    const float *A_log, *dt_bias;
+    const int64_t *cu_seqlens, *cu_starts;
+    const int32_t *state_indices;
+    void *state, *ckpt; /* V-first pools: element [., h, j, d] holds S[d][j] */
+    uint16_t *o;
+    int64_t T, H, N, slots, pitch, C, interval;
+    int state_bf16, gate;
+    float lower_bound, scale;
+} kda_params;
+
+/* One sequence's place in the batch. */
+typedef struct kda_seq {
+    int64_t bos, len;  /* first token, token count */
+    int64_t slot_base; /* element offset of [slot, h, 0, 0] in the pool */
+    int64_t crow;      /* first checkpoint row (interval > 0) */
+} kda_seq;
+
+/* The index arrays live on the device and were not checked on the host:
+ * 0 (skip the sequence, writing nothing) when sequence n would reach outside
+ * its tensors. Uniform over a block, so no thread is left at a barrier. */
+static __device__ __forceinline__ int kda_seq_of(const kda_params &p, int64_t n, int64_t h,
+                                                 kda_seq *s) {
+    const int64_t bos = p.cu_seqlens[n], eos = p.cu_seqlens[n + 1];
+    const int64_t slot = p.state_indices[n];
+    if (bos < 0 || eos < bos || eos > p.T || slot < 0 || slot >= p.slots) return 0;
+    s->bos = bos;
+    s->len = eos - bos;
+    s->slot_base = slot * p.pitch + h * SP_KDA_D * SP_KDA_D;
+    s->crow = 0;
+    if (p.interval > 0) {
+        s->crow = p.cu_starts[n];
+        if (s->crow < 0 || s->crow > p.C || s->len / p.interval > p.C - s->crow) return 0;
+    }
+    return 1;
+}
+
+/* Offset of checkpoint row `row`, head h, element [0, 0]. */
+static __device__ __forceinline__ int64_t kda_ckpt_base(const kda_params &p, int64_t row,
+                                                        int64_t h) {
+    return (row * p.H + h) * SP_KDA_D * SP_KDA_D;
+}
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Launchers: enqueue one kernel on `stream` (the current device must be the
+ * tensors'); return the launch's own error. */
+cudaError_t sp_kda_launch_recurrent_(const kda_params *p, cudaStream_t stream);
+/* splits: how many blocks share one (sequence, head), each owning 128 /
+ * splits of the V columns (1, 2, 4 or 8). */
+cudaError_t sp_kda_launch_chunked_(const kda_params *p, int splits, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SP_KDA_CUDA_COMMON_CUH */
