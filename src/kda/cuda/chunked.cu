@@ -13,13 +13,19 @@
  *   o      = Qg S0 + QK W                      Qg row i = q_i exp(gam_i)
  *   S1     = diag(exp(gam_31)) S0 + Kd^T W     Kd row j = k_j exp(gam_31 - gam_j)
  *
- * (k and q already normalized, q scaled.) The intra-chunk products need
- * exp(gam_i - gam_j) split into a row factor and a column factor around a
- * reference token m: exp(gam_i - gam_m) exp(gam_m - gam_j). With m the 16th
- * token each factor stays within e^(+-16 * |g|max): with the lower-bound
- * gate (|g| <= 5) within e^80, which fp32 and tf32 represent; the true
- * product is at most 1. So the kernel serves the lower-bound gate only (the
- * softplus gate has no bound; dispatch.c sends it to the recurrent kernel).
+ * (k and q already normalized, q scaled.) The products need exp(gam_i -
+ * gam_j) split into a row factor and a column factor around a reference
+ * token m, the 16th: Lk row i = k_i exp(gam_i - gam_m), Lq likewise from q,
+ * R row j = k_j exp(gam_m - gam_j); then A = b (Lk R^T), QK = Lq R^T. Each
+ * factor stays within e^(+-16 |g|max): with the lower-bound gate (|g| <= 5)
+ * within e^80, which fp32 and tf32 represent, while the true products are
+ * at most 1. So the kernel serves the lower-bound gate only (the softplus
+ * gate has no bound; dispatch.c sends it to the recurrent kernel). The same
+ * three operands serve the state: with c = exp(gam_m) and e =
+ * exp(gam_31 - gam_m) per channel, Kg = Lk diag(c), Qg = Lq diag(c),
+ * Kd = R diag(e) and exp(gam_31) = c e, so
+ *   S' = diag(c) S0;  P = Lk S', o = Lq S' + QK W;  S1 = diag(e) (S' + R^T W)
+ * and the per-channel scalings are done on the state in registers.
  *
  * The state is kept transposed, S^T (V rows x K columns), as mma
  * accumulators: each V-warp owns 16 V rows and all 128 K columns. Then
@@ -36,13 +42,12 @@
 #include "kda/cuda/common.cuh"
 
 #define CT 32      /* tokens per chunk */
-#define MID 15     /* reference token of the intra-chunk factorization */
+#define MID 15     /* reference token of the factorization */
 #define THREADS 256
 #define WARPS (THREADS / 32)
 #define D SP_KDA_D
-#define SK (D + 4) /* lk, lq, r, kd */
-#define SB (D + 8) /* kg, qg */
-#define SA (CT + 8) /* a, qk, t */
+#define SO (D + 8)  /* lk, lq, r: 8 mod 32, for float2 fragment loads */
+#define SA (CT + 8) /* a, qk, t: likewise */
 #define T_WARP (WARPS - 1) /* the warp that solves for T */
 
 typedef struct raw_chunk {
@@ -51,20 +56,19 @@ typedef struct raw_chunk {
 
 typedef struct chunk_smem {
     raw_chunk raw[2]; /* this chunk's and, arriving, the next one's */
-    float gam[CT][D];
-    float lk[CT][SK], lq[CT][SK], r[CT][SK], kd[CT][SK];
-    float kg[CT][SB], qg[CT][SB];
+    float gam[CT][D]; /* cumulative gate, per half chunk (see gates_and_norms) */
+    float lk[CT][SO], lq[CT][SO], r[CT][SO];
     float a[CT][SA], qk[CT][SA], t[CT][SA];
     float rk[CT], rq[CT], b[CT];
-    float decay[D];
+    float c[D], e[D]; /* exp(gam_m), exp(gam_31 - gam_m) */
 } chunk_smem;
 
 /* ---- small device helpers ---------------------------------------------- */
 
+/* fp32 -> tf32 bits, rounded to nearest (ties away from zero): what the
+ * tensor cores read of an operand is its top 19 bits. */
 static __device__ __forceinline__ uint32_t to_tf32(float x) {
-    uint32_t u;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(u) : "f"(x));
-    return u;
+    return (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
 }
 
 static __device__ __forceinline__ float tf32_round(float x) { return __uint_as_float(to_tf32(x)); }
@@ -78,9 +82,11 @@ static __device__ __forceinline__ void mma_tf32(float c[4], const uint32_t a[4],
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/* An accumulator tile (rows r, r+8; columns 2q, 2q+1) as the A operand of
- * the next product, its columns 2q and 2q+1 standing for the operand's
- * columns q and q + 4 (the B operand's rows must be permuted alike). */
+/* Fragments with a permuted k index: k-step columns q and q + 4 of an
+ * operand are its physical columns 2q and 2q + 1 (the same permutation on
+ * both operands leaves the product unchanged). Then an accumulator tile
+ * (rows r, r+8; columns 2q, 2q+1) is directly the A operand of the next
+ * product, and shared-memory operands load as float2. */
 static __device__ __forceinline__ void acc_as_a(const float c[4], uint32_t a[4]) {
     a[0] = to_tf32(c[0]);
     a[1] = to_tf32(c[2]);
@@ -88,11 +94,12 @@ static __device__ __forceinline__ void acc_as_a(const float c[4], uint32_t a[4])
     a[3] = to_tf32(c[3]);
 }
 
-/* B operand rows 2q, 2q+1 of a permuted k-step: two adjacent floats. */
-static __device__ __forceinline__ void b_pair(const float *at, uint32_t *b0, uint32_t *b1) {
+/* Two adjacent (already tf32) floats: b0, b1 of a B fragment, or a0, a2
+ * (a1, a3) of an A fragment. */
+static __device__ __forceinline__ void pair(const float *at, uint32_t *x0, uint32_t *x1) {
     const float2 x = *(const float2 *)at;
-    *b0 = __float_as_uint(x.x);
-    *b1 = __float_as_uint(x.y);
+    *x0 = __float_as_uint(x.x);
+    *x1 = __float_as_uint(x.y);
 }
 
 static __device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {
@@ -109,102 +116,122 @@ static __device__ __forceinline__ void cp_async_wait_all(void) {
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 }
 
-/* ---- the stages of one chunk ---------------------------------------------- */
+/* ---- loading a chunk --------------------------------------------------------- */
 
-/* Start copying tokens c0 .. c0+31 of the sequence into dst: k, q, g whole
- * rows, v the block's bv columns from v0. Rows past the sequence's end are
- * zero-filled (the copy reads no byte for them). */
-static __device__ void load_chunk(const kda_params &p, const kda_seq &sq, int64_t h, int64_t c0,
-                                  int v0, int bv, raw_chunk &dst, int tid) {
-    const int per_row = D / 8, v_per_row = bv / 8; /* 16-byte pieces */
-    const int kqg = 3 * CT * per_row, total = kqg + CT * v_per_row;
-    for (int i = tid; i < total; i += THREADS) {
-        int which, row, piece, col0;
-        const uint16_t *src;
-        uint16_t *to;
-        if (i < kqg) {
-            which = i / (CT * per_row);
-            row = (i / per_row) % CT;
-            piece = i % per_row;
-            col0 = 0;
-            src = which == 0 ? p.k : which == 1 ? p.q : p.g;
-            to = which == 0 ? dst.k[row] : which == 1 ? dst.q[row] : dst.g[row];
-        } else {
-            const int j = i - kqg;
-            row = j / v_per_row;
-            piece = j % v_per_row;
-            col0 = v0;
-            src = p.v;
-            to = dst.v[row];
-        }
-        const int valid = c0 + row < sq.len;
-        const int64_t at = ((sq.bos + (valid ? c0 + row : 0)) * p.H + h) * D + col0 + piece * 8;
-        cp_async16(to + piece * 8, src + at, valid ? 16 : 0);
+/* This thread's share of a chunk's rows: the same two token rows and
+ * 16-byte piece of k, q and g every chunk, and up to two pieces of v. */
+typedef struct chunk_loader {
+    int row0, piece;      /* k, q, g: rows row0 and row0 + 16 */
+    int vrow[2], vcol[2]; /* v: token row and element column (from v0) */
+    int nv;
+} chunk_loader;
+
+static __device__ chunk_loader loader_of(int tid, int bv) {
+    chunk_loader l;
+    l.row0 = tid >> 4;
+    l.piece = tid & 15;
+    const int per_row = bv / 8, pieces = CT * per_row;
+    l.nv = (tid < pieces) + (tid + THREADS < pieces); /* pieces <= 2 * THREADS */
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        l.vrow[i] = (tid + i * THREADS) / per_row;
+        l.vcol[i] = (tid + i * THREADS) % per_row * 8;
+    }
+    return l;
+}
+
+/* Start copying tokens c0 .. c0+31 into dst. Rows past the sequence's end
+ * are zero-filled (the copy reads no byte for them). */
+static __device__ __forceinline__ void load_chunk(const kda_params &p, const kda_seq &sq,
+                                                  int64_t h, int64_t c0, int v0,
+                                                  const chunk_loader &l, raw_chunk &dst) {
+    const int64_t row = p.H * D, head = h * D;
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int t = l.row0 + 16 * i, ok = c0 + t < sq.len;
+        const int64_t at = (sq.bos + (ok ? c0 + t : 0)) * row + head + l.piece * 8;
+        cp_async16(&dst.k[t][l.piece * 8], p.k + at, ok ? 16 : 0);
+        cp_async16(&dst.q[t][l.piece * 8], p.q + at, ok ? 16 : 0);
+        cp_async16(&dst.g[t][l.piece * 8], p.g + at, ok ? 16 : 0);
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        if (i >= l.nv) break;
+        const int t = l.vrow[i], ok = c0 + t < sq.len;
+        const int64_t at = (sq.bos + (ok ? c0 + t : 0)) * row + head + v0 + l.vcol[i];
+        cp_async16(&dst.v[t][l.vcol[i]], p.v + at, ok ? 16 : 0);
     }
 }
 
-/* Warps 4..7: the norms of k and q and the beta gate of the chunk's tokens.
- * Warp 4's lane t holds token t's beta logit, loaded a chunk ahead. */
-static __device__ void norms_and_beta(const kda_params &p, const raw_chunk &raw, int nt, int wq,
-                                      int lane, float beta_logit, chunk_smem &s) {
-#pragma unroll 2
-    for (int i = 0; i < CT / 4; i++) {
-        const int t = wq * (CT / 4) + i;
-        const uint2 kk = *(const uint2 *)&raw.k[t][4 * lane];
-        const uint2 qq = *(const uint2 *)&raw.q[t][4 * lane];
-        const uint32_t kw[2] = {kk.x, kk.y}, qw[2] = {qq.x, qq.y};
-        float sk = 0.0f, sq = 0.0f;
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            const float k0 = sp_bf16_to_f32((uint16_t)kw[e]), k1 = sp_bf16_to_f32((uint16_t)(kw[e] >> 16));
-            const float q0 = sp_bf16_to_f32((uint16_t)qw[e]), q1 = sp_bf16_to_f32((uint16_t)(qw[e] >> 16));
-            sk = fmaf(k0, k0, fmaf(k1, k1, sk));
-            sq = fmaf(q0, q0, fmaf(q1, q1, sq));
-        }
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) {
-            sk += __shfl_xor_sync(SP_KDA_FULL_MASK, sk, off);
-            sq += __shfl_xor_sync(SP_KDA_FULL_MASK, sq, off);
-        }
-        if (lane == 0) {
-            s.rk[t] = 1.0f / sqrtf(sk + (float)SP_KDA_EPS);
-            s.rq[t] = p.scale / sqrtf(sq + (float)SP_KDA_EPS);
-        }
-    }
-    if (wq == 0) s.b[lane] = lane < nt ? 1.0f / (1.0f + expf(-beta_logit)) : 0.0f;
-}
+/* ---- the K side of a chunk (every warp) ---------------------------------------- */
 
-/* Threads 0..127: channel d's gates over the chunk and their running sum.
- * Tokens past the end get gate 0 (no decay), so gam stays flat there. */
-static __device__ void gate_cumsum(const kda_params &p, const raw_chunk &raw, int nt, int d,
-                                   float expA, float bias, chunk_smem &s) {
+/* Thread (d, half): channel d's gates over tokens 16 half .. +15 and their
+ * running sum from the half's start (operands() adds the first half's total
+ * to the second half). Tokens past the end get gate 0 (no decay). Then
+ * warp w: the norms of k and q of tokens 4w .. 4w+3, and warp 0 the beta
+ * gates (lane t holds token t's logit, loaded a chunk ahead). */
+static __device__ void gates_and_norms(const kda_params &p, const raw_chunk &raw, int nt,
+                                       int tid, float expA, float bias, float beta_logit,
+                                       chunk_smem &s) {
+    const int d = tid % D, t0 = (tid / D) * (CT / 2);
     float sum = 0.0f;
-#pragma unroll 8
-    for (int t = 0; t < CT; t++) {
+#pragma unroll
+    for (int t = t0; t < t0 + CT / 2; t++) {
         const float x = sp_bf16_to_f32(raw.g[t][d]) + bias;
-        sum += t < nt ? sp_kda_gate_f32(p.gate, p.lower_bound, expA, x) : 0.0f;
+        const float g = __fdividef(p.lower_bound, 1.0f + __expf(-expA * x));
+        sum += t < nt ? g : 0.0f;
         s.gam[t][d] = sum;
     }
-    s.decay[d] = expf(sum);
+    const int w = tid >> 5, lane = tid & 31;
+    float sk[4], sq[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int t = 4 * w + i;
+        const uint2 kk = *(const uint2 *)&raw.k[t][4 * lane];
+        const uint2 qq = *(const uint2 *)&raw.q[t][4 * lane];
+        const float k0 = sp_bf16_to_f32((uint16_t)kk.x), k1 = sp_bf16_to_f32((uint16_t)(kk.x >> 16));
+        const float k2 = sp_bf16_to_f32((uint16_t)kk.y), k3 = sp_bf16_to_f32((uint16_t)(kk.y >> 16));
+        const float q0 = sp_bf16_to_f32((uint16_t)qq.x), q1 = sp_bf16_to_f32((uint16_t)(qq.x >> 16));
+        const float q2 = sp_bf16_to_f32((uint16_t)qq.y), q3 = sp_bf16_to_f32((uint16_t)(qq.y >> 16));
+        sk[i] = fmaf(k0, k0, fmaf(k1, k1, fmaf(k2, k2, k3 * k3)));
+        sq[i] = fmaf(q0, q0, fmaf(q1, q1, fmaf(q2, q2, q3 * q3)));
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            sk[i] += __shfl_xor_sync(SP_KDA_FULL_MASK, sk[i], off);
+            sq[i] += __shfl_xor_sync(SP_KDA_FULL_MASK, sq[i], off);
+        }
+    if (lane < 4) {
+        float k = sk[0], q = sq[0];
+#pragma unroll
+        for (int i = 1; i < 4; i++)
+            if (lane == i) k = sk[i], q = sq[i];
+        s.rk[4 * w + lane] = rsqrtf(k + (float)SP_KDA_EPS);
+        s.rq[4 * w + lane] = p.scale * rsqrtf(q + (float)SP_KDA_EPS);
+    }
+    if (w == 0) s.b[lane] = lane < nt ? 1.0f / (1.0f + __expf(-beta_logit)) : 0.0f;
 }
 
-/* Every thread: the chunk's operands, rounded to tf32 once here. */
+/* Every thread, channel d: Lk, Lq, R for its tokens (rounded to tf32 once
+ * here), and the channel's two state scalings. */
 static __device__ void operands(const raw_chunk &raw, int tid, chunk_smem &s) {
     const int d = tid % D;
-    const float gmid = s.gam[MID][d], glast = s.gam[CT - 1][d];
+    const float gmid = s.gam[MID][d], glast = gmid + s.gam[CT - 1][d];
+    if (tid < D) {
+        s.c[d] = __expf(gmid);
+        s.e[d] = __expf(glast - gmid);
+    }
 #pragma unroll 4
     for (int t = tid / D; t < CT; t += THREADS / D) {
         const float kh = sp_bf16_to_f32(raw.k[t][d]) * s.rk[t];
         const float qh = sp_bf16_to_f32(raw.q[t][d]) * s.rq[t];
-        const float gt = s.gam[t][d];
+        const float gt = s.gam[t][d] + (t > MID ? gmid : 0.0f);
         const float to_mid = __expf(gt - gmid), from_mid = __expf(gmid - gt);
-        const float from_start = __expf(gt), to_end = __expf(glast - gt);
         s.lk[t][d] = tf32_round(kh * to_mid);
         s.lq[t][d] = tf32_round(qh * to_mid);
         s.r[t][d] = tf32_round(kh * from_mid);
-        s.kg[t][d] = tf32_round(kh * from_start);
-        s.qg[t][d] = tf32_round(qh * from_start);
-        s.kd[t][d] = tf32_round(kh * to_end);
     }
 }
 
@@ -219,19 +246,18 @@ static __device__ void intra_products(int w, int lane, chunk_smem &s) {
     float acc[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
     const int zero_only = mi == 0 && nb == 2;
     if (!zero_only) {
-        const float(*L)[SK] = is_qk ? s.lq : s.lk;
+        const float(*L)[SO] = is_qk ? s.lq : s.lk;
 #pragma unroll 4
         for (int ks = 0; ks < D / 8; ks++) {
-            const int dk = ks * 8 + q;
-            const uint32_t a[4] = {__float_as_uint(L[16 * mi + r][dk]),
-                                   __float_as_uint(L[16 * mi + r + 8][dk]),
-                                   __float_as_uint(L[16 * mi + r][dk + 4]),
-                                   __float_as_uint(L[16 * mi + r + 8][dk + 4])};
+            const int dk = ks * 8 + 2 * q;
+            uint32_t a[4];
+            pair(&L[16 * mi + r][dk], &a[0], &a[2]);
+            pair(&L[16 * mi + r + 8][dk], &a[1], &a[3]);
 #pragma unroll
             for (int j = 0; j < 2; j++) {
-                const int n0 = 8 * (nb + j);
-                mma_tf32(acc[j], a, __float_as_uint(s.r[n0 + r][dk]),
-                         __float_as_uint(s.r[n0 + r][dk + 4]));
+                uint32_t b0, b1;
+                pair(&s.r[8 * (nb + j) + r][dk], &b0, &b1);
+                mma_tf32(acc[j], a, b0, b1);
             }
         }
     }
@@ -262,8 +288,10 @@ static __device__ void solve_t(int lane, chunk_smem &s) {
     for (int i = 0; i < CT; i++) s.t[i][lane] = tf32_round(x[i]);
 }
 
-/* Read (load) or write this warp's rows of S^T: V rows vrow, vrow + 8 and
- * K columns 8nd + 2q, +1 of every n-tile nd. */
+/* ---- the V side of a chunk (each V-warp: 16 V rows, registers only) ---------- */
+
+/* This warp's rows of S^T from a pool (V-first: element [j][d] at j*128+d):
+ * V rows vrow, vrow + 8, K columns 8nd + 2q, +1 of every n-tile nd. */
 static __device__ void state_load(const void *pool, int bf16, int64_t base, int vrow, int q,
                                   float S[D / 8][4]) {
 #pragma unroll
@@ -300,11 +328,24 @@ static __device__ void state_store(void *pool, int bf16, int64_t base, int vrow,
         }
 }
 
-/* S^T Kg^T and S^T Qg^T for this warp's 16 V rows: P^T, and the inter-chunk
- * part of o^T. */
-static __device__ void state_products(const float S[D / 8][4], int lane, const chunk_smem &s,
+/* S^T's columns times a per-channel factor (c or e). */
+static __device__ __forceinline__ void scale_columns(float S[D / 8][4], const float *f, int q) {
+#pragma unroll
+    for (int nd = 0; nd < D / 8; nd++) {
+        const float2 x = *(const float2 *)&f[8 * nd + 2 * q];
+        S[nd][0] *= x.x;
+        S[nd][1] *= x.y;
+        S[nd][2] *= x.x;
+        S[nd][3] *= x.y;
+    }
+}
+
+/* S' = S diag(c) (in place), then P^T = S' Lk^T and the inter-chunk part of
+ * o^T, S' Lq^T. */
+static __device__ void state_products(float S[D / 8][4], int lane, const chunk_smem &s,
                                       float P[4][4], float O[4][4]) {
     const int r = lane >> 2, q = lane & 3;
+    scale_columns(S, s.c, q);
 #pragma unroll
     for (int nd = 0; nd < D / 8; nd++) {
         uint32_t a[4];
@@ -312,12 +353,57 @@ static __device__ void state_products(const float S[D / 8][4], int lane, const c
 #pragma unroll
         for (int nt = 0; nt < CT / 8; nt++) {
             uint32_t b0, b1;
-            b_pair(&s.kg[8 * nt + r][8 * nd + 2 * q], &b0, &b1);
+            pair(&s.lk[8 * nt + r][8 * nd + 2 * q], &b0, &b1);
             mma_tf32(P[nt], a, b0, b1);
-            b_pair(&s.qg[8 * nt + r][8 * nd + 2 * q], &b0, &b1);
+            pair(&s.lq[8 * nt + r][8 * nd + 2 * q], &b0, &b1);
             mma_tf32(O[nt], a, b0, b1);
         }
     }
+}
+
+/* The rest, for this warp's 16 V rows (v_local: the first, relative to the
+ * block's columns): X^T = diag(b) (V - P)^T in place of P; W^T = X^T T^T;
+ * o^T += W^T QK^T; S = diag(e) (S' + W^T R). */
+static __device__ void state_update(float S[D / 8][4], float P[4][4], float O[4][4],
+                                    const raw_chunk &raw, int v_local, int lane,
+                                    const chunk_smem &s) {
+    const int r = lane >> 2, q = lane & 3;
+#pragma unroll
+    for (int nt = 0; nt < CT / 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int t = 8 * nt + 2 * q + (e & 1);
+            const float v = sp_bf16_to_f32(raw.v[t][v_local + 8 * (e >> 1)]);
+            P[nt][e] = s.b[t] * (v - P[nt][e]);
+        }
+    float W[4][4] = {};
+#pragma unroll
+    for (int kt = 0; kt < CT / 8; kt++) {
+        uint32_t a[4];
+        acc_as_a(P[kt], a);
+#pragma unroll
+        for (int nt = 0; nt < CT / 8; nt++) {
+            uint32_t b0, b1;
+            pair(&s.t[8 * nt + r][8 * kt + 2 * q], &b0, &b1);
+            mma_tf32(W[nt], a, b0, b1);
+        }
+    }
+#pragma unroll
+    for (int kt = 0; kt < CT / 8; kt++) {
+        uint32_t a[4];
+        acc_as_a(W[kt], a);
+#pragma unroll
+        for (int nt = 0; nt < CT / 8; nt++) {
+            uint32_t b0, b1;
+            pair(&s.qk[8 * nt + r][8 * kt + 2 * q], &b0, &b1);
+            mma_tf32(O[nt], a, b0, b1);
+        }
+#pragma unroll
+        for (int nd = 0; nd < D / 8; nd++)
+            mma_tf32(S[nd], a, __float_as_uint(s.r[8 * kt + 2 * q][8 * nd + r]),
+                     __float_as_uint(s.r[8 * kt + 2 * q + 1][8 * nd + r]));
+    }
+    scale_columns(S, s.e, q);
 }
 
 /* ---- the kernel ------------------------------------------------------------ */
@@ -337,16 +423,17 @@ static __global__ void __launch_bounds__(THREADS, 1) kda_chunked_kernel(kda_para
     const int64_t L = sq.len;
     const int is_v = w < vwarps;
     const int vrow = v0 + 16 * w + r; /* this lane's first V row (V-warps) */
+    const chunk_loader ld = loader_of(tid, bv);
 
     const float expA = expf(p.A_log[h]);
     const float bias = p.dt_bias[h * D + tid % D];
     float beta_logit = 0.0f;
-    if (w == 4 && lane < L) beta_logit = sp_bf16_to_f32(p.beta[(sq.bos + lane) * p.H + h]);
+    if (w == 0 && lane < L) beta_logit = sp_bf16_to_f32(p.beta[(sq.bos + lane) * p.H + h]);
 
     float S[D / 8][4];
     if (is_v) state_load(p.state, p.state_bf16, sq.slot_base, vrow, q, S);
 
-    if (L > 0) load_chunk(p, sq, h, 0, v0, bv, s.raw[0], tid);
+    if (L > 0) load_chunk(p, sq, h, 0, v0, ld, s.raw[0]);
     cp_async_commit();
     int64_t crow = sq.crow;
     const int64_t chunks_per_ckpt = p.interval / CT;
@@ -355,14 +442,11 @@ static __global__ void __launch_bounds__(THREADS, 1) kda_chunked_kernel(kda_para
         const int nt = (int)(L - c0 < CT ? L - c0 : CT);
         cp_async_wait_all();
         __syncthreads(); /* raw landed; every warp is done with the last chunk */
-        if (c0 + CT < L) load_chunk(p, sq, h, c0 + CT, v0, bv, s.raw[(ci + 1) & 1], tid);
+        if (c0 + CT < L) load_chunk(p, sq, h, c0 + CT, v0, ld, s.raw[(ci + 1) & 1]);
         cp_async_commit();
 
-        if (tid < D)
-            gate_cumsum(p, raw, nt, tid, expA, bias, s);
-        else
-            norms_and_beta(p, raw, nt, w - 4, lane, beta_logit, s);
-        if (w == 4 && c0 + CT + lane < L)
+        gates_and_norms(p, raw, nt, tid, expA, bias, beta_logit, s);
+        if (w == 0 && c0 + CT + lane < L)
             beta_logit = sp_bf16_to_f32(p.beta[(sq.bos + c0 + CT + lane) * p.H + h]);
         __syncthreads();
         operands(raw, tid, s);
@@ -376,53 +460,7 @@ static __global__ void __launch_bounds__(THREADS, 1) kda_chunked_kernel(kda_para
         __syncthreads();
         if (!is_v) continue;
 
-        /* X^T = diag(b) (V - P)^T, in place. */
-#pragma unroll
-        for (int nt8 = 0; nt8 < CT / 8; nt8++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int t = 8 * nt8 + 2 * q + (e & 1);
-                const float v = sp_bf16_to_f32(raw.v[t][16 * w + r + 8 * (e >> 1)]);
-                P[nt8][e] = s.b[t] * (v - P[nt8][e]);
-            }
-        /* W^T = X^T T^T */
-        float W[4][4] = {};
-#pragma unroll
-        for (int kt = 0; kt < CT / 8; kt++) {
-            uint32_t a[4];
-            acc_as_a(P[kt], a);
-#pragma unroll
-            for (int nt8 = 0; nt8 < CT / 8; nt8++) {
-                uint32_t b0, b1;
-                b_pair(&s.t[8 * nt8 + r][8 * kt + 2 * q], &b0, &b1);
-                mma_tf32(W[nt8], a, b0, b1);
-            }
-        }
-        /* o^T += W^T QK^T, then S^T = S^T diag(decay) + W^T Kd. */
-#pragma unroll
-        for (int nd = 0; nd < D / 8; nd++) {
-            const float2 dec = *(const float2 *)&s.decay[8 * nd + 2 * q];
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++) {
-                S[nd][2 * hf] *= dec.x;
-                S[nd][2 * hf + 1] *= dec.y;
-            }
-        }
-#pragma unroll
-        for (int kt = 0; kt < CT / 8; kt++) {
-            uint32_t a[4];
-            acc_as_a(W[kt], a);
-#pragma unroll
-            for (int nt8 = 0; nt8 < CT / 8; nt8++) {
-                uint32_t b0, b1;
-                b_pair(&s.qk[8 * nt8 + r][8 * kt + 2 * q], &b0, &b1);
-                mma_tf32(O[nt8], a, b0, b1);
-            }
-#pragma unroll
-            for (int nd = 0; nd < D / 8; nd++)
-                mma_tf32(S[nd], a, __float_as_uint(s.kd[8 * kt + 2 * q][8 * nd + r]),
-                         __float_as_uint(s.kd[8 * kt + 2 * q + 1][8 * nd + r]));
-        }
+        state_update(S, P, O, raw, 16 * w + r, lane, s);
 #pragma unroll
         for (int nt8 = 0; nt8 < CT / 8; nt8++)
 #pragma unroll
