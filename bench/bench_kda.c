@@ -137,9 +137,7 @@ static double rel_err(const uint16_t *x, const uint16_t *ref, size_t n) {
     return den > 0 ? sqrt(num / den) : (num > 0 ? INFINITY : 0); /* NaN stays NaN */
 }
 
-static const char *kernel_name(int32_t k) {
-    return k == SP_KDA_KERNEL_CHUNKED ? "chunked" : k == SP_KDA_KERNEL_RECURRENT ? "recurrent" : "auto";
-}
+static const char *kernel_name(int32_t k) { return sp_kda_kernel_name((sp_kda_kernel)k); }
 
 int main(int argc, char **argv) {
     FILE *out = NULL;
@@ -159,15 +157,20 @@ int main(int argc, char **argv) {
                   {16384, 96, 8, 5.60, 0},
                   {16384, 12, 1, 1.82, 0.95},
                   {2048, 96, 1, 1.44, 0},
-                  {2048, 96, 16, 1.53, 0}};
+                  {2048, 96, 16, 1.53, 0},
+                  /* Not in fla's table (fla_ms 0): where the two-pass
+                   * kernel stops paying, for the dispatcher's rule. */
+                  {16384, 24, 1, 0, 0},
+                  {16384, 48, 1, 0, 0}};
     static const sp_dtype states[] = {SP_F32, SP_BF16};
-    enum { NK = 3 };
+    enum { NK = 4 };
     static const int32_t kernels[NK] = {SP_KDA_KERNEL_RECURRENT, SP_KDA_KERNEL_CHUNKED,
-                                        SP_KDA_KERNEL_AUTO};
-    char table[64][160];
+                                        SP_KDA_KERNEL_CHUNKED_TWO_PASS, SP_KDA_KERNEL_AUTO};
+    char table[96][160];
     int rows = 0;
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
         for (int si = 0; si < 2; si++) {
+            if (si > 0 && shapes[i].fla_ms == 0) continue; /* probes: fp32 state only */
             kda_case c[NK];
             make_case(&c[0], shapes[i].T, shapes[i].H, shapes[i].N, states[si]);
             for (int k = 1; k < NK; k++) {
@@ -176,19 +179,35 @@ int main(int argc, char **argv) {
                 c[k].a.kernel = kernels[k];
             }
             c[0].a.kernel = kernels[0];
+            /* The two-pass kernel and AUTO get the workspace the library
+             * asks for, as the boundary gives it. */
+            size_t ws_bytes = 0;
+            if (sp_kda_prefill_workspace_bytes(&c[0].a, &ws_bytes) != SP_OK) {
+                fprintf(stderr, "sp_kda_prefill_workspace_bytes: %s\n", sp_last_error());
+                return 2;
+            }
+            void *ws = bench_malloc(ws_bytes);
+            for (int k = 2; k < NK; k++) {
+                c[k].a.workspace = ws;
+                c[k].a.workspace_bytes = ws_bytes;
+            }
             sp_kda_kernel chosen = SP_KDA_KERNEL_AUTO;
-            if (sp_kda_prefill_kernel(&c[2].a, &chosen) != SP_OK) {
+            if (sp_kda_prefill_kernel(&c[NK - 1].a, &chosen) != SP_OK) {
                 fprintf(stderr, "sp_kda_prefill_kernel: %s\n", sp_last_error());
                 return 2;
             }
             const size_t n = (size_t)(c[0].T * c[0].H * D);
             uint16_t *o_rec = run_once(&c[0], kernels[0], s);
-            uint16_t *o_chk = run_once(&c[1], kernels[1], s);
-            const double err = rel_err(o_chk, o_rec, n);
-            free(o_rec), free(o_chk);
+            double err[NK] = {0};
+            for (int k = 1; k < NK - 1; k++) {
+                uint16_t *o_k = run_once(&c[k], kernels[k], s);
+                err[k] = rel_err(o_k, o_rec, n);
+                free(o_k);
+            }
+            free(o_rec);
 
-            bench_fn fns[NK] = {arm_prefill, arm_prefill, arm_prefill};
-            void *ctxs[NK] = {&c[0], &c[1], &c[2]};
+            bench_fn fns[NK] = {arm_prefill, arm_prefill, arm_prefill, arm_prefill};
+            void *ctxs[NK] = {&c[0], &c[1], &c[2], &c[3]};
             bench_stats st[NK];
             bench_time_interleaved(fns, ctxs, NK, s, 3, 50, st);
             for (int k = 0; k < NK; k++) {
@@ -207,27 +226,30 @@ int main(int argc, char **argv) {
                 bench_json_num(&j, "min_ms", st[k].min_ms);
                 bench_json_int(&j, "reps", st[k].reps);
                 bench_json_num(&j, "tokens_per_s", (double)shapes[i].T / (st[k].median_ms * 1e-3));
-                bench_json_num(&j, "fla_ms", shapes[i].fla_ms);
-                bench_json_num(&j, "ratio_to_fla", st[k].median_ms / shapes[i].fla_ms);
+                if (shapes[i].fla_ms > 0) {
+                    bench_json_num(&j, "fla_ms", shapes[i].fla_ms);
+                    bench_json_num(&j, "ratio_to_fla", st[k].median_ms / shapes[i].fla_ms);
+                }
                 if (shapes[i].fla_kernel_ms > 0) {
                     bench_json_num(&j, "fla_kernel_ms", shapes[i].fla_kernel_ms);
                     bench_json_num(&j, "ratio_to_fla_kernel",
                                    st[k].median_ms / shapes[i].fla_kernel_ms);
                 }
-                if (kernels[k] == SP_KDA_KERNEL_CHUNKED)
-                    bench_json_num(&j, "o_rel_err_vs_recurrent", err);
+                if (k > 0 && k < NK - 1) bench_json_num(&j, "o_rel_err_vs_recurrent", err[k]);
+                if (k >= 2) bench_json_int(&j, "workspace_bytes", (int64_t)ws_bytes);
                 bench_json_emit(&j, out);
-                if (rows < 64)
+                if (rows < 96)
                     snprintf(table[rows++], sizeof table[0],
-                             "%6lld %3lld %3lld %-4s %-10s %8.3f %6.2f  %s", (long long)shapes[i].T,
+                             "%6lld %3lld %3lld %-4s %-16s %8.3f %6.2f  %s", (long long)shapes[i].T,
                              (long long)shapes[i].H, (long long)shapes[i].N,
                              sp_dtype_name(states[si]), kernel_name(kernels[k]), st[k].median_ms,
-                             st[k].median_ms / shapes[i].fla_ms,
+                             shapes[i].fla_ms > 0 ? st[k].median_ms / shapes[i].fla_ms : 0.0,
                              kernels[k] == SP_KDA_KERNEL_AUTO ? kernel_name(chosen) : "");
             }
+            BENCH_CU(cudaFree(ws));
             free_case(&c[0]);
         }
-    printf("\n%6s %3s %3s %-4s %-10s %8s %6s  %s\n", "T", "H", "N", "state", "kernel", "ms",
+    printf("\n%6s %3s %3s %-4s %-16s %8s %6s  %s\n", "T", "H", "N", "state", "kernel", "ms",
            "/fla", "auto chose");
     for (int r = 0; r < rows; r++) printf("%s\n", table[r]);
     BENCH_CU(cudaStreamDestroy(s));

@@ -53,24 +53,34 @@ typedef enum sp_kda_gate {
 /* Which kernel computes a CUDA prefill. Values are fixed; new ones are
  * appended.
  *   RECURRENT: one block per (sequence, head) steps through the tokens one
- *     at a time; fp32 throughout (relative error of o about 2e-3 from the
- *     bf16 output alone, final state about 1e-7). Serves every call.
+ *     at a time; fp32 throughout (relative error of o about 2e-5 against
+ *     the float64 reference, final state about 1e-7). Serves every call.
  *   CHUNKED: 32 tokens at a time as matrix products on tensor cores (tf32
- *     operands, fp32 accumulation and state); several blocks per
- *     (sequence, head) when there are few of them. Serves CUDA calls with
- *     the lower-bound gate, a checkpoint interval that is 0 or a multiple
- *     of 32, and dense q, k, v, g 16-byte aligned (the boundary's packed
- *     copies always are).
- *   AUTO (the default): CHUNKED where it can serve the call and the
- *     sequences average at least 64 tokens, else RECURRENT. CPU tensors
- *     have one implementation (the recurrent form); AUTO and RECURRENT
- *     select it.
- * Neither kernel needs scratch memory: nothing is allocated per call. */
+ *     operands, fp32 accumulation, fp32 state; o about 1.3e-3, final state
+ *     about 2e-4), one pass, several blocks per (sequence, head) when there
+ *     are few pairs.
+ *   CHUNKED_TWO_PASS: the same arithmetic in two kernels: first the
+ *     chunk-local products of every chunk in parallel, into a workspace,
+ *     then the pass over the chunks. Faster when there are few
+ *     (sequence, head) pairs (one sequence at 8-way tensor parallelism);
+ *     needs args->workspace (sp_kda_prefill_workspace_bytes).
+ *   Both chunked kernels serve CUDA calls with the lower-bound gate, a
+ *   checkpoint interval that is 0 or a multiple of 32, and dense q, k, v, g
+ *   16-byte aligned (the boundary's packed copies always are).
+ *   AUTO (the default): RECURRENT where the chunked kernels cannot serve
+ *     the call or the sequences average under 64 tokens; else
+ *     CHUNKED_TWO_PASS for at most 32 (sequence, head) pairs when the
+ *     workspace given is large enough; else CHUNKED. CPU tensors have one
+ *     implementation (the recurrent form); AUTO and RECURRENT select it. */
 typedef enum sp_kda_kernel {
     SP_KDA_KERNEL_AUTO = 0,
     SP_KDA_KERNEL_RECURRENT = 1,
-    SP_KDA_KERNEL_CHUNKED = 2
+    SP_KDA_KERNEL_CHUNKED = 2,
+    SP_KDA_KERNEL_CHUNKED_TWO_PASS = 3
 } sp_kda_kernel;
+
+/* "auto", "recurrent", "chunked", "chunked_two_pass"; "unknown" otherwise. */
+SP_API const char *sp_kda_kernel_name(sp_kda_kernel k);
 
 /* The arguments of one prefill call. T tokens, H heads, N sequences.
  * "Dense" means C-contiguous (sp_tensor_is_dense). All tensors live on one
@@ -125,11 +135,18 @@ typedef struct sp_kda_args {
     /* sp_kda_kernel; AUTO (0) lets the library choose. Forcing a kernel
      * that cannot serve the call is SP_ERR_UNSUPPORTED. */
     int32_t kernel;
+
+    /* Optional scratch on the tensors' device, for CHUNKED_TWO_PASS (see
+     * sp_kda_prefill_workspace_bytes); NULL and 0 without. 16-byte aligned,
+     * overlapping no tensor argument; its contents need not be kept
+     * between calls. Read and written by the call's kernels only. */
+    void *workspace;
+    size_t workspace_bytes;
 } sp_kda_args;
 
 /* Zero every field, then set the defaults: gate SP_KDA_GATE_LOWER_BOUND,
  * lower_bound -5, scale 0 (= 128^-0.5), checkpoint_interval 0 (none),
- * kernel SP_KDA_KERNEL_AUTO.
+ * kernel SP_KDA_KERNEL_AUTO, no workspace.
  * @return SP_OK; SP_ERR_INVALID_ARGUMENT for a NULL args. */
 SP_API sp_status sp_kda_args_init(sp_kda_args *args);
 
@@ -171,6 +188,14 @@ SP_API sp_status sp_kda_args_init(sp_kda_args *args);
  *         SP_ERR_OUT_OF_MEMORY if the CPU path cannot get its scratch. */
 SP_API sp_status sp_kda_prefill(const sp_kda_args *args, struct CUstream_st *stream);
 
+/* The workspace bytes with which AUTO may choose, and CHUNKED_TWO_PASS
+ * can run, for these arguments (their workspace and kernel fields are
+ * ignored here); 0 when no kernel that needs one can serve the call. The
+ * size grows with T, N and H: (T / 32 + N) * H records of 63616 bytes.
+ * @return SP_OK and *bytes; the errors of sp_kda_prefill's checks;
+ *         SP_ERR_INVALID_ARGUMENT for a NULL bytes. */
+SP_API sp_status sp_kda_prefill_workspace_bytes(const sp_kda_args *args, size_t *bytes);
+
 /* Which kernel sp_kda_prefill would run for `args` (never AUTO): after the
  * same checks as sp_kda_prefill, with the same errors, nothing run.
  * @return SP_OK and *chosen; the errors of sp_kda_prefill; SP_ERR_INVALID_
@@ -194,7 +219,10 @@ typedef struct sp_kda_boundary sp_kda_boundary;
 /* Create a boundary for `dev` serving calls with T <= max_tokens and
  * H <= max_heads. Allocates, once, the sp_pack workspace for the worst case
  * (q, k, v, g and beta all strided at max_tokens x max_heads): cudaMalloc on
- * a CUDA device, host memory on the CPU.
+ * a CUDA device, host memory on the CPU. On a CUDA device with max_heads
+ * <= 32 it also allocates the CHUNKED_TWO_PASS kernel's workspace,
+ * (max_tokens / 32 + 32) * max_heads records of 63616 bytes (about 400 MB
+ * for 16384 tokens and 12 heads), used by calls that give none.
  * @return SP_OK and *out; SP_ERR_INVALID_ARGUMENT for a NULL out or negative
  *         capacity; SP_ERR_NO_DEVICE; SP_ERR_OVERFLOW; SP_ERR_OUT_OF_MEMORY;
  *         SP_ERR_CUDA when the device allocation fails otherwise. With a

@@ -14,8 +14,10 @@ enum { N_INPUTS = 5 }; /* q, k, v, g, beta */
 struct sp_kda_boundary {
     sp_device dev;
     int64_t max_tokens, max_heads;
-    void *workspace;
+    void *workspace; /* the pack's */
     size_t workspace_bytes;
+    void *kda_workspace; /* the two-pass kernel's, CUDA with max_heads <= 32 */
+    size_t kda_workspace_bytes;
     size_t last_copied;
     /* The last eager (not capturing) run on a CUDA device: what a capture
      * must repeat. */
@@ -71,6 +73,22 @@ sp_status sp_kda_boundary_create(sp_kda_boundary **out, sp_device dev, int64_t m
     b->max_tokens = max_tokens;
     b->max_heads = max_heads;
     b->workspace_bytes = bytes;
+    /* AUTO picks the two-pass kernel for at most SP_KDA_TWO_PASS_MAX_PAIRS
+     * (sequence, head) pairs. Its need, (T / 32 + N) * H records, is then
+     * at most (max_tokens / 32) * max_heads + that many pairs. */
+    size_t kda_bytes = 0;
+    if (dev.type == SP_DEVICE_CUDA && max_heads > 0 && max_heads <= SP_KDA_TWO_PASS_MAX_PAIRS &&
+        max_tokens > 0)
+        SP_FORWARD(sp_kda_two_pass_bytes_(max_tokens, SP_KDA_TWO_PASS_MAX_PAIRS, max_heads,
+                                          &kda_bytes));
+    b->kda_workspace_bytes = kda_bytes;
+    if (kda_bytes > 0) {
+        sp_status s = sp_kda_cuda_alloc_(dev.ordinal, kda_bytes, &b->kda_workspace);
+        if (s != SP_OK) {
+            free(b);
+            return s;
+        }
+    }
     if (bytes > 0) {
         sp_status s = SP_OK;
         if (dev.type == SP_DEVICE_CUDA) {
@@ -83,6 +101,7 @@ sp_status sp_kda_boundary_create(sp_kda_boundary **out, sp_device dev, int64_t m
                                  rounded);
         }
         if (s != SP_OK) {
+            (void)sp_kda_cuda_free_(dev.ordinal, b->kda_workspace);
             free(b);
             return s;
         }
@@ -127,6 +146,13 @@ sp_status sp_kda_boundary_run(sp_kda_boundary *b, const sp_kda_args *args,
     SP_REQUIRE(qd.type == b->dev.type && (qd.type == SP_DEVICE_CPU || qd.ordinal == b->dev.ordinal),
                SP_ERR_DEVICE_MISMATCH, "q: on device (%d, %d), the boundary serves (%d, %d)",
                (int)qd.type, (int)qd.ordinal, (int)b->dev.type, (int)b->dev.ordinal);
+    /* The caller's workspace if any, else the boundary's own. */
+    sp_kda_args full = *args;
+    if (!full.workspace && full.workspace_bytes == 0 && b->kda_workspace) {
+        full.workspace = b->kda_workspace;
+        full.workspace_bytes = b->kda_workspace_bytes;
+    }
+    args = &full;
     sp_kda_dims d;
     SP_FORWARD(sp_kda_check_(args, 0, &d));
     SP_REQUIRE(d.T <= b->max_tokens, SP_ERR_CAPACITY,
@@ -178,9 +204,11 @@ sp_status sp_kda_boundary_last_copied(const sp_kda_boundary *b, size_t *n_copied
 sp_status sp_kda_boundary_destroy(sp_kda_boundary *b) {
     if (!b) return SP_OK;
     sp_status s = SP_OK;
-    if (b->dev.type == SP_DEVICE_CUDA)
+    if (b->dev.type == SP_DEVICE_CUDA) {
         s = sp_kda_cuda_free_(b->dev.ordinal, b->workspace);
-    else
+        sp_status s2 = sp_kda_cuda_free_(b->dev.ordinal, b->kda_workspace);
+        if (s == SP_OK) s = s2;
+    } else
         free(b->workspace);
     free(b);
     return s;

@@ -171,6 +171,31 @@ static sp_status check_overlap(const named *all, int n, int first_output) {
     return SP_OK;
 }
 
+/* The optional workspace: present exactly when it has a size, 16-byte
+ * aligned, sharing no byte with any tensor argument. */
+static sp_status check_workspace(const sp_kda_args *a, const named *all, int n) {
+    if (a->workspace_bytes == 0) {
+        SP_REQUIRE(a->workspace == NULL, SP_ERR_INVALID_ARGUMENT,
+                   "workspace: given with workspace_bytes 0");
+        return SP_OK;
+    }
+    SP_REQUIRE(a->workspace != NULL, SP_ERR_INVALID_ARGUMENT,
+               "workspace: NULL with workspace_bytes %zu", a->workspace_bytes);
+    const uintptr_t lo = (uintptr_t)a->workspace;
+    SP_REQUIRE(lo % 16 == 0, SP_ERR_MISALIGNED, "workspace: address %p is not 16-byte aligned",
+               a->workspace);
+    SP_REQUIRE(a->workspace_bytes <= UINTPTR_MAX - lo, SP_ERR_OVERFLOW,
+               "workspace: %zu bytes from %p pass the end of the address space",
+               a->workspace_bytes, a->workspace);
+    for (int j = 0; j < n; j++) {
+        uintptr_t blo, bhi;
+        sp_tensor_extent(all[j].t, &blo, &bhi);
+        SP_REQUIRE(!sp_extents_overlap(lo, lo + a->workspace_bytes, blo, bhi), SP_ERR_OVERLAP,
+                   "workspace: memory overlaps %s", all[j].name);
+    }
+    return SP_OK;
+}
+
 static int cmp_i32(const void *x, const void *y) {
     int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
     return (a > b) - (a < b);
@@ -300,6 +325,7 @@ sp_status sp_kda_check_(const sp_kda_args *a, int inputs_dense, sp_kda_dims *dim
     }
 
     SP_FORWARD(check_overlap(all, n, first_output));
+    SP_FORWARD(check_workspace(a, all, n));
 
     if (d.dev.type == SP_DEVICE_CUDA) {
         /* Here rather than at the launch: the boundary packs between the two. */

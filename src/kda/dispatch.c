@@ -9,15 +9,36 @@
 
 /* Below this many tokens per sequence on average, the recurrent kernel's
  * one block per (sequence, head) is at least as fast: a chunk of 32 tokens
- * costs the chunked kernel a fixed pipeline of barriers and small products. */
+ * costs the chunked kernels a fixed pipeline of barriers and small products. */
 #define CHUNKED_MIN_MEAN_TOKENS 64
 
-/* Why the chunked kernel cannot serve the call, or NULL when it can. */
+const char *sp_kda_kernel_name(sp_kda_kernel k) {
+    switch (k) {
+    case SP_KDA_KERNEL_AUTO: return "auto";
+    case SP_KDA_KERNEL_RECURRENT: return "recurrent";
+    case SP_KDA_KERNEL_CHUNKED: return "chunked";
+    case SP_KDA_KERNEL_CHUNKED_TWO_PASS: return "chunked_two_pass";
+    }
+    return "unknown";
+}
+
+sp_status sp_kda_two_pass_bytes_(int64_t T, int64_t N, int64_t H, size_t *bytes) {
+    const int64_t slots = sp_kda_two_pass_slots_(T, N);
+    int64_t records;
+    SP_REQUIRE(!__builtin_mul_overflow(slots, H, &records) &&
+                   !__builtin_mul_overflow((uint64_t)records, (uint64_t)SP_KDA_TWO_PASS_RECORD_BYTES,
+                                           bytes),
+               SP_ERR_OVERFLOW, "workspace: the two-pass kernel's size for T %lld, N %lld, H %lld "
+               "overflows", (long long)T, (long long)N, (long long)H);
+    return SP_OK;
+}
+
+/* Why the chunked kernels cannot serve the call, or NULL when they can. */
 static const char *chunked_unsupported(const sp_kda_args *a, const sp_kda_dims *d) {
-    if (d->dev.type != SP_DEVICE_CUDA) return "it runs on CUDA tensors only";
+    if (d->dev.type != SP_DEVICE_CUDA) return "they run on CUDA tensors only";
     if (a->gate != SP_KDA_GATE_LOWER_BOUND)
-        return "it needs the lower-bound gate (the softplus gate has no bound on a token's "
-               "decay, which its factorized products rely on)";
+        return "they need the lower-bound gate (the softplus gate has no bound on a token's "
+               "decay, which their factorized products rely on)";
     if (d->interval % SP_KDA_CHUNK != 0) return "checkpoint_interval must be a multiple of 32";
     /* Dense inputs are read as they are: 16-byte copies. Strided ones (the
      * boundary's) are packed into 256-byte aligned slots first. */
@@ -28,21 +49,37 @@ static const char *chunked_unsupported(const sp_kda_args *a, const sp_kda_dims *
     return NULL;
 }
 
+int sp_kda_chunked_can_serve_(const sp_kda_args *a, const sp_kda_dims *d) {
+    return chunked_unsupported(a, d) == NULL;
+}
+
 sp_status sp_kda_choose_kernel_(const sp_kda_args *a, sp_kda_dims *d) {
     const int32_t k = a->kernel;
     SP_REQUIRE(k == SP_KDA_KERNEL_AUTO || k == SP_KDA_KERNEL_RECURRENT ||
-                   k == SP_KDA_KERNEL_CHUNKED,
+                   k == SP_KDA_KERNEL_CHUNKED || k == SP_KDA_KERNEL_CHUNKED_TWO_PASS,
                SP_ERR_INVALID_ARGUMENT, "kernel: %d is not an sp_kda_kernel", (int)k);
     const char *why = chunked_unsupported(a, d);
-    if (k == SP_KDA_KERNEL_CHUNKED)
-        SP_REQUIRE(!why, SP_ERR_UNSUPPORTED, "kernel: the chunked kernel cannot serve this call: %s",
-                   why);
+    if (k == SP_KDA_KERNEL_CHUNKED || k == SP_KDA_KERNEL_CHUNKED_TWO_PASS)
+        SP_REQUIRE(!why, SP_ERR_UNSUPPORTED, "kernel: the %s kernel cannot serve this call: %s",
+                   sp_kda_kernel_name((sp_kda_kernel)k), why);
+    size_t need = 0;
+    if (!why) SP_FORWARD(sp_kda_two_pass_bytes_(d->T, d->N, d->H, &need));
+    if (k == SP_KDA_KERNEL_CHUNKED_TWO_PASS)
+        SP_REQUIRE(a->workspace_bytes >= need, SP_ERR_WORKSPACE_TOO_SMALL,
+                   "workspace: %zu bytes, the two-pass kernel needs %zu here "
+                   "(sp_kda_prefill_workspace_bytes)",
+                   a->workspace_bytes, need);
     if (k != SP_KDA_KERNEL_AUTO) {
         d->kernel = k;
         return SP_OK;
     }
-    const int long_enough = d->N == 0 || d->T / d->N >= CHUNKED_MIN_MEAN_TOKENS;
-    d->kernel = !why && long_enough ? SP_KDA_KERNEL_CHUNKED : SP_KDA_KERNEL_RECURRENT;
+    if (why || (d->N > 0 && d->T / d->N < CHUNKED_MIN_MEAN_TOKENS)) {
+        d->kernel = SP_KDA_KERNEL_RECURRENT;
+    } else if (d->N * d->H <= SP_KDA_TWO_PASS_MAX_PAIRS && a->workspace_bytes >= need) {
+        d->kernel = SP_KDA_KERNEL_CHUNKED_TWO_PASS;
+    } else {
+        d->kernel = SP_KDA_KERNEL_CHUNKED;
+    }
     return SP_OK;
 }
 

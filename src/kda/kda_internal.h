@@ -86,7 +86,18 @@ static inline SP_HD float sp_kda_gate_f32(int gate, float lower_bound, float exp
 
 #define SP_KDA_D SP_KDA_HEAD_DIM
 #define SP_KDA_EPS 1e-6
-#define SP_KDA_CHUNK 32 /* tokens per chunk of the chunked kernel */
+#define SP_KDA_CHUNK 32 /* tokens per chunk of the chunked kernels */
+/* The two-pass kernel's record per (chunk, head): its operands in fp32
+ * (chunked_two_pass.cu checks the size against its struct). */
+#define SP_KDA_TWO_PASS_RECORD_BYTES 63616
+/* Calls with at most this many (sequence, head) pairs go to the two-pass
+ * kernel when a large enough workspace is given (dispatch.c). */
+#define SP_KDA_TWO_PASS_MAX_PAIRS 32
+
+/* Record slots of the two-pass kernel for T tokens in N sequences. */
+static inline int64_t sp_kda_two_pass_slots_(int64_t T, int64_t N) {
+    return T / SP_KDA_CHUNK + N;
+}
 
 typedef struct sp_kda_dims {
     int64_t T, H, N;      /* tokens, heads, sequences */
@@ -109,9 +120,16 @@ sp_status sp_kda_check_(const sp_kda_args *a, int inputs_dense, sp_kda_dims *dim
  * (SP_ERR_UNSUPPORTED naming why when forced and it cannot), else the
  * dispatcher's choice. Sets d->kernel. Called by sp_kda_check_. */
 sp_status sp_kda_choose_kernel_(const sp_kda_args *a, sp_kda_dims *d);
+/* 1 when the chunked kernels can serve the checked call (whatever its
+ * kernel and workspace fields say). */
+int sp_kda_chunked_can_serve_(const sp_kda_args *a, const sp_kda_dims *d);
 /* How many blocks share one (sequence, head) in the chunked kernel, for
  * `pairs` (sequence, head) pairs on `sms` multiprocessors: 1, 2, 4 or 8. */
 int sp_kda_chunked_splits_(int64_t pairs, int sms);
+
+/* The two-pass kernel's workspace for T tokens, N sequences, H heads;
+ * SP_ERR_OVERFLOW when the count does not fit a size_t. */
+sp_status sp_kda_two_pass_bytes_(int64_t T, int64_t N, int64_t H, size_t *bytes);
 
 /* Run a checked call on its backend (no check again): what sp_kda_prefill
  * and the boundary do after sp_kda_check_. */

@@ -28,6 +28,20 @@ sp_status sp_kda_prefill(const sp_kda_args *args, struct CUstream_st *stream) {
     return sp_kda_run_(args, &d, stream);
 }
 
+sp_status sp_kda_prefill_workspace_bytes(const sp_kda_args *args, size_t *bytes) {
+    SP_REQUIRE(args, SP_ERR_INVALID_ARGUMENT, "args: NULL");
+    SP_REQUIRE(bytes, SP_ERR_INVALID_ARGUMENT, "bytes: NULL");
+    sp_kda_args a = *args;
+    a.kernel = SP_KDA_KERNEL_AUTO;
+    a.workspace = NULL;
+    a.workspace_bytes = 0;
+    sp_kda_dims d;
+    SP_FORWARD(sp_kda_check_(&a, 1, &d));
+    *bytes = 0;
+    if (sp_kda_chunked_can_serve_(&a, &d)) SP_FORWARD(sp_kda_two_pass_bytes_(d.T, d.N, d.H, bytes));
+    return SP_OK;
+}
+
 sp_status sp_kda_prefill_kernel(const sp_kda_args *args, sp_kda_kernel *chosen) {
     SP_REQUIRE(chosen, SP_ERR_INVALID_ARGUMENT, "chosen: NULL");
     sp_kda_dims d;

@@ -10,7 +10,8 @@ set(SP_KDA_C_SOURCES
 set(SP_KDA_CUDA_SOURCES
   kda/cuda/prefill.cu    # CUDA entry: parameters, the chosen kernel's launch
   kda/cuda/recurrent.cu  # token-by-token kernel, one block per (sequence, head)
-  kda/cuda/chunked.cu    # chunked kernel on tensor cores
+  kda/cuda/chunked.cu    # chunked kernel on tensor cores, one pass
+  kda/cuda/chunked_two_pass.cu  # the same in two kernels, for few (sequence, head) pairs
   kda/runtime.cu         # the few runtime calls the boundary needs
 )
 if(NOT SP_HAVE_CUDA)

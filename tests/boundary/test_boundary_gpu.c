@@ -174,10 +174,19 @@ static void k3_case(sp_kda_boundary *bd, int32_t kernel, int64_t T, int64_t H, i
     dense_copies(&x, dev);
     const char *name = sp_k3_beta_name(kind);
 
-    /* The dense path: the expectation. */
+    /* The dense path: the expectation (a workspace of its own for the
+     * two-pass kernel; the boundary runs below use the boundary's). */
     sp_kda_args dense;
     kp_args(&p, dev, sp_cuda(0), &dense);
+    void *ws = NULL;
+    if (kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS) {
+        CHECK_OK(sp_kda_prefill_workspace_bytes(&dense, &dense.workspace_bytes));
+        CUDA_OK(cudaMalloc(&ws, dense.workspace_bytes));
+        dense.workspace = ws;
+    }
     CHECK_OK(sp_kda_prefill(&dense, S));
+    dense.workspace = NULL;
+    dense.workspace_bytes = 0;
     outs want;
     download(&p, dev, &want);
     CHECK(!equal(&p, &want, p.host));
@@ -280,6 +289,7 @@ static void k3_case(sp_kda_boundary *bd, int32_t kernel, int64_t T, int64_t H, i
         kp_free_copy(after.b);
     }
     kp_free_copy(want.b);
+    CUDA_OK(cudaFree(ws));
     dev_free(dev);
     dk3_free(&x);
     kp_free(&p);
@@ -377,6 +387,14 @@ int main(void) {
     k3_case(bd, R, T, H, SP_K3_BETA_FA, SP_F32, small ? 32 : 1024, 1, 1);
     k3_case(bd, SP_KDA_KERNEL_AUTO, T, H, SP_K3_BETA_INPROJ, SP_BF16, small ? 64 : 2048,
             small ? 0 : 1, 2);
+    /* At 8-way tensor parallelism (12 heads) the boundary owns the two-pass
+     * kernel's workspace too. */
+    const int64_t h8 = small ? 2 : 12;
+    sp_kda_boundary *b8;
+    CHECK_OK(sp_kda_boundary_create(&b8, sp_cuda(0), T, h8));
+    k3_case(b8, SP_KDA_KERNEL_CHUNKED_TWO_PASS, T, h8, SP_K3_BETA_FA, SP_F32, small ? 32 : 1024,
+            1, 6);
+    CHECK_OK(sp_kda_boundary_destroy(b8));
     const int64_t sh = small ? 2 : 8;
     small_case(bd, 77, sh, SP_K3_BETA_FA, 3);
     small_case(bd, 1, sh, SP_K3_BETA_INPROJ, 4);

@@ -33,16 +33,27 @@ static void dev_free(void *dev[KB_COUNT]) {
     for (int b = 0; b < KB_COUNT; b++) CUDA_OK(cudaFree(dev[b]));
 }
 
-/* Run the prefill on the device from the initial buffers; results to out. */
+/* Run the prefill on the device from the initial buffers; results to out.
+ * The two-pass kernel gets a workspace of the size the library asks for. */
 static sp_status run_device(const kda_problem *p, void *const init[KB_COUNT],
                             void *out[KB_COUNT]) {
-    void *dev[KB_COUNT];
+    void *dev[KB_COUNT], *ws = NULL;
     dev_upload(p, init, dev);
     sp_kda_args a;
     kp_args(p, dev, sp_cuda(0), &a);
+    if (p->kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS) {
+        size_t bytes = 0;
+        CHECK_OK(sp_kda_prefill_workspace_bytes(&a, &bytes));
+        CHECK(bytes > 0);
+        CUDA_OK(cudaMalloc(&ws, bytes));
+        CUDA_OK(cudaMemset(ws, 0xff, bytes)); /* NaN garbage: every read record is written first */
+        a.workspace = ws;
+        a.workspace_bytes = bytes;
+    }
     sp_status s = sp_kda_prefill(&a, NULL);
     dev_download(p, dev, out);
     dev_free(dev);
+    CUDA_OK(cudaFree(ws));
     return s;
 }
 
@@ -52,17 +63,18 @@ static int outputs_equal(const kda_problem *p, void *const x[KB_COUNT], void *co
     return 1;
 }
 
-static const char *kernel_name(int32_t k) {
-    return k == SP_KDA_KERNEL_CHUNKED ? "chunked" : k == SP_KDA_KERNEL_RECURRENT ? "recurrent" : "auto";
+static const char *kernel_name(int32_t k) { return sp_kda_kernel_name((sp_kda_kernel)k); }
+static int is_chunked(int32_t k) {
+    return k == SP_KDA_KERNEL_CHUNKED || k == SP_KDA_KERNEL_CHUNKED_TWO_PASS;
 }
 
 /* Accuracy bounds against the float64 reference. The recurrent kernel is
  * fp32 throughout; the chunked kernel's tf32 products must stay below
  * 4e-3 (o) and 3e-3 (final state), or the bf16 pool's own rounding. */
-static double o_tol(int32_t kernel) { return kernel == SP_KDA_KERNEL_CHUNKED ? 4e-3 : 5e-3; }
+static double o_tol(int32_t kernel) { return is_chunked(kernel) ? 4e-3 : 5e-3; }
 static double state_tol(const kda_problem *p) {
     const double t = kp_state_tol(p);
-    return p->kernel == SP_KDA_KERNEL_CHUNKED && t < 3e-3 ? 3e-3 : t;
+    return is_chunked(p->kernel) && t < 3e-3 ? 3e-3 : t;
 }
 
 /* Run p (already made, p->kernel set) on the device twice and once on the
@@ -81,7 +93,7 @@ static void check_problem(kda_problem *p, const char *what) {
     const double eo = kp_err_o(p, g1[KB_O], ref[KB_O], &so);
     const double es = kp_err_state(p, g1[KB_STATE], ref[KB_STATE], &ss);
     const double ec = kp_err_ckpt(p, g1[KB_CKPT], ref[KB_CKPT], &sc);
-    printf("%-9s %-36s: o %.2e state %.2e ckpt %.2e\n", kernel_name(p->kernel), what, eo, es, ec);
+    printf("%-16s %-36s: o %.2e state %.2e ckpt %.2e\n", kernel_name(p->kernel), what, eo, es, ec);
     CHECKF(eo < o_tol(p->kernel) && so == 0, "%s: o err %.3g, %lld stray", what, eo, (long long)so);
     CHECKF(es < state_tol(p) && ss == 0, "%s: state err %.3g, %lld stray", what, es, (long long)ss);
     CHECKF(ec < state_tol(p) && sc == 0, "%s: ckpt err %.3g, %lld stray", what, ec, (long long)sc);
@@ -107,7 +119,7 @@ static void batch_case(int32_t kernel, sp_dtype sdt, int32_t gate, int64_t inter
 /* The chunked kernel at its edges: every length modulo the chunk (two
  * batches of 16 sequences, 32k + m tokens for m = 0..31), a long sequence,
  * gates pinned at the lower bound or at ~0 and beta logits of +-10. */
-static void chunked_edge_cases(int small) {
+static void chunked_edge_cases(int32_t kernel, int small) {
     int64_t lens[16];
     for (int half = 0; half < 2; half++) {
         for (int i = 0; i < 16; i++) {
@@ -117,7 +129,7 @@ static void chunked_edge_cases(int small) {
         kda_problem p;
         kp_make(&p, 16, lens, 5, small ? 1 : 3, half ? SP_BF16 : SP_F32, SP_KDA_GATE_LOWER_BOUND,
                 half ? 64 : 32, 3100 + (uint64_t)half);
-        p.kernel = SP_KDA_KERNEL_CHUNKED;
+        p.kernel = kernel;
         check_problem(&p, half ? "lengths 16..31 mod 32" : "lengths 0..15 mod 32");
         kp_free(&p);
     }
@@ -126,7 +138,7 @@ static void chunked_edge_cases(int small) {
         kda_problem p;
         kp_make(&p, 3, extreme_lens, 0, 2, SP_F32, SP_KDA_GATE_LOWER_BOUND, 32, 3200);
         kp_extreme_gates(&p, 3201);
-        p.kernel = k ? SP_KDA_KERNEL_CHUNKED : SP_KDA_KERNEL_RECURRENT;
+        p.kernel = k ? kernel : SP_KDA_KERNEL_RECURRENT;
         check_problem(&p, "gates at -5 and ~0, beta +-10");
         kp_free(&p);
     }
@@ -134,7 +146,7 @@ static void chunked_edge_cases(int small) {
     const int64_t long_len = 8200; /* not a multiple of the chunk */
     kda_problem p;
     kp_make(&p, 1, &long_len, 0, 2, SP_F32, SP_KDA_GATE_LOWER_BOUND, 1024, 3300);
-    p.kernel = SP_KDA_KERNEL_CHUNKED;
+    p.kernel = kernel;
     check_problem(&p, "one sequence of 8200 tokens");
     kp_free(&p);
 }
@@ -161,9 +173,43 @@ static void dispatch_cases(void) {
     a.gate = SP_KDA_GATE_SOFTPLUS;
     CHECK_OK(sp_kda_prefill_kernel(&a, &k));
     CHECK(k == SP_KDA_KERNEL_RECURRENT);
-    for (int c = 0; c < 5; c++) {
+    size_t need = 1;
+    CHECK_OK(sp_kda_prefill_workspace_bytes(&a, &need));
+    CHECKF(need == 0, "softplus gate: workspace %zu, want 0 (no kernel needs one)", need);
+
+    /* With a large enough workspace, AUTO takes the two-pass kernel for
+     * these 4 (sequence, head) pairs; one byte less and it does not. */
+    kp_args(&p, dev, sp_cuda(0), &a);
+    CHECK_OK(sp_kda_prefill_workspace_bytes(&a, &need));
+    const size_t want_need = (size_t)(p.T / 32 + p.N) * (size_t)p.H * 63616;
+    CHECKF(need == want_need, "workspace %zu, want %zu", need, want_need);
+    void *ws;
+    CUDA_OK(cudaMalloc(&ws, need + 256));
+    a.workspace = ws;
+    a.workspace_bytes = need;
+    CHECK_OK(sp_kda_prefill_kernel(&a, &k));
+    CHECKF(k == SP_KDA_KERNEL_CHUNKED_TWO_PASS, "AUTO with a workspace chose %d", (int)k);
+    a.workspace_bytes = need - 1;
+    CHECK_OK(sp_kda_prefill_kernel(&a, &k));
+    CHECK(k == SP_KDA_KERNEL_CHUNKED);
+    a.kernel = SP_KDA_KERNEL_CHUNKED_TWO_PASS;
+    CHECK_STATUS(sp_kda_prefill(&a, NULL), SP_ERR_WORKSPACE_TOO_SMALL);
+    a.workspace_bytes = need;
+    a.workspace = (char *)ws + 8;
+    CHECK_STATUS(sp_kda_prefill(&a, NULL), SP_ERR_MISALIGNED);
+    a.workspace = NULL;
+    CHECK_STATUS(sp_kda_prefill(&a, NULL), SP_ERR_INVALID_ARGUMENT);
+    a.workspace = a.o.data; /* the output's memory */
+    CHECK_STATUS(sp_kda_prefill(&a, NULL), SP_ERR_OVERLAP);
+    a.workspace = ws;
+    a.workspace_bytes = 0;
+    CHECK_STATUS(sp_kda_prefill(&a, NULL), SP_ERR_INVALID_ARGUMENT); /* a pointer, no size */
+    CUDA_OK(cudaFree(ws));
+    dev_download(&p, dev, out);
+    CHECK(outputs_equal(&p, out, p.host)); /* every refusal above wrote nothing */
+    for (int c = 0; c < 6; c++) {
         kp_args(&p, dev, sp_cuda(0), &a);
-        a.kernel = SP_KDA_KERNEL_CHUNKED;
+        a.kernel = c == 5 ? SP_KDA_KERNEL_CHUNKED_TWO_PASS : SP_KDA_KERNEL_CHUNKED;
         sp_status want = SP_ERR_UNSUPPORTED;
         const char *needle = NULL;
         switch (c) {
@@ -181,6 +227,7 @@ static void dispatch_cases(void) {
             break;
         case 3: a.kernel = 7; want = SP_ERR_INVALID_ARGUMENT; needle = "kernel"; break;
         case 4: a.kernel = -1; want = SP_ERR_INVALID_ARGUMENT; needle = "kernel"; break;
+        case 5: want = SP_ERR_WORKSPACE_TOO_SMALL; needle = "sp_kda_prefill_workspace_bytes"; break;
         }
         sp_status s = sp_kda_prefill(&a, NULL);
         CHECKF(s == want, "dispatch case %d: got %s, want %s (%s)", c, sp_status_string(s),
@@ -294,27 +341,34 @@ int main(void) {
     static const sp_dtype dts[] = {SP_F32, SP_BF16};
     static const int32_t gates[] = {SP_KDA_GATE_LOWER_BOUND, SP_KDA_GATE_SOFTPLUS};
     static const int64_t intervals[] = {0, 1, 32, 64};
-    const int32_t R = SP_KDA_KERNEL_RECURRENT, CH = SP_KDA_KERNEL_CHUNKED;
+    const int32_t R = SP_KDA_KERNEL_RECURRENT, CH = SP_KDA_KERNEL_CHUNKED,
+                  TP = SP_KDA_KERNEL_CHUNKED_TWO_PASS;
     if (kp_small()) {
         batch_case(R, SP_F32, SP_KDA_GATE_LOWER_BOUND, 16, small, 3, 2);
         batch_case(R, SP_BF16, SP_KDA_GATE_SOFTPLUS, 1, small, 3, 1);
-        batch_case(CH, SP_F32, SP_KDA_GATE_LOWER_BOUND, 32, small, 3, 2);
-        batch_case(CH, SP_BF16, SP_KDA_GATE_LOWER_BOUND, 0, small, 3, 1);
+        for (int32_t k = CH; k <= TP; k++) {
+            batch_case(k, SP_F32, SP_KDA_GATE_LOWER_BOUND, 32, small, 3, 2);
+            batch_case(k, SP_BF16, SP_KDA_GATE_LOWER_BOUND, 0, small, 3, 1);
+        }
     } else {
         for (int di = 0; di < 2; di++)
             for (int gi = 0; gi < 2; gi++)
                 for (int ii = 0; ii < 4; ii++) {
                     batch_case(R, dts[di], gates[gi], intervals[ii], lens, 5, 3);
                     if (gates[gi] == SP_KDA_GATE_LOWER_BOUND && intervals[ii] % 32 == 0)
-                        batch_case(CH, dts[di], gates[gi], intervals[ii], lens, 5, 3);
+                        for (int32_t k = CH; k <= TP; k++)
+                            batch_case(k, dts[di], gates[gi], intervals[ii], lens, 5, 3);
                 }
         batch_case(R, SP_F32, SP_KDA_GATE_SOFTPLUS, 64, extra, 3, 4);
         batch_case(CH, SP_F32, SP_KDA_GATE_LOWER_BOUND, 64, extra, 3, 4);
+        batch_case(TP, SP_F32, SP_KDA_GATE_LOWER_BOUND, 64, extra, 3, 4);
     }
-    chunked_edge_cases(kp_small());
+    chunked_edge_cases(CH, kp_small());
+    chunked_edge_cases(TP, kp_small());
     noop_cases();
     device_guard_cases(R);
     device_guard_cases(CH);
+    device_guard_cases(TP);
     dispatch_cases();
     bad_argument_cases();
     return sp_test_finish("test_kda_gpu");

@@ -34,8 +34,11 @@ static kda_params params_of(const sp_kda_args *a, const sp_kda_dims *d) {
     return p;
 }
 
-static cudaError_t launch(const kda_params *p, int kernel, int device, cudaStream_t stream) {
-    if (kernel != SP_KDA_KERNEL_CHUNKED) return sp_kda_launch_recurrent_(p, stream);
+static cudaError_t launch(const kda_params *p, int kernel, void *workspace, int device,
+                          cudaStream_t stream) {
+    if (kernel == SP_KDA_KERNEL_RECURRENT) return sp_kda_launch_recurrent_(p, stream);
+    if (kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS)
+        return sp_kda_launch_chunked_two_pass_(p, workspace, stream);
     int sms = 0;
     cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (e != cudaSuccess) return e;
@@ -52,7 +55,7 @@ extern "C" sp_status sp_kda_prefill_cuda_(const sp_kda_args *a, const sp_kda_dim
     if (e == cudaSuccess) {
         /* The launch's own status, not cudaGetLastError(): that could be an
          * error the caller left pending, reported as ours and cleared. */
-        e = launch(&p, d->kernel, dev, (cudaStream_t)stream);
+        e = launch(&p, d->kernel, a->workspace, dev, (cudaStream_t)stream);
         if (prev != dev) {
             cudaError_t r = cudaSetDevice(prev);
             if (e == cudaSuccess) e = r;
@@ -60,9 +63,8 @@ extern "C" sp_status sp_kda_prefill_cuda_(const sp_kda_args *a, const sp_kda_dim
     }
     if (e != cudaSuccess) {
         (void)cudaGetLastError(); /* ours, reported below: do not leave it to the caller */
-        return sp_set_error(SP_ERR_CUDA, "sp_kda_prefill: %s kernel launch failed: %s",
-                            d->kernel == SP_KDA_KERNEL_CHUNKED ? "chunked" : "recurrent",
-                            cudaGetErrorString(e));
+        return sp_set_error(SP_ERR_CUDA, "sp_kda_prefill: launch of the %s kernel failed: %s",
+                            sp_kda_kernel_name((sp_kda_kernel)d->kernel), cudaGetErrorString(e));
     }
     return SP_OK;
 }

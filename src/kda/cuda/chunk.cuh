@@ -1,0 +1,315 @@
+/*
+ * chunk.cuh — the pieces of a 32-token chunk that both chunked kernels
+ * (chunked.cu, one pass; chunked_two_pass.cu) share: tensor-core helpers,
+ * loading a chunk, its K side (gates, norms, the operands Lk, Lq, R, the
+ * products A and QK, T = (I + A)^-1), and the state's fragments. The math
+ * is described in chunked.cu. Every function here is written for blocks of
+ * THREADS threads.
+ */
+#ifndef SP_KDA_CUDA_CHUNK_CUH
+#define SP_KDA_CUDA_CHUNK_CUH
+
+#include "kda/cuda/common.cuh"
+
+#define CT 32      /* tokens per chunk */
+#define MID 15     /* reference token of the factorization */
+#define THREADS 256
+#define WARPS (THREADS / 32)
+#define D SP_KDA_D
+#define SO (D + 8)  /* lk, lq, r: 8 mod 32, for float2 fragment loads */
+#define SA (CT + 8) /* a, qk, t: likewise */
+#define T_WARP (WARPS - 1) /* the warp that solves for T */
+
+/* A chunk's k, q and g as they arrive (bf16); v comes separately, only the
+ * columns a block owns. */
+typedef struct raw_chunk {
+    uint16_t k[CT][D], q[CT][D], g[CT][D];
+} raw_chunk;
+
+/* What the V side of a chunk needs: the chunk's operands. Also the record
+ * the two-pass kernel keeps per chunk in its workspace (the same layout, so
+ * that it is copied to and from shared memory as one block). */
+typedef struct chunk_ops {
+    float lk[CT][SO], lq[CT][SO], r[CT][SO];
+    float qk[CT][SA], t[CT][SA];
+    float b[CT];
+    float c[D], e[D]; /* exp(gam_m), exp(gam_31 - gam_m) */
+} chunk_ops;
+
+/* The K side's shared memory: its intermediates, and the operands. */
+typedef struct chunk_work {
+    float gam[CT][D]; /* cumulative gate, per half chunk (see gates_and_norms) */
+    float a[CT][SA];
+    float rk[CT], rq[CT];
+    chunk_ops ops;
+} chunk_work;
+
+/* ---- small device helpers ---------------------------------------------- */
+
+/* fp32 -> tf32 bits, rounded to nearest (ties away from zero): what the
+ * tensor cores read of an operand is its top 19 bits. */
+static __device__ __forceinline__ uint32_t to_tf32(float x) {
+    return (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+}
+
+static __device__ __forceinline__ float tf32_round(float x) { return __uint_as_float(to_tf32(x)); }
+
+/* c += a b for one m16n8k8 tile (A row-major, B column-major fragments). */
+static __device__ __forceinline__ void mma_tf32(float c[4], const uint32_t a[4], uint32_t b0,
+                                                uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Fragments with a permuted k index: k-step columns q and q + 4 of an
+ * operand are its physical columns 2q and 2q + 1 (the same permutation on
+ * both operands leaves the product unchanged). Then an accumulator tile
+ * (rows r, r+8; columns 2q, 2q+1) is directly the A operand of the next
+ * product, and shared-memory operands load as float2. */
+static __device__ __forceinline__ void acc_as_a(const float c[4], uint32_t a[4]) {
+    a[0] = to_tf32(c[0]);
+    a[1] = to_tf32(c[2]);
+    a[2] = to_tf32(c[1]);
+    a[3] = to_tf32(c[3]);
+}
+
+/* Two adjacent (already tf32) floats: b0, b1 of a B fragment, or a0, a2
+ * (a1, a3) of an A fragment. */
+static __device__ __forceinline__ void pair(const float *at, uint32_t *x0, uint32_t *x1) {
+    const float2 x = *(const float2 *)at;
+    *x0 = __float_as_uint(x.x);
+    *x1 = __float_as_uint(x.y);
+}
+
+static __device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
+                 "r"(src_bytes));
+}
+
+static __device__ __forceinline__ void cp_async_commit(void) {
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+
+static __device__ __forceinline__ void cp_async_wait_all(void) {
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+/* ---- loading a chunk --------------------------------------------------------- */
+
+/* Start copying tokens c0 .. c0+31 of k, q and g into dst: thread tid the
+ * 16-byte piece tid % 16 of rows tid / 16 and tid / 16 + 16. Rows past the
+ * sequence's end are zero-filled (the copy reads no byte for them). */
+static __device__ __forceinline__ void load_kqg(const kda_params &p, const kda_seq &sq, int64_t h,
+                                                int64_t c0, int tid, raw_chunk &dst) {
+    const int row0 = tid >> 4, col = (tid & 15) * 8;
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int t = row0 + 16 * i, ok = c0 + t < sq.len;
+        const int64_t at = ((sq.bos + (ok ? c0 + t : 0)) * p.H + h) * D + col;
+        cp_async16(&dst.k[t][col], p.k + at, ok ? 16 : 0);
+        cp_async16(&dst.q[t][col], p.q + at, ok ? 16 : 0);
+        cp_async16(&dst.g[t][col], p.g + at, ok ? 16 : 0);
+    }
+}
+
+/* Start copying columns v0 .. v0+bv-1 of v's tokens c0 .. c0+31 into
+ * dst[t][0 .. bv) (row pitch `pitch` elements), zero-filled past the end;
+ * with `threads` threads, each at most two 16-byte pieces. */
+static __device__ __forceinline__ void load_v(const kda_params &p, const kda_seq &sq, int64_t h,
+                                              int64_t c0, int v0, int bv, int tid, int threads,
+                                              uint16_t *dst, int pitch) {
+    const int per_row = bv / 8;
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int piece = tid + i * threads;
+        if (piece >= CT * per_row) break;
+        const int t = piece / per_row, col = piece % per_row * 8, ok = c0 + t < sq.len;
+        const int64_t at = ((sq.bos + (ok ? c0 + t : 0)) * p.H + h) * D + v0 + col;
+        cp_async16(dst + t * pitch + col, p.v + at, ok ? 16 : 0);
+    }
+}
+
+/* ---- the K side of a chunk (every warp) ---------------------------------------- */
+
+/* Thread (d, half): channel d's gates over tokens 16 half .. +15 and their
+ * running sum from the half's start (operands() adds the first half's total
+ * to the second half). Tokens past the end get gate 0 (no decay). Then
+ * warp w: the norms of k and q of tokens 4w .. 4w+3, and warp 0 the beta
+ * gates (lane t holds token t's logit, loaded a chunk ahead). */
+static __device__ void gates_and_norms(const kda_params &p, const raw_chunk &raw, int nt,
+                                       int tid, float expA, float bias, float beta_logit,
+                                       chunk_work &s) {
+    const int d = tid % D, t0 = (tid / D) * (CT / 2);
+    float sum = 0.0f;
+#pragma unroll
+    for (int t = t0; t < t0 + CT / 2; t++) {
+        const float x = sp_bf16_to_f32(raw.g[t][d]) + bias;
+        const float g = __fdividef(p.lower_bound, 1.0f + __expf(-expA * x));
+        sum += t < nt ? g : 0.0f;
+        s.gam[t][d] = sum;
+    }
+    const int w = tid >> 5, lane = tid & 31;
+    float sk[4], sq[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int t = 4 * w + i;
+        const uint2 kk = *(const uint2 *)&raw.k[t][4 * lane];
+        const uint2 qq = *(const uint2 *)&raw.q[t][4 * lane];
+        const float k0 = sp_bf16_to_f32((uint16_t)kk.x), k1 = sp_bf16_to_f32((uint16_t)(kk.x >> 16));
+        const float k2 = sp_bf16_to_f32((uint16_t)kk.y), k3 = sp_bf16_to_f32((uint16_t)(kk.y >> 16));
+        const float q0 = sp_bf16_to_f32((uint16_t)qq.x), q1 = sp_bf16_to_f32((uint16_t)(qq.x >> 16));
+        const float q2 = sp_bf16_to_f32((uint16_t)qq.y), q3 = sp_bf16_to_f32((uint16_t)(qq.y >> 16));
+        sk[i] = fmaf(k0, k0, fmaf(k1, k1, fmaf(k2, k2, k3 * k3)));
+        sq[i] = fmaf(q0, q0, fmaf(q1, q1, fmaf(q2, q2, q3 * q3)));
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            sk[i] += __shfl_xor_sync(SP_KDA_FULL_MASK, sk[i], off);
+            sq[i] += __shfl_xor_sync(SP_KDA_FULL_MASK, sq[i], off);
+        }
+    if (lane < 4) {
+        float k = sk[0], q = sq[0];
+#pragma unroll
+        for (int i = 1; i < 4; i++)
+            if (lane == i) k = sk[i], q = sq[i];
+        s.rk[4 * w + lane] = rsqrtf(k + (float)SP_KDA_EPS);
+        s.rq[4 * w + lane] = p.scale * rsqrtf(q + (float)SP_KDA_EPS);
+    }
+    if (w == 0) s.ops.b[lane] = lane < nt ? 1.0f / (1.0f + __expf(-beta_logit)) : 0.0f;
+}
+
+/* Every thread, channel d: Lk, Lq, R for its tokens (rounded to tf32 once
+ * here), and the channel's two state scalings. */
+static __device__ void operands(const raw_chunk &raw, int tid, chunk_work &s) {
+    const int d = tid % D;
+    const float gmid = s.gam[MID][d], glast = gmid + s.gam[CT - 1][d];
+    if (tid < D) {
+        s.ops.c[d] = __expf(gmid);
+        s.ops.e[d] = __expf(glast - gmid);
+    }
+#pragma unroll 4
+    for (int t = tid / D; t < CT; t += THREADS / D) {
+        const float kh = sp_bf16_to_f32(raw.k[t][d]) * s.rk[t];
+        const float qh = sp_bf16_to_f32(raw.q[t][d]) * s.rq[t];
+        const float gt = s.gam[t][d] + (t > MID ? gmid : 0.0f);
+        const float to_mid = __expf(gt - gmid), from_mid = __expf(gmid - gt);
+        s.ops.lk[t][d] = tf32_round(kh * to_mid);
+        s.ops.lq[t][d] = tf32_round(qh * to_mid);
+        s.ops.r[t][d] = tf32_round(kh * from_mid);
+    }
+}
+
+/* Warp w: two 16x8 tiles of A (warps 0..3) or QK (4..7), masked to the
+ * lower triangle (strictly, for A) and A's rows scaled by beta. The two
+ * tiles right of the diagonal block of rows 0..15 are zero: the warps that
+ * own them write zeros without multiplying. */
+static __device__ void intra_products(int w, int lane, chunk_work &s) {
+    const int is_qk = w >> 2, mi = (w >> 1) & 1, nb = (w & 1) * 2;
+    const int r = lane >> 2, q = lane & 3;
+    float(*dst)[SA] = is_qk ? s.ops.qk : s.a;
+    float acc[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+    const int zero_only = mi == 0 && nb == 2;
+    if (!zero_only) {
+        const float(*L)[SO] = is_qk ? s.ops.lq : s.ops.lk;
+#pragma unroll 4
+        for (int ks = 0; ks < D / 8; ks++) {
+            const int dk = ks * 8 + 2 * q;
+            uint32_t a[4];
+            pair(&L[16 * mi + r][dk], &a[0], &a[2]);
+            pair(&L[16 * mi + r + 8][dk], &a[1], &a[3]);
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                uint32_t b0, b1;
+                pair(&s.ops.r[8 * (nb + j) + r][dk], &b0, &b1);
+                mma_tf32(acc[j], a, b0, b1);
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < 2; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int i = 16 * mi + r + 8 * (e >> 1), jj = 8 * (nb + j) + 2 * q + (e & 1);
+            float x = 0.0f;
+            if (!zero_only && (jj < i || (is_qk && jj == i)))
+                x = is_qk ? tf32_round(acc[j][e]) : s.ops.b[i] * acc[j][e];
+            dst[i][jj] = x;
+        }
+}
+
+/* One warp, lane c: column c of T = (I + A)^-1 by forward substitution,
+ * in fp32, four partial sums per row for instruction-level parallelism. */
+static __device__ void solve_t(int lane, chunk_work &s) {
+    float x[CT];
+#pragma unroll
+    for (int i = 0; i < CT; i++) {
+        float acc[4] = {i == lane ? 1.0f : 0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int j = 0; j < i; j++) acc[j & 3] = fmaf(-s.a[i][j], x[j], acc[j & 3]);
+        x[i] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+    }
+#pragma unroll
+    for (int i = 0; i < CT; i++) s.ops.t[i][lane] = tf32_round(x[i]);
+}
+
+/* ---- the V side of a chunk (each V-warp: 16 V rows, registers only) ---------- */
+
+/* This warp's part of S^T from a pool (V-first: element [j][d] at j*128+d):
+ * V rows vrow, vrow + 8; K columns d0 + 8nd + 2q, +1 for nd < nds. */
+static __device__ __forceinline__ void state_load(const void *pool, int bf16, int64_t base,
+                                                  int vrow, int d0, int q, float S[][4],
+                                                  int nds) {
+#pragma unroll
+    for (int nd = 0; nd < nds; nd++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int64_t at = base + (int64_t)(vrow + 8 * hf) * D + d0 + 8 * nd + 2 * q;
+            if (bf16) {
+                const uint32_t u = *(const uint32_t *)((const uint16_t *)pool + at);
+                S[nd][2 * hf] = sp_bf16_to_f32((uint16_t)u);
+                S[nd][2 * hf + 1] = sp_bf16_to_f32((uint16_t)(u >> 16));
+            } else {
+                const float2 f = *(const float2 *)((const float *)pool + at);
+                S[nd][2 * hf] = f.x;
+                S[nd][2 * hf + 1] = f.y;
+            }
+        }
+}
+
+static __device__ __forceinline__ void state_store(void *pool, int bf16, int64_t base, int vrow,
+                                                   int d0, int q, const float S[][4], int nds) {
+#pragma unroll
+    for (int nd = 0; nd < nds; nd++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int64_t at = base + (int64_t)(vrow + 8 * hf) * D + d0 + 8 * nd + 2 * q;
+            if (bf16) {
+                const uint32_t u = (uint32_t)sp_f32_to_bf16(S[nd][2 * hf]) |
+                                   ((uint32_t)sp_f32_to_bf16(S[nd][2 * hf + 1]) << 16);
+                *(uint32_t *)((uint16_t *)pool + at) = u;
+            } else {
+                *(float2 *)((float *)pool + at) = make_float2(S[nd][2 * hf], S[nd][2 * hf + 1]);
+            }
+        }
+}
+
+/* S^T's columns d0 + ... times a per-channel factor (c or e). */
+static __device__ __forceinline__ void scale_columns(float S[][4], const float *f, int d0, int q,
+                                                     int nds) {
+#pragma unroll
+    for (int nd = 0; nd < nds; nd++) {
+        const float2 x = *(const float2 *)&f[d0 + 8 * nd + 2 * q];
+        S[nd][0] *= x.x;
+        S[nd][1] *= x.y;
+        S[nd][2] *= x.x;
+        S[nd][3] *= x.y;
+    }
+}
+
+
+#endif /* SP_KDA_CUDA_CHUNK_CUH */

@@ -1,0 +1,262 @@
+/*
+ * chunked_two_pass.cu — the chunked KDA prefill as two kernels, for calls
+ * with few (sequence, head) pairs. There the one-pass kernel (chunked.cu)
+ * runs few blocks, each paying a chunk's whole K side (gates, norms, the
+ * products A and QK, the solve for T) before its state can move on; here
+ * the K side of every chunk runs first, all chunks in parallel, and the
+ * serial walk over the chunks does only the state's products:
+ *
+ *   1. prepare: one block per (chunk, head) computes the chunk's operands
+ *      (chunk.cuh) and stores them, one chunk_ops record per (chunk, head),
+ *      in the caller's workspace;
+ *   2. state pass: per (sequence, head), 8 blocks of 16 V rows walk the
+ *      chunks, each record copied in (double-buffered) while the last one is
+ *      used. A block's 16 x 128 slice of S^T is split over 4 warps by K
+ *      columns; their partial products over K are summed through shared
+ *      memory, then each warp updates its own columns and writes 8 of the
+ *      chunk's 32 output rows.
+ *
+ * Record slots: chunk c of sequence n goes to slot floor(bos_n / 32) + n + c.
+ * Slots of different sequences are distinct and fewer than floor(T / 32) + N
+ * (a sequence of L tokens from bos ends before slot floor((bos + L) / 32) +
+ * n + 1, the next one's first), so the workspace holds
+ * (floor(T / 32) + N) * H records of SP_KDA_TWO_PASS_RECORD_BYTES.
+ */
+#include "kda/cuda/chunk.cuh"
+
+#define PASS_THREADS 128 /* state pass: 4 warps, 32 K columns each */
+#define PASS_ROWS 16     /* V rows per state-pass block */
+#define PASS_SPLITS (D / PASS_ROWS)
+#define SR (CT + 8) /* partial products' row stride: float2 stores conflict-free */
+
+static_assert(sizeof(chunk_ops) == SP_KDA_TWO_PASS_RECORD_BYTES, "record size");
+static_assert(sizeof(chunk_ops) % 16 == 0, "records are copied in 16-byte pieces");
+
+static __device__ __forceinline__ chunk_ops *record_of(void *ws, int64_t slot, int64_t H,
+                                                       int64_t h) {
+    return (chunk_ops *)ws + (slot * H + h);
+}
+
+static __device__ __forceinline__ int64_t first_slot(int64_t bos, int64_t n) {
+    return bos / CT + n;
+}
+
+/* The chunk (sequence *n, chunk *c) stored at `slot`: the last sequence
+ * whose first slot is at or before it. 0 when the slot holds none. */
+static __device__ int chunk_at(const kda_params &p, int64_t slot, int64_t *n, int64_t *c) {
+    int64_t lo = 0, hi = p.N - 1, found = -1;
+    while (lo <= hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (first_slot(p.cu_seqlens[mid], mid) <= slot)
+            found = mid, lo = mid + 1;
+        else
+            hi = mid - 1;
+    }
+    if (found < 0) return 0;
+    *n = found;
+    *c = slot - first_slot(p.cu_seqlens[found], found);
+    return 1;
+}
+
+/* ---- 1. prepare ------------------------------------------------------------ */
+
+typedef struct prepare_smem {
+    raw_chunk raw;
+    chunk_work work;
+} prepare_smem;
+
+static __global__ void __launch_bounds__(THREADS, 2) kda_prepare_kernel(kda_params p, void *ws) {
+    extern __shared__ __align__(16) unsigned char smem_bytes[];
+    prepare_smem &s = *(prepare_smem *)smem_bytes;
+    const int64_t slot = blockIdx.x, h = blockIdx.y;
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    int64_t n, c;
+    kda_seq sq;
+    if (!chunk_at(p, slot, &n, &c) || !kda_seq_of(p, n, h, &sq) || c * CT >= sq.len) return;
+    const int64_t c0 = c * CT;
+    const int nt = (int)(sq.len - c0 < CT ? sq.len - c0 : CT);
+
+    load_kqg(p, sq, h, c0, tid, s.raw);
+    cp_async_commit();
+    const float expA = expf(p.A_log[h]);
+    const float bias = p.dt_bias[h * D + tid % D];
+    const float beta_logit =
+        w == 0 && lane < nt ? sp_bf16_to_f32(p.beta[(sq.bos + c0 + lane) * p.H + h]) : 0.0f;
+    cp_async_wait_all();
+    __syncthreads();
+    gates_and_norms(p, s.raw, nt, tid, expA, bias, beta_logit, s.work);
+    __syncthreads();
+    operands(s.raw, tid, s.work);
+    __syncthreads();
+    intra_products(w, lane, s.work);
+    __syncthreads();
+    if (w == T_WARP) solve_t(lane, s.work);
+    __syncthreads();
+    const float4 *from = (const float4 *)&s.work.ops;
+    float4 *to = (float4 *)record_of(ws, first_slot(sq.bos, n) + c, p.H, h);
+    for (int i = tid; i < (int)(sizeof(chunk_ops) / 16); i += THREADS) to[i] = from[i];
+}
+
+/* ---- 2. state pass --------------------------------------------------------- */
+
+typedef struct pass_smem {
+    chunk_ops ops[2];                /* this chunk's record and the next one's */
+    uint16_t v[2][CT][PASS_ROWS];    /* the block's V columns */
+    float part_p[4][PASS_ROWS][SR];  /* each warp's P^T over its K columns */
+    float part_o[4][PASS_ROWS][SR];  /* and its S'^T Lq^T */
+} pass_smem;
+
+static __device__ __forceinline__ void load_record(const kda_params &p, const kda_seq &sq,
+                                                   const void *ws, int64_t slot, int64_t h,
+                                                   int64_t c0, int v0, int tid, pass_smem &s,
+                                                   int buf) {
+    const char *from = (const char *)record_of((void *)ws, slot, p.H, h);
+    char *to = (char *)&s.ops[buf];
+    for (int i = tid; i < (int)(sizeof(chunk_ops) / 16); i += PASS_THREADS)
+        cp_async16(to + 16 * i, from + 16 * i, 16);
+    load_v(p, sq, h, c0, v0, PASS_ROWS, tid, PASS_THREADS, &s.v[buf][0][0], PASS_ROWS);
+}
+
+/* Accumulator tile x (rows r, r+8; columns 8nt + 2q, +1) to part[row][col]. */
+static __device__ __forceinline__ void put_tile(float (*part)[SR], int nt, int r, int q,
+                                                const float x[4]) {
+    *(float2 *)&part[r][8 * nt + 2 * q] = make_float2(x[0], x[1]);
+    *(float2 *)&part[r + 8][8 * nt + 2 * q] = make_float2(x[2], x[3]);
+}
+
+/* The sum over the 4 warps' partial tiles at this lane's positions. */
+static __device__ __forceinline__ void sum_tile(float (*const part)[PASS_ROWS][SR], int nt, int r,
+                                                int q, float x[4]) {
+    x[0] = x[1] = x[2] = x[3] = 0.0f;
+#pragma unroll
+    for (int w = 0; w < 4; w++) {
+        const float2 a = *(const float2 *)&part[w][r][8 * nt + 2 * q];
+        const float2 b = *(const float2 *)&part[w][r + 8][8 * nt + 2 * q];
+        x[0] += a.x, x[1] += a.y, x[2] += b.x, x[3] += b.y;
+    }
+}
+
+static __global__ void __launch_bounds__(PASS_THREADS, 1)
+    kda_state_pass_kernel(kda_params p, const void *ws) {
+    extern __shared__ __align__(16) unsigned char smem_bytes[];
+    pass_smem &s = *(pass_smem *)smem_bytes;
+    const int split = (int)(blockIdx.x % PASS_SPLITS);
+    const int64_t nh = blockIdx.x / PASS_SPLITS, h = nh % p.H, n = nh / p.H;
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    const int r = lane >> 2, q = lane & 3;
+    kda_seq sq;
+    if (!kda_seq_of(p, n, h, &sq)) return;
+    const int64_t L = sq.len, slot0 = first_slot(sq.bos, n);
+    const int v0 = split * PASS_ROWS, vrow = v0 + r, d0 = 32 * w;
+
+    float S[4][4]; /* S^T rows vrow, vrow + 8; K columns d0 .. d0 + 31 */
+    state_load(p.state, p.state_bf16, sq.slot_base, vrow, d0, q, S, 4);
+    if (L > 0) load_record(p, sq, ws, slot0, h, 0, v0, tid, s, 0);
+    cp_async_commit();
+    int64_t crow = sq.crow;
+    const int64_t chunks_per_ckpt = p.interval / CT;
+    for (int64_t c0 = 0, ci = 0; c0 < L; c0 += CT, ci++) {
+        const int buf = (int)(ci & 1);
+        const chunk_ops &o = s.ops[buf];
+        const int nt = (int)(L - c0 < CT ? L - c0 : CT);
+        cp_async_wait_all();
+        __syncthreads(); /* the record landed; every warp is done with the last one */
+        if (c0 + CT < L) load_record(p, sq, ws, slot0 + ci + 1, h, c0 + CT, v0, tid, s, buf ^ 1);
+        cp_async_commit();
+
+        /* S' = S diag(c); partial P^T = S' Lk^T and S' Lq^T over our columns. */
+        scale_columns(S, o.c, d0, q, 4);
+        float P[4][4] = {}, O[4][4] = {};
+#pragma unroll
+        for (int nd = 0; nd < 4; nd++) {
+            uint32_t a[4];
+            acc_as_a(S[nd], a);
+#pragma unroll
+            for (int t8 = 0; t8 < CT / 8; t8++) {
+                uint32_t b0, b1;
+                pair(&o.lk[8 * t8 + r][d0 + 8 * nd + 2 * q], &b0, &b1);
+                mma_tf32(P[t8], a, b0, b1);
+                pair(&o.lq[8 * t8 + r][d0 + 8 * nd + 2 * q], &b0, &b1);
+                mma_tf32(O[t8], a, b0, b1);
+            }
+        }
+#pragma unroll
+        for (int t8 = 0; t8 < CT / 8; t8++) {
+            put_tile(s.part_p[w], t8, r, q, P[t8]);
+            put_tile(s.part_o[w], t8, r, q, O[t8]);
+        }
+        __syncthreads();
+
+        /* Every warp: the whole X^T = diag(b) (V - P)^T and W^T = X^T T^T. */
+#pragma unroll
+        for (int t8 = 0; t8 < CT / 8; t8++) {
+            sum_tile(s.part_p, t8, r, q, P[t8]);
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int t = 8 * t8 + 2 * q + (e & 1);
+                const float vt = sp_bf16_to_f32(s.v[buf][t][r + 8 * (e >> 1)]);
+                P[t8][e] = o.b[t] * (vt - P[t8][e]);
+            }
+        }
+        float W[4][4] = {};
+#pragma unroll
+        for (int kt = 0; kt < CT / 8; kt++) {
+            uint32_t a[4];
+            acc_as_a(P[kt], a);
+#pragma unroll
+            for (int t8 = 0; t8 < CT / 8; t8++) {
+                uint32_t b0, b1;
+                pair(&o.t[8 * t8 + r][8 * kt + 2 * q], &b0, &b1);
+                mma_tf32(W[t8], a, b0, b1);
+            }
+        }
+        /* Warp w: output rows 8w .. 8w+7, o^T = S'^T Lq^T + W^T QK^T. */
+        float Ow[4];
+        sum_tile(s.part_o, w, r, q, Ow);
+        /* Our columns: S = diag(e) (S' + W^T R). */
+#pragma unroll
+        for (int kt = 0; kt < CT / 8; kt++) {
+            uint32_t a[4];
+            acc_as_a(W[kt], a);
+            uint32_t b0, b1;
+            pair(&o.qk[8 * w + r][8 * kt + 2 * q], &b0, &b1);
+            mma_tf32(Ow, a, b0, b1);
+#pragma unroll
+            for (int nd = 0; nd < 4; nd++)
+                mma_tf32(S[nd], a, __float_as_uint(o.r[8 * kt + 2 * q][d0 + 8 * nd + r]),
+                         __float_as_uint(o.r[8 * kt + 2 * q + 1][d0 + 8 * nd + r]));
+        }
+        scale_columns(S, o.e, d0, q, 4);
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int t = 8 * w + 2 * q + (e & 1);
+            if (t < nt)
+                p.o[((sq.bos + c0 + t) * p.H + h) * D + vrow + 8 * (e >> 1)] =
+                    sp_f32_to_bf16(Ow[e]);
+        }
+        if (chunks_per_ckpt > 0 && nt == CT && (ci + 1) % chunks_per_ckpt == 0)
+            state_store(p.ckpt, p.state_bf16, kda_ckpt_base(p, crow++, h), vrow, d0, q, S, 4);
+    }
+    state_store(p.state, p.state_bf16, sq.slot_base, vrow, d0, q, S, 4);
+}
+
+extern "C" cudaError_t sp_kda_launch_chunked_two_pass_(const kda_params *p, void *workspace,
+                                                       cudaStream_t stream) {
+    const int prep_smem = (int)sizeof(prepare_smem), pass_smem_bytes = (int)sizeof(pass_smem);
+    cudaError_t e = cudaFuncSetAttribute((const void *)kda_prepare_kernel,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, prep_smem);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute((const void *)kda_state_pass_kernel,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, pass_smem_bytes);
+    if (e != cudaSuccess) return e;
+    const int64_t slots = sp_kda_two_pass_slots_(p->T, p->N);
+    void *prep_args[] = {(void *)p, &workspace};
+    e = cudaLaunchKernel((const void *)kda_prepare_kernel, dim3((unsigned)slots, (unsigned)p->H),
+                         dim3(THREADS), prep_args, (size_t)prep_smem, stream);
+    if (e != cudaSuccess) return e;
+    const void *ws = workspace;
+    void *pass_args[] = {(void *)p, &ws};
+    return cudaLaunchKernel((const void *)kda_state_pass_kernel,
+                            dim3((unsigned)(p->N * p->H * PASS_SPLITS)), dim3(PASS_THREADS),
+                            pass_args, (size_t)pass_smem_bytes, stream);
+}
