@@ -69,7 +69,7 @@ typedef enum sp_kda_gate {
  *   16-byte aligned (the boundary's packed copies always are).
  *   AUTO (the default): RECURRENT where the chunked kernels cannot serve
  *     the call or the sequences average under 64 tokens; else
- *     CHUNKED_TWO_PASS for at most 32 (sequence, head) pairs when the
+ *     CHUNKED_TWO_PASS for at most 64 (sequence, head) pairs when the
  *     workspace given is large enough; else CHUNKED. CPU tensors have one
  *     implementation (the recurrent form); AUTO and RECURRENT select it. */
 typedef enum sp_kda_kernel {
@@ -221,7 +221,7 @@ typedef struct sp_kda_boundary sp_kda_boundary;
  * (q, k, v, g and beta all strided at max_tokens x max_heads): cudaMalloc on
  * a CUDA device, host memory on the CPU. On a CUDA device with max_heads
  * <= 32 it also allocates the CHUNKED_TWO_PASS kernel's workspace,
- * (max_tokens / 32 + 32) * max_heads records of 63616 bytes (about 400 MB
+ * (max_tokens / 32 + 64) * max_heads records of 63616 bytes (about 440 MB
  * for 16384 tokens and 12 heads), used by calls that give none.
  * @return SP_OK and *out; SP_ERR_INVALID_ARGUMENT for a NULL out or negative
  *         capacity; SP_ERR_NO_DEVICE; SP_ERR_OVERFLOW; SP_ERR_OUT_OF_MEMORY;
@@ -251,8 +251,8 @@ SP_API sp_status sp_kda_boundary_create(sp_kda_boundary **out, sp_device dev,
  *   2. capture: cudaStreamBeginCapture(s), sp_kda_boundary_run with the same
  *      stream, the same T and the same input views (addresses and strides
  *      of q, k, v, g, beta) as the warm-up, cudaStreamEndCapture. The graph
- *      holds one pack kernel (none when every input is dense) and one
- *      prefill kernel;
+ *      holds one pack kernel (none when every input is dense) and the
+ *      prefill's kernel (two for CHUNKED_TWO_PASS);
  *   3. replay: write new contents at the same addresses, launch the graph.
  * Enforced during capture (SP_ERR_INVALID_ARGUMENT, nothing recorded): a
  * prior warm-up, the warm-up's stream, T and input views. What cannot be

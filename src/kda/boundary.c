@@ -10,6 +10,7 @@
 #include <stdlib.h>
 
 enum { N_INPUTS = 5 }; /* q, k, v, g, beta */
+#define BOUNDARY_TWO_PASS_MAX_HEADS 32
 
 struct sp_kda_boundary {
     sp_device dev;
@@ -75,9 +76,10 @@ sp_status sp_kda_boundary_create(sp_kda_boundary **out, sp_device dev, int64_t m
     b->workspace_bytes = bytes;
     /* AUTO picks the two-pass kernel for at most SP_KDA_TWO_PASS_MAX_PAIRS
      * (sequence, head) pairs. Its need, (T / 32 + N) * H records, is then
-     * at most (max_tokens / 32) * max_heads + that many pairs. */
+     * at most (max_tokens / 32) * max_heads + that many pairs. Kept for
+     * small head counts (tensor-parallel ranks), where it pays most. */
     size_t kda_bytes = 0;
-    if (dev.type == SP_DEVICE_CUDA && max_heads > 0 && max_heads <= SP_KDA_TWO_PASS_MAX_PAIRS &&
+    if (dev.type == SP_DEVICE_CUDA && max_heads > 0 && max_heads <= BOUNDARY_TWO_PASS_MAX_HEADS &&
         max_tokens > 0)
         SP_FORWARD(sp_kda_two_pass_bytes_(max_tokens, SP_KDA_TWO_PASS_MAX_PAIRS, max_heads,
                                           &kda_bytes));

@@ -92,7 +92,7 @@ static inline SP_HD float sp_kda_gate_f32(int gate, float lower_bound, float exp
 #define SP_KDA_TWO_PASS_RECORD_BYTES 63616
 /* Calls with at most this many (sequence, head) pairs go to the two-pass
  * kernel when a large enough workspace is given (dispatch.c). */
-#define SP_KDA_TWO_PASS_MAX_PAIRS 32
+#define SP_KDA_TWO_PASS_MAX_PAIRS 64
 
 /* Record slots of the two-pass kernel for T tokens in N sequences. */
 static inline int64_t sp_kda_two_pass_slots_(int64_t T, int64_t N) {

@@ -9,12 +9,14 @@
  *   1. prepare: one block per (chunk, head) computes the chunk's operands
  *      (chunk.cuh) and stores them, one chunk_ops record per (chunk, head),
  *      in the caller's workspace;
- *   2. state pass: per (sequence, head), 8 blocks of 16 V rows walk the
+ *   2. state pass: per (sequence, head), 4 blocks of 32 V rows walk the
  *      chunks, each record copied in (double-buffered) while the last one is
- *      used. A block's 16 x 128 slice of S^T is split over 4 warps by K
- *      columns; their partial products over K are summed through shared
- *      memory, then each warp updates its own columns and writes 8 of the
- *      chunk's 32 output rows.
+ *      used. A block's 32 x 128 slice of S^T is split over 8 warps, 16 rows
+ *      by 32 K columns each; the partial products over K of the 4 warps of
+ *      a row group are summed through shared memory, then each warp updates
+ *      its own columns and writes 8 of the chunk's 32 output rows. (The pass
+ *      is bound by copying records from L2: 32 rows a block instead of 16
+ *      halves those copies for the same work.)
  *
  * Record slots: chunk c of sequence n goes to slot floor(bos_n / 32) + n + c.
  * Slots of different sequences are distinct and fewer than floor(T / 32) + N
@@ -24,8 +26,8 @@
  */
 #include "kda/cuda/chunk.cuh"
 
-#define PASS_THREADS 128 /* state pass: 4 warps, 32 K columns each */
-#define PASS_ROWS 16     /* V rows per state-pass block */
+#define PASS_THREADS 256 /* state pass: 8 warps, 16 V rows x 32 K columns each */
+#define PASS_ROWS 32     /* V rows per state-pass block */
 #define PASS_SPLITS (D / PASS_ROWS)
 #define SR (CT + 8) /* partial products' row stride: float2 stores conflict-free */
 
@@ -102,8 +104,8 @@ static __global__ void __launch_bounds__(THREADS, 2) kda_prepare_kernel(kda_para
 typedef struct pass_smem {
     chunk_ops ops[2];                /* this chunk's record and the next one's */
     uint16_t v[2][CT][PASS_ROWS];    /* the block's V columns */
-    float part_p[4][PASS_ROWS][SR];  /* each warp's P^T over its K columns */
-    float part_o[4][PASS_ROWS][SR];  /* and its S'^T Lq^T */
+    float part_p[PASS_ROWS / 16][4][16][SR]; /* each warp's P^T over its K columns */
+    float part_o[PASS_ROWS / 16][4][16][SR]; /* and its S'^T Lq^T */
 } pass_smem;
 
 static __device__ __forceinline__ void load_record(const kda_params &p, const kda_seq &sq,
@@ -124,8 +126,8 @@ static __device__ __forceinline__ void put_tile(float (*part)[SR], int nt, int r
     *(float2 *)&part[r + 8][8 * nt + 2 * q] = make_float2(x[2], x[3]);
 }
 
-/* The sum over the 4 warps' partial tiles at this lane's positions. */
-static __device__ __forceinline__ void sum_tile(float (*const part)[PASS_ROWS][SR], int nt, int r,
+/* The sum over a row group's 4 partial tiles at this lane's positions. */
+static __device__ __forceinline__ void sum_tile(float (*const part)[16][SR], int nt, int r,
                                                 int q, float x[4]) {
     x[0] = x[1] = x[2] = x[3] = 0.0f;
 #pragma unroll
@@ -143,11 +145,11 @@ static __global__ void __launch_bounds__(PASS_THREADS, 1)
     const int split = (int)(blockIdx.x % PASS_SPLITS);
     const int64_t nh = blockIdx.x / PASS_SPLITS, h = nh % p.H, n = nh / p.H;
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
-    const int r = lane >> 2, q = lane & 3;
+    const int r = lane >> 2, q = lane & 3, rg = w >> 2, quarter = w & 3;
     kda_seq sq;
     if (!kda_seq_of(p, n, h, &sq)) return;
     const int64_t L = sq.len, slot0 = first_slot(sq.bos, n);
-    const int v0 = split * PASS_ROWS, vrow = v0 + r, d0 = 32 * w;
+    const int v0 = split * PASS_ROWS, vl = 16 * rg + r, vrow = v0 + vl, d0 = 32 * quarter;
 
     float S[4][4]; /* S^T rows vrow, vrow + 8; K columns d0 .. d0 + 31 */
     state_load(p.state, p.state_bf16, sq.slot_base, vrow, d0, q, S, 4);
@@ -182,19 +184,19 @@ static __global__ void __launch_bounds__(PASS_THREADS, 1)
         }
 #pragma unroll
         for (int t8 = 0; t8 < CT / 8; t8++) {
-            put_tile(s.part_p[w], t8, r, q, P[t8]);
-            put_tile(s.part_o[w], t8, r, q, O[t8]);
+            put_tile(s.part_p[rg][quarter], t8, r, q, P[t8]);
+            put_tile(s.part_o[rg][quarter], t8, r, q, O[t8]);
         }
         __syncthreads();
 
         /* Every warp: the whole X^T = diag(b) (V - P)^T and W^T = X^T T^T. */
 #pragma unroll
         for (int t8 = 0; t8 < CT / 8; t8++) {
-            sum_tile(s.part_p, t8, r, q, P[t8]);
+            sum_tile(s.part_p[rg], t8, r, q, P[t8]);
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int t = 8 * t8 + 2 * q + (e & 1);
-                const float vt = sp_bf16_to_f32(s.v[buf][t][r + 8 * (e >> 1)]);
+                const float vt = sp_bf16_to_f32(s.v[buf][t][vl + 8 * (e >> 1)]);
                 P[t8][e] = o.b[t] * (vt - P[t8][e]);
             }
         }
@@ -210,16 +212,16 @@ static __global__ void __launch_bounds__(PASS_THREADS, 1)
                 mma_tf32(W[t8], a, b0, b1);
             }
         }
-        /* Warp w: output rows 8w .. 8w+7, o^T = S'^T Lq^T + W^T QK^T. */
+        /* Output rows 8 quarter .. +7 of our 16 V rows: S'^T Lq^T + W^T QK^T. */
         float Ow[4];
-        sum_tile(s.part_o, w, r, q, Ow);
+        sum_tile(s.part_o[rg], quarter, r, q, Ow);
         /* Our columns: S = diag(e) (S' + W^T R). */
 #pragma unroll
         for (int kt = 0; kt < CT / 8; kt++) {
             uint32_t a[4];
             acc_as_a(W[kt], a);
             uint32_t b0, b1;
-            pair(&o.qk[8 * w + r][8 * kt + 2 * q], &b0, &b1);
+            pair(&o.qk[8 * quarter + r][8 * kt + 2 * q], &b0, &b1);
             mma_tf32(Ow, a, b0, b1);
 #pragma unroll
             for (int nd = 0; nd < 4; nd++)
@@ -229,7 +231,7 @@ static __global__ void __launch_bounds__(PASS_THREADS, 1)
         scale_columns(S, o.e, d0, q, 4);
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-            const int t = 8 * w + 2 * q + (e & 1);
+            const int t = 8 * quarter + 2 * q + (e & 1);
             if (t < nt)
                 p.o[((sq.bos + c0 + t) * p.H + h) * D + vrow + 8 * (e >> 1)] =
                     sp_f32_to_bf16(Ow[e]);
