@@ -45,7 +45,8 @@ static sp_status check_pair_named(const sp_copy_pair *p, size_t i, sp_device dev
     SP_REQUIRE(same, SP_ERR_SHAPE_MISMATCH, "pairs[%zu]: dst shape differs from src shape (ndim %d vs %d)",
                i, (int)p->dst.ndim, (int)p->src.ndim);
     SP_REQUIRE(!sp_tensor_self_overlaps(&p->dst), SP_ERR_OVERLAP,
-               "%s: two elements share memory (zero or interleaved strides)", dn);
+               "%s: two elements share memory, or may: a zero stride, or strides that "
+               "interleave (a conservative test)", dn);
     return SP_OK;
 }
 

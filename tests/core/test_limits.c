@@ -82,7 +82,7 @@ static void test_progressions(sp_rng *r) {
     /* Bytes 10i and 1 + 15j: 10i - 15j = 1 has no solution (gcd 5). */
     sp_tensor_view(&p.dst, b.p, 0, SP_U8, 1, n, s10, sp_cpu());
     sp_tensor_view(&p.src, b.p, 1, SP_U8, 1, n, s15, sp_cpu());
-    p.dst.shape[0] = p.src.shape[0] = N / 2;
+    p.dst.shape[0] = p.src.shape[0] = N / 4;
     expect_copied("u8 strides 10 and 15, offset 1", &p, &b);
     /* u16 at bytes 12i and 6 + 14j: 6i - 7j = 3 at i = 4, j = 3. */
     sp_tensor_view(&p.dst, b.p, 0, SP_U16, 1, n, s6, sp_cpu());
