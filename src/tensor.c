@@ -317,6 +317,8 @@ typedef struct osearch {
     i128 mins[2 * SP_MAX_DIMS + 1], maxs[2 * SP_MAX_DIMS + 1]; /* reach of d[0 .. k) */
     int64_t gcds[2 * SP_MAX_DIMS + 1];                         /* gcd of d[0 .. k).s */
     int64_t g01, x01; /* d[0].s * x01 == g01 (mod d[1].s), g01 = gcd(d[0].s, d[1].s) */
+    int64_t h[2 * SP_MAX_DIMS], inv[2 * SP_MAX_DIMS]; /* d[k].s * inv[k] == h[k] = gcd(d[k].s,
+                                                         gcds[k]) (mod gcds[k]) */
     long budget;
 } osearch;
 
@@ -376,10 +378,19 @@ static int digits_reach(osearch *S, int n, i128 L, i128 R) {
     const odim *t = &S->d[n - 1];
     i128 cmin = imax(t->lo, cdiv(L - S->maxs[n - 1], t->s));
     i128 cmax = imin(t->hi, fdiv(R - S->mins[n - 1], t->s));
-    for (i128 c = cmin; c <= cmax; c++) {
-        int r = digits_reach(S, n - 1, L - c * t->s, R - c * t->s);
-        if (r != 0) return r;
-    }
+    /* The dims below make up multiples of G = gcds[n - 1] only: c * s must
+     * fall on some u in [L, R] modulo G. When the window is narrower than G
+     * each such u (a multiple of h = gcd(s, G)) allows one residue class of
+     * c modulo G / h, and only those digits are visited. */
+    const int64_t h = S->h[n - 1], inv = S->inv[n - 1];
+    int64_t step = S->gcds[n - 1] / h;
+    i128 u = cdiv(L, h) * h, ulast = R;
+    if (R - L + 1 >= S->gcds[n - 1] || step == 1) step = 1, ulast = u; /* every digit, once */
+    for (; u <= ulast; u += h)
+        for (i128 c = cmin + imod(imod(u / h, step) * inv - cmin, step); c <= cmax; c += step) {
+            int r = digits_reach(S, n - 1, L - c * t->s, R - c * t->s);
+            if (r != 0) return r;
+        }
     return 0;
 }
 
@@ -419,6 +430,29 @@ static void swap_dims(odim *d, int i, int j) {
     d[j] = x;
 }
 
+/* The pair (*bi, *bj) of d[0 .. n) to solve exactly: the one that leaves
+ * the fewest digits to enumerate, estimated as the product over the other
+ * dims of (range / step), where step = g / gcd(s, g) is the spacing of the
+ * digits that the pair's gcd g lets through (see digits_reach). */
+static void pick_exact_pair(const odim *d, int n, int *bi, int *bj) {
+    double best = 0;
+    *bi = 0;
+    *bj = 1;
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++) {
+            const int64_t g = gcd64(d[i].s, d[j].s);
+            double cost = 1;
+            for (int e = 0; e < n; e++)
+                if (e != i && e != j)
+                    cost *= (double)(d[e].hi - d[e].lo + 1) / (double)(g / gcd64(d[e].s, g));
+            if ((i == 0 && j == 1) || cost < best) {
+                best = cost;
+                *bi = i;
+                *bj = j;
+            }
+        }
+}
+
 int sp_tensors_overlap(const sp_tensor *a, const sp_tensor *b) {
     uintptr_t alo, ahi, blo, bhi;
     sp_tensor_extent(a, &alo, &ahi);
@@ -427,11 +461,14 @@ int sp_tensors_overlap(const sp_tensor *a, const sp_tensor *b) {
     osearch S;
     odim *d = S.d;
     int n = add_dims(d, add_dims(d, 0, a, 0), b, 1);
-    /* The two widest digit ranges go first (solved exactly), the rest by
-     * ascending stride (enumerated from the largest). */
-    for (int k = 0; k < 2 && k < n; k++)
-        for (int i = k + 1; i < n; i++)
-            if (d[i].hi - d[i].lo > d[k].hi - d[k].lo) swap_dims(d, i, k);
+    /* The pair solved exactly goes first, the rest by ascending stride
+     * (enumerated from the largest). */
+    if (n >= 3) {
+        int bi, bj;
+        pick_exact_pair(d, n, &bi, &bj);
+        swap_dims(d, 0, bi);
+        swap_dims(d, 1, bj); /* bj > bi >= 0: not moved by the first swap */
+    }
     for (int i = 3; i < n; i++)
         for (int j = i; j > 2 && d[j - 1].s > d[j].s; j--) swap_dims(d, j, j - 1);
     S.mins[0] = S.maxs[0] = 0;
@@ -442,6 +479,7 @@ int sp_tensors_overlap(const sp_tensor *a, const sp_tensor *b) {
         S.gcds[i + 1] = i ? gcd64(S.gcds[i], d[i].s) : d[i].s;
     }
     if (n >= 2) S.g01 = ext_gcd(d[0].s, d[1].s, &S.x01);
+    for (int i = 2; i < n; i++) S.h[i] = ext_gcd(d[i].s, S.gcds[i], &S.inv[i]);
     S.budget = SP_OVERLAP_BUDGET;
     const i128 gap = (i128)(uintptr_t)b->data - (i128)(uintptr_t)a->data;
     const i128 L = gap - ((i128)sp_dtype_size((sp_dtype)a->dtype) - 1);
