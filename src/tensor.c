@@ -296,9 +296,10 @@ void sp_plan_pair(const sp_copy_pair *p, sp_copy_desc *d) {
  *     progressions, column slices of one buffer): c1 s1 + c2 s2 = t holds on
  *     c1 = c1' + k s2/g, c2 = c2' - k s1/g, and the ranges of the two digits
  *     bound k to an interval;
- *   - otherwise by a depth-first search over the digits of all dims but the
- *     two of widest range (those are solved as above), largest stride first,
- *     pruning every branch that cannot reach [L, R] or whose gcd misses it.
+ *   - otherwise by a depth-first search over the digits of all dims but one
+ *     pair (solved as above; the pair that leaves the fewest digits),
+ *     largest stride first, visiting only digits whose residue the dims
+ *     below can complete and pruning every branch that cannot reach [L, R].
  *     A budget of visited nodes bounds it; when spent the answer is unknown.
  * In 128-bit integers: the offsets of two views together may pass 2^63. */
 __extension__ typedef __int128 i128;
