@@ -30,7 +30,7 @@
  *     element), must lie inside the address space without wrapping around
  *     (the end address itself at most UINTPTR_MAX); a view that leaves it,
  *     above the top or below address 0 through a negative stride, is
- *     SP_ERR_OVERFLOW. The same holds for a workspace and its size.
+ *     SP_ERR_OVERFLOW. The same holds for the part of a workspace in use.
  *   - A stream is `struct CUstream_st *`, the type that cudaStream_t names;
  *     NULL is the legacy default stream. CPU work ignores it.
  *
@@ -293,9 +293,9 @@ SP_API sp_status sp_pack_workspace_bytes(const sp_tensor *inputs, size_t n, size
  * Errors, before anything is written: those of sp_copy_batch;
  * SP_ERR_INVALID_ARGUMENT for NULL inputs/outputs with n > 0, or a NULL
  * workspace that is needed; SP_ERR_WORKSPACE_TOO_SMALL; SP_ERR_OVERFLOW when
- * [workspace, workspace + workspace_bytes) passes the top of the address
- * space; SP_ERR_OVERLAP when the used part of the workspace overlaps an
- * input. On error outputs are left unchanged. */
+ * the bytes needed from `workspace` on (see sp_pack_workspace_bytes) pass
+ * the top of the address space; SP_ERR_OVERLAP when the used part of the
+ * workspace overlaps an input. On error outputs are left unchanged. */
 SP_API sp_status sp_pack(const sp_tensor *inputs, size_t n, void *workspace,
                          size_t workspace_bytes, sp_tensor *outputs, size_t *n_copied,
                          struct CUstream_st *stream);

@@ -72,9 +72,9 @@ static void extent_of(const sp_copy_pair *pairs, size_t i, int which,
     }
 }
 
-/* pairs[i].dst against `other` (pairs[j].src or .dst, named by `side`). */
-static sp_status check_disjoint(const sp_copy_pair *pairs, size_t i, size_t j, const char *side) {
-    const sp_tensor *other = side[0] == 's' ? &pairs[j].src : &pairs[j].dst;
+/* pairs[i].dst against `other`, which is pairs[j].src or .dst (`side`). */
+static sp_status check_disjoint(const sp_copy_pair *pairs, size_t i, const sp_tensor *other,
+                                size_t j, const char *side) {
     int o = sp_tensors_overlap(&pairs[i].dst, other);
     if (o == 0) return SP_OK;
     if (o > 0)
@@ -106,10 +106,12 @@ static sp_status check_overlaps(const sp_copy_pair *pairs, size_t n) {
         extent_of(pairs, i, 1, c, &dlo, &dhi);
         for (size_t j = 0; j < n; j++) {
             extent_of(pairs, j, 0, c, &lo, &hi);
-            if (sp_extents_overlap(dlo, dhi, lo, hi)) SP_FORWARD(check_disjoint(pairs, i, j, "src"));
+            if (sp_extents_overlap(dlo, dhi, lo, hi))
+                SP_FORWARD(check_disjoint(pairs, i, &pairs[j].src, j, "src"));
             if (j <= i) continue;
             extent_of(pairs, j, 1, c, &lo, &hi);
-            if (sp_extents_overlap(dlo, dhi, lo, hi)) SP_FORWARD(check_disjoint(pairs, i, j, "dst"));
+            if (sp_extents_overlap(dlo, dhi, lo, hi))
+                SP_FORWARD(check_disjoint(pairs, i, &pairs[j].dst, j, "dst"));
         }
     }
     return SP_OK;

@@ -75,9 +75,9 @@ sp_status sp_pack(const sp_tensor *inputs, size_t n, void *workspace, size_t wor
         SP_REQUIRE(workspace_bytes >= need, SP_ERR_WORKSPACE_TOO_SMALL,
                    "workspace: %zu bytes given, %llu needed (see sp_pack_workspace_bytes)",
                    workspace_bytes, (unsigned long long)need);
-        SP_REQUIRE((uint64_t)workspace_bytes <= (uint64_t)UINTPTR_MAX - (uintptr_t)workspace,
-                   SP_ERR_OVERFLOW, "workspace: %zu bytes at %p pass the end of the address space",
-                   workspace_bytes, workspace);
+        SP_REQUIRE(need <= (uint64_t)UINTPTR_MAX - (uintptr_t)workspace, SP_ERR_OVERFLOW,
+                   "workspace: %llu bytes from %p pass the top of the address space",
+                   (unsigned long long)need, workspace);
         SP_FORWARD(sp_check_device_usable(inputs[0].device));
     }
 
