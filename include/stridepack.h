@@ -26,6 +26,11 @@
  *   - The library never exits, aborts or prints.
  *   - Shapes and strides are in elements, as in DLPack; strides may be
  *     negative or zero. A tensor's `data` is the address of element [0,...,0].
+ *   - Addresses: the bytes of a view, [lowest element, end of the highest
+ *     element), must lie inside the address space without wrapping around
+ *     (the end address itself at most UINTPTR_MAX); a view that leaves it,
+ *     above the top or below address 0 through a negative stride, is
+ *     SP_ERR_OVERFLOW. The same holds for the part of a workspace in use.
  *   - A stream is `struct CUstream_st *`, the type that cudaStream_t names;
  *     NULL is the legacy default stream. CPU work ignores it.
  *
@@ -172,20 +177,23 @@ typedef struct sp_tensor {
 } sp_tensor;
 
 /* Views with a size-0 dim hold no element: their data pointer may be NULL
- * and their strides are not checked. */
+ * and their strides are not checked. A size-1 dim adds nothing to any
+ * element's offset, so its stride may be any value (INT64_MIN included). */
 
 /* Fill *t as a dense (row-major, C-contiguous) tensor at `data`.
  * @return SP_OK; SP_ERR_INVALID_ARGUMENT for a NULL t or shape (with
  *         ndim > 0), ndim outside 0..SP_MAX_DIMS, an unknown dtype or
  *         device, a negative size, or NULL data with elements;
  *         SP_ERR_OVERFLOW when the element count or a byte offset
- *         overflows. On error *t is left unchanged. */
+ *         overflows int64, or the view's bytes leave the address space
+ *         (see "Addresses" above). On error *t is left unchanged. */
 SP_API sp_status sp_tensor_dense(sp_tensor *t, void *data, sp_dtype dtype, int ndim,
                                  const int64_t *shape, sp_device device);
 
 /* Fill *t as a strided view of a buffer: data = base + offset elements.
  * @return as sp_tensor_dense (SP_ERR_OVERFLOW also when offset in bytes
- *         overflows); strides may not be NULL when ndim > 0. */
+ *         overflows, or base + offset leaves the address space); strides
+ *         may not be NULL when ndim > 0. */
 SP_API sp_status sp_tensor_view(sp_tensor *t, void *base, int64_t offset, sp_dtype dtype,
                                 int ndim, const int64_t *shape, const int64_t *strides,
                                 sp_device device);
@@ -196,7 +204,8 @@ SP_API sp_status sp_tensor_view(sp_tensor *t, void *base, int64_t offset, sp_dty
  * @return SP_OK; SP_ERR_INVALID_ARGUMENT for a malformed tensor (ndim,
  *         dtype, device, a negative size, NULL data with elements);
  *         SP_ERR_OVERFLOW when the count, or the byte offset of some
- *         element, overflows int64. */
+ *         element, overflows int64, or the view's bytes leave the address
+ *         space. */
 SP_API sp_status sp_tensor_numel(const sp_tensor *t, int64_t *numel);
 
 /* @return 1 when t is C-contiguous (size-1 dims may have any stride; an
@@ -227,16 +236,23 @@ typedef struct sp_copy_pair {
  *   - every tensor is on one device (SP_ERR_DEVICE_MISMATCH); CUDA tensors
  *     need a CUDA build and device (SP_ERR_NO_DEVICE);
  *   - each data pointer is aligned to its element size (SP_ERR_MISALIGNED);
+ *     every view's bytes lie inside the address space (SP_ERR_OVERFLOW);
  *   - no destination overlaps another destination or any source, nor
  *     itself through a zero or aliasing stride (SP_ERR_OVERLAP; this
  *     self-overlap test is a sufficient condition: strides that interleave
  *     without colliding, like [2, 3] with strides (3, 2), are refused too).
- *     Overlap between tensors is
- *     decided per element, not per address range, so views interleaved in
- *     one buffer (column slices of a fused [T, 3P] buffer) are accepted;
- *     for intricate layouts (many dims of mixed-sign strides in one buffer)
- *     whose decision would exceed a bounded search, the answer is
- *     conservatively SP_ERR_OVERLAP.
+ *     Overlap between tensors is decided per element, not per address
+ *     range, so views interleaved in one buffer are accepted. The answer is
+ *     exact for the layouts that occur: two views that, each with its dims
+ *     coalesced, have at most two distinct byte strides between them (two
+ *     1-D progressions, such as strides 4 and 6 at even and odd bytes;
+ *     column or row slices of one [T, W] buffer, such as q, k, v of a fused
+ *     [T, 3P] buffer; 2-D views with equal strides), and interleavings
+ *     (bases a gap apart that no multiple of the gcd of all strides can
+ *     bridge). Other layouts go through a bounded search, exact unless it
+ *     runs out; for intricate layouts where it does (many dims of unrelated
+ *     strides in one buffer) the answer is a conservative SP_ERR_OVERLAP
+ *     whose message says the views could not be proven disjoint.
  * CUDA: asynchronous on `stream`, allocates nothing, copies nothing between
  * host and device and never synchronizes, so it can be captured into a CUDA
  * graph; it runs on the tensors' device and restores the caller's current
@@ -271,12 +287,15 @@ SP_API sp_status sp_pack_workspace_bytes(const sp_tensor *inputs, size_t n, size
  * the call succeeds even for CUDA views in a build without CUDA.
  * The used part of the workspace, for the overlap check below, runs from
  * the first slot to the end of the last slot's padding.
+ * outputs may alias inputs in any way (the same array, or overlapping parts
+ * of one array): every input is read before the first output is written.
  * At most SP_MAX_PAIRS_PER_LAUNCH inputs per call (SP_ERR_UNSUPPORTED).
  * Errors, before anything is written: those of sp_copy_batch;
  * SP_ERR_INVALID_ARGUMENT for NULL inputs/outputs with n > 0, or a NULL
- * workspace that is needed; SP_ERR_WORKSPACE_TOO_SMALL; SP_ERR_OVERLAP when
- * the used part of the workspace overlaps an input. On error outputs are
- * left unchanged. */
+ * workspace that is needed; SP_ERR_WORKSPACE_TOO_SMALL; SP_ERR_OVERFLOW when
+ * the bytes needed from `workspace` on (see sp_pack_workspace_bytes) pass
+ * the top of the address space; SP_ERR_OVERLAP when the used part of the
+ * workspace overlaps an input. On error outputs are left unchanged. */
 SP_API sp_status sp_pack(const sp_tensor *inputs, size_t n, void *workspace,
                          size_t workspace_bytes, sp_tensor *outputs, size_t *n_copied,
                          struct CUstream_st *stream);

@@ -39,8 +39,9 @@ sp_status sp_set_error(sp_status s, const char *fmt, ...)
 /* ---- view math (tensor.c) ---------------------------------------------- */
 
 /* Structural check: ndim range, known dtype, sizes >= 0, numel fits int64,
- * and the byte offsets of every element fit int64. `name` prefixes the
- * message ("beta", "inputs[2]"). */
+ * the byte offsets of every element fit int64 (size-1 dims, any stride,
+ * add none), and the bytes [lo, hi) lie in the address space with hi <=
+ * UINTPTR_MAX. `name` prefixes the message ("beta", "inputs[2]"). */
 sp_status sp_tensor_check(const sp_tensor *t, const char *name);
 
 /* Same as sp_tensor_check, and the data pointer is aligned to the element
@@ -51,15 +52,19 @@ sp_status sp_tensor_check_aligned(const sp_tensor *t, const char *name);
 int64_t sp_numel_(const sp_tensor *t);
 
 /* Byte extent [lo, hi) of the elements, relative to nothing: absolute
- * addresses. lo == hi for an empty tensor. Valid after sp_tensor_check. */
+ * addresses, lo <= hi with no wrap (sp_tensor_check refuses views whose
+ * bytes leave the address space). lo == hi for an empty tensor. Valid
+ * after sp_tensor_check. */
 void sp_tensor_extent(const sp_tensor *t, uintptr_t *lo, uintptr_t *hi);
 
 /* 1 when [alo, ahi) and [blo, bhi) share a byte (empty ranges share none). */
 int sp_extents_overlap(uintptr_t alo, uintptr_t ahi, uintptr_t blo, uintptr_t bhi);
 
-/* 1 when some element of a shares a byte with some element of b. Exact for
- * the usual layouts (column slices of one buffer do not overlap); answers 1
- * when deciding would take too long. */
+/* 1 when some element of a shares a byte with some element of b, 0 when
+ * none does, -1 when a bounded search could not decide (never for views
+ * that coalesce to two distinct byte strides between them: two 1-D
+ * progressions, column slices of one buffer, interleavings). a and b have
+ * passed sp_tensor_check. */
 int sp_tensors_overlap(const sp_tensor *a, const sp_tensor *b);
 
 /* 1 when two distinct index tuples of t can address the same byte (a zero

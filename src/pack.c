@@ -4,6 +4,7 @@
 #include "internal.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #define SP_PACK_STACK SP_MAX_PAIRS_PER_LAUNCH /* inputs, all on the stack */
 
@@ -74,6 +75,9 @@ sp_status sp_pack(const sp_tensor *inputs, size_t n, void *workspace, size_t wor
         SP_REQUIRE(workspace_bytes >= need, SP_ERR_WORKSPACE_TOO_SMALL,
                    "workspace: %zu bytes given, %llu needed (see sp_pack_workspace_bytes)",
                    workspace_bytes, (unsigned long long)need);
+        SP_REQUIRE(need <= (uint64_t)UINTPTR_MAX - (uintptr_t)workspace, SP_ERR_OVERFLOW,
+                   "workspace: %llu bytes from %p pass the top of the address space",
+                   (unsigned long long)need, workspace);
         SP_FORWARD(sp_check_device_usable(inputs[0].device));
     }
 
@@ -100,9 +104,12 @@ sp_status sp_pack(const sp_tensor *inputs, size_t n, void *workspace, size_t wor
                    "workspace: bytes [%p, %p) overlap inputs[%zu] [%p, %p)", (void *)used_lo,
                    (void *)slot, i, (void *)lo, (void *)hi);
     }
+    /* Every input is read before the first output is written: outputs may
+     * alias inputs in any way. */
+    sp_tensor out[SP_PACK_STACK];
+    for (size_t i = 0, k = 0; i < n; i++) out[i] = dense[i] ? inputs[i] : pairs[k++].dst;
     if (np > 0) SP_FORWARD(sp_copy_validated(pairs, np, stream));
-
-    for (size_t i = 0, k = 0; i < n; i++) outputs[i] = dense[i] ? inputs[i] : pairs[k++].dst;
+    if (n > 0) memcpy(outputs, out, n * sizeof *outputs);
     if (n_copied) *n_copied = np;
     return SP_OK;
 }

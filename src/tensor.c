@@ -11,6 +11,29 @@ static int add_ovf(int64_t a, int64_t b, int64_t *out) { return __builtin_add_ov
 
 static int64_t abs64(int64_t x) { return x < 0 ? -x : x; }
 
+/* Byte offsets, relative to data, of the start of t's lowest element (*neg,
+ * <= 0) and of the end of its highest (*pos, >= es); t has elements and
+ * valid sizes. Size-1 dims add nothing, whatever their stride. 0 on
+ * success; 1 when the total span es + sum(|stride| * (size - 1) * es)
+ * overflows int64, with the dim in *bad. */
+static int byte_reach(const sp_tensor *t, int64_t es, int64_t *neg, int64_t *pos, int *bad) {
+    int64_t lo = 0, hi = es, span = es;
+    for (int d = 0; d < t->ndim; d++) {
+        int64_t s = t->strides[d], part;
+        if (t->shape[d] == 1) continue;
+        if (s == INT64_MIN || mul_ovf(abs64(s), t->shape[d] - 1, &part) ||
+            mul_ovf(part, es, &part) || add_ovf(span, part, &span)) {
+            *bad = d;
+            return 1;
+        }
+        if (s < 0) lo -= part;
+        else hi += part;
+    }
+    *neg = lo;
+    *pos = hi;
+    return 0;
+}
+
 sp_status sp_tensor_check(const sp_tensor *t, const char *name) {
     SP_REQUIRE(t != NULL, SP_ERR_INVALID_ARGUMENT, "%s: tensor pointer is NULL", name);
     SP_REQUIRE(t->ndim >= 0 && t->ndim <= SP_MAX_DIMS, SP_ERR_INVALID_ARGUMENT,
@@ -28,19 +51,23 @@ sp_status sp_tensor_check(const sp_tensor *t, const char *name) {
         empty |= t->shape[d] == 0;
     }
     if (empty) return SP_OK; /* no element: nothing can overflow or be read */
-    int64_t numel = 1, span = (int64_t)es;
+    int64_t numel = 1, neg, pos;
     for (int d = 0; d < t->ndim; d++)
         SP_REQUIRE(!mul_ovf(numel, t->shape[d], &numel), SP_ERR_OVERFLOW,
                    "%s: element count overflows int64 at dim %d", name, d);
-    for (int d = 0; d < t->ndim; d++) {
-        int64_t s = t->strides[d], part;
-        SP_REQUIRE(s != INT64_MIN && !mul_ovf(abs64(s), t->shape[d] - 1, &part) &&
-                       !mul_ovf(part, (int64_t)es, &part) && !add_ovf(span, part, &span),
-                   SP_ERR_OVERFLOW, "%s: byte offsets overflow int64 at dim %d (stride %lld)", name,
-                   d, (long long)s);
-    }
+    int bad = 0;
+    SP_REQUIRE(!byte_reach(t, (int64_t)es, &neg, &pos, &bad), SP_ERR_OVERFLOW,
+               "%s: byte offsets overflow int64 at dim %d (stride %lld)", name, bad,
+               (long long)t->strides[bad]);
     SP_REQUIRE(t->data != NULL, SP_ERR_INVALID_ARGUMENT,
                "%s: data is NULL for a tensor of %lld elements", name, (long long)numel);
+    /* [data + neg, data + pos) must be addresses: no wrap below 0 or past
+     * the top (the end itself must be representable). */
+    const uint64_t base = (uint64_t)(uintptr_t)t->data;
+    SP_REQUIRE(base >= (uint64_t)-neg && (uint64_t)pos <= (uint64_t)UINTPTR_MAX - base,
+               SP_ERR_OVERFLOW,
+               "%s: bytes [%p - %lld, %p + %lld) do not fit the address space", name, t->data,
+               (long long)-neg, t->data, (long long)pos);
     return SP_OK;
 }
 
@@ -121,23 +148,25 @@ sp_status sp_tensor_view(sp_tensor *t, void *base, int64_t offset, sp_dtype dtyp
     int64_t off_bytes;
     SP_REQUIRE(!mul_ovf(offset, (int64_t)es, &off_bytes), SP_ERR_OVERFLOW,
                "tensor: offset %lld elements overflows in bytes", (long long)offset);
+    const uint64_t b = (uint64_t)(uintptr_t)base, mag = off_bytes < 0 ? 0 - (uint64_t)off_bytes
+                                                                     : (uint64_t)off_bytes;
+    SP_REQUIRE(!base || (off_bytes < 0 ? mag <= b : mag <= (uint64_t)UINTPTR_MAX - b),
+               SP_ERR_OVERFLOW, "tensor: base %p + %lld bytes leaves the address space", base,
+               (long long)off_bytes);
     void *data = base ? (void *)((uintptr_t)base + (uintptr_t)off_bytes) : NULL;
     return tensor_fill(t, data, dtype, ndim, shape, strides, device);
 }
 
 void sp_tensor_extent(const sp_tensor *t, uintptr_t *lo, uintptr_t *hi) {
     uintptr_t base = (uintptr_t)t->data;
-    if (sp_numel_(t) == 0) {
+    int64_t neg = 0, pos = 0;
+    int bad;
+    if (sp_numel_(t) == 0 || byte_reach(t, (int64_t)sp_dtype_size((sp_dtype)t->dtype), &neg, &pos, &bad)) {
         *lo = *hi = base;
         return;
     }
-    int64_t es = (int64_t)sp_dtype_size((sp_dtype)t->dtype), neg = 0, pos = 0;
-    for (int d = 0; d < t->ndim; d++) {
-        int64_t span = (t->shape[d] - 1) * t->strides[d] * es;
-        if (span < 0) neg += span; else pos += span;
-    }
-    *lo = base + (uintptr_t)neg; /* wraps as intended: neg <= 0 */
-    *hi = base + (uintptr_t)pos + (uintptr_t)es;
+    *lo = base - (uintptr_t)-neg; /* no wrap: sp_tensor_check saw to it */
+    *hi = base + (uintptr_t)pos;
 }
 
 int sp_extents_overlap(uintptr_t alo, uintptr_t ahi, uintptr_t blo, uintptr_t bhi) {
@@ -182,10 +211,10 @@ void sp_coalesce_pair(const sp_tensor *src, const sp_tensor *dst, int *ndim, int
                       int64_t *src_strides, int64_t *dst_strides) {
     int n = 0;
     for (int d = 0; d < src->ndim; d++) {
-        int64_t s = src->shape[d];
+        int64_t s = src->shape[d], sw, dw; /* the strides that would fold */
         if (s == 1) continue;
-        if (n > 0 && src_strides[n - 1] == s * src->strides[d] &&
-            dst_strides[n - 1] == s * dst->strides[d]) {
+        if (n > 0 && !mul_ovf(s, src->strides[d], &sw) && !mul_ovf(s, dst->strides[d], &dw) &&
+            src_strides[n - 1] == sw && dst_strides[n - 1] == dw) {
             shape[n - 1] *= s; /* the outer dim folds into this one */
             src_strides[n - 1] = src->strides[d];
             dst_strides[n - 1] = dst->strides[d];
@@ -254,41 +283,139 @@ void sp_plan_pair(const sp_copy_pair *p, sp_copy_desc *d) {
     d->dst_span = dspan;
 }
 
-/* ---- exact overlap of two views ------------------------------------------
+
+/* ---- overlap of two views ------------------------------------------------
  * Element x of a and element y of b share a byte iff
- *     base_a - base_b + sum(c_d * s_d)  lies in  [-(es_a - 1), es_b - 1]
- * where the dims d are a's (c in [0, n-1]) and b's negated (c in [-(n-1), 0]),
- * dims of equal |stride| merged. A depth-first search over the digits c_d,
- * largest stride first, prunes every branch whose remaining dims cannot reach
- * the target; a node budget keeps it cheap, answering "overlap" when spent. */
+ *     sum(c_d * s_d)  lies in  [L, R] = [gap - (es_a - 1), gap + (es_b - 1)]
+ * with gap = base_b - base_a, over the dims of both views, each view
+ * coalesced first: a's digits c in [0, n-1], b's negated, byte strides made
+ * positive by flipping the digit range, dims of equal stride merged. Decided
+ *   - at once when no multiple of the gcd of all strides lies in [L, R]
+ *     (interleavings such as even and odd bytes);
+ *   - exactly, by a lattice argument, when two dims remain (two 1-D
+ *     progressions, column slices of one buffer): c1 s1 + c2 s2 = t holds on
+ *     c1 = c1' + k s2/g, c2 = c2' - k s1/g, and the ranges of the two digits
+ *     bound k to an interval;
+ *   - otherwise by a depth-first search over the digits of all dims but one
+ *     pair (solved as above; the pair that leaves the fewest digits),
+ *     largest stride first, visiting only digits whose residue the dims
+ *     below can complete and pruning every branch that cannot reach [L, R].
+ *     A budget of visited nodes bounds it; when spent the answer is unknown.
+ * In 128-bit integers: the offsets of two views together may pass 2^63. */
+__extension__ typedef __int128 i128;
+
+static int64_t floor_div64(int64_t a, int64_t b) { return a / b - (a % b != 0 && a < 0); }
+
 typedef struct odim {
-    int64_t s, lo, hi;
+    int64_t s;  /* byte stride, > 0 */
+    i128 lo, hi; /* digit range */
 } odim;
 
-static int64_t floor_div(int64_t a, int64_t b) { return a / b - (a % b != 0 && a < 0); }
-static int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0 && a > 0); }
+enum { SP_OVERLAP_BUDGET = 1 << 12 };
 
-static int digits_reach(const odim *d, int n, const int64_t *mins, const int64_t *maxs,
-                        int64_t L, int64_t R, int *budget) {
-    if (R < mins[n] || L > maxs[n]) return 0;
-    if (n == 0) return 1; /* mins[0] = maxs[0] = 0 lies in [L, R] */
-    if (--*budget < 0) return 1;
-    const odim *t = &d[n - 1];
-    int64_t cmin = ceil_div(L - maxs[n - 1], t->s), cmax = floor_div(R - mins[n - 1], t->s);
-    if (cmin < t->lo) cmin = t->lo;
-    if (cmax > t->hi) cmax = t->hi;
-    for (int64_t c = cmin; c <= cmax; c++)
-        if (digits_reach(d, n - 1, mins, maxs, L - c * t->s, R - c * t->s, budget)) return 1;
+typedef struct osearch {
+    odim d[2 * SP_MAX_DIMS];
+    i128 mins[2 * SP_MAX_DIMS + 1], maxs[2 * SP_MAX_DIMS + 1]; /* reach of d[0 .. k) */
+    int64_t gcds[2 * SP_MAX_DIMS + 1];                         /* gcd of d[0 .. k).s */
+    int64_t g01, x01; /* d[0].s * x01 == g01 (mod d[1].s), g01 = gcd(d[0].s, d[1].s) */
+    int64_t h[2 * SP_MAX_DIMS], inv[2 * SP_MAX_DIMS]; /* d[k].s * inv[k] == h[k] = gcd(d[k].s,
+                                                         gcds[k]) (mod gcds[k]) */
+    long budget;
+} osearch;
+
+/* Floor and ceiling of a / b for b > 0; in 64 bits where a fits (the usual
+ * case, and several times faster than a 128-bit division). */
+static i128 fdiv(i128 a, i128 b) {
+    if (a == (int64_t)a && b == (int64_t)b) return floor_div64((int64_t)a, (int64_t)b);
+    return a / b - (a % b != 0 && a < 0);
+}
+static i128 cdiv(i128 a, i128 b) { return -fdiv(-a, b); }
+static i128 imod(i128 a, i128 m) { return a - fdiv(a, m) * m; }
+static i128 imax(i128 a, i128 b) { return a > b ? a : b; }
+static i128 imin(i128 a, i128 b) { return a < b ? a : b; }
+
+/* gcd(a, b) of a, b > 0, and *x with a * x == gcd (mod b). */
+static int64_t ext_gcd(int64_t a, int64_t b, int64_t *x) {
+    int64_t r0 = a, r1 = b;
+    i128 x0 = 1, x1 = 0; /* r_i == a * x_i (mod b); |x_i| <= b */
+    while (r1 != 0) {
+        int64_t q = r0 / r1, r = r0 - q * r1;
+        i128 x2 = x0 - q * x1;
+        r0 = r1;
+        r1 = r;
+        x0 = x1;
+        x1 = x2;
+    }
+    *x = (int64_t)imod(x0, b);
+    return r0;
+}
+
+/* Some c0 in [d0.lo, d0.hi], c1 in [d1.lo, d1.hi] with c0 s0 + c1 s1 = t. */
+static int solve_two(const osearch *S, i128 t) {
+    const odim *a = &S->d[0], *b = &S->d[1];
+    const i128 g = S->g01, m0 = a->s / g, m1 = b->s / g, u = t / g;
+    /* c0 m0 + c1 m1 = u: c0 == u * x01 (mod m1), and c1 in range bounds c0. */
+    i128 r = imod(imod(u, m1) * S->x01, m1);
+    i128 lo = imax(a->lo, cdiv(u - b->hi * m1, m0)), hi = imin(a->hi, fdiv(u - b->lo * m1, m0));
+    return lo <= hi && lo + imod(r - lo, m1) <= hi;
+}
+
+/* 1 when the digits of d[0 .. n) reach [L, R]; 0 when not; -1 when the
+ * budget ran out. */
+static int digits_reach(osearch *S, int n, i128 L, i128 R) {
+    if (--S->budget < 0) return -1;
+    if (R < S->mins[n] || L > S->maxs[n]) return 0;
+    if (fdiv(R, S->gcds[n]) * S->gcds[n] < L) return 0;
+    if (n == 0) return 1;
+    if (n == 1) {
+        const odim *a = &S->d[0];
+        return imax(a->lo, cdiv(L, a->s)) <= imin(a->hi, fdiv(R, a->s));
+    }
+    if (n == 2) {
+        for (i128 t = cdiv(L, S->g01) * S->g01; t <= R; t += S->g01)
+            if (solve_two(S, t)) return 1;
+        return 0;
+    }
+    const odim *t = &S->d[n - 1];
+    i128 cmin = imax(t->lo, cdiv(L - S->maxs[n - 1], t->s));
+    i128 cmax = imin(t->hi, fdiv(R - S->mins[n - 1], t->s));
+    /* The dims below make up multiples of G = gcds[n - 1] only: c * s must
+     * fall on some u in [L, R] modulo G. When the window is narrower than G
+     * each such u (a multiple of h = gcd(s, G)) allows one residue class of
+     * c modulo G / h, and only those digits are visited. */
+    const int64_t h = S->h[n - 1], inv = S->inv[n - 1];
+    int64_t step = S->gcds[n - 1] / h;
+    i128 u = cdiv(L, h) * h, ulast = R;
+    if (R - L + 1 >= S->gcds[n - 1] || step == 1) step = 1, ulast = u; /* every digit, once */
+    for (; u <= ulast; u += h)
+        for (i128 c = cmin + imod(imod(u / h, step) * inv - cmin, step); c <= cmax; c += step) {
+            int r = digits_reach(S, n - 1, L - c * t->s, R - c * t->s);
+            if (r != 0) return r;
+        }
     return 0;
 }
 
+static int64_t gcd64(int64_t a, int64_t b) {
+    while (b != 0) {
+        int64_t r = a % b;
+        a = b;
+        b = r;
+    }
+    return a;
+}
+
+/* Append t's coalesced dims to d[0 .. n), negated for b; returns the new n. */
 static int add_dims(odim *d, int n, const sp_tensor *t, int negate) {
     const int64_t es = (int64_t)sp_dtype_size((sp_dtype)t->dtype);
-    for (int k = 0; k < t->ndim; k++) {
-        if (t->shape[k] == 1 || t->strides[k] == 0) continue;
-        int64_t s = t->strides[k] * es, lo = 0, hi = t->shape[k] - 1;
+    int64_t shape[SP_MAX_DIMS], st[SP_MAX_DIMS], unused[SP_MAX_DIMS];
+    int nd;
+    sp_coalesce_pair(t, t, &nd, shape, st, unused);
+    for (int k = 0; k < nd; k++) {
+        if (st[k] == 0) continue;
+        int64_t s = st[k] * es;
+        i128 lo = 0, hi = shape[k] - 1;
         if (negate) { lo = -hi; hi = 0; }
-        if (s < 0) { int64_t x = lo; lo = -hi; hi = -x; s = -s; }
+        if (s < 0) { i128 x = lo; lo = -hi; hi = -x; s = -s; }
         int i = 0;
         while (i < n && d[i].s != s) i++;
         if (i == n) d[n++] = (odim){s, 0, 0};
@@ -298,28 +425,65 @@ static int add_dims(odim *d, int n, const sp_tensor *t, int negate) {
     return n;
 }
 
+static void swap_dims(odim *d, int i, int j) {
+    odim x = d[i];
+    d[i] = d[j];
+    d[j] = x;
+}
+
+/* The pair (*bi, *bj) of d[0 .. n) to solve exactly: the one that leaves
+ * the fewest digits to enumerate, estimated as the product over the other
+ * dims of (range / step), where step = g / gcd(s, g) is the spacing of the
+ * digits that the pair's gcd g lets through (see digits_reach). */
+static void pick_exact_pair(const odim *d, int n, int *bi, int *bj) {
+    double best = 0;
+    *bi = 0;
+    *bj = 1;
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++) {
+            const int64_t g = gcd64(d[i].s, d[j].s);
+            double cost = 1;
+            for (int e = 0; e < n; e++)
+                if (e != i && e != j)
+                    cost *= (double)(d[e].hi - d[e].lo + 1) / (double)(g / gcd64(d[e].s, g));
+            if ((i == 0 && j == 1) || cost < best) {
+                best = cost;
+                *bi = i;
+                *bj = j;
+            }
+        }
+}
+
 int sp_tensors_overlap(const sp_tensor *a, const sp_tensor *b) {
     uintptr_t alo, ahi, blo, bhi;
     sp_tensor_extent(a, &alo, &ahi);
     sp_tensor_extent(b, &blo, &bhi);
     if (!sp_extents_overlap(alo, ahi, blo, bhi)) return 0;
-    odim d[2 * SP_MAX_DIMS];
+    osearch S;
+    odim *d = S.d;
     int n = add_dims(d, add_dims(d, 0, a, 0), b, 1);
-    for (int i = 1; i < n; i++) /* ascending |stride| */
-        for (int j = i; j > 0 && d[j - 1].s > d[j].s; j--) {
-            odim x = d[j];
-            d[j] = d[j - 1];
-            d[j - 1] = x;
-        }
-    int64_t mins[2 * SP_MAX_DIMS + 1] = {0}, maxs[2 * SP_MAX_DIMS + 1] = {0};
-    for (int i = 0; i < n; i++) {
-        mins[i + 1] = mins[i] + d[i].lo * d[i].s;
-        maxs[i + 1] = maxs[i] + d[i].hi * d[i].s;
+    /* The pair solved exactly goes first, the rest by ascending stride
+     * (enumerated from the largest). */
+    if (n >= 3) {
+        int bi, bj;
+        pick_exact_pair(d, n, &bi, &bj);
+        swap_dims(d, 0, bi);
+        swap_dims(d, 1, bj); /* bj > bi >= 0: not moved by the first swap */
     }
-    /* Both bases lie inside the overlapping extents, so the gap fits int64. */
-    int64_t gap = (int64_t)((uintptr_t)b->data - (uintptr_t)a->data);
-    int64_t L = gap - ((int64_t)sp_dtype_size((sp_dtype)a->dtype) - 1);
-    int64_t R = gap + ((int64_t)sp_dtype_size((sp_dtype)b->dtype) - 1);
-    int budget = 4096;
-    return digits_reach(d, n, mins, maxs, L, R, &budget);
+    for (int i = 3; i < n; i++)
+        for (int j = i; j > 2 && d[j - 1].s > d[j].s; j--) swap_dims(d, j, j - 1);
+    S.mins[0] = S.maxs[0] = 0;
+    S.gcds[0] = 1; /* unused: the range test decides n = 0 */
+    for (int i = 0; i < n; i++) {
+        S.mins[i + 1] = S.mins[i] + d[i].lo * d[i].s;
+        S.maxs[i + 1] = S.maxs[i] + d[i].hi * d[i].s;
+        S.gcds[i + 1] = i ? gcd64(S.gcds[i], d[i].s) : d[i].s;
+    }
+    if (n >= 2) S.g01 = ext_gcd(d[0].s, d[1].s, &S.x01);
+    for (int i = 2; i < n; i++) S.h[i] = ext_gcd(d[i].s, S.gcds[i], &S.inv[i]);
+    S.budget = SP_OVERLAP_BUDGET;
+    const i128 gap = (i128)(uintptr_t)b->data - (i128)(uintptr_t)a->data;
+    const i128 L = gap - ((i128)sp_dtype_size((sp_dtype)a->dtype) - 1);
+    const i128 R = gap + ((i128)sp_dtype_size((sp_dtype)b->dtype) - 1);
+    return digits_reach(&S, n, L, R);
 }

@@ -95,6 +95,9 @@ static sp_status check_shapes(const sp_kda_args *a, sp_kda_dims *d) {
     d->T = a->q.shape[1];
     d->H = a->q.shape[2];
     const int64_t H = d->H, T = d->T;
+    /* With T = 0 q holds no element and its H is unchecked so far. */
+    SP_REQUIRE(H <= INT64_MAX / (SP_KDA_D * SP_KDA_D), SP_ERR_OVERFLOW,
+               "q: H = %lld heads overflow H * 128 * 128 (int64)", (long long)H);
     const named same_as_q[] = {{&a->k, "k"}, {&a->v, "v"}, {&a->g, "g"}, {&a->o, "o"}};
     for (size_t i = 0; i < sizeof same_as_q / sizeof *same_as_q; i++)
         SP_FORWARD(require_shape(same_as_q[i].t, same_as_q[i].name, 4, a->q.shape,
@@ -235,7 +238,11 @@ static sp_status check_host_indices(const sp_kda_args *a, const sp_kda_dims *d) 
                    "checkpoint_cu_starts: [0] = %lld is negative", (long long)cs[0]);
         for (int64_t n = 0; n < d->N; n++) {
             int64_t need = (cu[n + 1] - cu[n]) / d->interval;
-            SP_REQUIRE(cs[n + 1] >= cs[n] && cs[n + 1] - cs[n] >= need, SP_ERR_INVALID_ARGUMENT,
+            SP_REQUIRE(cs[n + 1] >= cs[n], SP_ERR_INVALID_ARGUMENT,
+                       "checkpoint_cu_starts: decreases at [%lld] (%lld < %lld)",
+                       (long long)(n + 1), (long long)cs[n + 1], (long long)cs[n]);
+            /* cs[n] >= cs[0] >= 0 here, so the difference fits. */
+            SP_REQUIRE(cs[n + 1] - cs[n] >= need, SP_ERR_INVALID_ARGUMENT,
                        "checkpoint_cu_starts: sequence %lld needs %lld rows, [%lld..%lld) "
                        "gives %lld",
                        (long long)n, (long long)need, (long long)cs[n], (long long)cs[n + 1],

@@ -12,20 +12,24 @@
 enum { BUF = 8192, ORIGIN = 4096 };
 static unsigned char buf[BUF], paint_marks[BUF];
 
-static void paint(const sp_tensor *t, unsigned char bit) {
+/* Or `bit` into marks[] at every byte of t, a view into base. */
+static void paint_at(const sp_tensor *t, const unsigned char *base, unsigned char *marks,
+                     unsigned char bit) {
     int64_t idx[SP_MAX_DIMS] = {0}, n = sp_numel_(t);
     int64_t es = (int64_t)sp_dtype_size((sp_dtype)t->dtype);
     for (int64_t l = 0; l < n; l++) {
         int64_t off = 0;
         for (int d = 0; d < t->ndim; d++) off += idx[d] * t->strides[d];
-        unsigned char *p = (unsigned char *)t->data + off * es;
-        for (int64_t k = 0; k < es; k++) paint_marks[p - buf + k] |= bit;
+        const unsigned char *p = (const unsigned char *)t->data + off * es;
+        for (int64_t k = 0; k < es; k++) marks[p - base + k] |= bit;
         for (int d = t->ndim - 1; d >= 0; d--) {
             if (++idx[d] < t->shape[d]) break;
             idx[d] = 0;
         }
     }
 }
+
+static void paint(const sp_tensor *t, unsigned char bit) { paint_at(t, buf, paint_marks, bit); }
 
 static sp_tensor random_view(sp_rng *r) {
     static const sp_dtype types[4] = {SP_U8, SP_BF16, SP_F32, SP_F64};
@@ -40,6 +44,107 @@ static sp_tensor random_view(sp_rng *r) {
     sp_tensor t;
     sp_tensor_view(&t, buf, at, dt, nd, shape, strides, sp_cpu());
     return t;
+}
+
+/* 1-D and 2-D progressions far past the search budget: always decided
+ * exactly (never -1), brute force is the judge. Rows of two pitches in one
+ * buffer, strides of any sign, bytes of one view between those of the other. */
+static void test_large_progressions(sp_rng *r) {
+    enum { BIG = 1 << 18, MID = BIG / 2 };
+    static unsigned char big[BIG], marks[BIG];
+    int exact = 0;
+    for (int it = 0; it < 300; it++) {
+        sp_tensor v[2];
+        for (int k = 0; k < 2; k++) {
+            int nd = (int)sp_rng_range(r, 1, 2);
+            int64_t sh[2], st[2];
+            if (nd == 1) {
+                sh[0] = sp_rng_range(r, 1000, 20000);
+                st[0] = sp_rng_range(r, -6, 6);
+            } else { /* rows of a [rows, pitch] buffer, maybe reversed */
+                sh[1] = sp_rng_range(r, 2, 64);
+                st[1] = sp_rng_range(r, 0, 2) ? 1 : sp_rng_range(r, -3, 3);
+                sh[0] = sp_rng_range(r, 50, 400);
+                st[0] = (sp_rng_range(r, 0, 1) ? 1 : -1) * sp_rng_range(r, 64, 300);
+            }
+            CHECK_OK(sp_tensor_view(&v[k], big, MID + sp_rng_range(r, -40, 40), SP_U8, nd, sh,
+                                    st, sp_cpu()));
+        }
+        memset(marks, 0, sizeof marks);
+        paint_at(&v[0], big, marks, 1);
+        paint_at(&v[1], big, marks, 2);
+        int truth = memchr(marks, 3, sizeof marks) != NULL, got = sp_tensors_overlap(&v[0], &v[1]);
+        CHECKF(got == truth, "progressions %d: got %d, brute force %d", it, got, truth);
+        if (got != truth) {
+            sp_print_tensor(stderr, "a", &v[0]);
+            sp_print_tensor(stderr, "b", &v[1]);
+        }
+        exact += got == truth;
+    }
+    CHECK(exact == 300);
+}
+
+/* Rows of two pitches in one buffer, [T, w] with strides (W, 1), thousands
+ * of rows each (views of a buffer never touched: only the math runs). The
+ * truth, row by row of b: the rows of a near it in address. */
+static int rows_meet(int64_t ta, int64_t wa, int64_t pa, int64_t tb, int64_t wb, int64_t pb,
+                     int64_t gap) {
+    for (int64_t j = 0; j < tb; j++) {
+        int64_t lo = gap + j * pb, hi = lo + wb; /* b's row j: bytes [lo, hi) */
+        int64_t i = lo >= 0 ? lo / pa : 0;       /* a's row at or before lo */
+        for (int64_t k = i; k <= i + 1 && k < ta; k++)
+            if (k * pa < hi && lo < k * pa + wa) return 1;
+    }
+    return 0;
+}
+
+static void test_two_pitches(sp_rng *r) {
+    unsigned char *base = (unsigned char *)((uintptr_t)1 << 40);
+    int undecided = 0;
+    for (int it = 0; it < 200; it++) {
+        int64_t ta = sp_rng_range(r, 1, 3000), tb = sp_rng_range(r, 1, 3000);
+        int64_t wa = sp_rng_range(r, 1, 3000), wb = sp_rng_range(r, 1, 3000);
+        int64_t pa = wa + sp_rng_range(r, 0, 2000), pb = wb + sp_rng_range(r, 0, 2000);
+        int64_t gap = sp_rng_range(r, 0, 1000000);
+        int64_t sha[2] = {ta, wa}, sta[2] = {pa, 1}, shb[2] = {tb, wb}, stb[2] = {pb, 1};
+        sp_tensor a, b;
+        CHECK_OK(sp_tensor_view(&a, base, 0, SP_U8, 2, sha, sta, sp_cpu()));
+        CHECK_OK(sp_tensor_view(&b, base, gap, SP_U8, 2, shb, stb, sp_cpu()));
+        int truth = rows_meet(ta, wa, pa, tb, wb, pb, gap), got = sp_tensors_overlap(&a, &b);
+        undecided += got == -1;
+        CHECKF(got == truth || got == -1, "pitches %d: got %d, truth %d", it, got, truth);
+    }
+    CHECKF(undecided == 0, "%d of 200 row pairs undecided", undecided);
+}
+
+/* Sixteen dims of unrelated strides: the bounded search gives up on this
+ * disjoint pair (brute force: no byte in common). It must then say
+ * "unknown" (-1), never "overlap", and sp_copy_batch must say it could not
+ * prove the views disjoint rather than that they share memory. */
+static void test_search_gives_up(void) {
+    enum { BIG = 1 << 18, MID = BIG / 2 };
+    static unsigned char big[BIG], marks[BIG];
+    static const int64_t sa[8] = {733, 742, 1514, -3010, -6028, -12039, -24098, -48194};
+    static const int64_t sb[8] = {9041, -12074, -8641, 3400, 11814, 9500, 14204, 2927};
+    int64_t sh2[8], sh3[8];
+    for (int d = 0; d < 8; d++) sh2[d] = 2, sh3[d] = 3;
+    sp_copy_pair p[2];
+    CHECK_OK(sp_tensor_view(&p[0].dst, big, MID + 25, SP_U8, 8, sh2, sa, sp_cpu()));
+    CHECK_OK(sp_tensor_view(&p[1].src, big, MID + 55, SP_U8, 8, sh3, sb, sp_cpu()));
+    static unsigned char a_src[256], b_dst[6561];
+    CHECK_OK(sp_tensor_dense(&p[0].src, a_src, SP_U8, 8, sh2, sp_cpu()));
+    CHECK_OK(sp_tensor_dense(&p[1].dst, b_dst, SP_U8, 8, sh3, sp_cpu()));
+    memset(marks, 0, sizeof marks);
+    paint_at(&p[0].dst, big, marks, 1);
+    paint_at(&p[1].src, big, marks, 2);
+    CHECK(memchr(marks, 3, sizeof marks) == NULL);
+    int got = sp_tensors_overlap(&p[0].dst, &p[1].src);
+    CHECKF(got != 1, "a disjoint pair reported as overlapping");
+    if (got == -1) {
+        CHECK_STATUS(sp_copy_batch(p, 2, NULL), SP_ERR_OVERLAP);
+        CHECKF(strstr(sp_last_error(), "could not prove") && !strstr(sp_last_error(), "shares"),
+               "message: %s", sp_last_error());
+    }
 }
 
 int main(void) {
@@ -85,6 +190,10 @@ int main(void) {
         CHECK(memchr(paint_marks, 3, sizeof paint_marks) != NULL);
         CHECKF(sp_tensors_overlap(&v[0], &v[1]) == 1, "hard case %d: says no overlap", i);
     }
+
+    test_large_progressions(&r);
+    test_two_pitches(&r);
+    test_search_gives_up();
 
     /* q, k, v: column slices of a [T, 3P] buffer, written back by a scatter. */
     enum { T = 5, H = 2, P = H * 128 };

@@ -196,6 +196,15 @@ static void test_coalesce_hand(void) {
     coalesce(&one, &oned, &nd, sh, ss, ds);
     CHECK(nd == 1 && sh[0] == 15 && ss[0] == 1 && ds[0] == 1);
 
+    /* A stride whose product with the next size passes 2^63 merges nothing
+     * (and is not computed with a wrap: UBSan watches this one). */
+    int64_t s22[2] = {2, 2}, huge[2] = {1, 1LL << 62}, hd[2] = {2, 1};
+    sp_tensor hs = mk(m, SP_U8, 2, s22, huge), hdd = mk(mt, SP_U8, 2, s22, hd);
+    coalesce(&hs, &hdd, &nd, sh, ss, ds);
+    CHECK(nd == 2 && ss[0] == 1 && ss[1] == (1LL << 62));
+    coalesce(&hdd, &hs, &nd, sh, ss, ds);
+    CHECK(nd == 2 && ds[0] == 1 && ds[1] == (1LL << 62));
+
     /* Only where both sides allow: the source is dense [3,4,5], the
      * destination has padded rows of its outer dim (stride 21, not 20). */
     static float big[3 * 21];
