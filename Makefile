@@ -28,7 +28,7 @@ demo: configure
 
 # ctest, then the reason of every skipped test (ctest shows none).
 test: build
-	sh tools/run_tests.sh $(BUILD) $(JOBS)
+	bash tools/run_tests.sh $(BUILD) $(JOBS)
 
 clean:
 	rm -rf $(BUILD)

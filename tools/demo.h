@@ -4,7 +4,9 @@
 #define SP_DEMO_H
 
 /* The demo counts passes and copies with the test hooks. */
+#ifndef SP_EXPERIMENTAL
 #define SP_EXPERIMENTAL
+#endif
 #include "stridepack.h"
 
 enum { DEMO_BETA_FA = 0, DEMO_BETA_INPROJ = 1, DEMO_BETA_BOTH = 2 };
