@@ -9,5 +9,5 @@ int demo_cuda_mem(demo_mem *m) {
 }
 
 void demo_cuda_describe(char *buf, size_t n) {
-    snprintf(buf, n, "not built (this build has no CUDA backend: no nvcc at configure time)");
+    snprintf(buf, n, "not built (this build of stridepack has no CUDA backend)");
 }

@@ -41,7 +41,7 @@
 #define SP_UNROLL 2     /* loads in flight per thread before its first store */
 /* Resident blocks per SM the register budget must allow: 8 (2048 threads)
  * where an SM holds that many, 6 on the chips that hold 1536 (sm_86, sm_87,
- * sm_89, sm_12x), where asking for more is an error. */
+ * sm_89, sm_12x); ptxas rejects more there as out of range. */
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 870 || \
                                __CUDA_ARCH__ == 890 || __CUDA_ARCH__ >= 1200)
 #define SP_MIN_BLOCKS 6
