@@ -112,11 +112,33 @@ double bench_host_single_us(bench_fn fn, void *ctx, cudaStream_t stream, int cal
 
 double bench_gbps(double bytes, double ms) { return ms > 0 ? bytes / (ms * 1e-3) / 1e9 : NAN; }
 
-int bench_json_arg(int argc, char **argv, FILE **out) {
+int bench_take_json_arg(int *argc, char **argv, FILE **out) {
     *out = NULL;
+    int kept = 1;
+    for (int i = 1; i < *argc; i++) {
+        if (strcmp(argv[i], "--json") != 0) {
+            argv[kept++] = argv[i];
+            continue;
+        }
+        if (i + 1 >= *argc || *out) {
+            fprintf(stderr, "%s: --json takes one FILE, given once\n", argv[0]);
+            return 2;
+        }
+        if (!(*out = fopen(argv[++i], "a"))) {
+            fprintf(stderr, "%s: cannot write %s\n", argv[0], argv[i]);
+            return 2;
+        }
+    }
+    *argc = kept;
+    return 0;
+}
+
+int bench_json_arg(int argc, char **argv, FILE **out) {
+    if (bench_take_json_arg(&argc, argv, out)) return 2;
     if (argc == 1) return 0;
-    if (argc == 3 && !strcmp(argv[1], "--json") && (*out = fopen(argv[2], "a")) != NULL) return 0;
-    fprintf(stderr, "usage: %s [--json FILE] (FILE writable)\n", argv[0]);
+    fprintf(stderr, "usage: %s [--json FILE]\n", argv[0]);
+    if (*out) fclose(*out);
+    *out = NULL;
     return 2;
 }
 

@@ -75,6 +75,12 @@ double bench_gbps(double bytes, double ms);
  * anything else (the caller exits with it). */
 int bench_json_arg(int argc, char **argv, FILE **out);
 
+/* The same for a benchmark with options of its own: takes `--json FILE`
+ * out of argv wherever it is, and leaves the other arguments, in order, in
+ * argv[1 .. *argc - 1] for the caller to parse. @return 0, or 2 after
+ * printing why (a missing or unwritable FILE). */
+int bench_take_json_arg(int *argc, char **argv, FILE **out);
+
 /* cudaMalloc of `bytes` (at least 256), exiting on failure. */
 void *bench_malloc(size_t bytes);
 

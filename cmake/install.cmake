@@ -1,19 +1,27 @@
-# Install rules: libraries, public headers, a CMake package
-# (find_package(stridepack) -> stridepack::stridepack / stridepack::stridepack_static)
-# and a pkg-config file (pkg-config --cflags --libs stridepack).
+# Install rules: libraries, public headers, the license, a CMake package
+# (find_package(stridepack) -> stridepack::stridepack; with COMPONENTS static,
+# also stridepack::stridepack_static) and a pkg-config file
+# (pkg-config --cflags --libs stridepack).
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-install(TARGETS stridepack stridepack_static EXPORT stridepackTargets
+# Two export sets: the static library's private dependencies become its
+# consumers' link dependencies, the shared library's do not.
+install(TARGETS stridepack EXPORT stridepackTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(TARGETS stridepack_static EXPORT stridepackStaticTargets
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
   FILES_MATCHING PATTERN "stridepack*.h")
+install(FILES ${PROJECT_SOURCE_DIR}/LICENSE DESTINATION ${CMAKE_INSTALL_DOCDIR})
 
 set(SP_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/stridepack)
 install(EXPORT stridepackTargets NAMESPACE stridepack:: DESTINATION ${SP_CMAKE_DIR})
+install(EXPORT stridepackStaticTargets NAMESPACE stridepack:: DESTINATION ${SP_CMAKE_DIR})
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/stridepackConfig.cmake.in
   ${PROJECT_BINARY_DIR}/stridepackConfig.cmake INSTALL_DESTINATION ${SP_CMAKE_DIR})
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/stridepackConfigVersion.cmake

@@ -300,16 +300,34 @@ SP_API sp_status sp_pack(const sp_tensor *inputs, size_t n, void *workspace,
                          size_t workspace_bytes, sp_tensor *outputs, size_t *n_copied,
                          struct CUstream_st *stream);
 
-/* ---------------------------------------------------------------------- */
-/* Instrumentation                                                         */
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* STRIDEPACK_H */
+
+/* ======================================================================
+ * Experimental and testing API. Not stable: may change or go in any
+ * release, with no ABI promise. Declared only for code that defines
+ * SP_EXPERIMENTAL before including this header, as the library's own
+ * tests, tools and benchmarks do:
+ *     #define SP_EXPERIMENTAL
+ *     #include "stridepack.h"
+ * ====================================================================== */
+#if defined(SP_EXPERIMENTAL) && !defined(STRIDEPACK_H_EXPERIMENTAL)
+#define STRIDEPACK_H_EXPERIMENTAL
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 /* @return how many copy passes (kernel launches on CUDA, parallel passes on
  *         the CPU) this process has issued through sp_copy_batch and
- *         sp_pack. For tests and benchmarks; thread-safe. */
+ *         sp_pack. Thread-safe. */
 SP_API uint64_t sp_copy_pass_count(void);
 
 #ifdef __cplusplus
 }
 #endif
 
-#endif /* STRIDEPACK_H */
+#endif /* SP_EXPERIMENTAL */

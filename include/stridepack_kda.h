@@ -261,11 +261,6 @@ SP_API sp_status sp_kda_boundary_create(sp_kda_boundary **out, sp_device dev,
 SP_API sp_status sp_kda_boundary_run(sp_kda_boundary *b, const sp_kda_args *args,
                                      struct CUstream_st *stream);
 
-/* How many of q, k, v, g, beta the last successful sp_kda_boundary_run
- * copied (0 when all were dense, 0 before any run). For tests and tools.
- * @return SP_OK; SP_ERR_INVALID_ARGUMENT for a NULL argument. */
-SP_API sp_status sp_kda_boundary_last_copied(const sp_kda_boundary *b, size_t *n_copied);
-
 /* Free the workspace and the object. NULL is SP_OK. Call it when no work
  * using the boundary is pending on any stream.
  * @return SP_OK; SP_ERR_CUDA if freeing the device workspace fails (the
@@ -277,3 +272,25 @@ SP_API sp_status sp_kda_boundary_destroy(sp_kda_boundary *b);
 #endif
 
 #endif /* STRIDEPACK_KDA_H */
+
+/* ======================================================================
+ * Experimental and testing API: not stable, declared only where
+ * SP_EXPERIMENTAL is defined before the include (see stridepack.h).
+ * ====================================================================== */
+#if defined(SP_EXPERIMENTAL) && !defined(STRIDEPACK_KDA_H_EXPERIMENTAL)
+#define STRIDEPACK_KDA_H_EXPERIMENTAL
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* How many of q, k, v, g, beta the last successful sp_kda_boundary_run
+ * copied (0 when all were dense, 0 before any run).
+ * @return SP_OK; SP_ERR_INVALID_ARGUMENT for a NULL argument. */
+SP_API sp_status sp_kda_boundary_last_copied(const sp_kda_boundary *b, size_t *n_copied);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SP_EXPERIMENTAL */

@@ -3,6 +3,10 @@
 #ifndef SP_DEMO_H
 #define SP_DEMO_H
 
+/* The demo counts passes and copies with the test hooks. */
+#ifndef SP_EXPERIMENTAL
+#define SP_EXPERIMENTAL
+#endif
 #include "stridepack.h"
 
 enum { DEMO_BETA_FA = 0, DEMO_BETA_INPROJ = 1, DEMO_BETA_BOTH = 2 };
@@ -32,10 +36,18 @@ typedef struct demo_mem {
 } demo_mem;
 
 /* Strided K3 inputs -> KDA boundary -> prefill, compared bit for bit with
- * the prefill on dense copies; prints one row. @return 0 when equal. */
-int demo_kda(const demo_mem *m, int64_t T, int64_t H, int beta_kind, uint64_t seed);
+ * the prefill on dense copies, each timed as the median of `reps` runs;
+ * prints one KDA_ROW. @return 0 when equal. */
+int demo_kda(const demo_mem *m, int64_t T, int64_t H, int beta_kind, int reps, uint64_t seed);
+#define KDA_HEAD "%-18s %6s %8s %11s %10s  %-9s %-9s %s\n"
+#define KDA_ROW "%-18s %6zu %8llu %11.3f %10.3f  %-9s %-9s %s\n"
 
 /* 0 and *m filled when the CUDA memory calls are usable. */
 int demo_cuda_mem(demo_mem *m);
+
+/* Whether CUDA is usable, and if not which of the reasons: a build without
+ * the CUDA backend, no device (or no driver), or devices older than the
+ * architectures the build has code for. Written into buf. */
+void demo_cuda_describe(char *buf, size_t n);
 
 #endif

@@ -2,6 +2,11 @@
 #include "demo.h"
 
 #include <cuda_runtime_api.h>
+#include <stdio.h>
+
+#ifndef SP_CUDA_ARCHS
+#define SP_CUDA_ARCHS "unknown"
+#endif
 
 static cudaEvent_t ev_start, ev_stop;
 
@@ -45,4 +50,25 @@ int demo_cuda_mem(demo_mem *m) {
     m->timer_stop_ms = cu_timer_stop_ms;
     m->name = "cuda";
     return 0;
+}
+
+void demo_cuda_describe(char *buf, size_t n) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count < 1) {
+        snprintf(buf, n, "no device (the CUDA runtime says: %s)",
+                 e != cudaSuccess ? cudaGetErrorString(e) : "the driver lists none");
+        return;
+    }
+    struct cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, 0) != cudaSuccess) p.name[0] = '\0', p.major = p.minor = 0;
+    if (sp_cuda_available()) {
+        snprintf(buf, n, "usable: %d device%s, cuda:0 is %s (sm_%d%d)", count,
+                 count > 1 ? "s" : "", p.name, p.major, p.minor);
+        return;
+    }
+    snprintf(buf, n,
+             "no usable device: cuda:0 is %s (sm_%d%d), older than every architecture this "
+             "build has code for (%s); rebuild with -DCMAKE_CUDA_ARCHITECTURES=%d%d",
+             p.name, p.major, p.minor, SP_CUDA_ARCHS, p.major, p.minor);
 }

@@ -4,6 +4,7 @@
 #   cmake >= 3.25, ninja, a C11 and a C++ compiler — the build (C++: the
 #                                         header's C++ compile test)
 #   pkg-config                            — the install test's pkg-config consumer
+#   bash                                  — make test's ctest wrapper (tools/run_tests.sh)
 #   libomp / libgomp (with the compiler)  — the CPU backend's threads
 #   python3 with numpy (python3-numpy)    — the Python binding's tests
 #   clang (optional)                      — the libFuzzer target
@@ -16,6 +17,7 @@ need ninja ninja-build
 need cc gcc
 need c++ g++
 need pkg-config pkg-config
+need bash bash
 have_numpy=0
 for py in python3 /usr/bin/python3; do
   if command -v "$py" >/dev/null 2>&1 && "$py" -c 'import numpy' >/dev/null 2>&1; then have_numpy=1; fi

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # On a machine with a GPU: build, run every test (GPU tiers included), the
 # demo, every benchmark, and the GPU tests under compute-sanitizer (memcheck,
-# racecheck) at reduced sizes. Logs and JSON go to OUTDIR; a summary table is
-# printed last. OUTDIR ends up holding the JSON results and logs.tar.gz.
+# racecheck) at reduced sizes. With two or more GPUs, also the multigpu tier
+# on its own and test_multi_gpu under compute-sanitizer. Logs and JSON go to
+# OUTDIR; a summary table is printed last. OUTDIR ends up holding the JSON
+# results and logs.tar.gz.
 # Exit status 0 only if every step passed.
 #   tools/gpu_check.sh OUTDIR [BUILD_DIR]
 set -uo pipefail
@@ -42,7 +44,15 @@ step bench_boundary "$build/bench/bench_boundary" --json "$out/h200_boundary.jso
 STRIDEPACK_LIBRARY=$(find "$build/src" -name 'libstridepack.so' | head -n 1) PYTHONPATH=python \
   step anchors python3 bench/anchors.py --json "$out/h200_anchors.json"
 
+# GPUs this process sees (CUDA_VISIBLE_DEVICES applies), from `stridepack version`.
+ngpu=$("$build/tools/stridepack" version | sed -n 's/^CUDA: usable: \([0-9]*\) device.*/\1/p')
 gpu_tests="test_gpu_pack test_boundary_gpu test_gpu_copy test_kda_gpu test_gpu_errors"
+if [ "${ngpu:-0}" -ge 2 ]; then
+  step ctest_multigpu ctest --test-dir "$build" -L multigpu --output-on-failure
+  gpu_tests="$gpu_tests test_multi_gpu"
+else
+  summary+=("$(printf '%-28s skipped (%s GPU)' multigpu "${ngpu:-0}")")
+fi
 for t in $gpu_tests; do
   for tool in memcheck racecheck; do
     exe=$(find "$build/tests" -type f -name "$t" | head -n 1)
@@ -50,7 +60,7 @@ for t in $gpu_tests; do
       "$san" --tool "$tool" --error-exitcode 99 "$exe"
   done
 done
-grep -E "tests passed|tests failed|Not Run|\(Failed\)|Skipped" "$logs/ctest.log" | tail -15
+grep -hE "tests passed|tests failed|Not Run|\(Failed\)|Skipped" "$logs"/ctest*.log | tail -20
 grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$logs"/san_*.log | sort | uniq -c
 tail -6 "$logs/demo.log"
 for f in bench_pack bench_boundary anchors; do echo "== $f"; grep -vE '^\{' "$logs/$f.log" | tail -14; done

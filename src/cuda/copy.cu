@@ -27,7 +27,7 @@
  *     values, so NaN payloads, infinities, subnormals and -0 survive.
  */
 #include "internal.h"
-#include "cuda_check.h"
+#include "cuda/runtime.h"
 
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -39,9 +39,16 @@
  * leave more of each block's life without loads in flight. */
 #define SP_THREADS 256  /* per block */
 #define SP_UNROLL 2     /* loads in flight per thread before its first store */
-#define SP_MIN_BLOCKS 8 /* resident blocks per SM the register budget must allow */
+/* Resident blocks per SM the register budget must allow: 8 (2048 threads)
+ * where an SM holds that many, 6 on the chips that hold 1536 (sm_86, sm_87,
+ * sm_89, sm_12x); ptxas rejects more there as out of range. */
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 870 || \
+                               __CUDA_ARCH__ == 890 || __CUDA_ARCH__ >= 1200)
+#define SP_MIN_BLOCKS 6
+#else
+#define SP_MIN_BLOCKS 8
+#endif
 #define SP_MIN_BLOCKS_GENERAL 3
-#define SP_INTERLEAVE 1 /* deal tiles round-robin over pairs (0: pair after pair) */
 #define SP_TILE_BYTES (SP_THREADS * SP_UNROLL * 16) /* one round of 16-byte words */
 /* Capacities of the parameter block: the usual few tensors get a short one,
  * since the driver copies it on every launch (about 0.35 us per KiB). */
@@ -330,16 +337,11 @@ static sp_status sp_launch(const sp_copy_desc *descs, const int *order, const ui
         sp_fill_pair(&descs[order[s]], &P.d[s], sp_outer_slot(P, s));
         const uint64_t c = tiles[order[s]];
         m.start[s] = start;
-        if (SP_INTERLEAVE) { /* rounds prev .. c - 1, pairs s .. n - 1 in turn */
-            m.round0[s] = prev;
-            m.act[s] = (uint32_t)(n - s);
-            start += (c - prev) * (uint64_t)(n - s);
-            prev = c;
-        } else { /* all of pair s */
-            m.round0[s] = 0;
-            m.act[s] = 1;
-            start += c;
-        }
+        /* rounds prev .. c - 1 of pairs s .. n - 1, in turn */
+        m.round0[s] = prev;
+        m.act[s] = (uint32_t)(n - s);
+        start += (c - prev) * (uint64_t)(n - s);
+        prev = c;
     }
     m.start[n] = start;
     m.n = n;
@@ -384,53 +386,7 @@ extern "C" sp_status sp_cuda_copy(const sp_copy_desc *descs, int n, int device,
                                   struct CUstream_st *stream) {
     SP_REQUIRE(descs != NULL && n >= 1 && n <= SP_MAX_PAIRS_PER_LAUNCH, SP_ERR_INVALID_ARGUMENT,
                "descs: %d descriptors, expected 1..%d", n, SP_MAX_PAIRS_PER_LAUNCH);
-    int prev = 0;
-    SP_CUDA_CHECK(cudaGetDevice(&prev));
-    if (prev != device) {
-        /* Name a missing device ourselves rather than through a failed
-         * cudaSetDevice, which tools report as an API error. */
-        int count = 0;
-        SP_CUDA_CHECK(cudaGetDeviceCount(&count));
-        SP_REQUIRE(device >= 0 && device < count, SP_ERR_NO_DEVICE,
-                   "cuda:%d: no such device (this process sees %d)", device, count);
-        SP_CUDA_CHECK(cudaSetDevice(device));
-    }
-    sp_status s = sp_plan_and_launch(descs, n, (cudaStream_t)stream);
-    if (prev != device) { /* restore the caller's device on every path */
-        cudaError_t e = cudaSetDevice(prev);
-        if (e != cudaSuccess && s == SP_OK)
-            s = sp_cuda_fail(e, "cudaSetDevice(prev)", __func__, __FILE__, __LINE__);
-    }
-    return s;
-}
-
-#ifndef SP_CUDA_MIN_ARCH
-#define SP_CUDA_MIN_ARCH 0 /* unknown (e.g. "native"): any device */
-#endif
-
-extern "C" int sp_cuda_available(void) {
-    /* The device count is fixed for the life of the process, and this runs
-     * on every call that touches CUDA tensors: ask the runtime once. A race
-     * between first callers only computes the same answer twice. */
-    static int cached = -1;
-    int v = __atomic_load_n(&cached, __ATOMIC_ACQUIRE);
-    if (v >= 0) return v;
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) {
-        (void)cudaGetLastError(); /* "no device" is an answer, not an error to keep */
-        n = 0;
-    }
-    /* Usable means the kernels can run there: compute capability at least
-     * the lowest architecture this build carries code for. */
-    v = 0;
-    for (int d = 0; d < n && !v; d++) {
-        int major = 0, minor = 0;
-        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d) == cudaSuccess &&
-            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d) == cudaSuccess)
-            v = major * 10 + minor >= SP_CUDA_MIN_ARCH;
-        else
-            (void)cudaGetLastError();
-    }
-    __atomic_store_n(&cached, v, __ATOMIC_RELEASE);
-    return v;
+    sp_cuda_device_guard g;
+    SP_FORWARD(sp_cuda_device_enter(&g, device, "descs"));
+    return sp_cuda_device_leave(&g, sp_plan_and_launch(descs, n, (cudaStream_t)stream));
 }

@@ -8,31 +8,41 @@ if(NOT rc EQUAL 0)
   message(FATAL_ERROR "cmake --install failed (${rc})")
 endif()
 foreach(f include/stridepack.h include/stridepack_kda.h lib/pkgconfig/stridepack.pc
-          lib/cmake/stridepack/stridepackConfig.cmake)
+          lib/cmake/stridepack/stridepackConfig.cmake share/doc/stridepack/LICENSE)
   if(NOT EXISTS ${WORK}/prefix/${f})
     message(FATAL_ERROR "not installed: ${f}")
   endif()
 endforeach()
 
-execute_process(COMMAND ${CMAKE_COMMAND} -S ${SRC}/consumer -B ${WORK}/consumer -G Ninja
-                        -DCMAKE_PREFIX_PATH=${WORK}/prefix -DCMAKE_C_COMPILER=${CC}
-                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "configuring the consumer failed:\n${out}")
-endif()
-execute_process(COMMAND ${CMAKE_COMMAND} --build ${WORK}/consumer
-                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "building the consumer failed:\n${out}")
-endif()
-foreach(exe consumer_shared consumer_static)
-  execute_process(COMMAND ${WORK}/consumer/${exe} RESULT_VARIABLE rc OUTPUT_VARIABLE out
-                  ERROR_VARIABLE out)
+# sp_consumer(NAME static_on EXE... [cmake args]): configure, build and run.
+function(sp_consumer name static exes)
+  execute_process(COMMAND ${CMAKE_COMMAND} -S ${SRC}/consumer -B ${WORK}/${name} -G Ninja
+                          -DCMAKE_PREFIX_PATH=${WORK}/prefix -DCMAKE_C_COMPILER=${CC}
+                          -DCONSUMER_STATIC=${static} ${ARGN}
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
   if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "${exe} failed (${rc}):\n${out}")
+    message(FATAL_ERROR "configuring the consumer (${name}) failed:\n${out}")
   endif()
-  message(STATUS "${exe}: ${out}")
-endforeach()
+  execute_process(COMMAND ${CMAKE_COMMAND} --build ${WORK}/${name}
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "building the consumer (${name}) failed:\n${out}")
+  endif()
+  foreach(exe IN LISTS exes)
+    execute_process(COMMAND ${WORK}/${name}/${exe} RESULT_VARIABLE rc OUTPUT_VARIABLE out
+                    ERROR_VARIABLE out)
+    if(NOT rc EQUAL 0)
+      message(FATAL_ERROR "${exe} (${name}) failed (${rc}):\n${out}")
+    endif()
+    message(STATUS "${name}/${exe}: ${out}")
+  endforeach()
+endfunction()
+
+# The shared library asks nothing of its consumer: the package must configure
+# with OpenMP, Threads and the CUDA toolkit made unfindable.
+sp_consumer(shared OFF consumer_shared -DCMAKE_DISABLE_FIND_PACKAGE_OpenMP=ON
+            -DCMAKE_DISABLE_FIND_PACKAGE_Threads=ON -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON)
+sp_consumer(static ON "consumer_shared;consumer_static")
 
 # pkg-config, static link (Libs.private) so the private dependencies are exercised.
 find_program(PKG_CONFIG pkg-config)
