@@ -40,6 +40,8 @@ static const char *chunked_unsupported(const sp_kda_args *a, const sp_kda_dims *
         return "they need the lower-bound gate (the softplus gate has no bound on a token's "
                "decay, which their factorized products rely on)";
     if (d->interval % SP_KDA_CHUNK != 0) return "checkpoint_interval must be a multiple of 32";
+    if (!sp_kda_cuda_chunked_fits_((int)d->dev.ordinal))
+        return "this GPU gives a block less shared memory than they need (about 170 KB)";
     /* Dense inputs are read as they are: 16-byte copies. Strided ones (the
      * boundary's) are packed into 256-byte aligned slots first. */
     const sp_tensor *in[4] = {&a->q, &a->k, &a->v, &a->g};

@@ -142,6 +142,11 @@ sp_status sp_kda_prefill_ref_(const sp_kda_args *a, const sp_kda_dims *d);
 sp_status sp_kda_prefill_cuda_(const sp_kda_args *a, const sp_kda_dims *d,
                                struct CUstream_st *stream);
 
+/* 1 when CUDA device `device` gives a block the shared memory the chunked
+ * kernels need (Hopper and the data-center Blackwells do; 100 KB parts do
+ * not). 0 without CUDA. */
+int sp_kda_cuda_chunked_fits_(int device);
+
 /* ---- the small CUDA runtime surface the boundary needs -------------------- */
 /* Without CUDA: SP_ERR_NO_DEVICE, and "not capturing". */
 sp_status sp_kda_cuda_alloc_(int device, size_t bytes, void **p);

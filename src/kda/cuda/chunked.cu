@@ -188,6 +188,8 @@ static __global__ void __launch_bounds__(THREADS, 1) kda_chunked_kernel(kda_para
     if (is_v) state_store(p.state, p.state_bf16, sq.slot_base, vrow, 0, q, S, D / 8);
 }
 
+extern "C" size_t sp_kda_chunked_one_pass_smem_bytes_(void) { return sizeof(fused_smem); }
+
 extern "C" cudaError_t sp_kda_launch_chunked_(const kda_params *p, int splits,
                                               cudaStream_t stream) {
     const int smem = (int)sizeof(fused_smem);

@@ -242,6 +242,13 @@ static __global__ void __launch_bounds__(PASS_THREADS, 1)
     state_store(p.state, p.state_bf16, sq.slot_base, vrow, d0, q, S, 4);
 }
 
+extern "C" size_t sp_kda_chunked_smem_bytes_(void) {
+    size_t m = sp_kda_chunked_one_pass_smem_bytes_();
+    if (sizeof(prepare_smem) > m) m = sizeof(prepare_smem);
+    if (sizeof(pass_smem) > m) m = sizeof(pass_smem);
+    return m;
+}
+
 extern "C" cudaError_t sp_kda_launch_chunked_two_pass_(const kda_params *p, void *workspace,
                                                        cudaStream_t stream) {
     const int prep_smem = (int)sizeof(prepare_smem), pass_smem_bytes = (int)sizeof(pass_smem);

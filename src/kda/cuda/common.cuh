@@ -67,6 +67,10 @@ cudaError_t sp_kda_launch_recurrent_(const kda_params *p, cudaStream_t stream);
 /* splits: how many blocks share one (sequence, head), each owning 128 /
  * splits of the V columns (1, 2, 4 or 8). */
 cudaError_t sp_kda_launch_chunked_(const kda_params *p, int splits, cudaStream_t stream);
+/* The most shared memory a block of the chunked kernels asks for (of the
+ * one-pass kernel alone, of all). */
+size_t sp_kda_chunked_one_pass_smem_bytes_(void);
+size_t sp_kda_chunked_smem_bytes_(void);
 /* Two kernels; workspace: sp_kda_two_pass_bytes_ of p's T, N, H. */
 cudaError_t sp_kda_launch_chunked_two_pass_(const kda_params *p, void *workspace,
                                             cudaStream_t stream);

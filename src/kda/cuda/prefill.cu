@@ -3,6 +3,7 @@
  * the checked arguments, then the kernel that dispatch.c chose, launched on
  * the tensors' device (the caller's current device is restored).
  */
+#include "cuda/runtime.h"
 #include "kda/cuda/common.cuh"
 
 static kda_params params_of(const sp_kda_args *a, const sp_kda_dims *d) {
@@ -34,37 +35,46 @@ static kda_params params_of(const sp_kda_args *a, const sp_kda_dims *d) {
     return p;
 }
 
-static cudaError_t launch(const kda_params *p, int kernel, void *workspace, int device,
-                          cudaStream_t stream) {
-    if (kernel == SP_KDA_KERNEL_RECURRENT) return sp_kda_launch_recurrent_(p, stream);
-    if (kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS)
-        return sp_kda_launch_chunked_two_pass_(p, workspace, stream);
-    int sms = 0;
-    cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    if (e != cudaSuccess) return e;
-    return sp_kda_launch_chunked_(p, sp_kda_chunked_splits_(p->N * p->H, sms), stream);
+static sp_status launch(const kda_params *p, int kernel, void *workspace, int device,
+                        cudaStream_t stream) {
+    /* The launches' own status, not cudaGetLastError(): that could be an
+     * error the caller left pending, reported as ours and cleared. */
+    if (kernel == SP_KDA_KERNEL_RECURRENT) {
+        SP_CUDA_CHECK(sp_kda_launch_recurrent_(p, stream));
+    } else if (kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS) {
+        SP_CUDA_CHECK(sp_kda_launch_chunked_two_pass_(p, workspace, stream));
+    } else {
+        int sms = 0;
+        SP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+        SP_CUDA_CHECK(
+            sp_kda_launch_chunked_(p, sp_kda_chunked_splits_(p->N * p->H, sms), stream));
+    }
+    return SP_OK;
 }
 
 extern "C" sp_status sp_kda_prefill_cuda_(const sp_kda_args *a, const sp_kda_dims *d,
                                           struct CUstream_st *stream) {
     const kda_params p = params_of(a, d);
     const int dev = (int)d->dev.ordinal;
-    int prev = 0;
-    cudaError_t e = cudaGetDevice(&prev);
-    if (e == cudaSuccess && prev != dev) e = cudaSetDevice(dev);
-    if (e == cudaSuccess) {
-        /* The launch's own status, not cudaGetLastError(): that could be an
-         * error the caller left pending, reported as ours and cleared. */
-        e = launch(&p, d->kernel, a->workspace, dev, (cudaStream_t)stream);
-        if (prev != dev) {
-            cudaError_t r = cudaSetDevice(prev);
-            if (e == cudaSuccess) e = r;
+    sp_cuda_device_guard g;
+    SP_FORWARD(sp_cuda_device_enter(&g, dev, "q"));
+    const sp_status s = launch(&p, d->kernel, a->workspace, dev, (cudaStream_t)stream);
+    return sp_cuda_device_leave(&g, s);
+}
+
+/* Shared memory per block the device allows, per device; 0 until asked. */
+static int smem_optin[64];
+
+extern "C" int sp_kda_cuda_chunked_fits_(int device) {
+    if (device < 0 || device >= 64) return 0;
+    int have = __atomic_load_n(&smem_optin[device], __ATOMIC_RELAXED);
+    if (have == 0) {
+        if (cudaDeviceGetAttribute(&have, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+            cudaSuccess) {
+            (void)cudaGetLastError();
+            return 0;
         }
+        __atomic_store_n(&smem_optin[device], have, __ATOMIC_RELAXED);
     }
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError(); /* ours, reported below: do not leave it to the caller */
-        return sp_set_error(SP_ERR_CUDA, "sp_kda_prefill: launch of the %s kernel failed: %s",
-                            sp_kda_kernel_name((sp_kda_kernel)d->kernel), cudaGetErrorString(e));
-    }
-    return SP_OK;
+    return (size_t)have >= sp_kda_chunked_smem_bytes_();
 }
