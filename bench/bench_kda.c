@@ -140,6 +140,15 @@ static double rel_err(const uint16_t *x, const uint16_t *ref, size_t n) {
 static const char *kernel_name(int32_t k) { return sp_kda_kernel_name((sp_kda_kernel)k); }
 
 int main(int argc, char **argv) {
+    /* --shape T H N: that shape only (for profiling). */
+    int64_t only[3] = {0, 0, 0};
+    for (int i = 1; i + 3 < argc; i++)
+        if (strcmp(argv[i], "--shape") == 0) {
+            for (int k = 0; k < 3; k++) only[k] = strtoll(argv[i + 1 + k], NULL, 10);
+            for (int k = i; k + 4 < argc; k++) argv[k] = argv[k + 4];
+            argc -= 4;
+            break;
+        }
     FILE *out = NULL;
     if (bench_json_arg(argc, argv, &out)) return 2;
     char name[256];
@@ -171,6 +180,9 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
         for (int si = 0; si < 2; si++) {
             if (si > 0 && shapes[i].fla_ms == 0) continue; /* probes: fp32 state only */
+            if (only[0] && (only[0] != shapes[i].T || only[1] != shapes[i].H ||
+                            only[2] != shapes[i].N || si > 0))
+                continue;
             kda_case c[NK];
             make_case(&c[0], shapes[i].T, shapes[i].H, shapes[i].N, states[si]);
             for (int k = 1; k < NK; k++) {

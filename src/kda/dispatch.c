@@ -85,6 +85,12 @@ sp_status sp_kda_choose_kernel_(const sp_kda_args *a, sp_kda_dims *d) {
     return SP_OK;
 }
 
+int sp_kda_two_pass_groups_(int64_t pairs) {
+    /* Measured on the H200 (docs/PERFORMANCE.md): 16-row blocks win at 12
+     * pairs, 32-row blocks at 24 and more. */
+    return pairs <= 16 ? 1 : 2;
+}
+
 int sp_kda_chunked_splits_(int64_t pairs, int sms) {
     /* The most splits of the V columns (each block then owns 128 / splits)
      * that still keep every block in one wave, one block per multiprocessor:

@@ -9,14 +9,14 @@
  *   1. prepare: one block per (chunk, head) computes the chunk's operands
  *      (chunk.cuh) and stores them, one chunk_ops record per (chunk, head),
  *      in the caller's workspace;
- *   2. state pass: per (sequence, head), 4 blocks of 32 V rows walk the
- *      chunks, each record copied in (double-buffered) while the last one is
- *      used. A block's 32 x 128 slice of S^T is split over 8 warps, 16 rows
- *      by 32 K columns each; the partial products over K of the 4 warps of
- *      a row group are summed through shared memory, then each warp updates
- *      its own columns and writes 8 of the chunk's 32 output rows. (The pass
- *      is bound by copying records from L2: 32 rows a block instead of 16
- *      halves those copies for the same work.)
+ *   2. state pass: per (sequence, head), blocks of 16 or 32 V rows walk
+ *      the chunks, each record copied in (double-buffered) while the last
+ *      one is used. A block's slice of S^T is split over warps of 16 rows
+ *      by 32 K columns; the partial products over K of the 4 warps of a row
+ *      group are summed through shared memory, then each warp updates its
+ *      own columns and writes 8 of the chunk's 32 output rows. 16 rows a
+ *      block (more blocks) is faster for the fewest pairs, 32 (half the
+ *      record copies from L2 for the same work) for more.
  *
  * Record slots: chunk c of sequence n goes to slot floor(bos_n / 32) + n + c.
  * Slots of different sequences are distinct and fewer than floor(T / 32) + N
@@ -26,9 +26,8 @@
  */
 #include "kda/cuda/chunk.cuh"
 
-#define PASS_THREADS 256 /* state pass: 8 warps, 16 V rows x 32 K columns each */
-#define PASS_ROWS 32     /* V rows per state-pass block */
-#define PASS_SPLITS (D / PASS_ROWS)
+#define PASS_GROUPS 2 /* state pass: at most 2 row groups of 16 V rows, 4 warps each */
+#define PASS_ROWS (16 * PASS_GROUPS)
 #define SR (CT + 8) /* partial products' row stride: float2 stores conflict-free */
 
 static_assert(sizeof(chunk_ops) == SP_KDA_TWO_PASS_RECORD_BYTES, "record size");
@@ -114,9 +113,10 @@ static __device__ __forceinline__ void load_record(const kda_params &p, const kd
                                                    int buf) {
     const char *from = (const char *)record_of((void *)ws, slot, p.H, h);
     char *to = (char *)&s.ops[buf];
-    for (int i = tid; i < (int)(sizeof(chunk_ops) / 16); i += PASS_THREADS)
+    const int threads = (int)blockDim.x, rows = threads / 8;
+    for (int i = tid; i < (int)(sizeof(chunk_ops) / 16); i += threads)
         cp_async16(to + 16 * i, from + 16 * i, 16);
-    load_v(p, sq, h, c0, v0, PASS_ROWS, tid, PASS_THREADS, &s.v[buf][0][0], PASS_ROWS);
+    load_v(p, sq, h, c0, v0, rows, tid, threads, &s.v[buf][0][0], PASS_ROWS);
 }
 
 /* Accumulator tile x (rows r, r+8; columns 8nt + 2q, +1) to part[row][col]. */
@@ -138,18 +138,20 @@ static __device__ __forceinline__ void sum_tile(float (*const part)[16][SR], int
     }
 }
 
-static __global__ void __launch_bounds__(PASS_THREADS, 1)
+/* Blocks of 128 x groups threads, 16 x groups V rows. */
+static __global__ void __launch_bounds__(128 * PASS_GROUPS, 1)
     kda_state_pass_kernel(kda_params p, const void *ws) {
     extern __shared__ __align__(16) unsigned char smem_bytes[];
     pass_smem &s = *(pass_smem *)smem_bytes;
-    const int split = (int)(blockIdx.x % PASS_SPLITS);
-    const int64_t nh = blockIdx.x / PASS_SPLITS, h = nh % p.H, n = nh / p.H;
+    const int rows = (int)blockDim.x / 8, splits = D / rows;
+    const int split = (int)(blockIdx.x % (unsigned)splits);
+    const int64_t nh = blockIdx.x / (unsigned)splits, h = nh % p.H, n = nh / p.H;
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
     const int r = lane >> 2, q = lane & 3, rg = w >> 2, quarter = w & 3;
     kda_seq sq;
     if (!kda_seq_of(p, n, h, &sq)) return;
     const int64_t L = sq.len, slot0 = first_slot(sq.bos, n);
-    const int v0 = split * PASS_ROWS, vl = 16 * rg + r, vrow = v0 + vl, d0 = 32 * quarter;
+    const int v0 = split * rows, vl = 16 * rg + r, vrow = v0 + vl, d0 = 32 * quarter;
 
     float S[4][4]; /* S^T rows vrow, vrow + 8; K columns d0 .. d0 + 31 */
     state_load(p.state, p.state_bf16, sq.slot_base, vrow, d0, q, S, 4);
@@ -250,7 +252,7 @@ extern "C" size_t sp_kda_chunked_smem_bytes_(void) {
 }
 
 extern "C" cudaError_t sp_kda_launch_chunked_two_pass_(const kda_params *p, void *workspace,
-                                                       cudaStream_t stream) {
+                                                       int groups, cudaStream_t stream) {
     const int prep_smem = (int)sizeof(prepare_smem), pass_smem_bytes = (int)sizeof(pass_smem);
     cudaError_t e = cudaFuncSetAttribute((const void *)kda_prepare_kernel,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, prep_smem);
@@ -266,6 +268,7 @@ extern "C" cudaError_t sp_kda_launch_chunked_two_pass_(const kda_params *p, void
     const void *ws = workspace;
     void *pass_args[] = {(void *)p, &ws};
     return cudaLaunchKernel((const void *)kda_state_pass_kernel,
-                            dim3((unsigned)(p->N * p->H * PASS_SPLITS)), dim3(PASS_THREADS),
-                            pass_args, (size_t)pass_smem_bytes, stream);
+                            dim3((unsigned)(p->N * p->H * (D / (16 * groups)))),
+                            dim3((unsigned)(128 * groups)), pass_args, (size_t)pass_smem_bytes,
+                            stream);
 }

@@ -42,7 +42,8 @@ static sp_status launch(const kda_params *p, int kernel, void *workspace, int de
     if (kernel == SP_KDA_KERNEL_RECURRENT) {
         SP_CUDA_CHECK(sp_kda_launch_recurrent_(p, stream));
     } else if (kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS) {
-        SP_CUDA_CHECK(sp_kda_launch_chunked_two_pass_(p, workspace, stream));
+        SP_CUDA_CHECK(sp_kda_launch_chunked_two_pass_(
+            p, workspace, sp_kda_two_pass_groups_(p->N * p->H), stream));
     } else {
         int sms = 0;
         SP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
