@@ -13,7 +13,7 @@ from numpy.lib.stride_tricks import as_strided
 
 import sp_unittest
 import stridepack as sp
-from stridepack import _api, _dlpack
+from stridepack import _api
 
 POISON = 0xA5
 DTYPES = [np.bool_, np.uint8, np.int8, np.uint16, np.int16, np.uint32, np.int32, np.uint64,
@@ -283,6 +283,28 @@ class CopyBatch(unittest.TestCase):
 
 # ---- the DLPack path, through minimal producers --------------------------------
 
+KDL_CPU, KDL_BFLOAT = 1, 4
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):  # dlpack.h's DLTensor
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class _DLManagedTensor(ctypes.Structure):  # no deleter: the producer owns everything
+    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p),
+                ("deleter", ctypes.c_void_p)]
+
+
 _capsule_new = ctypes.pythonapi.PyCapsule_New
 _capsule_new.restype = ctypes.py_object
 _capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
@@ -300,20 +322,20 @@ class Bf16View:
         self._strides = (ctypes.c_int64 * max(n, 1))(*(s // 2 for s in u16.strides))
         root = u16 if u16.base is None else u16.base
         start = root.__array_interface__["data"][0]
-        m = _dlpack.DLManagedTensor()
+        m = _DLManagedTensor()
         t = m.dl_tensor
         t.data = start
         t.byte_offset = u16.__array_interface__["data"][0] - start
-        t.device.device_type, t.device.device_id = _dlpack.KDL_CPU, 0
+        t.device.device_type, t.device.device_id = KDL_CPU, 0
         t.ndim = n
-        t.dtype.code, t.dtype.bits, t.dtype.lanes = _dlpack.KDL_BFLOAT, 16, 1
+        t.dtype.code, t.dtype.bits, t.dtype.lanes = KDL_BFLOAT, 16, 1
         t.shape = ctypes.cast(self._shape, ctypes.POINTER(ctypes.c_int64))
         if not dense_null_strides:
             t.strides = ctypes.cast(self._strides, ctypes.POINTER(ctypes.c_int64))
         self._m = m
 
     def __dlpack_device__(self):
-        return (_dlpack.KDL_CPU, 0)
+        return (KDL_CPU, 0)
 
     def __dlpack__(self, stream=None):
         return _capsule_new(ctypes.addressof(self._m), _CAPSULE_NAME, None)
