@@ -119,7 +119,7 @@ def pack_into(inputs, outputs):
     own dense buffers: nothing is allocated and no array is created.
     Fallbacks and errors as copy_batch."""
     if compiling():
-        _torch_ops.copy_batch_(inputs, outputs)
+        _torch_ops.copy_batch(inputs, outputs)
         return outputs
     try:
         _native.pack_into(inputs, outputs)
@@ -140,7 +140,7 @@ def copy_batch(pairs):
     """
     if compiling():
         ps = [tuple(p) for p in pairs]
-        _torch_ops.copy_batch_([s for s, _ in ps], [d for _, d in ps])
+        _torch_ops.copy_batch([s for s, _ in ps], [d for _, d in ps])
         return
     try:
         _native.copy_batch(pairs)

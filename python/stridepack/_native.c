@@ -1059,6 +1059,38 @@ static PyObject *py_readable(PyObject *self, PyObject *x) {
     return PyUnicode_FromString(reason);
 }
 
+/* describe(x, via_dlpack=False): what the binding reads from x, as
+ * (address, shape, byte strides, element size, sp_dtype or -1, (device
+ * type, ordinal)); via_dlpack reads x through __dlpack__ whatever it is.
+ * For tests: the direct reads and the DLPack export must agree. */
+static PyObject *py_describe(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *x;
+    int via_dlpack = 0;
+    if (!PyArg_ParseTuple(args, "O|p", &x, &via_dlpack)) return NULL;
+    view *v = views_new(1);
+    if (!v) return NULL;
+    int fw = via_dlpack ? FW_DLPACK : framework_of(x);
+    int r = fw < 0 ? -1 : read_view(x, fw, v, 0);
+    PyObject *res = NULL;
+    if (r > 0) PyErr_Format(PyExc_ValueError, "unsupported: %s", reason);
+    if (r == 0) {
+        PyObject *shape = PyTuple_New(v->ndim), *strides = PyTuple_New(v->ndim);
+        for (int i = 0; shape && strides && i < v->ndim; i++) {
+            PyTuple_SET_ITEM(shape, i, PyLong_FromLongLong(v->shape[i]));
+            PyTuple_SET_ITEM(strides, i, PyLong_FromLongLong(v->strides[i]));
+        }
+        if (shape && strides)
+            res = Py_BuildValue("(KOOLi(ii))", (unsigned long long)v->ptr, shape, strides,
+                                (long long)v->itemsize, v->exact, (int)v->device.type,
+                                (int)v->device.ordinal);
+        Py_XDECREF(shape);
+        Py_XDECREF(strides);
+    }
+    views_free(v, 1);
+    return res;
+}
+
 /* ---- KDA ------------------------------------------------------------------- */
 
 static const char *const kda_names[] = {"q", "k", "v", "g", "beta", "A_log", "dt_bias",
@@ -1229,6 +1261,7 @@ static PyMethodDef methods[] = {
     METH("copy_batch", py_copy_batch, METH_VARARGS, "copy_batch(pairs, stream=None)"),
     METH("workspace_bytes", py_workspace_bytes, METH_O, "workspace_bytes(tensors) -> int"),
     METH("readable", py_readable, METH_O, "readable(x) -> None or the reason it is not"),
+    METH("describe", py_describe, METH_VARARGS, "describe(x, via_dlpack=False) -> the view read"),
     METH("kda", py_kda, METH_VARARGS, "kda(mode, boundary, tensors, gate, lb, scale, interval, stream)"),
     METH("boundary_create", py_boundary_create, METH_VARARGS, "boundary_create(device, T, H)"),
     METH("boundary_close", py_boundary_close, METH_O, "boundary_close(capsule)"),

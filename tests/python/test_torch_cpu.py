@@ -19,7 +19,7 @@ except ImportError:
 
 import sp_unittest
 import stridepack as sp
-from stridepack import _api
+from stridepack import _api, _native
 
 
 def bits_equal(a, b):
@@ -179,7 +179,7 @@ class CustomOps(unittest.TestCase):
         xs, _ = k3_like(gen)
         torch.library.opcheck(torch.ops.stridepack.pack.default, ([xs[0], xs[3]],))
         outs = [torch.empty(x.shape, dtype=x.dtype) for x in xs]
-        torch.library.opcheck(torch.ops.stridepack.copy_batch_.default, (xs, outs))
+        torch.library.opcheck(torch.ops.stridepack.copy_batch.default, (xs, outs))
 
     def test_compiled_fullgraph_matches_eager(self):
         gen = torch.Generator().manual_seed(10)
@@ -203,6 +203,32 @@ class CustomOps(unittest.TestCase):
         outs = [torch.empty(x.shape, dtype=x.dtype) for x in xs[:2]]
         torch.compile(into, fullgraph=True, backend="aot_eager")(xs[0], xs[1], outs)
         self.assertTrue(bits_equal(outs[0], xs[0]) and bits_equal(outs[1], xs[1]))
+
+
+class Reading(unittest.TestCase):
+    def test_direct_read_matches_dlpack(self):
+        # Plain tensors are read through their own attributes; the DLPack
+        # export of the same tensor must describe the same view.
+        base = torch.zeros(64, 3 * 512, dtype=torch.bfloat16)
+        for x in (base[:, 512:1024].view(1, 64, 4, 128), base.t()[3:9], base[5, ::3],
+                  torch.zeros(3, 5, dtype=torch.int64).t(), torch.zeros(4, 6)[::2, 1:]):
+            a, b = _native.describe(x), _native.describe(x, True)
+            self.assertEqual(a[:1] + a[3:], b[:1] + b[3:])
+            self.assertEqual(a[1], b[1])
+            self.assertEqual([s for s, n in zip(a[2], a[1]) if n > 1],
+                             [s for s, n in zip(b[2], b[1]) if n > 1])
+
+    def test_complex_moves_as_words(self):
+        c = torch.randn(6, 10, dtype=torch.complex64)[:, ::3]
+        self.assertEqual(_native.describe(c)[3:5], (8, -1))
+        o = sp.pack([c])[0]
+        self.assertTrue(torch.equal(o, c))
+        _api._reset_warnings()
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            o = sp.pack([c.conj()])[0]
+        self.assertTrue(torch.equal(o.resolve_conj(), c.conj().resolve_conj()))
+        self.assertIn("conjugation", str(w[0].message))
 
 
 class Views(unittest.TestCase):
