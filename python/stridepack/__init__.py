@@ -15,7 +15,35 @@ torch.compile (see _torch_ops.py).
 import sys
 
 from ._version import __version__
-from . import _native
+
+
+def _load_native():
+    """The extension module: installed beside this file (a wheel, or the
+    package CMake assembles in <build>/python), else, when this file is the
+    checkout's python/stridepack, the one of the checkout's newest CMake
+    build (build*/python/stridepack), so that PYTHONPATH=python works too."""
+    import glob
+    import importlib
+    import os
+    try:
+        return importlib.import_module(__name__ + "._native")
+    except ImportError as e:
+        first = e
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    built = glob.glob(os.path.join(root, "build*", "python", "stridepack", "_native.*"))
+    for path in sorted(built, key=os.path.getmtime, reverse=True):
+        if os.path.dirname(path) not in __path__:
+            __path__.append(os.path.dirname(path))
+        try:
+            return importlib.import_module(__name__ + "._native")
+        except ImportError:
+            __path__.pop()
+    raise ImportError("stridepack: the extension module stridepack._native is not built for "
+                      f"this interpreter ({first}); install the package (pip install ./python) "
+                      "or build the checkout with CMake and put <build>/python on PYTHONPATH")
+
+
+_native = _load_native()
 
 
 def _check_version(package, library, header):

@@ -34,17 +34,18 @@ static const char *const fw_names[FW_COUNT] = {"numpy", "torch", "cupy", "dlpack
 typedef struct view {
     uintptr_t ptr;
     int ndim;
-    int64_t shape[MAX_READ_DIMS];
-    int64_t strides[MAX_READ_DIMS];
     int64_t itemsize;
     int exact; /* sp_dtype, or -1: no stridepack dtype (moved as words) */
     sp_device device;
     int readonly;
     int requires_grad;
     int fw;
-    PyObject *keep;  /* a DLPack capsule to hold while in use, or NULL */
-    PyObject *dtype; /* torch: the dtype object (borrowed from the tensor) */
+    PyObject *keep;      /* a DLPack capsule to hold while in use, or NULL */
+    PyObject *dtype;     /* torch: the dtype object (a module constant) */
     PyObject *shape_obj; /* torch: the torch.Size, owned */
+    /* last: read_view clears only what comes before */
+    int64_t shape[MAX_READ_DIMS];
+    int64_t strides[MAX_READ_DIMS];
 } view;
 
 /* ---- module state (one interpreter) -------------------------------------- */
@@ -430,8 +431,7 @@ static int read_dlpack(PyObject *x, view *v, uintptr_t stream) {
 /* Read x (of framework fw) into v: 0 done, 1 unsupported (reason set),
  * -1 Python error. */
 static int read_view(PyObject *x, int fw, view *v, uintptr_t dl_stream) {
-    memset(v, 0, offsetof(view, shape));
-    v->keep = NULL; v->dtype = NULL; v->shape_obj = NULL;
+    memset(v, 0, offsetof(view, shape)); /* the caller cleared keep and shape_obj */
     v->exact = -1;
     v->fw = fw;
     switch (fw) {
@@ -715,9 +715,12 @@ static void cache_put(ws_cache *c, uintptr_t ptr, const view *x, PyObject *out) 
 
 /* ---- pack ------------------------------------------------------------------ */
 
+/* n views ready for read_view (only their head cleared: the dim arrays
+ * are filled by the read, and zeroing them would cost on every call). */
 static view *views_new(Py_ssize_t n) {
-    view *v = PyMem_Calloc((size_t)(n ? n : 1), sizeof(view));
-    if (!v) PyErr_NoMemory();
+    view *v = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(view));
+    if (!v) return (view *)PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < n; i++) memset(&v[i], 0, offsetof(view, shape));
     return v;
 }
 
@@ -861,8 +864,15 @@ static PyObject *py_pack(PyObject *self, PyObject *args) {
         goto done;
     }
     if (stream_arg == Py_None && stream_of(fw, dev, &stream) < 0) goto done;
-    int st = sp_pack(in, (size_t)n, (void *)wv->ptr, (size_t)(numel(wv) * wv->itemsize), out, NULL,
+    int st;
+    if (dev.type == SP_DEVICE_CPU) { /* a CPU pass may be long: let other threads run */
+        Py_BEGIN_ALLOW_THREADS
+        st = sp_pack(in, (size_t)n, (void *)wv->ptr, (size_t)(numel(wv) * wv->itemsize), out, NULL, NULL);
+        Py_END_ALLOW_THREADS
+    } else {
+        st = sp_pack(in, (size_t)n, (void *)wv->ptr, (size_t)(numel(wv) * wv->itemsize), out, NULL,
                      (struct CUstream_st *)stream);
+    }
     if (st == SP_ERR_UNSUPPORTED) {
         char m[600];
         snprintf(m, sizeof m, "the library reports unsupported input (%s)", sp_last_error());
@@ -974,7 +984,15 @@ static PyObject *copy_pairs(PyObject **srcs, PyObject **dsts, Py_ssize_t n, PyOb
     }
     if (stream_arg == Py_None && stream_fw >= 0 && stream_of(stream_fw, stream_dev, &stream) < 0)
         goto done;
-    int st = sp_copy_batch(pairs, (size_t)n, (struct CUstream_st *)stream);
+    int cpu = 1, st;
+    for (Py_ssize_t i = 0; i < 2 * n && cpu; i++) cpu = v[i].device.type == SP_DEVICE_CPU;
+    if (cpu) { /* a CPU pass may be long: let other threads run */
+        Py_BEGIN_ALLOW_THREADS
+        st = sp_copy_batch(pairs, (size_t)n, NULL);
+        Py_END_ALLOW_THREADS
+    } else {
+        st = sp_copy_batch(pairs, (size_t)n, (struct CUstream_st *)stream);
+    }
     if (st == SP_ERR_UNSUPPORTED) {
         char m[600];
         snprintf(m, sizeof m, "the library reports unsupported input (%s)", sp_last_error());
