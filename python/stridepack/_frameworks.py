@@ -20,27 +20,36 @@ def _dense_strides(shape):
     return tuple(reversed(strides))
 
 
-class Numpy:
-    name = "numpy"
+class NumpyLike:
+    """NumPy, and CuPy (the same array API on CUDA, read through DLPack by
+    the extension)."""
 
-    @staticmethod
-    def out(ws, offset, like):
+    def __init__(self, name):
+        self.name = name
+
+    def out(self, ws, offset, like):
         """(dense view of ws's bytes [offset, ...) shaped like `like`, cacheable)."""
-        np = sys.modules["numpy"]
-        u8 = ws.reshape(-1).view(np.uint8)
+        mod = sys.modules[self.name]
+        u8 = ws.reshape(-1).view(mod.uint8)
         return u8[offset:offset + like.nbytes].view(like.dtype).reshape(like.shape), False
 
-    @staticmethod
-    def empty_bytes(n, device):
-        return sys.modules["numpy"].empty(n, dtype=sys.modules["numpy"].uint8)
+    def empty_bytes(self, n, device):
+        mod = sys.modules[self.name]
+        if device[0] != 1:
+            return mod.empty(n, dtype=mod.uint8)
+        with mod.cuda.Device(device[1]):
+            return mod.empty(n, dtype=mod.uint8)
 
-    @staticmethod
-    def contiguous(x):
-        return x if x.flags.c_contiguous else sys.modules["numpy"].ascontiguousarray(x)
+    def current_stream(self, ordinal):
+        cp = sys.modules[self.name]
+        with cp.cuda.Device(ordinal):
+            return cp.cuda.get_current_stream().ptr
 
-    @staticmethod
-    def copy(dst, src):
-        sys.modules["numpy"].copyto(dst, src, casting="no")
+    def contiguous(self, x):
+        return x if x.flags.c_contiguous else sys.modules[self.name].ascontiguousarray(x)
+
+    def copy(self, dst, src):
+        sys.modules[self.name].copyto(dst, src, casting="no")
 
 
 class Torch:
@@ -84,38 +93,6 @@ class Torch:
         dst.copy_(src)
 
 
-class Cupy(Numpy):
-    """The NumPy array API on CUDA; read through DLPack by the extension."""
-
-    name = "cupy"
-
-    @staticmethod
-    def out(ws, offset, like):
-        cp = sys.modules["cupy"]
-        u8 = ws.reshape(-1).view(cp.uint8)
-        return u8[offset:offset + like.nbytes].view(like.dtype).reshape(like.shape), False
-
-    @staticmethod
-    def empty_bytes(n, device):
-        cp = sys.modules["cupy"]
-        with cp.cuda.Device(device[1]):
-            return cp.empty(n, dtype=cp.uint8)
-
-    @staticmethod
-    def current_stream(ordinal):
-        cp = sys.modules["cupy"]
-        with cp.cuda.Device(ordinal):
-            return cp.cuda.get_current_stream().ptr
-
-    @staticmethod
-    def contiguous(x):
-        return x if x.flags.c_contiguous else sys.modules["cupy"].ascontiguousarray(x)
-
-    @staticmethod
-    def copy(dst, src):
-        sys.modules["cupy"].copyto(dst, src, casting="no")
-
-
 class Generic:
     """Any other __dlpack__ producer: the library can read and write it
     (copy_batch; pack of inputs that are already dense), but the binding
@@ -131,7 +108,7 @@ class Generic:
     out = empty_bytes = contiguous = copy = _cannot
 
 
-FRAMEWORKS = [Numpy(), Torch(), Cupy(), Generic()]  # the extension's FW_* order
+FRAMEWORKS = [NumpyLike("numpy"), Torch(), NumpyLike("cupy"), Generic()]  # the extension's FW_* order
 
 
 def framework_of(x):

@@ -619,6 +619,21 @@ static int autograd_check(view *v, Py_ssize_t n) {
     return 0;
 }
 
+/* After a library call: 0 for SP_OK; else -1 with Fallback raised for
+ * SP_ERR_UNSUPPORTED (nothing was written: the framework's copy can do it)
+ * or StridepackError for any other error. */
+static int library_failed(int st) {
+    if (st == SP_OK) return 0;
+    if (st == SP_ERR_UNSUPPORTED) {
+        char m[600];
+        snprintf(m, sizeof m, "the library reports unsupported input (%s)", sp_last_error());
+        raise_fallback("unsupported", -1, m);
+    } else {
+        raise_status(st);
+    }
+    return -1;
+}
+
 static const char *device_name(sp_device d, char *buf, size_t n) {
     if (d.type == SP_DEVICE_CUDA) snprintf(buf, n, "cuda:%d", (int)d.ordinal);
     else snprintf(buf, n, "cpu");
@@ -873,13 +888,7 @@ static PyObject *py_pack(PyObject *self, PyObject *args) {
         st = sp_pack(in, (size_t)n, (void *)wv->ptr, (size_t)(numel(wv) * wv->itemsize), out, NULL,
                      (struct CUstream_st *)stream);
     }
-    if (st == SP_ERR_UNSUPPORTED) {
-        char m[600];
-        snprintf(m, sizeof m, "the library reports unsupported input (%s)", sp_last_error());
-        raise_fallback("unsupported", -1, m);
-        goto done;
-    }
-    if (st != SP_OK) { raise_status(st); goto done; }
+    if (library_failed(st)) goto done;
     ws_cache *c = fw == FW_TORCH ? cache_for(ws) : NULL;
     result = PyList_New(n);
     for (Py_ssize_t i = 0; result && i < n; i++) {
@@ -993,13 +1002,7 @@ static PyObject *copy_pairs(PyObject **srcs, PyObject **dsts, Py_ssize_t n, PyOb
     } else {
         st = sp_copy_batch(pairs, (size_t)n, (struct CUstream_st *)stream);
     }
-    if (st == SP_ERR_UNSUPPORTED) {
-        char m[600];
-        snprintf(m, sizeof m, "the library reports unsupported input (%s)", sp_last_error());
-        raise_fallback("unsupported", -1, m);
-        goto done;
-    }
-    if (st != SP_OK) { raise_status(st); goto done; }
+    if (library_failed(st)) goto done;
     result = Py_None;
     Py_INCREF(result);
 done:
