@@ -57,6 +57,14 @@ compiling = _no_compiler
 _torch_ops = None  # the _torch_ops module once registered
 
 
+def _listed(items, what):
+    """items as a list (a generator is consumed once here, so that the
+    general path can read it again); one array is refused."""
+    if hasattr(items, "__dlpack__") or hasattr(items, "__array_interface__"):
+        raise TypeError(f"stridepack: {what} must be a list, not one array")
+    return list(items)
+
+
 def workspace_bytes(tensors):
     """Bytes of workspace that pack(tensors) needs: 0 when every input is
     already dense. Inputs the library cannot take count nothing."""
@@ -77,12 +85,14 @@ def pack(tensors, workspace=None):
     or for input the library reports unsupported.
     Raises StridepackError (.status, .message) when the library fails.
     """
+    if tensors.__class__ is not list:
+        tensors = _listed(tensors, "tensors")
     if compiling():
         return _torch_ops.pack(tensors)
     try:
         return _native.pack(tensors, workspace)
     except Fallback as f:
-        return _pack_general(list(tensors), workspace, f.args)
+        return _pack_general(tensors, workspace, f.args)
 
 
 def _pack_general(xs, workspace, why):
@@ -118,6 +128,8 @@ def pack_into(inputs, outputs):
     library call; returns outputs. The form for callers that keep their
     own dense buffers: nothing is allocated and no array is created.
     Fallbacks and errors as copy_batch."""
+    if inputs.__class__ is not list:
+        inputs = _listed(inputs, "inputs")
     if compiling():
         _torch_ops.copy_batch(inputs, outputs)
         return outputs
@@ -138,6 +150,8 @@ def copy_batch(pairs):
     autograd is recording or for input the library reports unsupported.
     Raises StridepackError (.status, .message) when the library fails.
     """
+    if pairs.__class__ is not list:
+        pairs = _listed(pairs, "pairs")
     if compiling():
         ps = [tuple(p) for p in pairs]
         _torch_ops.copy_batch([s for s, _ in ps], [d for _, d in ps])

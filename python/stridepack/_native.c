@@ -76,6 +76,31 @@ static PyObject *call0(PyObject *o, PyObject *name) {
 #endif
 }
 
+/* The pending exception, taken (PyErr_Fetch is deprecated from 3.12). */
+static PyObject *exc_take(void) {
+#if PY_VERSION_HEX >= 0x030C0000
+    return PyErr_GetRaisedException();
+#else
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    PyErr_NormalizeException(&t, &v, &tb);
+    if (v && tb) PyException_SetTraceback(v, tb);
+    Py_XDECREF(t);
+    Py_XDECREF(tb);
+    return v;
+#endif
+}
+
+static void exc_restore(PyObject *e) {
+#if PY_VERSION_HEX >= 0x030C0000
+    PyErr_SetRaisedException(e);
+#else
+    PyObject *t = (PyObject *)Py_TYPE(e);
+    Py_INCREF(t);
+    PyErr_Restore(t, e, PyException_GetTraceback(e));
+#endif
+}
+
 static int unsupported(const char *fmt, const char *arg) {
     snprintf(reason, sizeof reason, fmt, arg);
     return 1;
@@ -147,32 +172,38 @@ static void view_clear(view *v) {
     v->dtype = NULL;
 }
 
-/* Fill shape (and strides, when st is not NULL) from sequences of ints. */
+/* Fill shape (and strides, when st is not None) from sequences of ints
+ * (tuples, torch.Size included, are read in place). */
 static int read_dims(view *v, PyObject *shape, PyObject *st, int64_t unit) {
-    PyObject *fs = PySequence_Fast(shape, "shape is not a sequence");
+    PyObject *fs = PyTuple_Check(shape) ? (Py_INCREF(shape), shape)
+                                        : PySequence_Fast(shape, "shape is not a sequence");
+    PyObject *fst = NULL;
+    int r = -1;
     if (!fs) return -1;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(fs);
-    if (n > MAX_READ_DIMS) { Py_DECREF(fs); return unsupported("%s dims", "too many"); }
+    if (n > MAX_READ_DIMS) { r = unsupported("%s dims", "too many"); goto done; }
     v->ndim = (int)n;
     for (Py_ssize_t i = 0; i < n; i++)
         v->shape[i] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fs, i));
-    Py_DECREF(fs);
     if (st && st != Py_None) {
-        PyObject *fst = PySequence_Fast(st, "strides is not a sequence");
-        if (!fst) return -1;
+        fst = PyTuple_Check(st) ? (Py_INCREF(st), st)
+                                : PySequence_Fast(st, "strides is not a sequence");
+        if (!fst) goto done;
         if (PySequence_Fast_GET_SIZE(fst) != n) {
-            Py_DECREF(fst);
             PyErr_SetString(PyExc_ValueError, "strides and shape differ in length");
-            return -1;
+            goto done;
         }
         for (Py_ssize_t i = 0; i < n; i++)
             v->strides[i] = unit * PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fst, i));
-        Py_DECREF(fst);
     } else {
         int64_t acc = v->itemsize;
         for (int i = v->ndim - 1; i >= 0; i--) { v->strides[i] = acc; acc *= v->shape[i]; }
     }
-    return PyErr_Occurred() ? -1 : 0;
+    r = PyErr_Occurred() ? -1 : 0;
+done:
+    Py_DECREF(fs);
+    Py_XDECREF(fst);
+    return r;
 }
 
 static int bool_attr(PyObject *x, PyObject *name, int call) {
@@ -230,14 +261,13 @@ static int read_torch(PyObject *x, view *v) {
     PyObject *st = call0(x, s_stride);
     if (!st) {
         /* Sparse, MKL-DNN and other layouts have no strides. */
-        PyObject *et, *ev, *tb;
-        PyErr_Fetch(&et, &ev, &tb);
+        PyObject *e = exc_take();
         PyObject *layout = PyObject_GetAttr(x, s_layout);
         int strided = layout == torch_strided;
         Py_XDECREF(layout);
         PyErr_Clear();
-        if (strided) { PyErr_Restore(et, ev, tb); return -1; }
-        Py_XDECREF(et); Py_XDECREF(ev); Py_XDECREF(tb);
+        if (strided) { exc_restore(e); return -1; }
+        Py_XDECREF(e);
         return unsupported("%s", "not a strided tensor");
     }
     PyObject *p = call0(x, s_data_ptr);
@@ -380,11 +410,12 @@ static int read_dlpack(PyObject *x, view *v, uintptr_t stream) {
     if (!cap) {
         if (PyErr_ExceptionMatches(PyExc_BufferError) || PyErr_ExceptionMatches(PyExc_RuntimeError) ||
             PyErr_ExceptionMatches(PyExc_TypeError) || PyErr_ExceptionMatches(PyExc_ValueError)) {
-            PyObject *et, *ev, *tb;
-            PyErr_Fetch(&et, &ev, &tb);
-            PyObject *s = ev ? PyObject_Str(ev) : NULL;
-            snprintf(reason, sizeof reason, "__dlpack__ refused: %s", s ? PyUnicode_AsUTF8(s) : "?");
-            Py_XDECREF(s); Py_XDECREF(et); Py_XDECREF(ev); Py_XDECREF(tb);
+            PyObject *e = exc_take();
+            PyObject *s = e ? PyObject_Str(e) : NULL;
+            const char *text = s ? PyUnicode_AsUTF8(s) : NULL;
+            snprintf(reason, sizeof reason, "__dlpack__ refused: %s", text ? text : "?");
+            Py_XDECREF(s);
+            Py_XDECREF(e);
             PyErr_Clear();
             return 1;
         }

@@ -165,7 +165,7 @@ class Pack(unittest.TestCase):
 
     def test_allocates_without_workspace(self):
         a = np.arange(30.0).reshape(5, 6)
-        o = sp.pack([a[:, ::2], a])
+        o = sp.pack(x for x in (a[:, ::2], a))  # any iterable
         self.assertTrue(np.array_equal(o[0], a[:, ::2]))
         self.assertIs(o[1], a)
         self.assertEqual(sp.pack([]), [])
@@ -198,7 +198,7 @@ class Fallback(unittest.TestCase):
         a = np.array([[1, "x"], [None, 2.5]], dtype=object)
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
-            o = sp.pack([a.T])[0]
+            o = sp.pack(x for x in [a.T])[0]  # a generator, read again by the fallback
         self.assertEqual(o.tolist(), a.T.tolist())
         self.assertEqual(sum(issubclass(m.category, sp.FallbackWarning) for m in w), 1)
 
