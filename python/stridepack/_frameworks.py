@@ -12,14 +12,6 @@ out(), empty_bytes() and current_stream() on them; it reads arrays itself.
 import sys
 
 
-def _dense_strides(shape):
-    strides, acc = [], 1
-    for n in reversed(shape):
-        strides.append(acc)
-        acc *= max(n, 1)
-    return tuple(reversed(strides))
-
-
 class NumpyLike:
     """NumPy, and CuPy (the same array API on CUDA, read through DLPack by
     the extension)."""
@@ -57,22 +49,14 @@ class Torch:
 
     @staticmethod
     def out(ws, offset, like):
-        """A dense tensor over ws's storage at byte `offset` of ws, shaped
-        like `like`. Built on the storage, not as a view of ws, so that it
-        holds no reference to the workspace tensor itself: the extension
-        may keep it for the next call and still drop it when ws dies."""
+        """A dense tensor over ws's bytes from `offset`, shaped like `like`.
+        Detached, so that it holds the storage but no reference to the
+        workspace tensor itself: the extension may keep it for the next call
+        and still drop it when ws dies. Allocates nothing (CUDA graphs)."""
         torch = sys.modules["torch"]
-        size = like.element_size()
-        start = ws.storage_offset() * ws.element_size() + offset
-        if start % size == 0:
-            # torch < 2.0 has no untyped_storage(); its storage().untyped() is the same
-            storage = ws.untyped_storage() if hasattr(ws, "untyped_storage") else ws.storage().untyped()
-            t = torch.empty(0, dtype=like.dtype, device=ws.device)
-            t.set_(storage, start // size, like.shape, _dense_strides(like.shape))
-            return t, True
-        u8 = ws.reshape(-1).view(torch.uint8)
-        n = like.numel() * size
-        return u8[offset:offset + n].view(like.dtype).view(like.shape), False
+        n = like.numel() * like.element_size()
+        u8 = ws.reshape(-1).view(torch.uint8)[offset:offset + n]
+        return u8.view(like.dtype).view(like.shape).detach(), True
 
     @staticmethod
     def empty_bytes(n, device):
