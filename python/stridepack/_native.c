@@ -920,7 +920,8 @@ static PyObject *py_pack(PyObject *self, PyObject *args) {
                      (struct CUstream_st *)stream);
     }
     if (library_failed(st)) goto done;
-    ws_cache *c = fw == FW_TORCH ? cache_for(ws) : NULL;
+    /* A workspace allocated here dies with this call: nothing to keep. */
+    ws_cache *c = fw == FW_TORCH && !own_ws ? cache_for(ws) : NULL;
     result = PyList_New(n);
     for (Py_ssize_t i = 0; result && i < n; i++) {
         PyObject *o;
