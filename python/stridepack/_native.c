@@ -733,10 +733,12 @@ static PyObject *cached_out(ws_cache *c, uintptr_t ptr, const view *x) {
         if (c->e[i].ptr != ptr) continue;
         PyObject *o = c->e[i].out;
         if (c->e[i].dtype != x->dtype || !same_obj(c->e[i].shape, x->shape_obj)) return NULL;
-        PyObject *od = PyObject_GetAttr(o, s_dtype), *os = PyObject_GetAttr(o, s_shape);
-        PyObject *ot = call0(o, s_stride), *op = call0(o, s_data_ptr);
-        int ok = od == x->dtype && os && ot && op && same_obj(os, x->shape_obj) &&
-                 same_obj(ot, c->e[i].stride) && PyLong_AsUnsignedLongLong(op) == ptr;
+        /* Each read only while the previous ones agree. */
+        PyObject *od = NULL, *os = NULL, *ot = NULL, *op = NULL;
+        int ok = (od = PyObject_GetAttr(o, s_dtype)) == x->dtype &&
+                 (os = PyObject_GetAttr(o, s_shape)) && same_obj(os, x->shape_obj) &&
+                 (ot = call0(o, s_stride)) && same_obj(ot, c->e[i].stride) &&
+                 (op = call0(o, s_data_ptr)) && PyLong_AsUnsignedLongLong(op) == ptr;
         Py_XDECREF(od); Py_XDECREF(os); Py_XDECREF(ot); Py_XDECREF(op);
         PyErr_Clear();
         if (ok) { Py_INCREF(o); return o; }
