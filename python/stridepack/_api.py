@@ -85,10 +85,10 @@ def pack(tensors, workspace=None):
     or for input the library reports unsupported.
     Raises StridepackError (.status, .message) when the library fails.
     """
-    if tensors.__class__ is not list:
-        tensors = _listed(tensors, "tensors")
     if compiling():
         return _torch_ops.pack(tensors)
+    if tensors.__class__ is not list:
+        tensors = _listed(tensors, "tensors")
     try:
         return _native.pack(tensors, workspace)
     except Fallback as f:
@@ -128,11 +128,11 @@ def pack_into(inputs, outputs):
     library call; returns outputs. The form for callers that keep their
     own dense buffers: nothing is allocated and no array is created.
     Fallbacks and errors as copy_batch."""
-    if inputs.__class__ is not list:
-        inputs = _listed(inputs, "inputs")
     if compiling():
         _torch_ops.copy_batch(inputs, outputs)
         return outputs
+    if inputs.__class__ is not list:
+        inputs = _listed(inputs, "inputs")
     try:
         _native.pack_into(inputs, outputs)
     except Fallback as f:
@@ -150,12 +150,12 @@ def copy_batch(pairs):
     autograd is recording or for input the library reports unsupported.
     Raises StridepackError (.status, .message) when the library fails.
     """
-    if pairs.__class__ is not list:
-        pairs = _listed(pairs, "pairs")
     if compiling():
         ps = [tuple(p) for p in pairs]
         _torch_ops.copy_batch([s for s, _ in ps], [d for _, d in ps])
         return
+    if pairs.__class__ is not list:
+        pairs = _listed(pairs, "pairs")
     try:
         _native.copy_batch(pairs)
     except Fallback as f:

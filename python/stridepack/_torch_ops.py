@@ -77,7 +77,7 @@ def copy_batch(srcs, dsts):
 def pack(tensors):
     """The traced form of stridepack.pack."""
     xs = list(tensors)
-    if _torch.is_grad_enabled() and any(x.requires_grad for x in xs):
+    if _torch.is_grad_enabled() and any([x.requires_grad for x in xs]):
         return [x.contiguous() for x in xs]
     todo = [i for i, x in enumerate(xs) if not x.is_contiguous()]
     outs = list(xs)
