@@ -1,8 +1,11 @@
 """The PyTorch side of the binding on the CPU, so that it is tested without a
-GPU: the fast read of torch tensors, the repeated-call argument cache (a
-repeat copies what the inputs hold now, returns new output objects, and keeps
-no dropped workspace alive), views with the lazy negation bit, bf16 through
-a transposed view. Exits 77 when torch is not importable."""
+GPU: the extension's direct read of torch tensors (checked against their
+DLPack export), repeated calls into one workspace (a repeat copies what the
+inputs hold now, reuses untouched outputs, notices a caller's change to an
+output's metadata, and keeps no dropped workspace alive), pack_into, the
+autograd and lazy negation / conjugation fallbacks, and, with torch >= 2.4,
+the custom ops under torch.compile (backend aot_eager: no compiler needed).
+Exits 77 when torch is not importable."""
 
 import gc
 import sys
