@@ -18,8 +18,10 @@ Each arm is checked bit for bit (int16 views) against .contiguous() on
 poisoned outputs first, then timed: CUDA events around each call, median of
 --reps after --warmup calls. Bandwidth counts bytes read + written.
 
-Run: STRIDEPACK_LIBRARY=build/src/libstridepack.so PYTHONPATH=python \
-     python3 bench/anchors.py --json results.json
+Run: PYTHONPATH=build/python python3 bench/anchors.py --json results.json
+     (PYTHONPATH=python also works: the package then takes the extension
+     module of the checkout's newest CMake build). The host cost of the
+     binding per call is measured in detail by bench/bench_python.py.
 Prints a table, then the JSON (one object per layout).
 """
 

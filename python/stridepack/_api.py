@@ -1,19 +1,21 @@
-"""pack, copy_batch and workspace_bytes: the framework-facing calls."""
+"""pack, pack_into, copy_batch and workspace_bytes: the framework-facing calls.
 
-import ctypes
+Each is one call into the extension. When that call cannot do the work
+itself (autograd is recording, an input the library cannot take) it raises
+_native.Fallback having written nothing, and the general path here splits
+the work between the library and the framework's own copy, warning once.
+Under torch.compile the calls become the custom ops of _torch_ops.
+"""
+
 import os
 import sys
 import warnings
 
-from . import _views as views
-from ._frameworks import framework_of
-from ._lib import (SP_DEVICE_CUDA, SP_ERR_UNSUPPORTED, CopyPair, Tensor, check, error, lib)
+from . import _native
+from ._errors import FallbackWarning
+from ._frameworks import autograd_recording, framework_of
 
-
-class FallbackWarning(RuntimeWarning):
-    """stridepack used the framework's own per-tensor copy instead."""
-
-
+Fallback = _native.Fallback
 _warned = set()
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -44,233 +46,144 @@ def _reset_warnings():
     _warned.clear()
 
 
-def _device_name(d):
-    return f"cuda:{d[1]}" if d[0] == SP_DEVICE_CUDA else "cpu"
+def _no_compiler():
+    return False
 
 
-def _as_list(items, what):
+# Replaced by torch.compiler.is_compiling once the torch custom ops are
+# registered (_torch_ops.register): under torch.compile the calls below
+# become those ops; in eager mode the check is one cheap call.
+compiling = _no_compiler
+_torch_ops = None  # the _torch_ops module once registered
+
+
+def _listed(items, what):
+    """items as a list (a generator is consumed once here, so that the
+    general path can read it again); one array is refused."""
     if hasattr(items, "__dlpack__") or hasattr(items, "__array_interface__"):
         raise TypeError(f"stridepack: {what} must be a list, not one array")
     return list(items)
 
 
-def _one_framework(xs):
-    fws = {framework_of(x) for x in xs}
-    if len(fws) > 1:
-        names = sorted(fw.name for fw in fws)
-        raise TypeError(f"stridepack: pack takes one framework per call, got {names}")
-    return fws.pop()
-
-
-def _read_inputs(fw, xs, fallback):
-    """[(index, RawView)] of the inputs the binding can read; the others
-    get fallback(index, reason)."""
-    raws = []
-    for i, x in enumerate(xs):
-        try:
-            raws.append((i, fw.raw(x)))
-        except views.Unsupported as e:
-            fallback(i, f"tensors[{i}]: {e}")
-    return raws
-
-
-def _to_array(raws, fallback):
-    """(arr, [(index, RawView)]): those the library can take, as sp_tensors
-    filled in place in arr[:len(list)]; the others get fallback."""
-    arr = (Tensor * len(raws))()
-    mapped = []
-    for i, v in raws:
-        try:
-            views.to_tensor(v, t=arr[len(mapped)])
-            mapped.append((i, v))
-        except views.Unsupported as e:
-            fallback(i, f"tensors[{i}]: {e}")
-    return arr, mapped
-
-
-def _ignore(i, reason):
-    pass
-
-
 def workspace_bytes(tensors):
     """Bytes of workspace that pack(tensors) needs: 0 when every input is
     already dense. Inputs the library cannot take count nothing."""
-    xs = _as_list(tensors, "tensors")
-    if not xs:
-        return 0
-    fw = _one_framework(xs)
-    arr, mapped = _to_array(_read_inputs(fw, xs, _ignore), _ignore)
-    need = ctypes.c_size_t()
-    check(lib.sp_pack_workspace_bytes(arr, len(mapped), ctypes.byref(need)))
-    return need.value
+    return _native.workspace_bytes(tensors)
 
 
 def pack(tensors, workspace=None):
     """Dense versions of `tensors`, a list of arrays of one framework.
 
     Each output is the input itself when that is already dense, otherwise a
-    view of `workspace` holding a copy; all copies are one library call (one
-    kernel launch on CUDA, on the framework's current stream; at most 64
-    tensors per call, more fall back to the framework's copy). Give a
-    workspace of at least workspace_bytes(tensors) bytes (a contiguous
+    dense array over `workspace` holding a copy; all copies are one library
+    call (one kernel launch on CUDA, on the framework's current stream; at
+    most 64 tensors per call, more fall back to the framework's copy). Give
+    a workspace of at least workspace_bytes(tensors) bytes (a contiguous
     array of the same framework and device) to allocate nothing, as CUDA
     graph capture wants; without one, one is allocated. Falls back to the
     framework's per-tensor copy, warning once, while autograd is recording
     or for input the library reports unsupported.
     Raises StridepackError (.status, .message) when the library fails.
     """
-    xs = _as_list(tensors, "tensors")
-    if not xs:
-        return []
-    fw = _one_framework(xs + ([workspace] if workspace is not None else []))
-    if fw.autograd_recording(xs):
+    if compiling():
+        return _torch_ops.pack(tensors)
+    if tensors.__class__ is not list:
+        tensors = _listed(tensors, "tensors")
+    try:
+        return _native.pack(tensors, workspace)
+    except Fallback as f:
+        return _pack_general(tensors, workspace, f.args)
+
+
+def _pack_general(xs, workspace, why):
+    kind, index, reason = why
+    fw = framework_of(xs[0])
+    if kind == "autograd" or autograd_recording(xs):
         _warn_once("autograd", "autograd is recording (an input requires grad): pack uses "
                    "per-tensor .contiguous() so that gradients flow")
         return [fw.contiguous(x) for x in xs]
-    key = _plan_key(fw, xs, workspace)
-    plan = _plans.get(key) if key is not None else None
-    if plan is not None:
-        return _replay(fw, plan, xs, workspace)
     outs = [None] * len(xs)
-
-    def fallback(i, reason):
-        _warn_once("unsupported", reason + "; using the framework's own copy")
-        outs[i] = fw.contiguous(xs[i])
-
-    raws = _read_inputs(fw, xs, fallback)
-    # Density as sp_tensor_is_dense defines it (size-1 dims any stride, an
-    # empty tensor dense), decided here: the all-dense call costs no more
-    # than reading the inputs.
-    copy = [v for _, v in raws if not v.is_c_contiguous()]
-    if not copy:  # nothing to move: no library call, no launch
-        for i, _ in raws:
-            outs[i] = xs[i]
-        return outs
-    device = copy[0].device
-    arr, mapped = _to_array(raws, fallback)
-    n = len(mapped)
-    if workspace is None:
-        need = ctypes.c_size_t()
-        check(lib.sp_pack_workspace_bytes(arr, n, ctypes.byref(need)))
-        workspace = fw.empty_bytes(need.value, device)
-    try:
-        wv = fw.raw(workspace)
-    except views.Unsupported as e:
-        raise error("SP_ERR_INVALID_ARGUMENT", f"workspace: {e}") from None
-    if not wv.is_c_contiguous() or wv.readonly:
-        raise error("SP_ERR_INVALID_ARGUMENT", "workspace: must be contiguous and writable")
-    if wv.device != device:
-        raise error("SP_ERR_DEVICE_MISMATCH", f"workspace: on {_device_name(wv.device)}, "
-                    f"inputs to copy on {_device_name(device)}")
-    out_arr = (Tensor * n)()
-    status = lib.sp_pack(arr, n, wv.ptr or None, wv.numel * wv.itemsize, out_arr, None,
-                         fw.stream(device))
-    if status == SP_ERR_UNSUPPORTED:
-        reason = lib.sp_last_error().decode(errors="replace")
-        for i, _ in mapped:
-            fallback(i, f"the library reports unsupported input ({reason})")
-        return outs
-    check(status)
-    slots = {}  # input index -> (byte offset in the workspace, bytes)
-    for j, (i, v) in enumerate(mapped):
-        data = out_arr[j].data
-        if data == arr[j].data:  # the library's alias of a dense input
-            outs[i] = xs[i]
+    keep = []
+    for i, x in enumerate(xs):
+        reason_i = _native.readable(x) if len(xs) <= _native.MAX_PAIRS_PER_LAUNCH else reason
+        if reason_i is None:
+            keep.append(i)
         else:
-            slots[i] = (data - wv.ptr, v.numel * v.itemsize)
-    _views_into(fw, workspace, slots, xs, outs)
-    if key is not None and len(mapped) == len(xs):  # no fallback: the call can be replayed
-        if len(_plans) >= _PLAN_CACHE:
-            _plans.pop(next(iter(_plans)))
-        _plans[key] = (arr, n, wv.ptr, wv.numel * wv.itemsize, out_arr, device, slots)
+            _warn_once("unsupported", f"tensors[{i}]: {reason_i}; using the framework's own copy")
+            outs[i] = fw.contiguous(x)
+    if keep:
+        try:
+            for i, o in zip(keep, _native.pack([xs[i] for i in keep], workspace)):
+                outs[i] = o
+        except Fallback as f:  # the library reports unsupported input
+            _warn_once("unsupported", f.args[2] + "; using the framework's own copy")
+            for i in keep:
+                outs[i] = fw.contiguous(xs[i])
     return outs
 
 
-def _views_into(fw, workspace, slots, xs, outs):
-    """outs[i] = a new view of the workspace at slots[i], shaped like xs[i]."""
-    if slots:
-        ws_u8 = fw.byte_view(workspace)
-        for i, (offset, nbytes) in slots.items():
-            outs[i] = fw.out_view(ws_u8, offset, nbytes, xs[i])
-
-
-# Eager calls repeat with the same views and workspace (the same layer
-# buffers, step after step). The library arguments built for such a call
-# (plain numbers: addresses, shapes, strides, slot offsets) are kept, keyed
-# on everything they were built from, so that a repeat skips rebuilding
-# them; the library still validates every call. No array is kept: the
-# outputs are new views of the workspace the caller passes each time, so a
-# dropped workspace is freed and no output object is shared between calls.
-_PLAN_CACHE = 16
-_plans = {}
-
-
-def _plan_key(fw, xs, workspace):
-    keyf = getattr(fw, "plan_key", None)
-    if keyf is None or workspace is None:
-        return None
+def pack_into(inputs, outputs):
+    """Copy inputs[i] into outputs[i] (arrays the caller owns: same shape
+    and dtype, writable, any strides, overlapping nothing else), all in one
+    library call; returns outputs. The form for callers that keep their
+    own dense buffers: nothing is allocated and no array is created.
+    Fallbacks and errors as copy_batch."""
+    if compiling():
+        _torch_ops.copy_batch(inputs, outputs)
+        return outputs
+    if inputs.__class__ is not list:
+        inputs = _listed(inputs, "inputs")
     try:
-        return (fw.name, tuple(keyf(x) for x in xs), keyf(workspace))
-    except views.Unsupported:
-        return None
-
-
-def _replay(fw, plan, xs, workspace):
-    arr, n, ws_ptr, ws_bytes, out_arr, device, slots = plan
-    check(lib.sp_pack(arr, n, ws_ptr, ws_bytes, out_arr, None, fw.stream(device)))
-    outs = list(xs)
-    _views_into(fw, workspace, slots, xs, outs)
-    return outs
+        _native.pack_into(inputs, outputs)
+    except Fallback as f:
+        _copy_general(list(zip(inputs, outputs)), f.args)
+    return outputs
 
 
 def copy_batch(pairs):
     """Copy each (src, dst) pair, bits not values, all in one library call
     (one kernel launch per 64 pairs on CUDA, on the current stream of the
-    framework of the first CUDA array). Arrays may come from any DLPack producer; src and
-    dst of a pair have the same shape and dtype, dst is writable and no
-    destination overlaps another or any source. Falls back to the
-    framework's per-pair copy (dst's framework), warning once, while
+    framework of the first CUDA array). Arrays may come from any DLPack
+    producer; src and dst of a pair have the same shape and dtype, dst is
+    writable and no destination overlaps another or any source. Falls back
+    to the framework's per-pair copy (dst's framework), warning once, while
     autograd is recording or for input the library reports unsupported.
     Raises StridepackError (.status, .message) when the library fails.
     """
-    ps = [tuple(p) for p in _as_list(pairs, "pairs")]
-    for i, p in enumerate(ps):
-        if len(p) != 2:
-            raise TypeError(f"stridepack: pairs[{i}] must be (src, dst)")
-    fws = [(framework_of(s), framework_of(d)) for s, d in ps]
-    if any(fs.autograd_recording([s, d]) or fd.autograd_recording([s, d])
-           for (s, d), (fs, fd) in zip(ps, fws)):
+    if compiling():
+        ps = [tuple(p) for p in pairs]
+        _torch_ops.copy_batch([s for s, _ in ps], [d for _, d in ps])
+        return
+    if pairs.__class__ is not list:
+        pairs = _listed(pairs, "pairs")
+    try:
+        _native.copy_batch(pairs)
+    except Fallback as f:
+        _copy_general([tuple(p) for p in pairs], f.args)
+
+
+def _copy_general(ps, why):
+    kind, index, reason = why
+    if kind == "autograd" or autograd_recording([x for p in ps for x in p]):
         _warn_once("autograd", "autograd is recording (a tensor requires grad): copy_batch "
                    "uses per-pair .copy_() so that gradients flow")
-        for (s, d), (_, fd) in zip(ps, fws):
-            fd.copy(d, s)
-        return
-    mapped, rest, keep = [], [], []
-    for i, ((s, d), (fs, fd)) in enumerate(zip(ps, fws)):
-        try:
-            vs, vd = fs.raw(s), fd.raw(d)
-            if vd.readonly:
-                raise error("SP_ERR_INVALID_ARGUMENT", f"pairs[{i}].dst: read-only")
-            same = vs.itemsize == vd.itemsize and vs.exact == vd.exact
-            unit = min(views.best_unit(vs), views.best_unit(vd)) if same else None
-            mapped.append(CopyPair(*views.pair_tensors(vs, vd, unit)))
-            keep.append((vs, vd, fs if fs.name != "dlpack" else fd))
-        except views.Unsupported as e:
-            _warn_once("unsupported", f"pairs[{i}]: {e}; using the framework's own copy")
-            rest.append(i)
-    stream = None
-    for vs, _, fw in keep:
-        if vs.device[0] == SP_DEVICE_CUDA:
-            stream = fw.stream(vs.device)
-            break
-    arr = (CopyPair * len(mapped))(*mapped)
-    status = lib.sp_copy_batch(arr, len(mapped), stream)
-    if status == SP_ERR_UNSUPPORTED:
-        reason = lib.sp_last_error().decode(errors="replace")
-        _warn_once("unsupported", f"the library reports unsupported input ({reason}); "
-                   "using the framework's own copy")
-        rest = range(len(ps))
+        rest, keep = range(len(ps)), []
     else:
-        check(status)
+        rest, keep = [], []
+        for i, (s, d) in enumerate(ps):
+            why_s, why_d = _native.readable(s), _native.readable(d)
+            if why_s is None and why_d is None:
+                keep.append(i)
+            else:
+                side = "src" if why_s is not None else "dst"
+                _warn_once("unsupported", f"pairs[{i}].{side}: {why_s or why_d}; "
+                           "using the framework's own copy")
+                rest.append(i)
+        try:
+            _native.copy_batch([ps[i] for i in keep])
+        except Fallback as f:
+            _warn_once("unsupported", f.args[2] + "; using the framework's own copy")
+            rest = range(len(ps))
     for i in rest:  # after the library call: a library error writes nothing
-        fws[i][1].copy(ps[i][1], ps[i][0])
+        s, d = ps[i]
+        framework_of(d).copy(d, s)

@@ -5,6 +5,8 @@ through a minimal producer; error cases; workspace reuse; fallbacks.
 Run by ctest (label python) with STRIDEPACK_LIBRARY and PYTHONPATH set."""
 
 import ctypes
+import os
+import re
 import unittest
 import warnings
 
@@ -13,7 +15,7 @@ from numpy.lib.stride_tricks import as_strided
 
 import sp_unittest
 import stridepack as sp
-from stridepack import _api, _dlpack
+from stridepack import _api, _native
 
 POISON = 0xA5
 DTYPES = [np.bool_, np.uint8, np.int8, np.uint16, np.int16, np.uint32, np.int32, np.uint64,
@@ -163,7 +165,7 @@ class Pack(unittest.TestCase):
 
     def test_allocates_without_workspace(self):
         a = np.arange(30.0).reshape(5, 6)
-        o = sp.pack([a[:, ::2], a])
+        o = sp.pack(x for x in (a[:, ::2], a))  # any iterable
         self.assertTrue(np.array_equal(o[0], a[:, ::2]))
         self.assertIs(o[1], a)
         self.assertEqual(sp.pack([]), [])
@@ -196,7 +198,7 @@ class Fallback(unittest.TestCase):
         a = np.array([[1, "x"], [None, 2.5]], dtype=object)
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
-            o = sp.pack([a.T])[0]
+            o = sp.pack(x for x in [a.T])[0]  # a generator, read again by the fallback
         self.assertEqual(o.tolist(), a.T.tolist())
         self.assertEqual(sum(issubclass(m.category, sp.FallbackWarning) for m in w), 1)
 
@@ -283,6 +285,28 @@ class CopyBatch(unittest.TestCase):
 
 # ---- the DLPack path, through minimal producers --------------------------------
 
+KDL_CPU, KDL_BFLOAT = 1, 4
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):  # dlpack.h's DLTensor
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class _DLManagedTensor(ctypes.Structure):  # no deleter: the producer owns everything
+    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p),
+                ("deleter", ctypes.c_void_p)]
+
+
 _capsule_new = ctypes.pythonapi.PyCapsule_New
 _capsule_new.restype = ctypes.py_object
 _capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
@@ -300,20 +324,20 @@ class Bf16View:
         self._strides = (ctypes.c_int64 * max(n, 1))(*(s // 2 for s in u16.strides))
         root = u16 if u16.base is None else u16.base
         start = root.__array_interface__["data"][0]
-        m = _dlpack.DLManagedTensor()
+        m = _DLManagedTensor()
         t = m.dl_tensor
         t.data = start
         t.byte_offset = u16.__array_interface__["data"][0] - start
-        t.device.device_type, t.device.device_id = _dlpack.KDL_CPU, 0
+        t.device.device_type, t.device.device_id = KDL_CPU, 0
         t.ndim = n
-        t.dtype.code, t.dtype.bits, t.dtype.lanes = _dlpack.KDL_BFLOAT, 16, 1
+        t.dtype.code, t.dtype.bits, t.dtype.lanes = KDL_BFLOAT, 16, 1
         t.shape = ctypes.cast(self._shape, ctypes.POINTER(ctypes.c_int64))
         if not dense_null_strides:
             t.strides = ctypes.cast(self._strides, ctypes.POINTER(ctypes.c_int64))
         self._m = m
 
     def __dlpack_device__(self):
-        return (_dlpack.KDL_CPU, 0)
+        return (KDL_CPU, 0)
 
     def __dlpack__(self, stream=None):
         return _capsule_new(ctypes.addressof(self._m), _CAPSULE_NAME, None)
@@ -429,12 +453,146 @@ class Kda(unittest.TestCase):
             sp.KdaBoundary("tpu", 1, 1)
 
 
+class PackInto(unittest.TestCase):
+    def test_random_views_into_dense_and_strided_outputs(self):
+        rng = np.random.default_rng(12)
+        for trial in range(150):
+            xs, outs, checks = [], [], []
+            for _ in range(int(rng.integers(1, 6))):
+                dtype = DTYPES[int(rng.integers(len(DTYPES)))]
+                shape = random_shape(rng)
+                xs.append(make_view(rng, shape, dtype, broadcast=rng.random() < 0.2,
+                                    misalign=rng.random() < 0.2)[0])
+                if rng.random() < 0.5:
+                    o = np.full(shape, 0, dtype) if np.dtype(dtype).kind != "V" else \
+                        np.zeros(shape, dtype)
+                    o.reshape(-1).view(np.uint8)[...] = POISON
+                    outs.append(o)
+                    checks.append((o, None))
+                else:
+                    o, base, select = make_view(rng, shape, dtype, poison=True)
+                    outs.append(o)
+                    checks.append((base, select))
+            passes = sp.copy_pass_count()
+            self.assertIs(sp.pack_into(xs, outs), outs)
+            self.assertEqual(sp.copy_pass_count() - passes, 1 if any(x.size for x in xs) else 0)
+            for i, (x, o) in enumerate(zip(xs, outs)):
+                with self.subTest(trial=trial, i=i, dtype=x.dtype.str):
+                    self.assertTrue(np.array_equal(as_bytes(o), as_bytes(x)))
+
+    def test_errors_write_nothing(self):
+        a = np.arange(48.0).reshape(6, 8)
+        good = np.full((8, 6), -1.0)
+        with self.assertRaises(ValueError):
+            sp.pack_into([a.T, a], [good])
+        cases = [("SP_ERR_SHAPE_MISMATCH", np.empty((6, 9))), ("SP_ERR_DTYPE_MISMATCH",
+                 np.empty((6, 8), np.int64)), ("SP_ERR_OVERLAP", a[::-1])]
+        for status, bad in cases:
+            with self.subTest(status=status):
+                snapshot, good[...] = a.copy(), -1.0
+                with self.assertRaises(sp.StridepackError) as cm:
+                    sp.pack_into([a.T, a], [good, bad])
+                self.assertEqual(cm.exception.status, status)
+                self.assertTrue(cm.exception.message)
+                self.assertTrue((good == -1.0).all(), "a failing call wrote")
+                self.assertTrue(np.array_equal(a, snapshot))
+        ro = np.zeros((8, 6))
+        ro.flags.writeable = False
+        with self.assertRaises(sp.StridepackError) as cm:
+            sp.pack_into([a.T], [ro])
+        self.assertEqual(cm.exception.status, "SP_ERR_INVALID_ARGUMENT")
+        self.assertIn("inputs[0].dst: read-only", cm.exception.message)
+
+    def test_object_arrays_fall_back(self):
+        _api._reset_warnings()
+        a = np.array([[1, "x"], [None, 2.5]], dtype=object)
+        out = np.empty((2, 2), dtype=object)
+        dense = np.zeros((3, 2))
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            sp.pack_into([a.T, np.arange(6.0).reshape(2, 3).T], [out, dense])
+        self.assertEqual(out.tolist(), a.T.tolist())
+        self.assertTrue(np.array_equal(dense, np.arange(6.0).reshape(2, 3).T))
+        msgs = [str(m.message) for m in w if issubclass(m.category, sp.FallbackWarning)]
+        self.assertEqual(len(msgs), 1, msgs)
+        self.assertIn("object arrays", msgs[0])
+
+
+class Messages(unittest.TestCase):
+    """What a caller reads when a call is wrong: the argument and the rule."""
+
+    def test_binding_messages(self):
+        a = np.arange(64.0).reshape(8, 8)
+        with self.assertRaisesRegex(TypeError, "tensors must be a list, not one array"):
+            sp.pack(a)
+        with self.assertRaisesRegex(TypeError, "int is not an array"):
+            sp.pack([a.T, 3])
+        with self.assertRaisesRegex(TypeError, r"pairs\[1\] must be \(src, dst\)"):
+            sp.copy_batch([(a, a.copy()), (a,)])
+        ws = np.zeros(2 * sp.workspace_bytes([a.T]), np.uint8)[::2]
+        with self.assertRaises(sp.StridepackError) as cm:
+            sp.pack([a.T], workspace=ws)
+        self.assertEqual(str(cm.exception),
+                         "SP_ERR_INVALID_ARGUMENT: workspace: must be contiguous and writable")
+
+    def test_library_messages_name_the_argument(self):
+        a = np.arange(64.0).reshape(8, 8)
+        with self.assertRaises(sp.StridepackError) as cm:
+            sp.copy_batch([(a.T, np.empty((8, 8))), (a, np.empty((8, 7)))])
+        e = cm.exception
+        self.assertEqual((e.status, e.code), ("SP_ERR_SHAPE_MISMATCH", 2))
+        self.assertRegex(e.message, r"^pairs\[1\]: .*shape")  # the library's sp_last_error()
+        self.assertEqual(str(e), f"SP_ERR_SHAPE_MISMATCH: {e.message}")
+
+    def test_fallback_reason_names_the_input(self):
+        _api._reset_warnings()
+        a = np.arange(2 ** 10, dtype=np.int16).reshape((2,) * 10)
+        x = a[(slice(None, None, -1), slice(None)) * 5]
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            sp.pack([a[:, 1], x])
+        msgs = [str(m.message) for m in w if issubclass(m.category, sp.FallbackWarning)]
+        self.assertEqual(len(msgs), 1, msgs)
+        self.assertRegex(msgs[0], r"^stridepack: tensors\[1\]: 10 dims remain after merging "
+                                  r"\(at most 8\); using the framework's own copy$")
+        self.assertEqual(w[0].filename, __file__, "the warning does not point at the caller")
+
+
+HEADER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "include",
+                      "stridepack.h")
+
+
 class Library(unittest.TestCase):
     def test_status_names_and_version(self):
         self.assertEqual(sp.STATUS["SP_OK"], 0)
         self.assertEqual(sp.STATUS["SP_ERR_UNSUPPORTED"], 7)
         self.assertRegex(sp.version(), r"^\d+\.\d+\.\d+$")
         self.assertIsInstance(sp.cuda_available(), bool)
+
+    def test_extension_module(self):
+        # The calls go to the compiled module (no ctypes layer), which links
+        # the library itself: there is no libstridepack.so to find.
+        self.assertRegex(os.path.basename(_native.__file__), r"^_native\..*\.so$")
+        self.assertFalse(hasattr(sp, "library_path"))
+        a = np.arange(12.0).reshape(3, 4)
+        out = _native.pack([a.T], None)[0]
+        self.assertTrue(np.array_equal(out, a.T))
+
+    def test_versions_agree(self):
+        with open(HEADER) as f:
+            text = f.read()
+        header = ".".join(re.search(rf"#define SP_VERSION_{p} (\d+)", text).group(1)
+                          for p in ("MAJOR", "MINOR", "PATCH"))
+        self.assertEqual(sp.__version__, header)
+        self.assertEqual(sp.version(), header)
+        self.assertEqual(_native.HEADER_VERSION, header)
+
+    def test_version_mismatch_refuses_to_import(self):
+        sp._check_version("0.1.0", "0.1.0", "0.1.0")
+        with self.assertRaisesRegex(ImportError, "links libstridepack 0.2.0"):
+            sp._check_version("0.1.0", "0.2.0", "0.1.0")
+        with self.assertRaisesRegex(ImportError, "header 0.0.9"):
+            sp._check_version("0.1.0", "0.1.0", "0.0.9")
 
 
 if __name__ == "__main__":

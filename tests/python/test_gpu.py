@@ -2,7 +2,9 @@
 slices of [T, 3P], beta slices of both fused widths) packed in one launch
 and compared with .contiguous() through int16 views; CUDA graph capture and
 replay with new inputs; the framework's current stream; the autograd
-fallback; the KDA boundary on CUDA. Exits 77 without torch or CUDA."""
+fallback; pack_into; torch.compile(fullgraph=True) through the custom ops,
+bit-equal to eager, inside CUDA graphs; the KDA boundary on CUDA. Exits 77
+without torch or CUDA."""
 
 import sys
 import unittest
@@ -19,10 +21,10 @@ if not torch.cuda.is_available():
 
 import sp_unittest
 import stridepack as sp
-from stridepack import _api
+from stridepack import _api, _native
 
 if not sp.cuda_available():
-    print(f"SKIP: {sp.library_path} has no CUDA backend or no usable device")
+    print("SKIP: this stridepack build has no CUDA backend, or no usable device")
     sys.exit(77)
 
 DEV = torch.device("cuda", 0)
@@ -52,6 +54,19 @@ def k3_views(gen, T, H):
     xs = [q, k, v, gbuf[:T].unsqueeze(0), fab[:, 128:].view(1, T, H),
           fused[:, 4 * P + 128:].view(1, T, H)]
     return xs, (qkv, fab, fused, gbuf)
+
+
+def capture(fn):
+    """A CUDA graph of fn, warmed up first on a side stream as torch asks."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph
 
 
 class K3(unittest.TestCase):
@@ -223,16 +238,14 @@ class DLPackPath(unittest.TestCase):
     def test_dlpack_reads_what_torch_reports(self):
         # The binding reads plain torch tensors directly; the DLPack export
         # of the same tensor must describe the same view.
-        from stridepack import _frameworks, _views
-        fw = _frameworks.framework_of(torch.empty(0))
         base = torch.zeros(64, 3 * 512, dtype=torch.bfloat16, device=DEV)
         for x in (base[:, 512:1024].view(1, 64, 4, 128), base.t()[3:9], base[5, ::3],
                   torch.zeros(3, 5, dtype=torch.int64).t()):
-            a, b = fw.raw(x), _views.from_dlpack(x, -1 if x.is_cuda else None)
-            self.assertEqual((a.ptr, a.shape, a.itemsize, a.exact, a.device),
-                             (b.ptr, b.shape, b.itemsize, b.exact, b.device))
-            self.assertEqual([s for s, n in zip(a.strides, a.shape) if n > 1],
-                             [s for s, n in zip(b.strides, b.shape) if n > 1])
+            a, b = _native.describe(x), _native.describe(x, True)
+            self.assertEqual(a[:1] + a[3:], b[:1] + b[3:])
+            self.assertEqual(a[1], b[1])
+            self.assertEqual([s for s, n in zip(a[2], a[1]) if n > 1],
+                             [s for s, n in zip(b[2], b[1]) if n > 1])
 
     def test_copy_batch_through_dlpack(self):
         gen = torch.Generator(device=DEV).manual_seed(7)
@@ -254,6 +267,116 @@ class Errors(unittest.TestCase):
         with self.assertRaises(sp.StridepackError) as cm:
             sp.pack([a.t()], workspace=torch.empty(4096, dtype=torch.uint8))
         self.assertEqual(cm.exception.status, "SP_ERR_DEVICE_MISMATCH")
+
+
+class PackInto(unittest.TestCase):
+    def test_k3_into_own_buffers_and_graph(self):
+        gen = torch.Generator(device=DEV).manual_seed(8)
+        xs, bufs = k3_views(gen, 2048, 96)
+        outs = [torch.full(x.shape, 7, dtype=x.dtype, device=DEV) for x in xs]
+        passes = sp.copy_pass_count()
+        self.assertIs(sp.pack_into(xs, outs), outs)
+        self.assertEqual(sp.copy_pass_count() - passes, 1)
+        torch.cuda.synchronize()
+        for x, o in zip(xs, outs):
+            self.assertTrue(bits_equal(o, x.contiguous()))
+        graph = capture(lambda: sp.pack_into(xs, outs))
+        for b in bufs:
+            b.copy_(rand_bf16(gen, *b.shape))
+        graph.replay()
+        torch.cuda.synchronize()
+        for x, o in zip(xs, outs):
+            self.assertTrue(bits_equal(o, x.contiguous()))
+
+
+HAVE_OPS = hasattr(torch.library, "custom_op")
+
+
+@unittest.skipUnless(HAVE_OPS, f"torch {torch.__version__} has no torch.library.custom_op")
+class Compiled(unittest.TestCase):
+    """torch.compile (inductor) of functions that pack the K3 views."""
+
+    def setUp(self):
+        torch._dynamo.reset()
+        self.assertTrue(sp.register_torch_ops())
+
+    def test_fullgraph_matches_eager_bit_for_bit(self):
+        gen = torch.Generator(device=DEV).manual_seed(9)
+        xs, _ = k3_views(gen, 1024, 8)
+
+        # Integer arithmetic on the packed bits: exact in any kernel (float
+        # arithmetic on random bit patterns would compare NaN payloads).
+        def fn(q, k, v, g, beta, beta2):
+            q, k, v, g, beta, beta2 = sp.pack([q, k, v, g, beta, beta2])
+            return q, k, v, g, beta, beta2, q.view(torch.int16) ^ k.view(torch.int16)
+
+        compiled = torch.compile(fn, fullgraph=True)
+        got, want = compiled(*xs), fn(*xs)
+        torch.cuda.synchronize()
+        for i, (a, b) in enumerate(zip(got, want)):
+            self.assertTrue(a.is_contiguous(), i)
+            same = bits_equal(a, b) if a.dtype == torch.bfloat16 else torch.equal(a, b)
+            self.assertTrue(same, f"output {i} differs from eager")
+        self.assertTrue(bits_equal(got[0], xs[0].contiguous()))
+        self.assertEqual(got[3].data_ptr(), xs[3].data_ptr(), "a dense input was copied")
+
+    def test_pack_into_compiled_then_captured(self):
+        gen = torch.Generator(device=DEV).manual_seed(10)
+        xs, bufs = k3_views(gen, 512, 8)
+        outs = [torch.empty(x.shape, dtype=x.dtype, device=DEV) for x in xs]
+
+        def fn(q, k, v, g, beta, beta2):
+            sp.pack_into([q, k, v, g, beta, beta2], outs)
+            return outs[0].view(torch.int16).sum()
+
+        compiled = torch.compile(fn, fullgraph=True)
+        compiled(*xs)
+        torch.cuda.synchronize()
+        for x, o in zip(xs, outs):
+            self.assertTrue(bits_equal(o, x.contiguous()))
+        totals = []
+        graph = capture(lambda: totals.append(compiled(*xs)))
+        total = totals[-1]  # the captured call's output, refreshed by each replay
+        for b in bufs:
+            b.copy_(rand_bf16(gen, *b.shape))
+        for o in outs:
+            o.view(torch.int16).fill_(POISON)
+        graph.replay()
+        torch.cuda.synchronize()
+        for x, o in zip(xs, outs):
+            self.assertTrue(bits_equal(o, x.contiguous()), "replay did not copy new contents")
+        self.assertEqual(total.item(), outs[0].view(torch.int16).sum().item())
+
+    def test_reduce_overhead_matches_eager(self):
+        # torch.compile's own CUDA graphs (cudagraph trees) around the op.
+        gen = torch.Generator(device=DEV).manual_seed(11)
+        xs, bufs = k3_views(gen, 256, 8)
+
+        def fn(q, k, v, beta):
+            q, k, v, beta = sp.pack([q, k, v, beta])
+            return q.view(torch.int16) ^ k.view(torch.int16) ^ v.view(torch.int16), \
+                beta.view(torch.int16) + 1
+
+        compiled = torch.compile(fn, mode="reduce-overhead", fullgraph=True)
+        for _ in range(4):  # warm-up, record, then replays with new contents
+            for b in bufs:
+                b.copy_(rand_bf16(gen, *b.shape))
+            ins = [xs[0], xs[1], xs[2], xs[4]]
+            got = [t.clone() for t in compiled(*ins)]
+            want = fn(*ins)
+            torch.cuda.synchronize()
+            for a, b in zip(got, want):
+                self.assertTrue(torch.equal(a, b))
+
+    def test_eager_call_does_not_dispatch(self):
+        gen = torch.Generator(device=DEV).manual_seed(12)
+        xs, _ = k3_views(gen, 64, 8)
+        ws = torch.empty(sp.workspace_bytes(xs), dtype=torch.uint8, device=DEV)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            sp.pack(xs, workspace=ws)
+            sp.pack_into(xs[:1], [torch.empty(xs[0].shape, dtype=xs[0].dtype, device=DEV)])
+        names = [e.name for e in prof.events()]
+        self.assertFalse([n for n in names if "stridepack" in n], names)
 
 
 @unittest.skipUnless(sp.kda_available(), "this libstridepack build has no KDA part")

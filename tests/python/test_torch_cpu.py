@@ -1,8 +1,11 @@
 """The PyTorch side of the binding on the CPU, so that it is tested without a
-GPU: the fast read of torch tensors, the repeated-call argument cache (a
-repeat copies what the inputs hold now, returns new output objects, and keeps
-no dropped workspace alive), views with the lazy negation bit, bf16 through
-a transposed view. Exits 77 when torch is not importable."""
+GPU: the extension's direct read of torch tensors (checked against their
+DLPack export), repeated calls into one workspace (a repeat copies what the
+inputs hold now, reuses untouched outputs, notices a caller's change to an
+output's metadata, and keeps no dropped workspace alive), pack_into, the
+autograd and lazy negation / conjugation fallbacks, and, with torch >= 2.4,
+the custom ops under torch.compile (backend aot_eager: no compiler needed).
+Exits 77 when torch is not importable."""
 
 import gc
 import sys
@@ -19,6 +22,7 @@ except ImportError:
 
 import sp_unittest
 import stridepack as sp
+from stridepack import _api, _native
 
 
 def bits_equal(a, b):
@@ -79,6 +83,155 @@ class Cache(unittest.TestCase):
         del owner, ws, outs
         gc.collect()
         self.assertIsNone(gone(), "the binding keeps a dropped workspace alive")
+
+
+class Outputs(unittest.TestCase):
+    def test_untouched_outputs_are_reused(self):
+        # The eager fast path: a repeat into the same workspace hands back
+        # the output tensors of the previous call, holding the new contents.
+        gen = torch.Generator().manual_seed(6)
+        xs, bufs = k3_like(gen)
+        ws = torch.empty(sp.workspace_bytes(xs), dtype=torch.uint8)
+        o1 = sp.pack(xs, workspace=ws)
+        bufs[0].view(torch.int16).random_(-32768, 32768, generator=gen)
+        o2 = sp.pack(xs, workspace=ws)
+        for a, b, x in zip(o1, o2, xs):
+            self.assertIs(a, b)
+            self.assertTrue(bits_equal(b, x))
+        other = torch.empty_like(ws)  # another workspace: other outputs
+        o3 = sp.pack(xs, workspace=other)
+        self.assertTrue(all(a is not b for a, b in zip(o1, o3)))
+        self.assertTrue(all(bits_equal(a, b) for a, b in zip(o1, o3)))
+
+    def test_workspace_views_and_dtypes(self):
+        gen = torch.Generator().manual_seed(7)
+        xs, _ = k3_like(gen)
+        need = sp.workspace_bytes(xs)
+        big = torch.full((need + 1000,), 0xA5, dtype=torch.uint8)
+        f32 = torch.empty((need + 3) // 4 + 8, dtype=torch.float32)
+        for ws in (big[1000:], big[3:3 + need], f32[5:], f32):
+            big[:1000] = 0xA5
+            outs = sp.pack(xs, workspace=ws)
+            lo = ws.data_ptr()
+            hi = lo + ws.numel() * ws.element_size()
+            for x, o in zip(xs, outs):
+                self.assertTrue(lo <= o.data_ptr() < hi)
+                self.assertTrue(o.is_contiguous())
+                self.assertTrue(bits_equal(o, x))
+            if ws.data_ptr() == big.data_ptr() + 1000:
+                self.assertTrue((big[:1000] == 0xA5).all(), "written before the workspace")
+
+    def test_pack_into(self):
+        gen = torch.Generator().manual_seed(8)
+        xs, _ = k3_like(gen)
+        outs = [torch.empty(x.shape, dtype=x.dtype) for x in xs]
+        passes = sp.copy_pass_count()
+        self.assertIs(sp.pack_into(xs, outs), outs)
+        self.assertEqual(sp.copy_pass_count() - passes, 1)
+        for x, o in zip(xs, outs):
+            self.assertTrue(bits_equal(o, x))
+        with self.assertRaises(sp.StridepackError) as cm:
+            sp.pack_into(xs[:2], [outs[0], outs[0]])
+        self.assertEqual(cm.exception.status, "SP_ERR_OVERLAP")
+
+    def test_one_framework_per_call(self):
+        x = torch.zeros(4, 6)[:, ::2]
+        with self.assertRaisesRegex(TypeError, "one framework per call, got torch and numpy"):
+            sp.pack([x, numpy.zeros((4, 3))[::-1]])
+        with self.assertRaisesRegex(TypeError, "one framework per call"):
+            sp.pack([x], workspace=numpy.zeros(4096, numpy.uint8))
+        # copy_batch takes pairs across frameworks on the CPU
+        d = numpy.zeros((4, 3), numpy.float32)
+        sp.copy_batch([(x + 1, d)])
+        self.assertTrue((d == 1).all())
+
+
+class Autograd(unittest.TestCase):
+    def test_requires_grad_falls_back_once(self):
+        _api._reset_warnings()
+        base = torch.randn(8, 3 * 128, requires_grad=True)
+        q, k = base[:, :128], base[:, 128:256]
+        passes = sp.copy_pass_count()
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            o = sp.pack([q, k])
+            sp.pack([q])
+        self.assertEqual(sp.copy_pass_count(), passes, "the library ran under autograd")
+        msgs = [str(m.message) for m in w if issubclass(m.category, sp.FallbackWarning)]
+        self.assertEqual(len(msgs), 1, msgs)
+        self.assertIn("autograd", msgs[0])
+        (o[0].sum() + 2 * o[1].sum()).backward()
+        self.assertTrue(torch.equal(base.grad[:, :128], torch.ones(8, 128)))
+        self.assertTrue(torch.equal(base.grad[:, 128:256], torch.full((8, 128), 2.0)))
+        with torch.no_grad():
+            o = sp.pack([q])[0]
+        self.assertEqual(sp.copy_pass_count() - passes, 1)
+        self.assertTrue(torch.equal(o, q))
+
+
+HAVE_OPS = hasattr(torch.library, "custom_op")
+
+
+@unittest.skipUnless(HAVE_OPS, f"torch {torch.__version__} has no torch.library.custom_op")
+class CustomOps(unittest.TestCase):
+    """The traced forms, on the CPU (backend aot_eager: no C++ compiler)."""
+
+    def test_registered_with_fake_kernels(self):
+        self.assertTrue(sp.register_torch_ops())
+        gen = torch.Generator().manual_seed(9)
+        xs, _ = k3_like(gen)
+        torch.library.opcheck(torch.ops.stridepack.pack.default, ([xs[0], xs[3]],))
+        outs = [torch.empty(x.shape, dtype=x.dtype) for x in xs]
+        torch.library.opcheck(torch.ops.stridepack.copy_batch.default, (xs, outs))
+
+    def test_compiled_fullgraph_matches_eager(self):
+        gen = torch.Generator().manual_seed(10)
+        xs, _ = k3_like(gen)
+        dense = torch.randn(1, 40, 3, 128).bfloat16()
+
+        def fn(q, k, v, beta, g):
+            q, k, v, beta, g = sp.pack([q, k, v, beta, g])
+            return q.view(torch.int16) ^ k.view(torch.int16) ^ v.view(torch.int16), beta, g
+
+        compiled = torch.compile(fn, fullgraph=True, backend="aot_eager")
+        got, want = compiled(*xs, dense), fn(*xs, dense)
+        for a, b in zip(got, want):
+            self.assertTrue(torch.equal(a.view(torch.int16), b.view(torch.int16)))
+        self.assertTrue(bits_equal(got[1], xs[3]))
+
+        def into(q, k, outs):
+            sp.pack_into([q, k], outs)
+            return outs[0] + 1
+
+        outs = [torch.empty(x.shape, dtype=x.dtype) for x in xs[:2]]
+        torch.compile(into, fullgraph=True, backend="aot_eager")(xs[0], xs[1], outs)
+        self.assertTrue(bits_equal(outs[0], xs[0]) and bits_equal(outs[1], xs[1]))
+
+
+class Reading(unittest.TestCase):
+    def test_direct_read_matches_dlpack(self):
+        # Plain tensors are read through their own attributes; the DLPack
+        # export of the same tensor must describe the same view.
+        base = torch.zeros(64, 3 * 512, dtype=torch.bfloat16)
+        for x in (base[:, 512:1024].view(1, 64, 4, 128), base.t()[3:9], base[5, ::3],
+                  torch.zeros(3, 5, dtype=torch.int64).t(), torch.zeros(4, 6)[::2, 1:]):
+            a, b = _native.describe(x), _native.describe(x, True)
+            self.assertEqual(a[:1] + a[3:], b[:1] + b[3:])
+            self.assertEqual(a[1], b[1])
+            self.assertEqual([s for s, n in zip(a[2], a[1]) if n > 1],
+                             [s for s, n in zip(b[2], b[1]) if n > 1])
+
+    def test_complex_moves_as_words(self):
+        c = torch.randn(6, 10, dtype=torch.complex64)[:, ::3]
+        self.assertEqual(_native.describe(c)[3:5], (8, -1))
+        o = sp.pack([c])[0]
+        self.assertTrue(torch.equal(o, c))
+        _api._reset_warnings()
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            o = sp.pack([c.conj()])[0]
+        self.assertTrue(torch.equal(o.resolve_conj(), c.conj().resolve_conj()))
+        self.assertIn("conjugation", str(w[0].message))
 
 
 class Views(unittest.TestCase):

@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""bench_python.py — host cost of one eager call of the Python binding,
+beside the torch copies an engine would otherwise issue.
+
+The K3 inputs: q, k, v column slices of a [T, 3P] bf16 buffer and beta at
+column 128 of a [T, 128+H] one (defaults T=64, H=96: a short prefill, where
+the host cost is what matters). Arms, each the wall time of --calls calls in
+a row divided by --calls (after --warmup calls; the device is synchronized
+before and after, so queued work is counted once it no longer fits the
+launch queue, as in an engine):
+  pack_ws       stridepack.pack(xs, workspace=ws)
+  pack_into     stridepack.pack_into(xs, outs) into preallocated dense tensors
+  pack_alloc    stridepack.pack(xs) (the workspace allocated per call)
+  pack_dense    stridepack.pack on four dense tensors (nothing launched)
+  torch4        four .copy_ into preallocated dense tensors
+  torch1        one .copy_ (q alone)
+Each stridepack arm is checked bit for bit against .contiguous() first.
+
+Run (GPU): PYTHONPATH=build/python python3 bench/bench_python.py --json out.json
+           (--device cpu for a smoke run without a GPU)
+"""
+
+import argparse
+import datetime
+import json
+import sys
+import time
+
+import torch
+
+import stridepack
+
+
+def k3_inputs(T, H, device):
+    P = H * 128
+    gen = torch.Generator(device=device).manual_seed(T * 1000 + H)
+
+    def bits(*shape):
+        return torch.randint(-32768, 32768, shape, dtype=torch.int16, device=device,
+                             generator=gen).view(torch.bfloat16)
+    qkv, fab = bits(T, 3 * P), bits(T, 128 + H)
+    xs = [qkv[:, i * P:(i + 1) * P].view(1, T, H, 128) for i in range(3)]
+    xs.append(fab[:, 128:].view(1, T, H))
+    return xs
+
+
+def per_call_us(fn, calls, warmup, sync):
+    for _ in range(warmup):
+        fn()
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    sync()
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--heads", type=int, default=96)
+    ap.add_argument("--calls", type=int, default=3000)
+    ap.add_argument("--warmup", type=int, default=300)
+    args = ap.parse_args()
+    dev = torch.device(args.device)
+    if dev.type == "cuda" and (not torch.cuda.is_available() or not stridepack.cuda_available()):
+        sys.exit("bench_python.py --device cuda needs a CUDA device and a stridepack with CUDA")
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    T, H = args.tokens, args.heads
+    xs = k3_inputs(T, H, dev)
+    refs = [x.contiguous() for x in xs]
+    ws = torch.empty(max(stridepack.workspace_bytes(xs), 1), dtype=torch.uint8, device=dev)
+    outs = [torch.empty_like(r) for r in refs]
+    dense = [torch.empty_like(r) for r in refs]
+    q_out = torch.empty_like(refs[0])
+    arms = {
+        "pack_ws": lambda: stridepack.pack(xs, workspace=ws),
+        "pack_into": lambda: stridepack.pack_into(xs, outs),
+        "pack_alloc": lambda: stridepack.pack(xs),
+        "pack_dense": lambda: stridepack.pack(dense, workspace=ws),
+        "torch4": lambda: [d.copy_(x) for d, x in zip(outs, xs)],
+        "torch1": lambda: q_out.copy_(xs[0]),
+    }
+    for name in ("pack_ws", "pack_into", "pack_alloc"):
+        got = arms[name]()
+        sync()
+        for g, r in zip(got, refs):
+            if not torch.equal(g.view(torch.int16), r.view(torch.int16)):
+                sys.exit(f"{name}: output differs from .contiguous()")
+    passes = stridepack.copy_pass_count()
+    arms["pack_dense"]()
+    if stridepack.copy_pass_count() != passes:
+        sys.exit("pack_dense launched a copy")
+    results = {name: round(per_call_us(fn, args.calls, args.warmup, sync), 2)
+               for name, fn in arms.items()}
+    meta = {"device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+            "date": datetime.date.today().isoformat(), "torch": torch.__version__,
+            "python": sys.version.split()[0], "stridepack": stridepack.version(),
+            "T": T, "H": H, "calls": args.calls,
+            "timing": "host wall time per call, calls in a row, synchronized at both ends"}
+    print(f"{meta['device']}, T={T}, H={H}, {args.calls} calls; us per call")
+    for name, us in results.items():
+        print(f"  {name:11s} {us:8.2f}")
+    text = json.dumps({**meta, "us_per_call": results}, indent=1)
+    if args.json:
+        with open(args.json, "w") as f:
+            f.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""The wheel, built and installed the way a user does it, offline: `pip wheel`
+of python/ with no package index (pip's default build isolation included),
+then `pip install --target` of that wheel into a scratch directory, then
+stridepack imported from there in a fresh interpreter that has no path to
+this build (no PYTHONPATH into the checkout, no library path). The library
+is built CPU-only here to keep the test quick; the CUDA build is the same
+recipe with nvcc found. Run by ctest with SP_SOURCE_DIR and SP_WHEEL_SCRATCH
+set."""
+
+import base64
+import glob
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import unittest
+import zipfile
+
+import sp_unittest
+
+SOURCE = os.environ.get("SP_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+SCRATCH = os.environ.get("SP_WHEEL_SCRATCH", os.path.join(os.getcwd(), "wheel-scratch"))
+
+CHECK = r"""
+import sys, numpy as np, stridepack as sp
+from stridepack import _native
+assert sp.__file__.startswith(sys.argv[1]), sp.__file__
+assert _native.__file__.startswith(sys.argv[1]), _native.__file__
+a = np.arange(48, dtype=np.float32).reshape(6, 8)
+ws = np.zeros(sp.workspace_bytes([a.T, a[:, ::2]]), np.uint8)
+o = sp.pack([a.T, a[:, ::2], a], workspace=ws)
+assert np.array_equal(o[0], a.T) and np.array_equal(o[1], a[:, ::2]) and o[2] is a
+print(sp.__version__, sp.version(), _native.HEADER_VERSION)
+"""
+
+
+def pip(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "pip", *args], env=env, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def header_version():
+    with open(os.path.join(SOURCE, "include", "stridepack.h")) as f:
+        text = f.read()
+    return ".".join(re.search(rf"#define SP_VERSION_{p} (\d+)", text).group(1)
+                    for p in ("MAJOR", "MINOR", "PATCH"))
+
+
+class Wheel(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if pip("--version").returncode != 0:
+            raise RuntimeError(f"{sys.executable} has no pip (Debian: apt-get install "
+                               "python3-pip): the wheel cannot be tested")
+        shutil.rmtree(SCRATCH, ignore_errors=True)
+        os.makedirs(SCRATCH)
+        env = dict(os.environ, STRIDEPACK_CMAKE_ARGS="-DSP_ENABLE_CUDA=OFF",
+                   STRIDEPACK_BUILD_DIR=os.path.join(SCRATCH, "build"),
+                   PIP_NO_INDEX="1", PIP_NO_CACHE_DIR="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
+        env.pop("PYTHONPATH", None)
+        cls.dist = os.path.join(SCRATCH, "dist")
+        r = pip("wheel", "--no-deps", "-w", cls.dist, os.path.join(SOURCE, "python"), env=env)
+        cls.build_log = r.stdout
+        if r.returncode != 0:
+            raise RuntimeError("pip wheel failed:\n" + r.stdout)
+        cls.target = os.path.join(SCRATCH, "site")
+        r = pip("install", "--no-deps", "--target", cls.target,
+                *glob.glob(os.path.join(cls.dist, "*.whl")), env=env)
+        if r.returncode != 0:
+            raise RuntimeError("pip install --target failed:\n" + r.stdout)
+
+    def wheel(self):
+        wheels = glob.glob(os.path.join(self.dist, "*.whl"))
+        self.assertEqual(len(wheels), 1, wheels)
+        return wheels[0]
+
+    def test_platform_tagged_with_extension(self):
+        name = os.path.basename(self.wheel())
+        v = sys.version_info
+        tag = f"cp{v[0]}{v[1]}"
+        self.assertRegex(name, rf"^stridepack-{re.escape(header_version())}-{tag}-{tag}\w*-"
+                               r"(linux|manylinux|macosx)_\w+\.whl$")
+        with zipfile.ZipFile(self.wheel()) as z:
+            names = z.namelist()
+            self.assertTrue(any(re.match(r"stridepack/_native\..*\.so$", n) for n in names), names)
+            self.assertFalse(any(n.endswith(".c") for n in names), names)
+            wheel_meta = z.read(next(n for n in names if n.endswith("dist-info/WHEEL"))).decode()
+            self.assertIn("Root-Is-Purelib: false", wheel_meta)
+            record = z.read(next(n for n in names if n.endswith("dist-info/RECORD"))).decode()
+            for line in record.splitlines():
+                path, digest, size = line.rsplit(",", 2)
+                if not digest:
+                    continue
+                data = z.read(path)
+                expect = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+                self.assertEqual(digest, "sha256=" + expect.decode(), path)
+                self.assertEqual(int(size), len(data), path)
+
+    def test_imports_and_packs_from_the_install(self):
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("PYTHONPATH", "LD_LIBRARY_PATH", "STRIDEPACK_LIBRARY")}
+        env["PYTHONPATH"] = self.target
+        r = subprocess.run([sys.executable, "-c", CHECK, self.target], env=env, cwd=SCRATCH,
+                           text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.assertEqual(r.returncode, 0, r.stdout)
+        v = header_version()
+        self.assertEqual(r.stdout.split(), [v, v, v])
+
+    def test_no_build_output_in_the_source_tree(self):
+        # An in-tree build must leave python/ as it was (the CMake build
+        # lives in STRIDEPACK_BUILD_DIR or a temporary directory).
+        left = [p for p in ("build", "stridepack.egg-info", "dist")
+                if os.path.exists(os.path.join(SOURCE, "python", p))]
+        self.assertEqual(left, [])
+
+
+if __name__ == "__main__":
+    sp_unittest.main(__name__)
