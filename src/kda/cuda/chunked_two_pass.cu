@@ -101,22 +101,55 @@ static __global__ void __launch_bounds__(THREADS, 2) kda_prepare_kernel(kda_para
 /* ---- 2. state pass --------------------------------------------------------- */
 
 typedef struct pass_smem {
+    uint64_t arrived[2];             /* mbarriers: a record's bytes have landed */
     chunk_ops ops[2];                /* this chunk's record and the next one's */
     uint16_t v[2][CT][PASS_ROWS];    /* the block's V columns */
     float part_p[PASS_ROWS / 16][4][16][SR]; /* each warp's P^T over its K columns */
     float part_o[PASS_ROWS / 16][4][16][SR]; /* and its S'^T Lq^T */
 } pass_smem;
 
+/* Start copying a record and the chunk's v columns into buffer buf. The
+ * record is one contiguous block: on Hopper one bulk copy by one thread,
+ * completing on the buffer's mbarrier (a loop of 16-byte copies by every
+ * thread costs more issue slots than the pass's arithmetic). */
 static __device__ __forceinline__ void load_record(const kda_params &p, const kda_seq &sq,
                                                    const void *ws, int64_t slot, int64_t h,
                                                    int64_t c0, int v0, int tid, pass_smem &s,
                                                    int buf) {
     const char *from = (const char *)record_of((void *)ws, slot, p.H, h);
-    char *to = (char *)&s.ops[buf];
     const int threads = (int)blockDim.x, rows = threads / 8;
+#if __CUDA_ARCH__ >= 900
+    if (tid == 0) {
+        const unsigned bar = smem_addr(&s.arrived[buf]), bytes = (unsigned)sizeof(chunk_ops);
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
+                     "r"(bytes)
+                     : "memory");
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
+                     "[%0], [%1], %2, [%3];\n" ::"r"(smem_addr(&s.ops[buf])),
+                     "l"(from), "r"(bytes), "r"(bar)
+                     : "memory");
+    }
+#else
+    char *to = (char *)&s.ops[buf];
     for (int i = tid; i < (int)(sizeof(chunk_ops) / 16); i += threads)
         cp_async16(to + 16 * i, from + 16 * i, 16);
+#endif
     load_v(p, sq, h, c0, v0, rows, tid, threads, &s.v[buf][0][0], PASS_ROWS);
+}
+
+/* Wait for buffer buf's copies (its use number `use`, counting from 0). */
+static __device__ __forceinline__ void wait_record(pass_smem &s, int buf, int64_t use) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("{\n.reg .pred done;\nWAIT_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 "@!done bra WAIT_%=;\n}\n" ::"r"(smem_addr(&s.arrived[buf])),
+                 "r"((unsigned)(use & 1))
+                 : "memory");
+#else
+    (void)s, (void)buf, (void)use;
+#endif
+    cp_async_wait_all();
 }
 
 /* Accumulator tile x (rows r, r+8; columns 8nt + 2q, +1) to part[row][col]. */
@@ -155,6 +188,15 @@ static __global__ void __launch_bounds__(128 * PASS_GROUPS, 1)
 
     float S[4][4]; /* S^T rows vrow, vrow + 8; K columns d0 .. d0 + 31 */
     state_load(p.state, p.state_bf16, sq.slot_base, vrow, d0, q, S, 4);
+#if __CUDA_ARCH__ >= 900
+    if (tid == 0) {
+        for (int b = 0; b < 2; b++)
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_addr(&s.arrived[b]))
+                         : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+#endif
     if (L > 0) load_record(p, sq, ws, slot0, h, 0, v0, tid, s, 0);
     cp_async_commit();
     int64_t crow = sq.crow;
@@ -163,7 +205,7 @@ static __global__ void __launch_bounds__(128 * PASS_GROUPS, 1)
         const int buf = (int)(ci & 1);
         const chunk_ops &o = s.ops[buf];
         const int nt = (int)(L - c0 < CT ? L - c0 : CT);
-        cp_async_wait_all();
+        wait_record(s, buf, ci >> 1);
         __syncthreads(); /* the record landed; every warp is done with the last one */
         if (c0 + CT < L) load_record(p, sq, ws, slot0 + ci + 1, h, c0 + CT, v0, tid, s, buf ^ 1);
         cp_async_commit();
