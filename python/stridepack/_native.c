@@ -23,7 +23,9 @@
 
 /* The binding exposes the test hooks (copy pass count, boundary copies) to
  * its tests: the experimental section of the headers. */
+#ifndef SP_EXPERIMENTAL
 #define SP_EXPERIMENTAL
+#endif
 #include "stridepack.h"
 #include "stridepack_kda.h"
 
