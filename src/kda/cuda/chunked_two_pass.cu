@@ -101,109 +101,53 @@ static __global__ void __launch_bounds__(THREADS, 2) kda_prepare_kernel(kda_para
 /* ---- 2. state pass --------------------------------------------------------- */
 
 typedef struct pass_smem {
-    uint64_t full[2];                /* mbarriers: a record's bytes have landed */
-    uint64_t empty[2];               /* (block 0) every block is done with it */
+    uint64_t arrived[2];             /* mbarriers: a record's bytes have landed */
     chunk_ops ops[2];                /* this chunk's record and the next one's */
     uint16_t v[2][CT][PASS_ROWS];    /* the block's V columns */
     float part_p[PASS_ROWS / 16][4][16][SR]; /* each warp's P^T over its K columns */
     float part_o[PASS_ROWS / 16][4][16][SR]; /* and its S'^T Lq^T */
 } pass_smem;
 
-/* The blocks of one (sequence, head) form a cluster and share every record:
- * block 0 of the cluster copies it from L2 once, by one bulk copy
- * multicast into all of their shared memories (each block's 16 or 32 V
- * rows need the whole record; 8 separate copies made the pass bound by L2
- * bandwidth). Each block's `full[b]` mbarrier completes when buffer b's
- * bytes have landed; block 0's `empty[b]` completes when every block of
- * the cluster is done with buffer b, and only then is it refilled. Before
- * Hopper (no clusters, no bulk copies) each block copies its own. */
-#if __CUDA_ARCH__ >= 900
-#define TWO_PASS_MULTICAST 1
-#else
-#define TWO_PASS_MULTICAST 0
-#endif
-
-#if TWO_PASS_MULTICAST
-static __device__ __forceinline__ void mbar_init(uint64_t *bar, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count)
-                 : "memory");
-}
-
-static __device__ __forceinline__ void mbar_wait(uint64_t *bar, int64_t use) {
-    asm volatile("{\n.reg .pred done;\nWAIT_%=:\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-                 "@!done bra WAIT_%=;\n}\n" ::"r"(smem_addr(bar)),
-                 "r"((unsigned)(use & 1))
-                 : "memory");
-}
-#endif
-
-static __device__ __forceinline__ void cluster_sync(void) {
-#if TWO_PASS_MULTICAST
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::
-                     : "memory");
-#endif
-}
-
-/* Thread 0 of every block, once the block is done with buffer b's last
- * use: tell block 0 of the cluster. */
-static __device__ __forceinline__ void release_buffer(pass_smem &s, int b) {
-#if TWO_PASS_MULTICAST
-    unsigned remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, 0;\n" : "=r"(remote) : "r"(smem_addr(&s.empty[b])));
-    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote)
-                 : "memory");
-#else
-    (void)s, (void)b;
-#endif
-}
-
-#if TWO_PASS_MULTICAST
-/* Thread 0 of every block: expect buffer b's record (its use number
- * `use`); block 0 (rank 0) then copies it to every block of the cluster,
- * once all have released the buffer's previous use. */
-static __device__ __forceinline__ void fetch_record(const void *from, pass_smem &s, int b,
-                                                    int64_t use, unsigned rank, int blocks) {
-    const unsigned bytes = (unsigned)sizeof(chunk_ops), bar = smem_addr(&s.full[b]);
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-                 : "memory");
-    if (rank == 0) {
-        if (use > 0) mbar_wait(&s.empty[b], use - 1);
-        const unsigned short mask = (unsigned short)((1u << blocks) - 1);
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
-                     ".multicast::cluster [%0], [%1], %2, [%3], %4;\n" ::"r"(smem_addr(&s.ops[b])),
-                     "l"(from), "r"(bytes), "r"(bar), "h"(mask)
-                     : "memory");
-    }
-}
-#endif
-
-/* Start copying a record (use `use` of buffer b) and this block's v
- * columns of the chunk. */
+/* Start copying a record and the chunk's v columns into buffer buf. The
+ * record is one contiguous block: on Hopper one bulk copy by one thread,
+ * completing on the buffer's mbarrier (a loop of 16-byte copies by every
+ * thread costs more issue slots than the pass's arithmetic). */
 static __device__ __forceinline__ void load_record(const kda_params &p, const kda_seq &sq,
                                                    const void *ws, int64_t slot, int64_t h,
                                                    int64_t c0, int v0, int tid, pass_smem &s,
-                                                   int b, int64_t use, unsigned rank,
-                                                   int blocks) {
+                                                   int buf) {
     const char *from = (const char *)record_of((void *)ws, slot, p.H, h);
     const int threads = (int)blockDim.x, rows = threads / 8;
-#if TWO_PASS_MULTICAST
-    if (tid == 0) fetch_record(from, s, b, use, rank, blocks);
+#if __CUDA_ARCH__ >= 900
+    if (tid == 0) {
+        const unsigned bar = smem_addr(&s.arrived[buf]), bytes = (unsigned)sizeof(chunk_ops);
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
+                     "r"(bytes)
+                     : "memory");
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
+                     "[%0], [%1], %2, [%3];\n" ::"r"(smem_addr(&s.ops[buf])),
+                     "l"(from), "r"(bytes), "r"(bar)
+                     : "memory");
+    }
 #else
-    (void)use, (void)rank, (void)blocks;
-    char *to = (char *)&s.ops[b];
+    char *to = (char *)&s.ops[buf];
     for (int i = tid; i < (int)(sizeof(chunk_ops) / 16); i += threads)
         cp_async16(to + 16 * i, from + 16 * i, 16);
 #endif
-    load_v(p, sq, h, c0, v0, rows, tid, threads, &s.v[b][0][0], PASS_ROWS);
+    load_v(p, sq, h, c0, v0, rows, tid, threads, &s.v[buf][0][0], PASS_ROWS);
 }
 
-/* Wait for buffer b's copies (its use number `use`). */
-static __device__ __forceinline__ void wait_record(pass_smem &s, int b, int64_t use) {
-#if TWO_PASS_MULTICAST
-    mbar_wait(&s.full[b], use);
+/* Wait for buffer buf's copies (its use number `use`, counting from 0). */
+static __device__ __forceinline__ void wait_record(pass_smem &s, int buf, int64_t use) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("{\n.reg .pred done;\nWAIT_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 "@!done bra WAIT_%=;\n}\n" ::"r"(smem_addr(&s.arrived[buf])),
+                 "r"((unsigned)(use & 1))
+                 : "memory");
 #else
-    (void)s, (void)b, (void)use;
+    (void)s, (void)buf, (void)use;
 #endif
     cp_async_wait_all();
 }
@@ -244,19 +188,16 @@ static __global__ void __launch_bounds__(128 * PASS_GROUPS, 1)
 
     float S[4][4]; /* S^T rows vrow, vrow + 8; K columns d0 .. d0 + 31 */
     state_load(p.state, p.state_bf16, sq.slot_base, vrow, d0, q, S, 4);
-    unsigned rank = 0;
-#if TWO_PASS_MULTICAST
-    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+#if __CUDA_ARCH__ >= 900
     if (tid == 0) {
-        for (int b = 0; b < 2; b++) {
-            mbar_init(&s.full[b], 1);
-            mbar_init(&s.empty[b], (unsigned)splits);
-        }
+        for (int b = 0; b < 2; b++)
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_addr(&s.arrived[b]))
+                         : "memory");
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
+    __syncthreads();
 #endif
-    cluster_sync(); /* every block's barriers exist before any is used */
-    if (L > 0) load_record(p, sq, ws, slot0, h, 0, v0, tid, s, 0, 0, rank, splits);
+    if (L > 0) load_record(p, sq, ws, slot0, h, 0, v0, tid, s, 0);
     cp_async_commit();
     int64_t crow = sq.crow;
     const int64_t chunks_per_ckpt = p.interval / CT;
@@ -266,10 +207,7 @@ static __global__ void __launch_bounds__(128 * PASS_GROUPS, 1)
         const int nt = (int)(L - c0 < CT ? L - c0 : CT);
         wait_record(s, buf, ci >> 1);
         __syncthreads(); /* the record landed; every warp is done with the last one */
-        if (tid == 0 && ci > 0) release_buffer(s, buf ^ 1);
-        if (c0 + CT < L)
-            load_record(p, sq, ws, slot0 + ci + 1, h, c0 + CT, v0, tid, s, buf ^ 1, (ci + 1) >> 1,
-                        rank, splits);
+        if (c0 + CT < L) load_record(p, sq, ws, slot0 + ci + 1, h, c0 + CT, v0, tid, s, buf ^ 1);
         cp_async_commit();
 
         /* S' = S diag(c); partial P^T = S' Lk^T and S' Lq^T over our columns. */
@@ -346,7 +284,6 @@ static __global__ void __launch_bounds__(128 * PASS_GROUPS, 1)
             state_store(p.ckpt, p.state_bf16, kda_ckpt_base(p, crow++, h), vrow, d0, q, S, 4);
     }
     state_store(p.state, p.state_bf16, sq.slot_base, vrow, d0, q, S, 4);
-    cluster_sync(); /* no block leaves while another may still signal block 0 */
 }
 
 extern "C" size_t sp_kda_chunked_smem_bytes_(void) {
@@ -372,18 +309,8 @@ extern "C" cudaError_t sp_kda_launch_chunked_two_pass_(const kda_params *p, void
     if (e != cudaSuccess) return e;
     const void *ws = workspace;
     void *pass_args[] = {(void *)p, &ws};
-    const unsigned splits = (unsigned)(D / (16 * groups));
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)(p->N * p->H) * splits);
-    cfg.blockDim = dim3((unsigned)(128 * groups));
-    cfg.dynamicSmemBytes = (size_t)pass_smem_bytes;
-    cfg.stream = stream;
-    cudaLaunchAttribute cluster = {};
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = splits; /* the blocks of one (sequence, head) */
-    cluster.val.clusterDim.y = 1;
-    cluster.val.clusterDim.z = 1;
-    cfg.attrs = &cluster;
-    cfg.numAttrs = 1;
-    return cudaLaunchKernelExC(&cfg, (const void *)kda_state_pass_kernel, pass_args);
+    return cudaLaunchKernel((const void *)kda_state_pass_kernel,
+                            dim3((unsigned)(p->N * p->H * (D / (16 * groups)))),
+                            dim3((unsigned)(128 * groups)), pass_args, (size_t)pass_smem_bytes,
+                            stream);
 }
