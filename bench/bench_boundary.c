@@ -6,7 +6,8 @@
  *   limit     one contiguous cudaMemcpyAsync of the same bytes (the bound)
  *   pack      one sp_pack of q, k, v, g, beta (one launch: g is dense)
  *   separate  one cudaMemcpy2DAsync per strided tensor (q, k, v, beta)
- * then, timed alone: the prefill on dense inputs (one sequence) and the
+ * then, timed alone: the prefill on dense inputs (one sequence; the kernel
+ * AUTO picks given the workspace it asks for, named in the JSON) and the
  * whole sp_kda_boundary_run (pack + prefill). Before timing, the pack's
  * outputs are compared bit for bit with the separate copies'.
  * One JSON line per layout (also appended to FILE with --json FILE).
@@ -123,11 +124,15 @@ static void make_args(ctx *c, sp_kda_args *a) {
     sp_tensor_dense(&a->dt_bias, B, SP_F32, 1, &hd, dev);
     sp_tensor_dense(&a->cu_seqlens, cu, SP_I64, 1, &two, dev);
     sp_tensor_dense(&a->state_indices, idx, SP_I32, 1, &one, dev);
+    /* The workspace that lets the dispatcher pick the two-pass kernel where
+     * it is faster (the boundary owns one alike for small head counts). */
+    check(sp_kda_prefill_workspace_bytes(a, &a->workspace_bytes), "sp_kda_prefill_workspace_bytes");
+    a->workspace = a->workspace_bytes ? bench_malloc(a->workspace_bytes) : NULL;
 }
 
 static void free_args(sp_kda_args *a) {
-    void *p[] = {a->o.data, a->state.data, a->A_log.data, a->dt_bias.data, a->cu_seqlens.data,
-                 a->state_indices.data};
+    void *p[] = {a->o.data,          a->state.data,         a->A_log.data, a->dt_bias.data,
+                 a->cu_seqlens.data, a->state_indices.data, a->workspace};
     for (size_t i = 0; i < sizeof p / sizeof *p; i++) BENCH_CU(cudaFree(p[i]));
 }
 
@@ -187,6 +192,9 @@ static void run_layout(const char *layout, int64_t H, int kind, cudaStream_t s, 
     bench_json_num(&j, "separate_over_pack", st[2].median_ms / st[1].median_ms);
     bench_json_num(&j, "pack_gbps", bench_gbps((double)moved, st[1].median_ms));
     bench_json_num(&j, "limit_gbps", bench_gbps((double)moved, st[0].median_ms));
+    sp_kda_kernel kernel = SP_KDA_KERNEL_AUTO;
+    check(sp_kda_prefill_kernel(&c.dense_args, &kernel), "sp_kda_prefill_kernel");
+    bench_json_str(&j, "prefill_kernel", sp_kda_kernel_name(kernel));
     bench_json_num(&j, "prefill_ms", pre.median_ms);
     bench_json_num(&j, "boundary_ms", whole.median_ms);
     bench_json_num(&j, "pack_share", st[1].median_ms / whole.median_ms);
