@@ -36,6 +36,10 @@ step() { # step NAME CMD... : run, log to OUTDIR/logs/NAME.log, record the outco
 step configure cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSP_FUZZ=OFF \
   ${SP_CUDA_ARCHS:+-DCMAKE_CUDA_ARCHITECTURES=$SP_CUDA_ARCHS} || { cat "$logs/configure.log"; exit 1; }
 step build cmake --build "$build" -j "$(nproc)" || { tail -40 "$logs/build.log"; exit 1; }
+# GPU_CHECK_PHASES: "tests" (ctest, sanitizers), "bench" (demo, benchmarks) or
+# both (the default); a second call with "bench" reuses the build.
+phases=${GPU_CHECK_PHASES:-tests,bench}
+if [[ $phases == *tests* ]]; then
 step ctest ctest --test-dir "$build" --output-on-failure -j 4
 # GPUs this process sees (CUDA_VISIBLE_DEVICES applies), from `stridepack version`.
 ngpu=$("$build/tools/stridepack" version | sed -n 's/^CUDA: usable: \([0-9]*\) device.*/\1/p')
@@ -53,6 +57,8 @@ for t in $gpu_tests; do
       "$san" --tool "$tool" --error-exitcode 99 "$exe"
   done
 done
+fi
+if [[ $phases == *bench* ]]; then
 step demo "$build/tools/stridepack" demo --device cuda
 rm -f "$out"/h200_*.json
 step bench_pack "$build/bench/bench_pack" --json "$out/h200_pack.json"
@@ -61,11 +67,14 @@ step bench_kda "$build/bench/bench_kda" --json "$out/h200_kda.json"
 step bench_boundary "$build/bench/bench_boundary" --json "$out/h200_boundary.json"
 PYTHONPATH=python step anchors python3 bench/anchors.py --json "$out/h200_anchors.json"
 PYTHONPATH=python step bench_python python3 bench/bench_python.py --json "$out/h200_python_host.json"
+fi
 
-grep -hE "tests passed|tests failed|Not Run|\(Failed\)|Skipped" "$logs"/ctest*.log | tail -20
-grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$logs"/san_*.log | sort | uniq -c
-tail -6 "$logs/demo.log"
-for f in bench_kda bench_pack bench_boundary anchors bench_python; do echo "== $f"; grep -vE '^\{' "$logs/$f.log" | tail -14; done
+grep -hE "tests passed|tests failed|Not Run|\(Failed\)|Skipped" "$logs"/ctest*.log 2>/dev/null | tail -20
+grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$logs"/san_*.log 2>/dev/null | sort | uniq -c
+tail -6 "$logs/demo.log" 2>/dev/null
+for f in bench_kda bench_pack bench_boundary anchors bench_python; do
+  [ -f "$logs/$f.log" ] && { echo "== $f"; grep -vE '^\{' "$logs/$f.log" | tail -14; }
+done
 printf '%s\n' "${summary[@]}"
 tar -czf "$out/logs.tar.gz" -C "$out" logs && rm -rf "$logs"
 echo "steps failed: $failed"

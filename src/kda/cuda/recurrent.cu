@@ -110,28 +110,34 @@ static __device__ __forceinline__ int tile_row(int r, int m) {
     return (m < 4 ? 4 * r : 64 + 4 * r - 4) + m;
 }
 
-/* Read (load = 1) or write this lane's tile of S at `base`, the offset of
- * pool element [., h, 0, 0]: element [j][d] = S[d][j] sits at j*128 + d. */
-static __device__ void tile_io(void *pool, int bf16, int64_t base, int r, int j0, float S[8][4],
-                               int load) {
+/* This lane's tile of S in a pool at `base`, the offset of pool element
+ * [., h, 0, 0]: element [j][d] = S[d][j] sits at j*128 + d. */
+static __device__ __forceinline__ int64_t tile_at(int64_t base, int r, int j0, int c, int m) {
+    return base + (int64_t)(j0 + c) * SP_KDA_D + tile_row(r, m);
+}
+
+static __device__ void tile_load(const void *pool, int bf16, int64_t base, int r, int j0,
+                                 float S[8][4]) {
 #pragma unroll
     for (int c = 0; c < 4; c++)
 #pragma unroll
         for (int m = 0; m < 8; m++) {
-            const int64_t at = base + (int64_t)(j0 + c) * SP_KDA_D + tile_row(r, m);
-            if (bf16) {
-                uint16_t *x = (uint16_t *)pool + at;
-                if (load)
-                    S[m][c] = sp_bf16_to_f32(*x);
-                else
-                    *x = sp_f32_to_bf16(S[m][c]);
-            } else {
-                float *x = (float *)pool + at;
-                if (load)
-                    S[m][c] = *x;
-                else
-                    *x = S[m][c];
-            }
+            const int64_t at = tile_at(base, r, j0, c, m);
+            S[m][c] = bf16 ? sp_bf16_to_f32(((const uint16_t *)pool)[at]) : ((const float *)pool)[at];
+        }
+}
+
+static __device__ void tile_store(void *pool, int bf16, int64_t base, int r, int j0,
+                                  const float S[8][4]) {
+#pragma unroll
+    for (int c = 0; c < 4; c++)
+#pragma unroll
+        for (int m = 0; m < 8; m++) {
+            const int64_t at = tile_at(base, r, j0, c, m);
+            if (bf16)
+                ((uint16_t *)pool)[at] = sp_f32_to_bf16(S[m][c]);
+            else
+                ((float *)pool)[at] = S[m][c];
         }
 }
 
@@ -180,7 +186,7 @@ static __global__ void __launch_bounds__(THREADS, 1) kda_prefill_kernel(kda_para
 
     const int64_t slot_base = sq.slot_base;
     float S[8][4];
-    tile_io(p.state, p.state_bf16, slot_base, r, j0, S, 1);
+    tile_load(p.state, p.state_bf16, slot_base, r, j0, S);
 
     raw_token raw;
     if (w < L) load_token(p, bos + w, h, lane, raw);
@@ -227,13 +233,13 @@ static __global__ void __launch_bounds__(THREADS, 1) kda_prefill_kernel(kda_para
 #pragma unroll
                 for (int c = 0; c < 4; c++) S[m][c] = fmaf(k[m], bu[c], S[m][c]);
             if (p.interval > 0 && ++since == p.interval) {
-                tile_io(p.ckpt, p.state_bf16, kda_ckpt_base(p, crow, h), r, j0, S, 0);
+                tile_store(p.ckpt, p.state_bf16, kda_ckpt_base(p, crow, h), r, j0, S);
                 crow++;
                 since = 0;
             }
         }
     }
-    tile_io(p.state, p.state_bf16, slot_base, r, j0, S, 0);
+    tile_store(p.state, p.state_bf16, slot_base, r, j0, S);
 }
 
 extern "C" cudaError_t sp_kda_launch_recurrent_(const kda_params *p, cudaStream_t stream) {
