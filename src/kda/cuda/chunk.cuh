@@ -314,5 +314,34 @@ static __device__ __forceinline__ void scale_columns(float S[][4], const float *
     }
 }
 
+/* For this warp's 16 V rows (P^T = S' Lk^T summed over K, as accumulator
+ * tiles): X^T = diag(b) (V - P)^T in place of P, then W^T = X^T T^T. v
+ * holds the chunk's V rows (token t at v + t * pitch), this warp's first
+ * column at v_local. */
+static __device__ __forceinline__ void solve_w(float P[CT / 8][4], const uint16_t *v, int pitch,
+                                               int v_local, const chunk_ops &s, int lane,
+                                               float W[CT / 8][4]) {
+    const int r = lane >> 2, q = lane & 3;
+#pragma unroll
+    for (int t8 = 0; t8 < CT / 8; t8++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int t = 8 * t8 + 2 * q + (e & 1);
+            const float vt = sp_bf16_to_f32(v[t * pitch + v_local + 8 * (e >> 1)]);
+            P[t8][e] = s.b[t] * (vt - P[t8][e]);
+            W[t8][e] = 0.0f;
+        }
+#pragma unroll
+    for (int kt = 0; kt < CT / 8; kt++) {
+        uint32_t a[4];
+        acc_as_a(P[kt], a);
+#pragma unroll
+        for (int t8 = 0; t8 < CT / 8; t8++) {
+            uint32_t b0, b1;
+            pair(&s.t[8 * t8 + r][8 * kt + 2 * q], &b0, &b1);
+            mma_tf32(W[t8], a, b0, b1);
+        }
+    }
+}
 
 #endif /* SP_KDA_CUDA_CHUNK_CUH */

@@ -69,26 +69,8 @@ static __device__ void state_update(float S[D / 8][4], float P[4][4], float O[4]
                                     const uint16_t (*v)[D], int v_local, int lane,
                                     const chunk_ops &s) {
     const int r = lane >> 2, q = lane & 3;
-#pragma unroll
-    for (int nt = 0; nt < CT / 8; nt++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int t = 8 * nt + 2 * q + (e & 1);
-            const float vt = sp_bf16_to_f32(v[t][v_local + 8 * (e >> 1)]);
-            P[nt][e] = s.b[t] * (vt - P[nt][e]);
-        }
-    float W[4][4] = {};
-#pragma unroll
-    for (int kt = 0; kt < CT / 8; kt++) {
-        uint32_t a[4];
-        acc_as_a(P[kt], a);
-#pragma unroll
-        for (int nt = 0; nt < CT / 8; nt++) {
-            uint32_t b0, b1;
-            pair(&s.t[8 * nt + r][8 * kt + 2 * q], &b0, &b1);
-            mma_tf32(W[nt], a, b0, b1);
-        }
-    }
+    float W[CT / 8][4];
+    solve_w(P, &v[0][0], D, v_local, s, lane, W);
 #pragma unroll
     for (int kt = 0; kt < CT / 8; kt++) {
         uint32_t a[4];

@@ -235,27 +235,9 @@ static __global__ void __launch_bounds__(128 * PASS_GROUPS, 1)
 
         /* Every warp: the whole X^T = diag(b) (V - P)^T and W^T = X^T T^T. */
 #pragma unroll
-        for (int t8 = 0; t8 < CT / 8; t8++) {
-            sum_tile(s.part_p[rg], t8, r, q, P[t8]);
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int t = 8 * t8 + 2 * q + (e & 1);
-                const float vt = sp_bf16_to_f32(s.v[buf][t][vl + 8 * (e >> 1)]);
-                P[t8][e] = o.b[t] * (vt - P[t8][e]);
-            }
-        }
-        float W[4][4] = {};
-#pragma unroll
-        for (int kt = 0; kt < CT / 8; kt++) {
-            uint32_t a[4];
-            acc_as_a(P[kt], a);
-#pragma unroll
-            for (int t8 = 0; t8 < CT / 8; t8++) {
-                uint32_t b0, b1;
-                pair(&o.t[8 * t8 + r][8 * kt + 2 * q], &b0, &b1);
-                mma_tf32(W[t8], a, b0, b1);
-            }
-        }
+        for (int t8 = 0; t8 < CT / 8; t8++) sum_tile(s.part_p[rg], t8, r, q, P[t8]);
+        float W[CT / 8][4];
+        solve_w(P, &s.v[buf][0][0], PASS_ROWS, vl, o, lane, W);
         /* Output rows 8 quarter .. +7 of our 16 V rows: S'^T Lq^T + W^T QK^T. */
         float Ow[4];
         sum_tile(s.part_o[rg], quarter, r, q, Ow);
