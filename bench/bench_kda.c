@@ -168,9 +168,13 @@ int main(int argc, char **argv) {
                   {2048, 96, 1, 1.44, 0},
                   {2048, 96, 16, 1.53, 0},
                   /* Not in fla's table (fla_ms 0): where the two-pass
-                   * kernel stops paying, for the dispatcher's rule. */
+                   * kernel stops paying, for the dispatcher's rules. */
                   {16384, 24, 1, 0, 0},
-                  {16384, 48, 1, 0, 0}};
+                  {16384, 48, 1, 0, 0},
+                  /* Short sequences (64 and 32 tokens): the dispatcher's
+                   * rule between recurrent and chunked. */
+                  {2048, 96, 32, 0, 0},
+                  {2048, 96, 64, 0, 0}};
     static const sp_dtype states[] = {SP_F32, SP_BF16};
     enum { NK = 4 };
     static const int32_t kernels[NK] = {SP_KDA_KERNEL_RECURRENT, SP_KDA_KERNEL_CHUNKED,
