@@ -235,8 +235,11 @@ SP_API sp_status sp_kda_boundary_create(sp_kda_boundary **out, sp_device dev,
  * and beta allowed to be any strided views — then pack the non-dense ones
  * with ONE sp_pack into the owned workspace (no copy at all when every one
  * is dense) and run sp_kda_prefill on the dense views, both on `stream`.
+ * When args has no workspace and the boundary owns one for the two-pass
+ * kernel (see sp_kda_boundary_create), that one is given to the prefill.
  * The KDA arithmetic is that of sp_kda_prefill: results are bit-identical to
- * sp_kda_prefill on dense copies of the same inputs.
+ * sp_kda_prefill on dense copies of the same inputs with the same workspace
+ * size (so that AUTO picks the same kernel) or the same forced kernel.
  *
  * Errors, before anything is written: those of sp_kda_prefill (the
  * density rule aside) with the same statuses; SP_ERR_DEVICE_MISMATCH when

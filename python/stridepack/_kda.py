@@ -6,7 +6,8 @@ from . import _native
 from ._errors import StridepackError
 
 GATES = {"lower_bound": 0, "softplus": 1}  # sp_kda_gate
-_PREFILL, _REFERENCE, _BOUNDARY = 0, 1, 2
+KERNELS = {"auto": 0, "recurrent": 1, "chunked": 2, "chunked_two_pass": 3}  # sp_kda_kernel
+_PREFILL, _REFERENCE, _BOUNDARY, _WORKSPACE_BYTES = 0, 1, 2, 3
 
 
 def available():
@@ -14,26 +15,54 @@ def available():
     return True
 
 
+def _workspace(ws):
+    """(address, bytes) of a workspace array (torch tensor or NumPy array)."""
+    if ws is None:
+        return None
+    if hasattr(ws, "data_ptr"):
+        return (ws.data_ptr(), ws.numel() * ws.element_size())
+    return (ws.__array_interface__["data"][0], ws.nbytes)
+
+
 def _run(mode, boundary, q, k, v, g, beta, A_log, dt_bias, cu_seqlens, state, state_indices, o,
-         gate, lower_bound, scale, checkpoint_interval, checkpoint_cu_starts, checkpoints):
+         gate, lower_bound, scale, checkpoint_interval, checkpoint_cu_starts, checkpoints,
+         kernel="auto", workspace=None):
     if gate not in GATES:
         raise StridepackError("SP_ERR_INVALID_ARGUMENT", 1,
                               f"gate: {gate!r} is not one of {sorted(GATES)}")
+    if kernel not in KERNELS:
+        raise StridepackError("SP_ERR_INVALID_ARGUMENT", 1,
+                              f"kernel: {kernel!r} is not one of {sorted(KERNELS)}")
     tensors = (q, k, v, g, beta, A_log, dt_bias, cu_seqlens, state, state_indices, o,
                checkpoint_cu_starts, checkpoints)
-    _native.kda(mode, boundary, tensors, GATES[gate], lower_bound, scale, checkpoint_interval,
-                None)
+    return _native.kda(mode, boundary, tensors, GATES[gate], lower_bound, scale,
+                       checkpoint_interval, None, KERNELS[kernel], _workspace(workspace))
 
 
 def kda_prefill(q, k, v, g, beta, A_log, dt_bias, cu_seqlens, state, state_indices, o, *,
                 gate="lower_bound", lower_bound=-5.0, scale=0.0, checkpoint_interval=0,
-                checkpoint_cu_starts=None, checkpoints=None, reference=False):
+                checkpoint_cu_starts=None, checkpoints=None, reference=False, kernel="auto",
+                workspace=None):
     """sp_kda_prefill on dense inputs (reference=True: the float64 CPU
     reference). Writes o, the state pool and the checkpoints in place;
-    shapes and dtypes as in stridepack_kda.h. On CUDA: the current stream."""
+    shapes and dtypes as in stridepack_kda.h. On CUDA: the current stream.
+    kernel: "auto", "recurrent", "chunked" or "chunked_two_pass"
+    (sp_kda_kernel); workspace: a device array of at least
+    kda_workspace_bytes(...) bytes, which lets "auto" pick the two-pass
+    kernel where it is faster and "chunked_two_pass" run."""
     _run(_REFERENCE if reference else _PREFILL, None, q, k, v, g, beta, A_log, dt_bias,
          cu_seqlens, state, state_indices, o, gate, lower_bound, scale, checkpoint_interval,
-         checkpoint_cu_starts, checkpoints)
+         checkpoint_cu_starts, checkpoints, kernel, workspace)
+
+
+def kda_workspace_bytes(q, k, v, g, beta, A_log, dt_bias, cu_seqlens, state, state_indices, o, *,
+                        gate="lower_bound", lower_bound=-5.0, scale=0.0, checkpoint_interval=0,
+                        checkpoint_cu_starts=None, checkpoints=None):
+    """sp_kda_prefill_workspace_bytes: the workspace the two-pass kernel
+    needs for these arguments (0 when no kernel that needs one serves them)."""
+    return _run(_WORKSPACE_BYTES, None, q, k, v, g, beta, A_log, dt_bias, cu_seqlens, state,
+                state_indices, o, gate, lower_bound, scale, checkpoint_interval,
+                checkpoint_cu_starts, checkpoints)
 
 
 class KdaBoundary:
@@ -48,13 +77,14 @@ class KdaBoundary:
 
     def run(self, q, k, v, g, beta, A_log, dt_bias, cu_seqlens, state, state_indices, o, *,
             gate="lower_bound", lower_bound=-5.0, scale=0.0, checkpoint_interval=0,
-            checkpoint_cu_starts=None, checkpoints=None):
-        """sp_kda_boundary_run; arguments as kda_prefill, q..beta any views."""
+            checkpoint_cu_starts=None, checkpoints=None, kernel="auto", workspace=None):
+        """sp_kda_boundary_run; arguments as kda_prefill, q..beta any views
+        (without a workspace, the boundary's own serves the two-pass kernel)."""
         if self._b is None:
             raise StridepackError("SP_ERR_INVALID_ARGUMENT", 1, "boundary: already closed")
         _run(_BOUNDARY, self._b, q, k, v, g, beta, A_log, dt_bias, cu_seqlens, state,
              state_indices, o, gate, lower_bound, scale, checkpoint_interval,
-             checkpoint_cu_starts, checkpoints)
+             checkpoint_cu_starts, checkpoints, kernel, workspace)
 
     @property
     def last_copied(self):

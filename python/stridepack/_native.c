@@ -1173,15 +1173,16 @@ static void boundary_capsule_free(PyObject *cap) {
 }
 
 /* kda(mode, boundary, tensors (13, None for absent), gate, lower_bound, scale,
- * checkpoint_interval, stream); mode 0 prefill, 1 reference, 2 boundary run. */
+ * checkpoint_interval, stream, kernel, workspace (None or (address, bytes)));
+ * mode 0 prefill, 1 reference, 2 boundary run, 3 workspace bytes (returned). */
 static PyObject *py_kda(PyObject *self, PyObject *args) {
     (void)self;
-    int mode, gate;
+    int mode, gate, kernel;
     float lb, scale;
     long long interval;
-    PyObject *bcap, *ts, *stream_arg;
-    if (!PyArg_ParseTuple(args, "iOO!iffLO", &mode, &bcap, &PyTuple_Type, &ts, &gate, &lb, &scale,
-                          &interval, &stream_arg))
+    PyObject *bcap, *ts, *stream_arg, *ws_arg;
+    if (!PyArg_ParseTuple(args, "iOO!iffLOiO", &mode, &bcap, &PyTuple_Type, &ts, &gate, &lb, &scale,
+                          &interval, &stream_arg, &kernel, &ws_arg))
         return NULL;
     if (PyTuple_GET_SIZE(ts) != N_KDA) return PyErr_Format(PyExc_ValueError, "need %d tensors", N_KDA);
     sp_kda_args a;
@@ -1190,6 +1191,13 @@ static PyObject *py_kda(PyObject *self, PyObject *args) {
     a.lower_bound = lb;
     a.scale = scale;
     a.checkpoint_interval = interval;
+    a.kernel = kernel;
+    if (ws_arg != Py_None) {
+        unsigned long long addr, bytes;
+        if (!PyArg_ParseTuple(ws_arg, "KK", &addr, &bytes)) return NULL;
+        a.workspace = (void *)(uintptr_t)addr;
+        a.workspace_bytes = (size_t)bytes;
+    }
     view *v = views_new(N_KDA);
     PyObject *result = NULL;
     int fw0 = -1;
@@ -1229,6 +1237,13 @@ static PyObject *py_kda(PyObject *self, PyObject *args) {
         goto done;
     }
     int st;
+    if (mode == 3) {
+        size_t bytes = 0;
+        st = sp_kda_prefill_workspace_bytes(&a, &bytes);
+        if (st != SP_OK) { raise_status(st); goto done; }
+        result = PyLong_FromSize_t(bytes);
+        goto done;
+    }
     if (mode == 2) {
         boundary_box *box = PyCapsule_GetPointer(bcap, "stridepack.boundary");
         if (!box) goto done;
@@ -1322,7 +1337,8 @@ static PyMethodDef methods[] = {
     METH("workspace_bytes", py_workspace_bytes, METH_O, "workspace_bytes(tensors) -> int"),
     METH("readable", py_readable, METH_O, "readable(x) -> None or the reason it is not"),
     METH("describe", py_describe, METH_VARARGS, "describe(x, via_dlpack=False) -> the view read"),
-    METH("kda", py_kda, METH_VARARGS, "kda(mode, boundary, tensors, gate, lb, scale, interval, stream)"),
+    METH("kda", py_kda, METH_VARARGS,
+         "kda(mode, boundary, tensors, gate, lb, scale, interval, stream, kernel, workspace)"),
     METH("boundary_create", py_boundary_create, METH_VARARGS, "boundary_create(device, T, H)"),
     METH("boundary_close", py_boundary_close, METH_O, "boundary_close(capsule)"),
     METH("boundary_last_copied", py_boundary_last_copied, METH_O, "boundary_last_copied(capsule)"),

@@ -174,12 +174,14 @@ static void k3_case(sp_kda_boundary *bd, int32_t kernel, int64_t T, int64_t H, i
     dense_copies(&x, dev);
     const char *name = sp_k3_beta_name(kind);
 
-    /* The dense path: the expectation (a workspace of its own for the
-     * two-pass kernel; the boundary runs below use the boundary's). */
+    /* The dense path: the expectation. It gets a workspace of its own, as
+     * the boundary runs below use the boundary's (owned for small head
+     * counts): the two-pass kernel needs one, and AUTO then chooses alike. */
     sp_kda_args dense;
     kp_args(&p, dev, sp_cuda(0), &dense);
     void *ws = NULL;
-    if (kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS) {
+    if (kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS ||
+        (kernel == SP_KDA_KERNEL_AUTO && H <= 32)) {
         CHECK_OK(sp_kda_prefill_workspace_bytes(&dense, &dense.workspace_bytes));
         CUDA_OK(cudaMalloc(&ws, dense.workspace_bytes));
         dense.workspace = ws;

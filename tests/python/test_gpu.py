@@ -401,8 +401,13 @@ class KdaBoundary(unittest.TestCase):
 
         dense = {n: x.contiguous() for n, x in views.items()}
         o_dense = torch.empty(1, T, H, 128, dtype=torch.bfloat16, device=DEV)
+        # A workspace as the boundary owns one (4 heads): AUTO then picks
+        # the same kernel on both paths.
+        need = sp.kda_workspace_bytes(**dense, **params, state=state0, o=o_dense)
+        self.assertGreater(need, 0)
+        ws = torch.empty(need, dtype=torch.uint8, device=DEV)
         s_dense = state0.clone()
-        run(sp.kda_prefill, dense, s_dense, o_dense)
+        sp.kda_prefill(**dense, **params, state=s_dense, o=o_dense, workspace=ws)
         b = sp.KdaBoundary(DEV, T, H)
         o, s = torch.empty_like(o_dense), state0.clone()
         run(b.run, views, s, o)  # eager; also the warm-up for capture
@@ -410,6 +415,18 @@ class KdaBoundary(unittest.TestCase):
         self.assertEqual(b.last_copied, 4)
         self.assertTrue(bits_equal(o, o_dense))
         self.assertTrue(torch.equal(s.view(torch.int32), s_dense.view(torch.int32)))
+        # Each kernel forced: the boundary equals the dense prefill bit for bit.
+        for kernel in ("recurrent", "chunked", "chunked_two_pass"):
+            o2, s2, o3, s3 = torch.empty_like(o), state0.clone(), torch.empty_like(o), state0.clone()
+            sp.kda_prefill(**dense, **params, state=s2, o=o2, kernel=kernel, workspace=ws)
+            b.run(**views, **params, state=s3, o=o3, kernel=kernel)
+            torch.cuda.synchronize()
+            self.assertTrue(bits_equal(o2, o3), kernel)
+            self.assertTrue(torch.equal(s2.view(torch.int32), s3.view(torch.int32)), kernel)
+        with self.assertRaises(sp.StridepackError):
+            sp.kda_prefill(**dense, **params, state=s2, o=o2, kernel="fastest")
+        with self.assertRaises(sp.StridepackError):  # two-pass without a workspace
+            sp.kda_prefill(**dense, **params, state=s2, o=o2, kernel="chunked_two_pass")
         # Capture on the stream of the warm-up: torch.cuda.graph captures on
         # a side stream, so warm up and capture there.
         stream = torch.cuda.Stream()
@@ -432,6 +449,42 @@ class KdaBoundary(unittest.TestCase):
         self.assertTrue(bits_equal(o, o_dense))
         self.assertTrue(torch.equal(s.view(torch.int32), s_dense.view(torch.int32)))
         b.close()
+
+
+@unittest.skipUnless(torch.cuda.device_count() >= 2, "needs two CUDA devices")
+class SecondGpu(unittest.TestCase):
+    def test_pack_on_cuda1_while_cuda0_is_current(self):
+        """Tensors on cuda:1, cuda:0 current: the pack runs on cuda:1, on
+        cuda:1's current stream, and leaves cuda:0 current."""
+        torch.cuda.set_device(0)
+        dev1 = torch.device("cuda", 1)
+        gen = torch.Generator(device=dev1).manual_seed(8)
+        T, H = 2048, 12
+        P = H * 128
+        qkv = torch.randint(-32768, 32768, (T, 3 * P), dtype=torch.int16, device=dev1,
+                            generator=gen).view(torch.bfloat16)
+        xs = [qkv[:, i * P:(i + 1) * P].view(1, T, H, 128) for i in range(3)]
+        ws = torch.full((sp.workspace_bytes(xs),), POISON, dtype=torch.uint8, device=dev1)
+        side = torch.cuda.Stream(device=dev1)
+        with torch.cuda.device(1):
+            torch.cuda.set_stream(side)  # cuda:1's current stream
+        self.assertEqual(torch.cuda.current_device(), 0)
+        side.wait_stream(torch.cuda.default_stream(dev1))  # inputs and poison are written
+        with torch.cuda.device(1):
+            torch.cuda._sleep(200_000_000)  # on `side`: keeps it busy for a while
+        outs = sp.pack(xs, workspace=ws)
+        self.assertEqual(torch.cuda.current_device(), 0)
+        # Still queued behind the sleep on `side`: cuda:1's default stream
+        # must see the workspace as poisoned.
+        with torch.cuda.device(1), torch.cuda.stream(torch.cuda.default_stream(dev1)):
+            early = ws.to("cpu")
+        self.assertTrue(bool((early == POISON).all()), "the pack did not run on cuda:1's stream")
+        side.synchronize()
+        for o, x in zip(outs, xs):
+            self.assertEqual(o.device, dev1)
+            self.assertTrue(bits_equal(o, x.contiguous()))
+        with torch.cuda.device(1):
+            torch.cuda.set_stream(torch.cuda.default_stream(dev1))
 
 
 if __name__ == "__main__":
