@@ -258,7 +258,3 @@ double kp_err_ckpt(const kda_problem *p, const void *c, const void *ref, int64_t
 
 double kp_state_tol(const kda_problem *p) { return p->state_dtype == SP_F32 ? 1e-4 : 5e-3; }
 
-int kp_small(void) {
-    const char *s = getenv("SP_TEST_SMALL");
-    return s && *s && strcmp(s, "0") != 0;
-}

@@ -270,3 +270,8 @@ double sp_median(double *v, int n) {
     qsort(v, (size_t)n, sizeof *v, sp_cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
+
+int sp_test_small(void) {
+    const char *s = getenv("SP_TEST_SMALL");
+    return s && s[0] && s[0] != '0';
+}

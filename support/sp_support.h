@@ -110,6 +110,9 @@ const char *sp_k3_beta_name(int beta_kind);
 
 /* ---- timing ---------------------------------------------------------------- */
 double sp_now_seconds(void); /* monotonic */
+/* 1 when SP_TEST_SMALL is set (and not "0"): tests shrink their sizes
+ * (compute-sanitizer runs). The one switch for every test. */
+int sp_test_small(void);
 int sp_cmp_double(const void *a, const void *b);
 double sp_median(double *v, int n); /* sorts v */
 

@@ -53,7 +53,7 @@ fi
 for t in $gpu_tests; do
   for tool in memcheck racecheck; do
     exe=$(find "$build/tests" -type f -name "$t" | head -n 1)
-    SP_TEST_SMALL=1 SP_GPU_TEST_QUICK=1 step "san_${tool}_$t" \
+    SP_TEST_SMALL=1 step "san_${tool}_$t" \
       "$san" --tool "$tool" --error-exitcode 99 "$exe"
   done
 done

@@ -178,7 +178,7 @@ static void create_cases(void) {
 int main(void) {
     sp_kda_boundary *bd = NULL;
     CHECK_OK(sp_kda_boundary_create(&bd, sp_cpu(), CAP_T, CAP_H));
-    const int64_t T = kp_small() ? 90 : 200;
+    const int64_t T = sp_test_small() ? 90 : 200;
     for (int kind = 0; kind < 2; kind++) {
         k3_case(bd, T, 3, kind, SP_F32, 32, STRIDED_ALL, 10 + (uint64_t)kind);
         k3_case(bd, T, 4, kind, SP_BF16, 64, STRIDED_ALL, 20 + (uint64_t)kind);

@@ -381,7 +381,7 @@ static void bad_input_cases(sp_kda_boundary *bd, int64_t H) {
 int main(void) {
     if (!sp_cuda_available()) SP_SKIP("no usable CUDA device");
     CUDA_OK(cudaStreamCreateWithFlags(&S, cudaStreamNonBlocking));
-    const int small = kp_small();
+    const int small = sp_test_small();
     const int64_t T = small ? 300 : 16384, H = small ? 4 : 96;
     sp_kda_boundary *bd;
     CHECK_OK(sp_kda_boundary_create(&bd, sp_cuda(0), T, H));

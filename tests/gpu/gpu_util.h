@@ -27,12 +27,6 @@ static inline void gpu_require(void) {
     CUDA_OK(cudaSetDevice(0));
 }
 
-/* Nonzero when the environment asks for small sizes (sanitizer runs). */
-static inline int gpu_quick(void) {
-    const char *q = getenv("SP_GPU_TEST_QUICK");
-    return q && q[0] && q[0] != '0';
-}
-
 #define ARENA_GAP 256 /* poisoned bytes before every buffer */
 
 typedef struct arena {

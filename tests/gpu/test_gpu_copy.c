@@ -130,7 +130,7 @@ static int run_and_check(arena *a, sp_copy_pair *pairs, int n, cudaStream_t stre
 }
 
 static void test_random(sp_rng *r, arena *a, cudaStream_t stream) {
-    const int trials = gpu_quick() ? 80 : 500;
+    const int trials = sp_test_small() ? 80 : 500;
     int pairs_total = 0;
     sp_copy_pair pairs[MAX_PAIRS];
     for (int trial = 0; trial < trials; trial++) {

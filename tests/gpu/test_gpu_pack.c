@@ -222,7 +222,7 @@ int main(void) {
     gpu_require();
     sp_rng r;
     sp_rng_seed(&r, 0x5ac4ull);
-    const int quick = gpu_quick();
+    const int quick = sp_test_small();
     const int64_t T_big = quick ? 2048 : 16384;
 
     /* The largest case (TP1 with the input-projection beta) sizes the arena. */
