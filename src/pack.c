@@ -19,26 +19,31 @@ static uint64_t dense_bytes(const sp_tensor *t, int *ovf) {
     return b;
 }
 
-/* The argument name is formatted only once a check has failed: this is the
- * per-call path, and snprintf costs more than the checks. */
-static sp_status check_input(const sp_tensor *t, size_t i, int aligned, sp_device dev) {
-    sp_status s = aligned ? sp_tensor_check_aligned(t, "") : sp_tensor_check(t, "");
-    if (s == SP_OK && aligned) s = sp_check_same_device(t, dev, "");
-    if (s == SP_OK) return SP_OK;
+/* check(t, "") and, only once it has failed, again with the argument's
+ * name for the message: this is the per-call path, and snprintf costs more
+ * than the checks. */
+typedef sp_status (*tensor_check_fn)(const sp_tensor *t, const char *name);
+
+static sp_status check_named(tensor_check_fn check, const sp_tensor *t, size_t i) {
+    if (check(t, "") == SP_OK) return SP_OK;
     char name[32];
     snprintf(name, sizeof name, "inputs[%zu]", i);
-    SP_FORWARD(aligned ? sp_tensor_check_aligned(t, name) : sp_tensor_check(t, name));
+    return check(t, name);
+}
+
+static sp_status check_device(const sp_tensor *t, size_t i, sp_device dev) {
+    if (sp_check_same_device(t, dev, "") == SP_OK) return SP_OK;
+    char name[32];
+    snprintf(name, sizeof name, "inputs[%zu]", i);
     return sp_check_same_device(t, dev, name);
 }
 
-/* Validate the inputs (with alignment and one device when `aligned`), sum
- * the workspace they need, and note which are dense (dense may be NULL). */
-static sp_status check_inputs(const sp_tensor *inputs, size_t n, int aligned, uint64_t *need,
-                              unsigned char *dense) {
-    SP_REQUIRE(n == 0 || inputs != NULL, SP_ERR_INVALID_ARGUMENT, "inputs: NULL with n = %zu", n);
+/* The workspace the non-dense inputs (valid views) need, and which inputs
+ * are dense (dense may be NULL). */
+static sp_status workspace_need(const sp_tensor *inputs, size_t n, uint64_t *need,
+                                unsigned char *dense) {
     uint64_t total = 0;
     for (size_t i = 0; i < n; i++) {
-        SP_FORWARD(check_input(&inputs[i], i, aligned, inputs[0].device));
         int is_dense = sp_tensor_is_dense(&inputs[i]);
         if (dense) dense[i] = (unsigned char)is_dense;
         if (is_dense) continue;
@@ -55,8 +60,10 @@ static sp_status check_inputs(const sp_tensor *inputs, size_t n, int aligned, ui
 
 sp_status sp_pack_workspace_bytes(const sp_tensor *inputs, size_t n, size_t *bytes) {
     SP_REQUIRE(bytes != NULL, SP_ERR_INVALID_ARGUMENT, "bytes: output pointer is NULL");
+    SP_REQUIRE(n == 0 || inputs != NULL, SP_ERR_INVALID_ARGUMENT, "inputs: NULL with n = %zu", n);
+    for (size_t i = 0; i < n; i++) SP_FORWARD(check_named(sp_tensor_check, &inputs[i], i));
     uint64_t need = 0;
-    SP_FORWARD(check_inputs(inputs, n, 0, &need, NULL));
+    SP_FORWARD(workspace_need(inputs, n, &need, NULL));
     *bytes = (size_t)need;
     return SP_OK;
 }
@@ -66,9 +73,14 @@ sp_status sp_pack(const sp_tensor *inputs, size_t n, void *workspace, size_t wor
     SP_REQUIRE(n == 0 || outputs != NULL, SP_ERR_INVALID_ARGUMENT, "outputs: NULL with n = %zu", n);
     SP_REQUIRE(n <= SP_PACK_STACK, SP_ERR_UNSUPPORTED, "inputs: %zu tensors, at most %d per sp_pack",
                n, SP_PACK_STACK);
+    SP_REQUIRE(n == 0 || inputs != NULL, SP_ERR_INVALID_ARGUMENT, "inputs: NULL with n = %zu", n);
+    for (size_t i = 0; i < n; i++) {
+        SP_FORWARD(check_named(sp_tensor_check_aligned, &inputs[i], i));
+        SP_FORWARD(check_device(&inputs[i], i, inputs[0].device));
+    }
     uint64_t need = 0;
     unsigned char dense[SP_PACK_STACK];
-    SP_FORWARD(check_inputs(inputs, n, 1, &need, dense));
+    SP_FORWARD(workspace_need(inputs, n, &need, dense));
     if (need > 0) {
         SP_REQUIRE(workspace != NULL, SP_ERR_INVALID_ARGUMENT,
                    "workspace: NULL, but %llu bytes are needed", (unsigned long long)need);
