@@ -11,6 +11,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static long sp_checks_run_;
 static long sp_checks_failed_;
@@ -62,6 +63,21 @@ static long sp_checks_failed_;
 
 /* Print the tally; return the process exit status (0 only if all passed
  * and at least one check ran). */
+/* Overwrite this thread's sp_last_error() with something unrelated, so
+ * that a message checked afterwards must come from the call under test. */
+static inline void reset_last_error(void) {
+    int64_t n;
+    (void)sp_tensor_numel(NULL, &n);
+}
+
+/* sp_last_error() is set and names `needle` (when given). */
+static inline void check_message(const char *what, const char *needle) {
+    const char *e = sp_last_error();
+    CHECKF(e && e[0], "%s: empty sp_last_error()", what);
+    if (needle && e)
+        CHECKF(strstr(e, needle) != NULL, "%s: message \"%s\" lacks \"%s\"", what, e, needle);
+}
+
 static inline int sp_test_finish(const char *name) {
     if (sp_checks_run_ == 0) {
         fprintf(stderr, "%s: no check ran\n", name);

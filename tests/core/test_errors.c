@@ -47,25 +47,10 @@ static void scene_free(scene *s) {
     }
 }
 
-/* Overwrite the last error with something unrelated, so that a message
- * checked afterwards must come from the call under test. */
-static void reset_last_error(void) {
-    int64_t n;
-    (void)sp_tensor_numel(NULL, &n);
-}
-
 static int untouched(const scene *s) {
     for (int i = 0; i < NP; i++)
         if (gb_first_diff(&s->src[i]) >= 0 || gb_first_diff(&s->dst[i]) >= 0) return 0;
     return 1;
-}
-
-/* The message names the argument (when `needle` is given). */
-static void check_message(const char *what, const char *needle) {
-    const char *e = sp_last_error();
-    CHECKF(e && e[0], "%s: empty sp_last_error()", what);
-    if (needle && e) CHECKF(strstr(e, needle) != NULL, "%s: message \"%s\" lacks \"%s\"", what, e,
-                            needle);
 }
 
 static void expect_batch(const char *what, const sp_copy_pair *p, size_t n, const scene *s,

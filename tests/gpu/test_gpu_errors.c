@@ -48,22 +48,8 @@ static void scene_make(scene *s, sp_rng *r) {
     sp_tensor_dense(&p[2].dst, s->dst[2], SP_U8, 1, s2, g);
 }
 
-/* Overwrite the last error, so that a message checked afterwards must come
- * from the call under test. */
-static void reset_last_error(void) {
-    int64_t n;
-    (void)sp_tensor_numel(NULL, &n);
-}
-
 static int untouched(void) {
     return arena_first_diff(&A) < 0 && memcmp(host_buf, host_before, sizeof host_buf) == 0;
-}
-
-static void check_message(const char *what, const char *needle) {
-    const char *e = sp_last_error();
-    CHECKF(e && e[0], "%s: empty sp_last_error()", what);
-    if (needle && e)
-        CHECKF(strstr(e, needle) != NULL, "%s: message \"%s\" lacks \"%s\"", what, e, needle);
 }
 
 static void expect_batch(const char *what, const sp_copy_pair *p, size_t n, sp_status want,
