@@ -1,5 +1,5 @@
 /* copy.c — layer 2: sp_copy_batch. Validates every pair, then plans the
- * pairs into descriptors (the planner, sp_plan_pair) and hands them to one
+ * pairs into descriptors (the planner, sp_plan_pair_) and hands them to one
  * backend pass per SP_MAX_PAIRS_PER_LAUNCH pairs. */
 #include "internal.h"
 
@@ -8,10 +8,10 @@
 
 static int64_t abs64(int64_t x) { return x < 0 ? -x : x; }
 
-void sp_plan_pair(const sp_copy_pair *p, sp_copy_desc *d) {
+void sp_plan_pair_(const sp_copy_pair *p, sp_copy_desc *d) {
     int64_t shape[SP_MAX_DIMS], ss[SP_MAX_DIMS], ds[SP_MAX_DIMS];
     int n;
-    sp_coalesce_pair(&p->src, &p->dst, &n, shape, ss, ds);
+    sp_coalesce_pair_(&p->src, &p->dst, &n, shape, ss, ds);
     if (n == 0) { /* a single element */
         shape[0] = 1;
         ss[0] = ds[0] = 1;
@@ -43,7 +43,7 @@ void sp_plan_pair(const sp_copy_pair *p, sp_copy_desc *d) {
             v[k++] = (uint64_t)d->src_outer_stride[i];
             v[k++] = (uint64_t)d->dst_outer_stride[i];
         }
-        d->vec = sp_widest_vector(v, k);
+        d->vec = sp_widest_vector_(v, k);
         d->run_units = inner * es / d->vec;
         d->src_run_stride = d->dst_run_stride = d->vec;
     } else { /* a gather (or scatter): one element per move */
@@ -73,7 +73,7 @@ static const char *device_text(sp_device d, char *buf, size_t n) {
     return buf;
 }
 
-sp_status sp_check_same_device(const sp_tensor *t, sp_device want, const char *name) {
+sp_status sp_check_same_device_(const sp_tensor *t, sp_device want, const char *name) {
     char a[32], b[32];
     SP_REQUIRE(same_device(t->device, want), SP_ERR_DEVICE_MISMATCH,
                "%s: on %s, other tensors are on %s", name, device_text(t->device, a, sizeof a),
@@ -81,7 +81,7 @@ sp_status sp_check_same_device(const sp_tensor *t, sp_device want, const char *n
     return SP_OK;
 }
 
-sp_status sp_check_device_usable(sp_device dev) {
+sp_status sp_check_device_usable_(sp_device dev) {
     if (dev.type == SP_DEVICE_CUDA)
         SP_REQUIRE(sp_cuda_available(), SP_ERR_NO_DEVICE,
                    "cuda:%d: this build has no CUDA backend or no CUDA device is usable",
@@ -91,10 +91,10 @@ sp_status sp_check_device_usable(sp_device dev) {
 
 static sp_status check_pair_named(const sp_copy_pair *p, size_t i, sp_device dev,
                                   const char *sn, const char *dn) {
-    SP_FORWARD(sp_tensor_check_aligned(&p->src, sn));
-    SP_FORWARD(sp_tensor_check_aligned(&p->dst, dn));
-    SP_FORWARD(sp_check_same_device(&p->src, dev, sn));
-    SP_FORWARD(sp_check_same_device(&p->dst, dev, dn));
+    SP_FORWARD(sp_tensor_check_aligned_(&p->src, sn));
+    SP_FORWARD(sp_tensor_check_aligned_(&p->dst, dn));
+    SP_FORWARD(sp_check_same_device_(&p->src, dev, sn));
+    SP_FORWARD(sp_check_same_device_(&p->dst, dev, dn));
     SP_REQUIRE(p->src.dtype == p->dst.dtype, SP_ERR_DTYPE_MISMATCH,
                "pairs[%zu]: dst dtype %s differs from src %s", i, sp_dtype_name((sp_dtype)p->dst.dtype),
                sp_dtype_name((sp_dtype)p->src.dtype));
@@ -102,7 +102,7 @@ static sp_status check_pair_named(const sp_copy_pair *p, size_t i, sp_device dev
     for (int d = 0; same && d < p->src.ndim; d++) same = p->src.shape[d] == p->dst.shape[d];
     SP_REQUIRE(same, SP_ERR_SHAPE_MISMATCH, "pairs[%zu]: dst shape differs from src shape (ndim %d vs %d)",
                i, (int)p->dst.ndim, (int)p->src.ndim);
-    SP_REQUIRE(!sp_tensor_self_overlaps(&p->dst), SP_ERR_OVERLAP,
+    SP_REQUIRE(!sp_tensor_self_overlaps_(&p->dst), SP_ERR_OVERLAP,
                "%s: two elements share memory, or may: a zero stride, or strides that "
                "interleave (a conservative test)", dn);
     return SP_OK;
@@ -126,19 +126,19 @@ static void extent_of(const sp_copy_pair *pairs, size_t i, int which,
         *lo = cache[i][2 * which];
         *hi = cache[i][2 * which + 1];
     } else {
-        sp_tensor_extent(which ? &pairs[i].dst : &pairs[i].src, lo, hi);
+        sp_tensor_extent_(which ? &pairs[i].dst : &pairs[i].src, lo, hi);
     }
 }
 
 /* pairs[i].dst against `other`, which is pairs[j].src or .dst (`side`). */
 static sp_status check_disjoint(const sp_copy_pair *pairs, size_t i, const sp_tensor *other,
                                 size_t j, const char *side) {
-    int o = sp_tensors_overlap(&pairs[i].dst, other);
+    int o = sp_tensors_overlap_(&pairs[i].dst, other);
     if (o == 0) return SP_OK;
     if (o > 0)
-        return sp_set_error(SP_ERR_OVERLAP, "pairs[%zu].dst: shares memory with pairs[%zu].%s", i,
+        return sp_set_error_(SP_ERR_OVERLAP, "pairs[%zu].dst: shares memory with pairs[%zu].%s", i,
                             j, side);
-    return sp_set_error(SP_ERR_OVERLAP,
+    return sp_set_error_(SP_ERR_OVERLAP,
                         "pairs[%zu].dst: could not prove it disjoint from pairs[%zu].%s (their "
                         "layouts are too intricate for the bounded overlap search; they may "
                         "well not share memory)",
@@ -154,8 +154,8 @@ static sp_status check_overlaps(const sp_copy_pair *pairs, size_t n) {
     const uintptr_t(*c)[4] = NULL;
     if (n <= SP_EXTENT_CACHE) {
         for (size_t i = 0; i < n; i++) {
-            sp_tensor_extent(&pairs[i].src, &cache[i][0], &cache[i][1]);
-            sp_tensor_extent(&pairs[i].dst, &cache[i][2], &cache[i][3]);
+            sp_tensor_extent_(&pairs[i].src, &cache[i][0], &cache[i][1]);
+            sp_tensor_extent_(&pairs[i].dst, &cache[i][2], &cache[i][3]);
         }
         c = (const uintptr_t(*)[4])cache;
     }
@@ -164,36 +164,36 @@ static sp_status check_overlaps(const sp_copy_pair *pairs, size_t n) {
         extent_of(pairs, i, 1, c, &dlo, &dhi);
         for (size_t j = 0; j < n; j++) {
             extent_of(pairs, j, 0, c, &lo, &hi);
-            if (sp_extents_overlap(dlo, dhi, lo, hi))
+            if (sp_extents_overlap_(dlo, dhi, lo, hi))
                 SP_FORWARD(check_disjoint(pairs, i, &pairs[j].src, j, "src"));
             if (j <= i) continue;
             extent_of(pairs, j, 1, c, &lo, &hi);
-            if (sp_extents_overlap(dlo, dhi, lo, hi))
+            if (sp_extents_overlap_(dlo, dhi, lo, hi))
                 SP_FORWARD(check_disjoint(pairs, i, &pairs[j].dst, j, "dst"));
         }
     }
     return SP_OK;
 }
 
-sp_status sp_copy_validated(const sp_copy_pair *pairs, size_t n, struct CUstream_st *stream) {
+sp_status sp_copy_validated_(const sp_copy_pair *pairs, size_t n, struct CUstream_st *stream) {
     sp_copy_desc descs[SP_MAX_PAIRS_PER_LAUNCH];
     int k = 0;
     for (size_t i = 0; i < n; i++) {
         if (sp_numel_(&pairs[i].src) == 0) continue;
-        sp_plan_pair(&pairs[i], &descs[k++]);
+        sp_plan_pair_(&pairs[i], &descs[k++]);
         if (k == SP_MAX_PAIRS_PER_LAUNCH || i + 1 == n) {
             sp_device dev = pairs[i].src.device;
-            SP_FORWARD(dev.type == SP_DEVICE_CUDA ? sp_cuda_copy(descs, k, dev.ordinal, stream)
-                                                  : sp_cpu_copy(descs, k));
-            sp_count_pass();
+            SP_FORWARD(dev.type == SP_DEVICE_CUDA ? sp_cuda_copy_(descs, k, dev.ordinal, stream)
+                                                  : sp_cpu_copy_(descs, k));
+            sp_count_pass_();
             k = 0;
         }
     }
     if (k > 0) { /* trailing empty pairs ended the loop before the flush */
         sp_device dev = pairs[0].src.device;
-        SP_FORWARD(dev.type == SP_DEVICE_CUDA ? sp_cuda_copy(descs, k, dev.ordinal, stream)
-                                              : sp_cpu_copy(descs, k));
-        sp_count_pass();
+        SP_FORWARD(dev.type == SP_DEVICE_CUDA ? sp_cuda_copy_(descs, k, dev.ordinal, stream)
+                                              : sp_cpu_copy_(descs, k));
+        sp_count_pass_();
     }
     return SP_OK;
 }
@@ -204,6 +204,6 @@ sp_status sp_copy_batch(const sp_copy_pair *pairs, size_t n, struct CUstream_st 
     const sp_device dev = pairs[0].src.device;
     for (size_t i = 0; i < n; i++) SP_FORWARD(check_pair(&pairs[i], i, dev));
     SP_FORWARD(check_overlaps(pairs, n));
-    SP_FORWARD(sp_check_device_usable(dev));
-    return sp_copy_validated(pairs, n, stream);
+    SP_FORWARD(sp_check_device_usable_(dev));
+    return sp_copy_validated_(pairs, n, stream);
 }

@@ -2,6 +2,10 @@
  * internal.h — what the library's own files share and users never see:
  * error macros, the view math of tensor.c, and the copy descriptor that the
  * planner (copy.c) hands to a backend (cpu/, cuda/).
+ *
+ * Names: the public API (include/) is sp_name; what library files share
+ * through the headers under src/ is sp_name_ (a trailing underscore); what
+ * stays in one file is static and carries no prefix.
  */
 #ifndef SP_INTERNAL_H
 #define SP_INTERNAL_H
@@ -17,7 +21,7 @@ extern "C" {
 /* ---- errors ------------------------------------------------------------ */
 
 /* Record a formatted message as this thread's sp_last_error(); returns s. */
-sp_status sp_set_error(sp_status s, const char *fmt, ...)
+sp_status sp_set_error_(sp_status s, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
 #endif
@@ -26,7 +30,7 @@ sp_status sp_set_error(sp_status s, const char *fmt, ...)
 /* Fail with `status` and a message unless `cond` holds. */
 #define SP_REQUIRE(cond, status, ...)                  \
     do {                                               \
-        if (!(cond)) return sp_set_error((status), __VA_ARGS__); \
+        if (!(cond)) return sp_set_error_((status), __VA_ARGS__); \
     } while (0)
 
 /* Return the status of `expr` unless it is SP_OK. */
@@ -42,44 +46,44 @@ sp_status sp_set_error(sp_status s, const char *fmt, ...)
  * the byte offsets of every element fit int64 (size-1 dims, any stride,
  * add none), and the bytes [lo, hi) lie in the address space with hi <=
  * UINTPTR_MAX. `name` prefixes the message ("beta", "inputs[2]"). */
-sp_status sp_tensor_check(const sp_tensor *t, const char *name);
+sp_status sp_tensor_check_(const sp_tensor *t, const char *name);
 
-/* Same as sp_tensor_check, and the data pointer is aligned to the element
+/* Same as sp_tensor_check_, and the data pointer is aligned to the element
  * size (not checked for an empty tensor). */
-sp_status sp_tensor_check_aligned(const sp_tensor *t, const char *name);
+sp_status sp_tensor_check_aligned_(const sp_tensor *t, const char *name);
 
 /* numel without error reporting; -1 on overflow or malformed input. */
 int64_t sp_numel_(const sp_tensor *t);
 
 /* Byte extent [lo, hi) of the elements, relative to nothing: absolute
- * addresses, lo <= hi with no wrap (sp_tensor_check refuses views whose
+ * addresses, lo <= hi with no wrap (sp_tensor_check_ refuses views whose
  * bytes leave the address space). lo == hi for an empty tensor. Valid
- * after sp_tensor_check. */
-void sp_tensor_extent(const sp_tensor *t, uintptr_t *lo, uintptr_t *hi);
+ * after sp_tensor_check_. */
+void sp_tensor_extent_(const sp_tensor *t, uintptr_t *lo, uintptr_t *hi);
 
 /* 1 when [alo, ahi) and [blo, bhi) share a byte (empty ranges share none). */
-int sp_extents_overlap(uintptr_t alo, uintptr_t ahi, uintptr_t blo, uintptr_t bhi);
+int sp_extents_overlap_(uintptr_t alo, uintptr_t ahi, uintptr_t blo, uintptr_t bhi);
 
 /* 1 when some element of a shares a byte with some element of b, 0 when
  * none does, -1 when a bounded search could not decide (never for views
  * that coalesce to two distinct byte strides between them: two 1-D
  * progressions, column slices of one buffer, interleavings). a and b have
- * passed sp_tensor_check. */
-int sp_tensors_overlap(const sp_tensor *a, const sp_tensor *b);
+ * passed sp_tensor_check_. */
+int sp_tensors_overlap_(const sp_tensor *a, const sp_tensor *b);
 
 /* 1 when two distinct index tuples of t can address the same byte (a zero
  * stride on a dim of size > 1, or strides that interleave). Conservative:
  * may say 1 for exotic non-overlapping layouts. */
-int sp_tensor_self_overlaps(const sp_tensor *t);
+int sp_tensor_self_overlaps_(const sp_tensor *t);
 
 /* Widest of 16, 8, 4, 2, 1 that divides every value given. */
-int sp_widest_vector(const uint64_t *values, int n);
+int sp_widest_vector_(const uint64_t *values, int n);
 
 /* Joint coalescing of a src/dst pair of equal shape: size-1 dims dropped,
  * dim i merged into i+1 where both sides allow it. Output arrays are in
  * elements, outermost first; *ndim may be 0 (one element) — an empty pair
  * is the caller's to skip. */
-void sp_coalesce_pair(const sp_tensor *src, const sp_tensor *dst, int *ndim, int64_t *shape,
+void sp_coalesce_pair_(const sp_tensor *src, const sp_tensor *dst, int *ndim, int64_t *shape,
                       int64_t *src_strides, int64_t *dst_strides);
 
 /* ---- the copy descriptor ------------------------------------------------ */
@@ -107,29 +111,29 @@ typedef struct sp_copy_desc {
 } sp_copy_desc;
 
 /* Plan one pair (already validated, non-empty) into *d. */
-void sp_plan_pair(const sp_copy_pair *p, sp_copy_desc *d);
+void sp_plan_pair_(const sp_copy_pair *p, sp_copy_desc *d);
 
 /* ---- validation shared by the layers (copy.c) --------------------------- */
 
 /* SP_ERR_DEVICE_MISMATCH unless t is on `want` (named `name`). */
-sp_status sp_check_same_device(const sp_tensor *t, sp_device want, const char *name);
+sp_status sp_check_same_device_(const sp_tensor *t, sp_device want, const char *name);
 /* SP_ERR_NO_DEVICE when `dev` is CUDA and this build or machine has none. */
-sp_status sp_check_device_usable(sp_device dev);
+sp_status sp_check_device_usable_(sp_device dev);
 /* sp_copy_batch without the checks: for callers that validated already. */
-sp_status sp_copy_validated(const sp_copy_pair *pairs, size_t n, struct CUstream_st *stream);
+sp_status sp_copy_validated_(const sp_copy_pair *pairs, size_t n, struct CUstream_st *stream);
 
 /* ---- backends ----------------------------------------------------------- */
 
 /* Run n (<= SP_MAX_PAIRS_PER_LAUNCH) descriptors in one parallel CPU pass. */
-sp_status sp_cpu_copy(const sp_copy_desc *descs, int n);
+sp_status sp_cpu_copy_(const sp_copy_desc *descs, int n);
 
 /* Run n (<= SP_MAX_PAIRS_PER_LAUNCH) descriptors in one kernel launch on
  * `device` and `stream`, restoring the caller's current device.
  * Builds without CUDA get a version that returns SP_ERR_NO_DEVICE. */
-sp_status sp_cuda_copy(const sp_copy_desc *descs, int n, int device, struct CUstream_st *stream);
+sp_status sp_cuda_copy_(const sp_copy_desc *descs, int n, int device, struct CUstream_st *stream);
 
 /* Bump the pass counter behind sp_copy_pass_count(). */
-void sp_count_pass(void);
+void sp_count_pass_(void);
 
 #ifdef __cplusplus
 }

@@ -32,10 +32,10 @@ static sp_status check_named(tensor_check_fn check, const sp_tensor *t, size_t i
 }
 
 static sp_status check_device(const sp_tensor *t, size_t i, sp_device dev) {
-    if (sp_check_same_device(t, dev, "") == SP_OK) return SP_OK;
+    if (sp_check_same_device_(t, dev, "") == SP_OK) return SP_OK;
     char name[32];
     snprintf(name, sizeof name, "inputs[%zu]", i);
-    return sp_check_same_device(t, dev, name);
+    return sp_check_same_device_(t, dev, name);
 }
 
 /* The workspace the non-dense inputs (valid views) need, and which inputs
@@ -61,7 +61,7 @@ static sp_status workspace_need(const sp_tensor *inputs, size_t n, uint64_t *nee
 sp_status sp_pack_workspace_bytes(const sp_tensor *inputs, size_t n, size_t *bytes) {
     SP_REQUIRE(bytes != NULL, SP_ERR_INVALID_ARGUMENT, "bytes: output pointer is NULL");
     SP_REQUIRE(n == 0 || inputs != NULL, SP_ERR_INVALID_ARGUMENT, "inputs: NULL with n = %zu", n);
-    for (size_t i = 0; i < n; i++) SP_FORWARD(check_named(sp_tensor_check, &inputs[i], i));
+    for (size_t i = 0; i < n; i++) SP_FORWARD(check_named(sp_tensor_check_, &inputs[i], i));
     uint64_t need = 0;
     SP_FORWARD(workspace_need(inputs, n, &need, NULL));
     *bytes = (size_t)need;
@@ -75,7 +75,7 @@ sp_status sp_pack(const sp_tensor *inputs, size_t n, void *workspace, size_t wor
                n, SP_PACK_STACK);
     SP_REQUIRE(n == 0 || inputs != NULL, SP_ERR_INVALID_ARGUMENT, "inputs: NULL with n = %zu", n);
     for (size_t i = 0; i < n; i++) {
-        SP_FORWARD(check_named(sp_tensor_check_aligned, &inputs[i], i));
+        SP_FORWARD(check_named(sp_tensor_check_aligned_, &inputs[i], i));
         SP_FORWARD(check_device(&inputs[i], i, inputs[0].device));
     }
     uint64_t need = 0;
@@ -90,7 +90,7 @@ sp_status sp_pack(const sp_tensor *inputs, size_t n, void *workspace, size_t wor
         SP_REQUIRE(need <= (uint64_t)UINTPTR_MAX - (uintptr_t)workspace, SP_ERR_OVERFLOW,
                    "workspace: %llu bytes from %p pass the top of the address space",
                    (unsigned long long)need, workspace);
-        SP_FORWARD(sp_check_device_usable(inputs[0].device));
+        SP_FORWARD(sp_check_device_usable_(inputs[0].device));
     }
 
     /* Lay out the slots and check them against every input before a byte moves. */
@@ -111,8 +111,8 @@ sp_status sp_pack(const sp_tensor *inputs, size_t n, void *workspace, size_t wor
     }
     for (size_t i = 0; np > 0 && i < n; i++) {
         uintptr_t lo, hi;
-        sp_tensor_extent(&inputs[i], &lo, &hi);
-        SP_REQUIRE(!sp_extents_overlap(used_lo, slot, lo, hi), SP_ERR_OVERLAP,
+        sp_tensor_extent_(&inputs[i], &lo, &hi);
+        SP_REQUIRE(!sp_extents_overlap_(used_lo, slot, lo, hi), SP_ERR_OVERLAP,
                    "workspace: bytes [%p, %p) overlap inputs[%zu] [%p, %p)", (void *)used_lo,
                    (void *)slot, i, (void *)lo, (void *)hi);
     }
@@ -120,7 +120,7 @@ sp_status sp_pack(const sp_tensor *inputs, size_t n, void *workspace, size_t wor
      * alias inputs in any way. */
     sp_tensor out[SP_PACK_STACK];
     for (size_t i = 0, k = 0; i < n; i++) out[i] = dense[i] ? inputs[i] : pairs[k++].dst;
-    if (np > 0) SP_FORWARD(sp_copy_validated(pairs, np, stream));
+    if (np > 0) SP_FORWARD(sp_copy_validated_(pairs, np, stream));
     if (n > 0) memcpy(outputs, out, n * sizeof *outputs);
     if (n_copied) *n_copied = np;
     return SP_OK;

@@ -29,7 +29,7 @@ static _Thread_local char sp_error_text[512];
 
 const char *sp_last_error(void) { return sp_error_text; }
 
-sp_status sp_set_error(sp_status s, const char *fmt, ...) {
+sp_status sp_set_error_(sp_status s, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(sp_error_text, sizeof sp_error_text, fmt, ap);
@@ -58,7 +58,7 @@ const char *sp_dtype_name(sp_dtype t) {
 
 static atomic_uint_least64_t sp_passes;
 
-void sp_count_pass(void) { atomic_fetch_add_explicit(&sp_passes, 1, memory_order_relaxed); }
+void sp_count_pass_(void) { atomic_fetch_add_explicit(&sp_passes, 1, memory_order_relaxed); }
 
 uint64_t sp_copy_pass_count(void) {
     return (uint64_t)atomic_load_explicit(&sp_passes, memory_order_relaxed);

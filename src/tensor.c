@@ -1,6 +1,6 @@
 /* tensor.c — layer 1, tensor views: all view math lives here.
  * Sizes, strides and offsets are int64 elements; every product that could
- * overflow is checked once, in sp_tensor_check, so the helpers after it can
+ * overflow is checked once, in sp_tensor_check_, so the helpers after it can
  * compute freely. */
 #include "internal.h"
 
@@ -34,7 +34,7 @@ static int byte_reach(const sp_tensor *t, int64_t es, int64_t *neg, int64_t *pos
     return 0;
 }
 
-sp_status sp_tensor_check(const sp_tensor *t, const char *name) {
+sp_status sp_tensor_check_(const sp_tensor *t, const char *name) {
     SP_REQUIRE(t != NULL, SP_ERR_INVALID_ARGUMENT, "%s: tensor pointer is NULL", name);
     SP_REQUIRE(t->ndim >= 0 && t->ndim <= SP_MAX_DIMS, SP_ERR_INVALID_ARGUMENT,
                "%s: ndim %d is outside 0..%d", name, (int)t->ndim, SP_MAX_DIMS);
@@ -71,8 +71,8 @@ sp_status sp_tensor_check(const sp_tensor *t, const char *name) {
     return SP_OK;
 }
 
-sp_status sp_tensor_check_aligned(const sp_tensor *t, const char *name) {
-    SP_FORWARD(sp_tensor_check(t, name));
+sp_status sp_tensor_check_aligned_(const sp_tensor *t, const char *name) {
+    SP_FORWARD(sp_tensor_check_(t, name));
     size_t es = sp_dtype_size((sp_dtype)t->dtype);
     SP_REQUIRE(sp_numel_(t) == 0 || (uintptr_t)t->data % es == 0, SP_ERR_MISALIGNED,
                "%s: base address %p is not %zu-byte aligned (%s)", name, t->data, es,
@@ -94,7 +94,7 @@ int64_t sp_numel_(const sp_tensor *t) {
 
 sp_status sp_tensor_numel(const sp_tensor *t, int64_t *numel) {
     SP_REQUIRE(numel != NULL, SP_ERR_INVALID_ARGUMENT, "numel: output pointer is NULL");
-    SP_FORWARD(sp_tensor_check(t, "tensor"));
+    SP_FORWARD(sp_tensor_check_(t, "tensor"));
     *numel = sp_numel_(t);
     return SP_OK;
 }
@@ -130,7 +130,7 @@ static sp_status tensor_fill(sp_tensor *t, void *data, sp_dtype dtype, int ndim,
         v.strides[d] = strides ? strides[d] : running;
         if (shape[d] > 0 && running <= INT64_MAX / shape[d]) running *= shape[d];
     }
-    SP_FORWARD(sp_tensor_check(&v, "tensor"));
+    SP_FORWARD(sp_tensor_check_(&v, "tensor"));
     *t = v;
     return SP_OK;
 }
@@ -157,7 +157,7 @@ sp_status sp_tensor_view(sp_tensor *t, void *base, int64_t offset, sp_dtype dtyp
     return tensor_fill(t, data, dtype, ndim, shape, strides, device);
 }
 
-void sp_tensor_extent(const sp_tensor *t, uintptr_t *lo, uintptr_t *hi) {
+void sp_tensor_extent_(const sp_tensor *t, uintptr_t *lo, uintptr_t *hi) {
     uintptr_t base = (uintptr_t)t->data;
     int64_t neg = 0, pos = 0;
     int bad;
@@ -165,15 +165,15 @@ void sp_tensor_extent(const sp_tensor *t, uintptr_t *lo, uintptr_t *hi) {
         *lo = *hi = base;
         return;
     }
-    *lo = base - (uintptr_t)-neg; /* no wrap: sp_tensor_check saw to it */
+    *lo = base - (uintptr_t)-neg; /* no wrap: sp_tensor_check_ saw to it */
     *hi = base + (uintptr_t)pos;
 }
 
-int sp_extents_overlap(uintptr_t alo, uintptr_t ahi, uintptr_t blo, uintptr_t bhi) {
+int sp_extents_overlap_(uintptr_t alo, uintptr_t ahi, uintptr_t blo, uintptr_t bhi) {
     return alo < ahi && blo < bhi && alo < bhi && blo < ahi;
 }
 
-int sp_tensor_self_overlaps(const sp_tensor *t) {
+int sp_tensor_self_overlaps_(const sp_tensor *t) {
     if (sp_numel_(t) <= 1) return 0;
     /* Dims of size > 1 sorted by |stride|; each must step past everything
      * the smaller dims can reach, or two index tuples share an element. */
@@ -199,7 +199,7 @@ int sp_tensor_self_overlaps(const sp_tensor *t) {
     return 0;
 }
 
-int sp_widest_vector(const uint64_t *values, int n) {
+int sp_widest_vector_(const uint64_t *values, int n) {
     uint64_t acc = 16;
     for (int i = 0; i < n; i++) acc |= values[i];
     int w = 16;
@@ -207,7 +207,7 @@ int sp_widest_vector(const uint64_t *values, int n) {
     return w;
 }
 
-void sp_coalesce_pair(const sp_tensor *src, const sp_tensor *dst, int *ndim, int64_t *shape,
+void sp_coalesce_pair_(const sp_tensor *src, const sp_tensor *dst, int *ndim, int64_t *shape,
                       int64_t *src_strides, int64_t *dst_strides) {
     int n = 0;
     for (int d = 0; d < src->ndim; d++) {
@@ -353,7 +353,7 @@ static int add_dims(odim *d, int n, const sp_tensor *t, int negate) {
     const int64_t es = (int64_t)sp_dtype_size((sp_dtype)t->dtype);
     int64_t shape[SP_MAX_DIMS], st[SP_MAX_DIMS], unused[SP_MAX_DIMS];
     int nd;
-    sp_coalesce_pair(t, t, &nd, shape, st, unused);
+    sp_coalesce_pair_(t, t, &nd, shape, st, unused);
     for (int k = 0; k < nd; k++) {
         if (st[k] == 0) continue;
         int64_t s = st[k] * es;
@@ -398,11 +398,11 @@ static void pick_exact_pair(const odim *d, int n, int *bi, int *bj) {
         }
 }
 
-int sp_tensors_overlap(const sp_tensor *a, const sp_tensor *b) {
+int sp_tensors_overlap_(const sp_tensor *a, const sp_tensor *b) {
     uintptr_t alo, ahi, blo, bhi;
-    sp_tensor_extent(a, &alo, &ahi);
-    sp_tensor_extent(b, &blo, &bhi);
-    if (!sp_extents_overlap(alo, ahi, blo, bhi)) return 0;
+    sp_tensor_extent_(a, &alo, &ahi);
+    sp_tensor_extent_(b, &blo, &bhi);
+    if (!sp_extents_overlap_(alo, ahi, blo, bhi)) return 0;
     osearch S;
     odim *d = S.d;
     int n = add_dims(d, add_dims(d, 0, a, 0), b, 1);

@@ -82,7 +82,7 @@ static void copy_chunk(const sp_copy_desc *descs, const chunking *ch, int n, int
     }
 }
 
-sp_status sp_cpu_copy(const sp_copy_desc *descs, int n) {
+sp_status sp_cpu_copy_(const sp_copy_desc *descs, int n) {
     chunking ch[SP_MAX_PAIRS_PER_LAUNCH];
     int64_t chunks = 0, bytes = 0;
     for (int p = 0; p < n; p++) {

@@ -139,7 +139,7 @@ static __device__ __forceinline__ int64_t sp_signed(uint64_t x) { return (int64_
  * GENERAL the pair has at most one outer dim (the K3 layouts do): one
  * divide and few live registers. */
 template <bool GENERAL, typename I, typename O>
-static __device__ __forceinline__ void sp_unit_offsets(const sp_kpair &d, const sp_kouter *x, I u,
+static __device__ __forceinline__ void unit_offsets(const sp_kpair &d, const sp_kouter *x, I u,
                                                        O *so, O *to) {
     I o = sp_div(u, d.run);
     const I i = u - o * (I)d.run.d;
@@ -170,7 +170,7 @@ static __device__ __forceinline__ void sp_unit_offsets(const sp_kpair &d, const 
 /* Move one tile of a pair: SP_TILE_BYTES from unit `first` on, in rounds of
  * SP_UNROLL words per thread (16 / sizeof(W) rounds). */
 template <bool GENERAL, typename W, typename I, typename O>
-static __device__ __forceinline__ void sp_copy_tile(const sp_kpair &d, const sp_kouter *x,
+static __device__ __forceinline__ void copy_tile(const sp_kpair &d, const sp_kouter *x,
                                                     uint64_t first64) {
     constexpr int ROUNDS = (int)(SP_TILE_BYTES / sizeof(W) / (SP_UNROLL * SP_THREADS));
     const char *src = (const char *)(uintptr_t)d.src;
@@ -189,7 +189,7 @@ static __device__ __forceinline__ void sp_copy_tile(const sp_kpair &d, const sp_
         for (int k = 0; k < SP_UNROLL; k++) {
             const I u = base + (I)(k * SP_THREADS);
             O so;
-            sp_unit_offsets<GENERAL, I, O>(d, x, u < units ? u : units - 1, &so, &to[k]);
+            unit_offsets<GENERAL, I, O>(d, x, u < units ? u : units - 1, &so, &to[k]);
             v[k] = __ldg((const W *)(src + sp_signed(so)));
         }
 #pragma unroll
@@ -216,7 +216,7 @@ static __device__ __forceinline__ const sp_kouter *sp_outer_of(const sp_kparams<
  * that eight or three blocks stay resident per multiprocessor. */
 template <int CAP, bool GENERAL>
 static __global__ void __launch_bounds__(SP_THREADS, GENERAL ? SP_MIN_BLOCKS_GENERAL : SP_MIN_BLOCKS)
-    sp_copy_kernel(const __grid_constant__ sp_kparams<CAP, GENERAL> P) {
+    copy_kernel(const __grid_constant__ sp_kparams<CAP, GENERAL> P) {
     const sp_ktiles<CAP> &m = P.map;
     const uint64_t total = m.start[m.n];
     for (uint64_t t = blockIdx.x; t < total; t += gridDim.x) {
@@ -234,13 +234,13 @@ static __global__ void __launch_bounds__(SP_THREADS, GENERAL ? SP_MIN_BLOCKS_GEN
         switch (d.vec_log2 * SP_MODES + d.mode) {
 #define SP_CASE(LOG2, W)                                                                   \
     case LOG2 * SP_MODES + SP_MODE_I32_O32:                                                \
-        sp_copy_tile<GENERAL, W, uint32_t, uint32_t>(d, x, first);                          \
+        copy_tile<GENERAL, W, uint32_t, uint32_t>(d, x, first);                          \
         break;                                                                             \
     case LOG2 * SP_MODES + SP_MODE_I32_O64:                                                \
-        sp_copy_tile<GENERAL, W, uint32_t, uint64_t>(d, x, first);                          \
+        copy_tile<GENERAL, W, uint32_t, uint64_t>(d, x, first);                          \
         break;                                                                             \
     case LOG2 * SP_MODES + SP_MODE_I64_O64:                                                \
-        sp_copy_tile<GENERAL, W, uint64_t, uint64_t>(d, x, first);                          \
+        copy_tile<GENERAL, W, uint64_t, uint64_t>(d, x, first);                          \
         break;
             SP_CASE(0, uint8_t)
             SP_CASE(1, uint16_t)
@@ -255,7 +255,7 @@ static __global__ void __launch_bounds__(SP_THREADS, GENERAL ? SP_MIN_BLOCKS_GEN
 
 /* ---- host side ------------------------------------------------------------ */
 
-static sp_divisor sp_make_divisor(uint64_t d, int wide) {
+static sp_divisor make_divisor(uint64_t d, int wide) {
     sp_divisor v = {d, 0, 0, 0};
     uint32_t l = 0;
     while (l < 63 && ((uint64_t)1 << l) < d) l++; /* ceil(log2 d) */
@@ -269,7 +269,7 @@ static sp_divisor sp_make_divisor(uint64_t d, int wide) {
     return v;
 }
 
-static int sp_log2_vec(int32_t vec) {
+static int log2_vec(int32_t vec) {
     switch (vec) {
     case 1: return 0;
     case 2: return 1;
@@ -282,8 +282,8 @@ static int sp_log2_vec(int32_t vec) {
 
 /* The planner validated every pair; a malformed descriptor here is a broken
  * internal contract, reported rather than run. */
-static sp_status sp_check_desc(const sp_copy_desc *c, int i) {
-    SP_REQUIRE(sp_log2_vec(c->vec) >= 0 && c->units > 0 && c->run_units > 0 &&
+static sp_status check_desc(const sp_copy_desc *c, int i) {
+    SP_REQUIRE(log2_vec(c->vec) >= 0 && c->units > 0 && c->run_units > 0 &&
                    c->units % c->run_units == 0 && c->nouter >= 0 && c->nouter <= SP_DESC_OUTER,
                SP_ERR_INVALID_ARGUMENT,
                "descs[%d]: malformed copy descriptor (vec %d, units %lld, run %lld, nouter %d)", i,
@@ -295,7 +295,7 @@ static sp_status sp_check_desc(const sp_copy_desc *c, int i) {
     return SP_OK;
 }
 
-static void sp_fill_pair(const sp_copy_desc *c, sp_kpair *k, sp_kouter *x) {
+static void fill_pair(const sp_copy_desc *c, sp_kpair *k, sp_kouter *x) {
     const int64_t lim32 = INT32_MAX;
     const int idx32 = c->units <= lim32; /* every divisor is <= units */
     const int off32 = c->src_span <= lim32 && c->dst_span <= lim32;
@@ -306,14 +306,14 @@ static void sp_fill_pair(const sp_copy_desc *c, sp_kpair *k, sp_kouter *x) {
     k->dst_run_stride = c->dst_run_stride;
     k->src_outer = c->nouter > 0 ? c->src_outer_stride[0] : 0;
     k->dst_outer = c->nouter > 0 ? c->dst_outer_stride[0] : 0;
-    k->run = sp_make_divisor((uint64_t)c->run_units, !idx32);
-    k->vec_log2 = sp_log2_vec(c->vec);
+    k->run = make_divisor((uint64_t)c->run_units, !idx32);
+    k->vec_log2 = log2_vec(c->vec);
     k->mode = !idx32 ? SP_MODE_I64_O64 : off32 ? SP_MODE_I32_O32 : SP_MODE_I32_O64;
     if (!x) return;
     x->n = c->nouter;
     x->pad_ = 0;
     for (int j = 0; j < c->nouter; j++) {
-        if (j < SP_DESC_OUTER - 1) x->div[j] = sp_make_divisor((uint64_t)c->outer_shape[j], !idx32);
+        if (j < SP_DESC_OUTER - 1) x->div[j] = make_divisor((uint64_t)c->outer_shape[j], !idx32);
         x->src[j] = c->src_outer_stride[j];
         x->dst[j] = c->dst_outer_stride[j];
     }
@@ -328,13 +328,13 @@ template <int CAP> static sp_kouter *sp_outer_slot(sp_kparams<CAP, true> &P, int
  * count) and launch. Only the first n entries of each array are written or
  * read. */
 template <int CAP, bool GENERAL>
-static sp_status sp_launch(const sp_copy_desc *descs, const int *order, const uint64_t *tiles,
+static sp_status launch(const sp_copy_desc *descs, const int *order, const uint64_t *tiles,
                            int n, cudaStream_t stream) {
     sp_kparams<CAP, GENERAL> P;
     sp_ktiles<CAP> &m = P.map;
     uint64_t start = 0, prev = 0;
     for (int s = 0; s < n; s++) {
-        sp_fill_pair(&descs[order[s]], &P.d[s], sp_outer_slot(P, s));
+        fill_pair(&descs[order[s]], &P.d[s], sp_outer_slot(P, s));
         const uint64_t c = tiles[order[s]];
         m.start[s] = start;
         /* rounds prev .. c - 1 of pairs s .. n - 1, in turn */
@@ -351,17 +351,17 @@ static sp_status sp_launch(const sp_copy_desc *descs, const int *order, const ui
      * last-error state (cudaGetLastError) may hold an older one of the
      * caller's. */
     void *args[] = {&P};
-    SP_CUDA_CHECK(cudaLaunchKernel((const void *)sp_copy_kernel<CAP, GENERAL>, dim3(grid),
+    SP_CUDA_CHECK(cudaLaunchKernel((const void *)copy_kernel<CAP, GENERAL>, dim3(grid),
                                    dim3(SP_THREADS), args, 0, stream));
     return SP_OK;
 }
 
-static sp_status sp_plan_and_launch(const sp_copy_desc *descs, int n, cudaStream_t stream) {
+static sp_status plan_and_launch(const sp_copy_desc *descs, int n, cudaStream_t stream) {
     uint64_t tiles[SP_MAX_PAIRS_PER_LAUNCH];
     int order[SP_MAX_PAIRS_PER_LAUNCH];
     bool general = false;
     for (int i = 0; i < n; i++) {
-        SP_FORWARD(sp_check_desc(&descs[i], i));
+        SP_FORWARD(check_desc(&descs[i], i));
         const uint64_t tile_units = (uint64_t)(SP_TILE_BYTES / descs[i].vec);
         tiles[i] = ((uint64_t)descs[i].units + tile_units - 1) / tile_units;
         general = general || descs[i].nouter > 1;
@@ -373,20 +373,20 @@ static sp_status sp_plan_and_launch(const sp_copy_desc *descs, int n, cudaStream
         order[j] = i;
     }
     if (n <= SP_CAP_4)
-        return general ? sp_launch<SP_CAP_4, true>(descs, order, tiles, n, stream)
-                       : sp_launch<SP_CAP_4, false>(descs, order, tiles, n, stream);
+        return general ? launch<SP_CAP_4, true>(descs, order, tiles, n, stream)
+                       : launch<SP_CAP_4, false>(descs, order, tiles, n, stream);
     if (n <= SP_CAP_8)
-        return general ? sp_launch<SP_CAP_8, true>(descs, order, tiles, n, stream)
-                       : sp_launch<SP_CAP_8, false>(descs, order, tiles, n, stream);
-    return general ? sp_launch<SP_MAX_PAIRS_PER_LAUNCH, true>(descs, order, tiles, n, stream)
-                   : sp_launch<SP_MAX_PAIRS_PER_LAUNCH, false>(descs, order, tiles, n, stream);
+        return general ? launch<SP_CAP_8, true>(descs, order, tiles, n, stream)
+                       : launch<SP_CAP_8, false>(descs, order, tiles, n, stream);
+    return general ? launch<SP_MAX_PAIRS_PER_LAUNCH, true>(descs, order, tiles, n, stream)
+                   : launch<SP_MAX_PAIRS_PER_LAUNCH, false>(descs, order, tiles, n, stream);
 }
 
-extern "C" sp_status sp_cuda_copy(const sp_copy_desc *descs, int n, int device,
+extern "C" sp_status sp_cuda_copy_(const sp_copy_desc *descs, int n, int device,
                                   struct CUstream_st *stream) {
     SP_REQUIRE(descs != NULL && n >= 1 && n <= SP_MAX_PAIRS_PER_LAUNCH, SP_ERR_INVALID_ARGUMENT,
                "descs: %d descriptors, expected 1..%d", n, SP_MAX_PAIRS_PER_LAUNCH);
     sp_cuda_device_guard g;
-    SP_FORWARD(sp_cuda_device_enter(&g, device, "descs"));
-    return sp_cuda_device_leave(&g, sp_plan_and_launch(descs, n, (cudaStream_t)stream));
+    SP_FORWARD(sp_cuda_device_enter_(&g, device, "descs"));
+    return sp_cuda_device_leave_(&g, plan_and_launch(descs, n, (cudaStream_t)stream));
 }

@@ -4,10 +4,10 @@
 
 int sp_cuda_available(void) { return 0; }
 
-sp_status sp_cuda_copy(const sp_copy_desc *descs, int n, int device, struct CUstream_st *stream) {
+sp_status sp_cuda_copy_(const sp_copy_desc *descs, int n, int device, struct CUstream_st *stream) {
     (void)descs;
     (void)n;
     (void)stream;
-    return sp_set_error(SP_ERR_NO_DEVICE, "cuda:%d: this build of stridepack has no CUDA backend",
+    return sp_set_error_(SP_ERR_NO_DEVICE, "cuda:%d: this build of stridepack has no CUDA backend",
                         device);
 }

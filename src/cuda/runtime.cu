@@ -7,11 +7,11 @@
 #include <cuda.h> /* driver API types only: the one driver call is looked up at run time */
 #include <string.h>
 
-sp_status sp_cuda_fail(cudaError_t err, const char *stmt, const char *func, const char *file,
+sp_status sp_cuda_fail_(cudaError_t err, const char *stmt, const char *func, const char *file,
                        int line) {
     (void)cudaGetLastError();
     const char *base = strrchr(file, '/'); /* the file name, not the build path */
-    return sp_set_error(SP_ERR_CUDA, "%s failed in %s (%s:%d): %s (%s)", stmt, func,
+    return sp_set_error_(SP_ERR_CUDA, "%s failed in %s (%s:%d): %s (%s)", stmt, func,
                         base ? base + 1 : file, line, cudaGetErrorString(err),
                         cudaGetErrorName(err));
 }
@@ -23,7 +23,7 @@ typedef CUresult (*sp_primary_state_fn)(CUdevice, unsigned int *, int *);
 /* cuDevicePrimaryCtxGetState, looked up through the runtime so that the
  * library does not link libcuda (a CUDA build must load on a machine
  * without a driver). NULL when the driver does not offer it. */
-static sp_primary_state_fn sp_primary_state(void) {
+static sp_primary_state_fn primary_state(void) {
     static sp_primary_state_fn fn;
     static int looked_up;
     if (__atomic_load_n(&looked_up, __ATOMIC_ACQUIRE)) return fn;
@@ -47,15 +47,15 @@ static sp_primary_state_fn sp_primary_state(void) {
 
 /* 1 when `device`'s primary context is active, 0 when not, -1 when the
  * driver cannot tell. */
-static int sp_primary_active(int device) {
-    sp_primary_state_fn fn = sp_primary_state();
+static int primary_active(int device) {
+    sp_primary_state_fn fn = primary_state();
     unsigned int flags = 0;
     int active = 0;
     if (!fn || fn((CUdevice)device, &flags, &active) != CUDA_SUCCESS) return -1;
     return active != 0;
 }
 
-sp_status sp_cuda_device_enter(sp_cuda_device_guard *g, int device, const char *arg) {
+sp_status sp_cuda_device_enter_(sp_cuda_device_guard *g, int device, const char *arg) {
     g->prev = device;
     g->switched = 0;
     int prev = 0;
@@ -73,11 +73,11 @@ sp_status sp_cuda_device_enter(sp_cuda_device_guard *g, int device, const char *
     return SP_OK;
 }
 
-sp_status sp_cuda_device_leave(const sp_cuda_device_guard *g, sp_status s) {
-    if (!g->switched || sp_primary_active(g->prev) == 0) return s;
+sp_status sp_cuda_device_leave_(const sp_cuda_device_guard *g, sp_status s) {
+    if (!g->switched || primary_active(g->prev) == 0) return s;
     cudaError_t e = cudaSetDevice(g->prev);
     if (e != cudaSuccess) {
-        sp_status f = sp_cuda_fail(e, "cudaSetDevice(prev)", __func__, __FILE__, __LINE__);
+        sp_status f = sp_cuda_fail_(e, "cudaSetDevice(prev)", __func__, __FILE__, __LINE__);
         if (s == SP_OK) return f;
     }
     return s;
@@ -85,36 +85,36 @@ sp_status sp_cuda_device_leave(const sp_cuda_device_guard *g, sp_status s) {
 
 /* ---- memory and capture ---------------------------------------------------- */
 
-sp_status sp_cuda_alloc(int device, size_t bytes, void **p, const char *what) {
+sp_status sp_cuda_alloc_(int device, size_t bytes, void **p, const char *what) {
     *p = NULL;
     sp_cuda_device_guard g;
-    SP_FORWARD(sp_cuda_device_enter(&g, device, what));
+    SP_FORWARD(sp_cuda_device_enter_(&g, device, what));
     sp_status s = SP_OK;
     cudaError_t e = cudaMalloc(p, bytes);
     if (e == cudaErrorMemoryAllocation) {
         (void)cudaGetLastError();
-        s = sp_set_error(SP_ERR_OUT_OF_MEMORY, "%s: cudaMalloc of %zu bytes on cuda:%d failed",
+        s = sp_set_error_(SP_ERR_OUT_OF_MEMORY, "%s: cudaMalloc of %zu bytes on cuda:%d failed",
                          what, bytes, device);
     } else if (e != cudaSuccess) {
-        s = sp_cuda_fail(e, "cudaMalloc(p, bytes)", __func__, __FILE__, __LINE__);
+        s = sp_cuda_fail_(e, "cudaMalloc(p, bytes)", __func__, __FILE__, __LINE__);
     }
     if (s != SP_OK) *p = NULL;
-    return sp_cuda_device_leave(&g, s);
+    return sp_cuda_device_leave_(&g, s);
 }
 
-static sp_status sp_cuda_free_here(void *p) {
+static sp_status cuda_free_here(void *p) {
     SP_CUDA_CHECK(cudaFree(p));
     return SP_OK;
 }
 
-sp_status sp_cuda_free(int device, void *p) {
+sp_status sp_cuda_free_(int device, void *p) {
     if (!p) return SP_OK;
     sp_cuda_device_guard g;
-    SP_FORWARD(sp_cuda_device_enter(&g, device, "free"));
-    return sp_cuda_device_leave(&g, sp_cuda_free_here(p));
+    SP_FORWARD(sp_cuda_device_enter_(&g, device, "free"));
+    return sp_cuda_device_leave_(&g, cuda_free_here(p));
 }
 
-sp_status sp_cuda_capturing(cudaStream_t stream, int *capturing) {
+sp_status sp_cuda_capturing_(cudaStream_t stream, int *capturing) {
     *capturing = 0;
     if (stream == NULL) return SP_OK;
     cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;

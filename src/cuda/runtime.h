@@ -5,17 +5,17 @@
  *   errors   SP_CUDA_CHECK(stmt): a failed call becomes SP_ERR_CUDA with the
  *            call's text, function, file and line; the runtime's last-error
  *            state is cleared. Never aborts.
- *   devices  sp_cuda_device_enter / sp_cuda_device_leave: run on a tensor's
+ *   devices  sp_cuda_device_enter_ / sp_cuda_device_leave_: run on a tensor's
  *            device, then give the caller back its current device.
- *   memory   sp_cuda_alloc / sp_cuda_free on a given device.
- *   capture  sp_cuda_capturing: is a stream being captured into a graph?
+ *   memory   sp_cuda_alloc_ / sp_cuda_free_ on a given device.
+ *   capture  sp_cuda_capturing_: is a stream being captured into a graph?
  *
  * A typical entry point of a CUDA source:
  *
  *     sp_cuda_device_guard g;
- *     SP_FORWARD(sp_cuda_device_enter(&g, t->device.ordinal, "q"));
+ *     SP_FORWARD(sp_cuda_device_enter_(&g, t->device.ordinal, "q"));
  *     sp_status s = launch(...);          (SP_CUDA_CHECK inside)
- *     return sp_cuda_device_leave(&g, s);
+ *     return sp_cuda_device_leave_(&g, s);
  *
  * Include from CUDA sources (.cu) only: it pulls in the CUDA runtime API.
  * The public headers stay free of CUDA.
@@ -33,14 +33,14 @@ extern "C" {
 
 /* ---- errors ---------------------------------------------------------------- */
 
-/* Record "cudaSetDevice(device) failed in sp_cuda_copy (copy.cu:123):
+/* Record "cudaSetDevice(device) failed in sp_cuda_copy_ (copy.cu:123):
  * invalid device ordinal (cudaErrorInvalidDevice)" as the last error and
  * clear the runtime's last-error state: the error travels in the status, and
  * left in the runtime it would surface in the caller's next unrelated
  * cudaGetLastError() check (a framework's launch check). A sticky error (a
  * broken context) stays whatever we do.
  * @return SP_ERR_CUDA */
-sp_status sp_cuda_fail(cudaError_t err, const char *stmt, const char *func, const char *file,
+sp_status sp_cuda_fail_(cudaError_t err, const char *stmt, const char *func, const char *file,
                        int line);
 
 /* Evaluate a CUDA runtime call; on failure return SP_ERR_CUDA from the
@@ -49,12 +49,12 @@ sp_status sp_cuda_fail(cudaError_t err, const char *stmt, const char *func, cons
     do {                                                                           \
         cudaError_t sp_cuda_err_ = (stmt);                                         \
         if (sp_cuda_err_ != cudaSuccess)                                           \
-            return sp_cuda_fail(sp_cuda_err_, #stmt, __func__, __FILE__, __LINE__); \
+            return sp_cuda_fail_(sp_cuda_err_, #stmt, __func__, __FILE__, __LINE__); \
     } while (0)
 
 /* ---- devices --------------------------------------------------------------- */
 
-/* What sp_cuda_device_enter changed, for sp_cuda_device_leave to undo. */
+/* What sp_cuda_device_enter_ changed, for sp_cuda_device_leave_ to undo. */
 typedef struct sp_cuda_device_guard {
     int prev;     /* the caller's current device */
     int switched; /* 1 when enter made `device` current */
@@ -64,11 +64,11 @@ typedef struct sp_cuda_device_guard {
  * (nothing is called but cudaGetDevice when it is). `arg` names the argument
  * the device came from, for the error message.
  * @return SP_OK; SP_ERR_NO_DEVICE when the process has no device `device`
- *         (*g is then left so that sp_cuda_device_leave does nothing);
+ *         (*g is then left so that sp_cuda_device_leave_ does nothing);
  *         SP_ERR_CUDA when the runtime fails. */
-sp_status sp_cuda_device_enter(sp_cuda_device_guard *g, int device, const char *arg);
+sp_status sp_cuda_device_enter_(sp_cuda_device_guard *g, int device, const char *arg);
 
-/* Undo sp_cuda_device_enter: make the caller's device current again, on
+/* Undo sp_cuda_device_enter_: make the caller's device current again, on
  * every path, success or not. The caller's device is followed only when it
  * is in use, that is when its primary context is active: a thread that never
  * chose a device sees device 0 as "current", and switching back to it would
@@ -77,22 +77,22 @@ sp_status sp_cuda_device_enter(sp_cuda_device_guard *g, int device, const char *
  * does.
  * @return `s` when it is an error; otherwise SP_OK, or SP_ERR_CUDA when the
  *         restore fails. */
-sp_status sp_cuda_device_leave(const sp_cuda_device_guard *g, sp_status s);
+sp_status sp_cuda_device_leave_(const sp_cuda_device_guard *g, sp_status s);
 
 /* ---- memory and capture ---------------------------------------------------- */
 
 /* cudaMalloc of `bytes` (> 0) on `device`; `what` names the buffer in errors.
  * @return SP_OK and *p; SP_ERR_OUT_OF_MEMORY, SP_ERR_NO_DEVICE or
  *         SP_ERR_CUDA with *p = NULL. */
-sp_status sp_cuda_alloc(int device, size_t bytes, void **p, const char *what);
+sp_status sp_cuda_alloc_(int device, size_t bytes, void **p, const char *what);
 
 /* cudaFree on `device`; a NULL p is a no-op. */
-sp_status sp_cuda_free(int device, void *p);
+sp_status sp_cuda_free_(int device, void *p);
 
 /* *capturing = 1 while `stream` is being captured into a CUDA graph. The
  * legacy default stream (NULL) cannot be captured: answered without a call,
  * so that no device's context is touched. */
-sp_status sp_cuda_capturing(cudaStream_t stream, int *capturing);
+sp_status sp_cuda_capturing_(cudaStream_t stream, int *capturing);
 
 #ifdef __cplusplus
 }

@@ -99,7 +99,7 @@ sp_status sp_kda_boundary_create(sp_kda_boundary **out, sp_device dev, int64_t m
             size_t rounded = (bytes + SP_PACK_ALIGN - 1) / SP_PACK_ALIGN * SP_PACK_ALIGN;
             b->workspace = aligned_alloc(SP_PACK_ALIGN, rounded);
             if (!b->workspace)
-                s = sp_set_error(SP_ERR_OUT_OF_MEMORY, "workspace: no memory for %zu bytes",
+                s = sp_set_error_(SP_ERR_OUT_OF_MEMORY, "workspace: no memory for %zu bytes",
                                  rounded);
         }
         if (s != SP_OK) {

@@ -32,7 +32,7 @@ static sp_status require_shape(const sp_tensor *t, const char *name, int n, cons
     for (int i = 0; ok && i < n; i++) ok = t->shape[i] == want[i];
     if (!ok) {
         char got[160];
-        return sp_set_error(SP_ERR_SHAPE_MISMATCH, "%s: shape %s, expected %s", name,
+        return sp_set_error_(SP_ERR_SHAPE_MISMATCH, "%s: shape %s, expected %s", name,
                             shape_str(t, got, sizeof got), rule);
     }
     return SP_OK;
@@ -162,12 +162,12 @@ static sp_status check_state_layout(const sp_tensor *s, const char *name, sp_kda
 static sp_status check_overlap(const named *all, int n, int first_output) {
     for (int i = first_output; i < n; i++) {
         uintptr_t alo, ahi;
-        sp_tensor_extent(all[i].t, &alo, &ahi);
+        sp_tensor_extent_(all[i].t, &alo, &ahi);
         for (int j = 0; j < n; j++) {
             if (j == i) continue;
             uintptr_t blo, bhi;
-            sp_tensor_extent(all[j].t, &blo, &bhi);
-            SP_REQUIRE(!sp_extents_overlap(alo, ahi, blo, bhi), SP_ERR_OVERLAP,
+            sp_tensor_extent_(all[j].t, &blo, &bhi);
+            SP_REQUIRE(!sp_extents_overlap_(alo, ahi, blo, bhi), SP_ERR_OVERLAP,
                        "%s: memory overlaps %s", all[i].name, all[j].name);
         }
     }
@@ -192,8 +192,8 @@ static sp_status check_workspace(const sp_kda_args *a, const named *all, int n) 
                a->workspace_bytes, a->workspace);
     for (int j = 0; j < n; j++) {
         uintptr_t blo, bhi;
-        sp_tensor_extent(all[j].t, &blo, &bhi);
-        SP_REQUIRE(!sp_extents_overlap(lo, lo + a->workspace_bytes, blo, bhi), SP_ERR_OVERLAP,
+        sp_tensor_extent_(all[j].t, &blo, &bhi);
+        SP_REQUIRE(!sp_extents_overlap_(lo, lo + a->workspace_bytes, blo, bhi), SP_ERR_OVERLAP,
                    "workspace: memory overlaps %s", all[j].name);
     }
     return SP_OK;
@@ -283,7 +283,7 @@ sp_status sp_kda_check_(const sp_kda_args *a, int inputs_dense, sp_kda_dims *dim
     all[n++] = (named){&a->o, "o"};
     all[n++] = (named){&a->state, "state"};
     if (d.interval > 0) all[n++] = (named){&a->checkpoints, "checkpoints"};
-    for (int i = 0; i < n; i++) SP_FORWARD(sp_tensor_check_aligned(all[i].t, all[i].name));
+    for (int i = 0; i < n; i++) SP_FORWARD(sp_tensor_check_aligned_(all[i].t, all[i].name));
 
     d.dev = a->q.device;
     SP_REQUIRE(d.dev.type == SP_DEVICE_CPU || d.dev.type == SP_DEVICE_CUDA,
@@ -336,7 +336,7 @@ sp_status sp_kda_check_(const sp_kda_args *a, int inputs_dense, sp_kda_dims *dim
 
     if (d.dev.type == SP_DEVICE_CUDA) {
         /* Here rather than at the launch: the boundary packs between the two. */
-        SP_FORWARD(sp_check_device_usable(d.dev));
+        SP_FORWARD(sp_check_device_usable_(d.dev));
         SP_REQUIRE(d.H == 0 || d.N <= INT32_MAX / d.H, SP_ERR_UNSUPPORTED,
                    "cu_seqlens: N * H = %lld * %lld blocks exceed one launch (2^31 - 1)",
                    (long long)d.N, (long long)d.H);

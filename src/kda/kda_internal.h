@@ -45,12 +45,12 @@ static inline SP_HD float sp_bits_f32_(uint32_t u) {
 #endif
 }
 
-static inline SP_HD float sp_bf16_to_f32(uint16_t h) { return sp_bits_f32_((uint32_t)h << 16); }
+static inline SP_HD float sp_bf16_to_f32_(uint16_t h) { return sp_bits_f32_((uint32_t)h << 16); }
 
 /* Adding 0x7fff plus the kept lsb carries into the kept bits exactly when
  * the dropped half is above the midpoint, or at it with an odd lsb. NaN is
  * kept a (quiet) NaN instead of letting the carry turn it into infinity. */
-static inline SP_HD uint16_t sp_f32_to_bf16(float f) {
+static inline SP_HD uint16_t sp_f32_to_bf16_(float f) {
     uint32_t u = sp_f32_bits_(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
     u += 0x7fffu + ((u >> 16) & 1u);
@@ -60,7 +60,7 @@ static inline SP_HD uint16_t sp_f32_to_bf16(float f) {
 /* double -> bf16 with one rounding. Going through float is exact except
  * when the float rounding lands on a bf16 midpoint that x itself is not on;
  * nudging one float ulp back towards x restores the right direction. */
-static inline uint16_t sp_f64_to_bf16(double x) {
+static inline uint16_t sp_f64_to_bf16_(double x) {
     float f = (float)x;
     uint32_t u = sp_f32_bits_(f);
     if ((u & 0x7fffffffu) <= 0x7f800000u && (u & 0xffffu) == 0x8000u && (double)f != x) {
@@ -68,7 +68,7 @@ static inline uint16_t sp_f64_to_bf16(double x) {
         u = ax > af ? u + 1 : u - 1;
         f = sp_bits_f32_(u);
     }
-    return sp_f32_to_bf16(f);
+    return sp_f32_to_bf16_(f);
 }
 
 /* ---- the gate, in float (CPU and CUDA use this one formula) -------------- */
@@ -76,7 +76,7 @@ static inline uint16_t sp_f64_to_bf16(double x) {
 /* g for x = g_raw + dt_bias, with expA = exp(A_log[h]). softplus switches to
  * the identity above 20, as torch's softplus does (the difference is below
  * float resolution there). */
-static inline SP_HD float sp_kda_gate_f32(int gate, float lower_bound, float expA, float x) {
+static inline SP_HD float sp_kda_gate_f32_(int gate, float lower_bound, float expA, float x) {
     if (gate == SP_KDA_GATE_LOWER_BOUND) return lower_bound / (1.0f + expf(-expA * x));
     float sp = x > 20.0f ? x : log1pf(expf(x));
     return -expA * sp;

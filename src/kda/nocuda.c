@@ -7,13 +7,13 @@
 sp_status sp_kda_prefill_cuda_(const sp_kda_args *a, const sp_kda_dims *d,
                                struct CUstream_st *stream) {
     (void)a, (void)d, (void)stream;
-    return sp_set_error(SP_ERR_NO_DEVICE, "q: this build has no CUDA backend");
+    return sp_set_error_(SP_ERR_NO_DEVICE, "q: this build has no CUDA backend");
 }
 
 sp_status sp_kda_cuda_alloc_(int device, size_t bytes, void **p) {
     (void)device, (void)bytes;
     *p = NULL;
-    return sp_set_error(SP_ERR_NO_DEVICE, "dev: this build has no CUDA backend");
+    return sp_set_error_(SP_ERR_NO_DEVICE, "dev: this build has no CUDA backend");
 }
 
 sp_status sp_kda_cuda_free_(int device, void *p) {

@@ -32,7 +32,7 @@ static void load_state(const sp_kda_dims *dm, const void *pool, int64_t base, in
         int64_t at = base + (h * D + j) * D;
         if (dm->state_bf16) {
             const uint16_t *p = (const uint16_t *)pool + at;
-            for (int d = 0; d < D; d++) S[d * D + j] = sp_bf16_to_f32(p[d]);
+            for (int d = 0; d < D; d++) S[d * D + j] = sp_bf16_to_f32_(p[d]);
         } else {
             const float *p = (const float *)pool + at;
             for (int d = 0; d < D; d++) S[d * D + j] = p[d];
@@ -46,7 +46,7 @@ static void store_state(const sp_kda_dims *dm, void *pool, int64_t base, int64_t
         int64_t at = base + (h * D + j) * D;
         if (dm->state_bf16) {
             uint16_t *p = (uint16_t *)pool + at;
-            for (int d = 0; d < D; d++) p[d] = sp_f32_to_bf16(S[d * D + j]);
+            for (int d = 0; d < D; d++) p[d] = sp_f32_to_bf16_(S[d * D + j]);
         } else {
             float *p = (float *)pool + at;
             for (int d = 0; d < D; d++) p[d] = S[d * D + j];
@@ -63,7 +63,7 @@ static float prep_token(const sp_kda_args *a, const sp_kda_dims *dm, int64_t t, 
     const float *bias = (const float *)a->dt_bias.data + h * D;
     float sq = 0.0f, sk = 0.0f;
     for (int d = 0; d < D; d++) {
-        float qf = sp_bf16_to_f32(q[d]), kf = sp_bf16_to_f32(k[d]);
+        float qf = sp_bf16_to_f32_(q[d]), kf = sp_bf16_to_f32_(k[d]);
         sq += qf * qf;
         sk += kf * kf;
         w->q[d] = qf;
@@ -76,12 +76,12 @@ static float prep_token(const sp_kda_args *a, const sp_kda_dims *dm, int64_t t, 
         w->q[d] *= rq;
         w->k[d] *= rk;
         dot += w->k[d] * w->q[d];
-        w->v[d] = sp_bf16_to_f32(v[d]);
-        float x = sp_bf16_to_f32(g[d]) + bias[d];
-        w->dec[d] = expf(sp_kda_gate_f32(a->gate, a->lower_bound, expA, x));
+        w->v[d] = sp_bf16_to_f32_(v[d]);
+        float x = sp_bf16_to_f32_(g[d]) + bias[d];
+        w->dec[d] = expf(sp_kda_gate_f32_(a->gate, a->lower_bound, expA, x));
     }
     *kq = dot;
-    float beta = sp_bf16_to_f32(((const uint16_t *)a->beta.data)[t * dm->H + h]);
+    float beta = sp_bf16_to_f32_(((const uint16_t *)a->beta.data)[t * dm->H + h]);
     return 1.0f / (1.0f + expf(-beta));
 }
 
@@ -103,7 +103,7 @@ static void step(scratch *w, float b, float kq, uint16_t *o_row) {
     for (int j = 0; j < D; j++) {
         float bu = b * (w->v[j] - ks[j]);
         bus[j] = bu;
-        o_row[j] = sp_f32_to_bf16(qs[j] + bu * kq);
+        o_row[j] = sp_f32_to_bf16_(qs[j] + bu * kq);
     }
     for (int d = 0; d < D; d++) {
         const float kd = w->k[d];

@@ -16,13 +16,13 @@ typedef struct ref_scratch {
 } ref_scratch;
 
 static double read_state(const sp_kda_dims *dm, const void *p, int64_t at) {
-    return dm->state_bf16 ? (double)sp_bf16_to_f32(((const uint16_t *)p)[at])
+    return dm->state_bf16 ? (double)sp_bf16_to_f32_(((const uint16_t *)p)[at])
                           : (double)((const float *)p)[at];
 }
 
 static void write_state(const sp_kda_dims *dm, void *p, int64_t at, double x) {
     if (dm->state_bf16)
-        ((uint16_t *)p)[at] = sp_f64_to_bf16(x);
+        ((uint16_t *)p)[at] = sp_f64_to_bf16_(x);
     else
         ((float *)p)[at] = (float)x;
 }
@@ -42,7 +42,7 @@ static double gate64(const sp_kda_args *a, double A_log, double x) {
 }
 
 static double bf(const sp_tensor *t, int64_t at) {
-    return (double)sp_bf16_to_f32(((const uint16_t *)t->data)[at]);
+    return (double)sp_bf16_to_f32_(((const uint16_t *)t->data)[at]);
 }
 
 static void run(const sp_kda_args *a, const sp_kda_dims *dm, int64_t n, int64_t h,
@@ -95,7 +95,7 @@ static void run(const sp_kda_args *a, const sp_kda_dims *dm, int64_t n, int64_t 
         for (int j = 0; j < D; j++) {
             double acc = 0;
             for (int d = 0; d < D; d++) acc += w->S[d][j] * w->q[d];
-            o[j] = sp_f64_to_bf16(acc);
+            o[j] = sp_f64_to_bf16_(acc);
         }
         if (dm->interval > 0 && (t - cu[n] + 1) % dm->interval == 0)
             save(dm, a->checkpoints.data, (crow++) * dm->H * D * D, h, w);

@@ -7,11 +7,11 @@
 #include "kda/kda_internal.h"
 
 extern "C" sp_status sp_kda_cuda_alloc_(int device, size_t bytes, void **p) {
-    return sp_cuda_alloc(device, bytes, p, "workspace");
+    return sp_cuda_alloc_(device, bytes, p, "workspace");
 }
 
-extern "C" sp_status sp_kda_cuda_free_(int device, void *p) { return sp_cuda_free(device, p); }
+extern "C" sp_status sp_kda_cuda_free_(int device, void *p) { return sp_cuda_free_(device, p); }
 
 extern "C" sp_status sp_kda_cuda_capturing_(struct CUstream_st *stream, int *capturing) {
-    return sp_cuda_capturing((cudaStream_t)stream, capturing);
+    return sp_cuda_capturing_((cudaStream_t)stream, capturing);
 }

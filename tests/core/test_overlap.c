@@ -1,6 +1,6 @@
 /* test_overlap.c — the exact overlap test of two views against brute force:
  * paint every byte each view covers, and compare "some byte painted twice"
- * with sp_tensors_overlap over many random small views of one buffer. Then
+ * with sp_tensors_overlap_ over many random small views of one buffer. Then
  * the cases that matter: column slices of one fused buffer never overlap, and
  * sp_copy_batch accepts scattering into them. */
 #include "check.h"
@@ -73,7 +73,7 @@ static void test_large_progressions(sp_rng *r) {
         memset(marks, 0, sizeof marks);
         paint_at(&v[0], big, marks, 1);
         paint_at(&v[1], big, marks, 2);
-        int truth = memchr(marks, 3, sizeof marks) != NULL, got = sp_tensors_overlap(&v[0], &v[1]);
+        int truth = memchr(marks, 3, sizeof marks) != NULL, got = sp_tensors_overlap_(&v[0], &v[1]);
         CHECKF(got == truth, "progressions %d: got %d, brute force %d", it, got, truth);
         if (got != truth) {
             sp_print_tensor(stderr, "a", &v[0]);
@@ -110,7 +110,7 @@ static void test_two_pitches(sp_rng *r) {
         sp_tensor a, b;
         CHECK_OK(sp_tensor_view(&a, base, 0, SP_U8, 2, sha, sta, sp_cpu()));
         CHECK_OK(sp_tensor_view(&b, base, gap, SP_U8, 2, shb, stb, sp_cpu()));
-        int truth = rows_meet(ta, wa, pa, tb, wb, pb, gap), got = sp_tensors_overlap(&a, &b);
+        int truth = rows_meet(ta, wa, pa, tb, wb, pb, gap), got = sp_tensors_overlap_(&a, &b);
         undecided += got == -1;
         CHECKF(got == truth || got == -1, "pitches %d: got %d, truth %d", it, got, truth);
     }
@@ -138,7 +138,7 @@ static void test_search_gives_up(void) {
     paint_at(&p[0].dst, big, marks, 1);
     paint_at(&p[1].src, big, marks, 2);
     CHECK(memchr(marks, 3, sizeof marks) == NULL);
-    int got = sp_tensors_overlap(&p[0].dst, &p[1].src);
+    int got = sp_tensors_overlap_(&p[0].dst, &p[1].src);
     CHECKF(got != 1, "a disjoint pair reported as overlapping");
     if (got == -1) {
         CHECK_STATUS(sp_copy_batch(p, 2, NULL), SP_ERR_OVERLAP);
@@ -157,7 +157,7 @@ int main(void) {
         paint(&a, 1);
         paint(&b, 2);
         int truth = memchr(paint_marks, 3, sizeof paint_marks) != NULL;
-        int got = sp_tensors_overlap(&a, &b);
+        int got = sp_tensors_overlap_(&a, &b);
         CHECKF(got == truth || got == 1, "iteration %d: says no overlap, but views share a byte", it);
         agree += got == truth;
         both += truth;
@@ -188,7 +188,7 @@ int main(void) {
         paint(&v[0], 1);
         paint(&v[1], 2);
         CHECK(memchr(paint_marks, 3, sizeof paint_marks) != NULL);
-        CHECKF(sp_tensors_overlap(&v[0], &v[1]) == 1, "hard case %d: says no overlap", i);
+        CHECKF(sp_tensors_overlap_(&v[0], &v[1]) == 1, "hard case %d: says no overlap", i);
     }
 
     test_large_progressions(&r);
@@ -205,13 +205,13 @@ int main(void) {
         sp_tensor_dense(&pairs[i].src, dense[i], SP_BF16, 4, shape, sp_cpu());
         sp_tensor_view(&pairs[i].dst, fused, (int64_t)i * P, SP_BF16, 4, shape, st, sp_cpu());
     }
-    CHECK(!sp_tensors_overlap(&pairs[0].dst, &pairs[1].dst));
-    CHECK(!sp_tensors_overlap(&pairs[1].dst, &pairs[2].dst));
+    CHECK(!sp_tensors_overlap_(&pairs[0].dst, &pairs[1].dst));
+    CHECK(!sp_tensors_overlap_(&pairs[1].dst, &pairs[2].dst));
     CHECK_OK(sp_copy_batch(pairs, 3, NULL));
     for (int i = 0; i < 3; i++) CHECK(sp_ref_compare(&pairs[i].src, &pairs[i].dst, NULL) == 0);
     /* Shift k one element left: now it shares its first column with q's last. */
     pairs[1].dst.data = (uint16_t *)pairs[1].dst.data - 1;
-    CHECK(sp_tensors_overlap(&pairs[0].dst, &pairs[1].dst));
+    CHECK(sp_tensors_overlap_(&pairs[0].dst, &pairs[1].dst));
     CHECK_STATUS(sp_copy_batch(pairs, 3, NULL), SP_ERR_OVERLAP);
     return sp_test_finish("test_overlap");
 }

@@ -2,7 +2,7 @@
  * test_view_math.c — the view math of src/tensor.c and the planner's
  * descriptor, against hand-computed cases and against brute force:
  * numel, density, coalescing, byte extents, overlap, self-overlap, vector
- * width, and sp_plan_pair (executed here move by move, as a backend would).
+ * width, and sp_plan_pair_ (executed here move by move, as a backend would).
  */
 #include "check.h"
 #include "guarded.h"
@@ -156,7 +156,7 @@ static void coalesce(const sp_tensor *s, const sp_tensor *d, int *nd, int64_t *s
                      int64_t *ss, int64_t *ds) {
     for (int i = 0; i < SP_MAX_DIMS; i++) shape[i] = ss[i] = ds[i] = -12345;
     *nd = -1;
-    sp_coalesce_pair(s, d, nd, shape, ss, ds);
+    sp_coalesce_pair_(s, d, nd, shape, ss, ds);
 }
 
 static void test_coalesce_hand(void) {
@@ -315,53 +315,53 @@ static void test_extent(void) {
     char *base = (char *)(buf + 32);
     uintptr_t lo, hi, b = (uintptr_t)base;
     sp_tensor sc = mk(base, SP_F64, 0, NULL, NULL);
-    sp_tensor_extent(&sc, &lo, &hi);
+    sp_tensor_extent_(&sc, &lo, &hi);
     CHECK(lo == b && hi == b + 8);
 
     int64_t s[2] = {3, 4}, st[2] = {5, 1};
     sp_tensor t = mk(base, SP_F32, 2, s, st);
-    sp_tensor_extent(&t, &lo, &hi); /* last element at 2*5+3 = 13 */
+    sp_tensor_extent_(&t, &lo, &hi); /* last element at 2*5+3 = 13 */
     CHECK(lo == b && hi == b + 14 * 4);
     st[0] = -5;
     t = mk(base, SP_F32, 2, s, st);
-    sp_tensor_extent(&t, &lo, &hi); /* -10 .. 3 */
+    sp_tensor_extent_(&t, &lo, &hi); /* -10 .. 3 */
     CHECK(lo == b - 40 && hi == b + 16);
     st[0] = -5, st[1] = -1;
     t = mk(base, SP_F32, 2, s, st);
-    sp_tensor_extent(&t, &lo, &hi); /* -13 .. 0 */
+    sp_tensor_extent_(&t, &lo, &hi); /* -13 .. 0 */
     CHECK(lo == b - 52 && hi == b + 4);
     st[0] = 0, st[1] = 0; /* a broadcast scalar: one element */
     t = mk(base, SP_U16, 2, s, st);
-    sp_tensor_extent(&t, &lo, &hi);
+    sp_tensor_extent_(&t, &lo, &hi);
     CHECK(lo == b && hi == b + 2);
     st[0] = 0, st[1] = -2;
     t = mk(base, SP_U16, 2, s, st);
-    sp_tensor_extent(&t, &lo, &hi); /* -6 .. 0 */
+    sp_tensor_extent_(&t, &lo, &hi); /* -6 .. 0 */
     CHECK(lo == b - 12 && hi == b + 2);
     /* Strides of size-1 dims do not widen the extent. */
     int64_t s1[2] = {1, 4}, st1[2] = {-1000, 1};
     t = mk(base, SP_U8, 2, s1, st1);
-    sp_tensor_extent(&t, &lo, &hi);
+    sp_tensor_extent_(&t, &lo, &hi);
     CHECK(lo == b && hi == b + 4);
     /* Empty: lo == hi. */
     int64_t s0[2] = {0, 4}, st0[2] = {-4, 1};
     t = mk(base, SP_U8, 2, s0, st0);
-    sp_tensor_extent(&t, &lo, &hi);
+    sp_tensor_extent_(&t, &lo, &hi);
     CHECK(lo == hi);
 
     /* Overlap of extents: touching ranges share no byte; empty ranges
      * share none; containment and partial overlap do. */
-    CHECK(sp_extents_overlap(100, 200, 200, 300) == 0);
-    CHECK(sp_extents_overlap(200, 300, 100, 200) == 0);
-    CHECK(sp_extents_overlap(100, 201, 200, 300) == 1);
-    CHECK(sp_extents_overlap(200, 300, 100, 201) == 1);
-    CHECK(sp_extents_overlap(100, 400, 200, 300) == 1);
-    CHECK(sp_extents_overlap(200, 300, 100, 400) == 1);
-    CHECK(sp_extents_overlap(100, 200, 100, 200) == 1);
-    CHECK(sp_extents_overlap(150, 150, 100, 200) == 0);
-    CHECK(sp_extents_overlap(100, 200, 150, 150) == 0);
-    CHECK(sp_extents_overlap(150, 150, 150, 150) == 0);
-    CHECK(sp_extents_overlap(0, 1, 0, 1) == 1);
+    CHECK(sp_extents_overlap_(100, 200, 200, 300) == 0);
+    CHECK(sp_extents_overlap_(200, 300, 100, 200) == 0);
+    CHECK(sp_extents_overlap_(100, 201, 200, 300) == 1);
+    CHECK(sp_extents_overlap_(200, 300, 100, 201) == 1);
+    CHECK(sp_extents_overlap_(100, 400, 200, 300) == 1);
+    CHECK(sp_extents_overlap_(200, 300, 100, 400) == 1);
+    CHECK(sp_extents_overlap_(100, 200, 100, 200) == 1);
+    CHECK(sp_extents_overlap_(150, 150, 100, 200) == 0);
+    CHECK(sp_extents_overlap_(100, 200, 150, 150) == 0);
+    CHECK(sp_extents_overlap_(150, 150, 150, 150) == 0);
+    CHECK(sp_extents_overlap_(0, 1, 0, 1) == 1);
 }
 
 /* Brute force: do two distinct index tuples hit a shared byte? */
@@ -390,23 +390,23 @@ static void test_self_overlap(sp_rng *r) {
     int64_t dense[2] = {4, 1}, zero[2] = {0, 1}, inter[2] = {2, 1}, tr[2] = {1, 3},
             pad[2] = {-9, 2}, zs1[2] = {4, 0};
     sp_tensor t = mk(buf, SP_F32, 2, s, dense);
-    CHECK(sp_tensor_self_overlaps(&t) == 0);
+    CHECK(sp_tensor_self_overlaps_(&t) == 0);
     t = mk(buf, SP_F32, 2, s, zero);
-    CHECK(sp_tensor_self_overlaps(&t) == 1);
+    CHECK(sp_tensor_self_overlaps_(&t) == 1);
     t = mk(buf, SP_F32, 2, s, zs1);
-    CHECK(sp_tensor_self_overlaps(&t) == 1);
+    CHECK(sp_tensor_self_overlaps_(&t) == 1);
     t = mk(buf, SP_F32, 2, s, inter); /* [0,2] and [1,0] are both at 2 */
-    CHECK(sp_tensor_self_overlaps(&t) == 1);
+    CHECK(sp_tensor_self_overlaps_(&t) == 1);
     t = mk(buf, SP_F32, 2, s, tr);
-    CHECK(sp_tensor_self_overlaps(&t) == 0);
+    CHECK(sp_tensor_self_overlaps_(&t) == 0);
     t = mk(buf, SP_F32, 2, s, pad);
-    CHECK(sp_tensor_self_overlaps(&t) == 0);
+    CHECK(sp_tensor_self_overlaps_(&t) == 0);
     /* A zero stride on a size-1 dim aliases nothing. */
     int64_t s1[3] = {3, 1, 4}, st1[3] = {4, 0, 1};
     t = mk(buf, SP_F32, 3, s1, st1);
-    CHECK(sp_tensor_self_overlaps(&t) == 0);
+    CHECK(sp_tensor_self_overlaps_(&t) == 0);
     t = mk(buf, SP_F32, 0, NULL, NULL);
-    CHECK(sp_tensor_self_overlaps(&t) == 0);
+    CHECK(sp_tensor_self_overlaps_(&t) == 0);
 
     /* Layouts the generator makes for destinations never alias, and the
      * check must accept them (the copy tests rely on it); random small
@@ -418,12 +418,12 @@ static void test_self_overlap(sp_rng *r) {
         sp_layout l;
         sp_layout_random(r, dt, nd, shape, 0, &l);
         t = sp_layout_tensor(&l, buf, sp_cpu());
-        int got = sp_tensor_self_overlaps(&t);
+        int got = sp_tensor_self_overlaps_(&t);
         CHECKF(got == 0, "trial %d: a generated non-aliasing layout reported as overlapping",
                trial);
         if (got) sp_print_tensor(stderr, "t", &t);
         for (int d = 0; d < nd; d++) t.strides[d] = sp_rng_range(r, -6, 6);
-        if (sp_tensor_self_overlaps(&t) == 0) {
+        if (sp_tensor_self_overlaps_(&t) == 0) {
             CHECKF(!aliases(&t), "trial %d: an aliasing layout reported as not overlapping",
                    trial);
             if (aliases(&t)) sp_print_tensor(stderr, "t", &t);
@@ -436,26 +436,26 @@ static void test_self_overlap(sp_rng *r) {
 static void test_widest(void) {
     uint64_t v[4];
     v[0] = 0;
-    CHECK(sp_widest_vector(v, 1) == 16);
-    CHECK(sp_widest_vector(v, 0) == 16);
+    CHECK(sp_widest_vector_(v, 1) == 16);
+    CHECK(sp_widest_vector_(v, 0) == 16);
     v[0] = 256, v[1] = 48, v[2] = 4096;
-    CHECK(sp_widest_vector(v, 3) == 16);
+    CHECK(sp_widest_vector_(v, 3) == 16);
     v[1] = 24;
-    CHECK(sp_widest_vector(v, 3) == 8);
+    CHECK(sp_widest_vector_(v, 3) == 8);
     v[0] = 12;
-    CHECK(sp_widest_vector(v, 3) == 4);
+    CHECK(sp_widest_vector_(v, 3) == 4);
     v[2] = 6;
-    CHECK(sp_widest_vector(v, 3) == 2);
+    CHECK(sp_widest_vector_(v, 3) == 2);
     v[3] = 3;
-    CHECK(sp_widest_vector(v, 4) == 1);
+    CHECK(sp_widest_vector_(v, 4) == 1);
     v[0] = 0x7ffe0010; /* an address-like value */
-    CHECK(sp_widest_vector(v, 1) == 16);
+    CHECK(sp_widest_vector_(v, 1) == 16);
     v[0] = 0x7ffe0018;
-    CHECK(sp_widest_vector(v, 1) == 8);
+    CHECK(sp_widest_vector_(v, 1) == 8);
     v[0] = (uint64_t)1 << 63;
-    CHECK(sp_widest_vector(v, 1) == 16);
+    CHECK(sp_widest_vector_(v, 1) == 16);
     v[0] = 2, v[1] = 1;
-    CHECK(sp_widest_vector(v, 2) == 1);
+    CHECK(sp_widest_vector_(v, 2) == 1);
 }
 
 /* ---- plan_pair ------------------------------------------------------------- */
@@ -493,7 +493,7 @@ static void plan(const sp_tensor *s, const sp_tensor *d, sp_copy_desc *out) {
     p.src = *s;
     p.dst = *d;
     memset(out, 0xa5, sizeof *out);
-    sp_plan_pair(&p, out);
+    sp_plan_pair_(&p, out);
 }
 
 static void test_plan_hand(void) {

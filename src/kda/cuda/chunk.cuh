@@ -149,7 +149,7 @@ static __device__ void gates_and_norms(const kda_params &p, const raw_chunk &raw
     float sum = 0.0f;
 #pragma unroll
     for (int t = t0; t < t0 + CT / 2; t++) {
-        const float x = sp_bf16_to_f32(raw.g[t][d]) + bias;
+        const float x = sp_bf16_to_f32_(raw.g[t][d]) + bias;
         const float g = __fdividef(p.lower_bound, 1.0f + __expf(-expA * x));
         sum += t < nt ? g : 0.0f;
         s.gam[t][d] = sum;
@@ -161,10 +161,10 @@ static __device__ void gates_and_norms(const kda_params &p, const raw_chunk &raw
         const int t = 4 * w + i;
         const uint2 kk = *(const uint2 *)&raw.k[t][4 * lane];
         const uint2 qq = *(const uint2 *)&raw.q[t][4 * lane];
-        const float k0 = sp_bf16_to_f32((uint16_t)kk.x), k1 = sp_bf16_to_f32((uint16_t)(kk.x >> 16));
-        const float k2 = sp_bf16_to_f32((uint16_t)kk.y), k3 = sp_bf16_to_f32((uint16_t)(kk.y >> 16));
-        const float q0 = sp_bf16_to_f32((uint16_t)qq.x), q1 = sp_bf16_to_f32((uint16_t)(qq.x >> 16));
-        const float q2 = sp_bf16_to_f32((uint16_t)qq.y), q3 = sp_bf16_to_f32((uint16_t)(qq.y >> 16));
+        const float k0 = sp_bf16_to_f32_((uint16_t)kk.x), k1 = sp_bf16_to_f32_((uint16_t)(kk.x >> 16));
+        const float k2 = sp_bf16_to_f32_((uint16_t)kk.y), k3 = sp_bf16_to_f32_((uint16_t)(kk.y >> 16));
+        const float q0 = sp_bf16_to_f32_((uint16_t)qq.x), q1 = sp_bf16_to_f32_((uint16_t)(qq.x >> 16));
+        const float q2 = sp_bf16_to_f32_((uint16_t)qq.y), q3 = sp_bf16_to_f32_((uint16_t)(qq.y >> 16));
         sk[i] = fmaf(k0, k0, fmaf(k1, k1, fmaf(k2, k2, k3 * k3)));
         sq[i] = fmaf(q0, q0, fmaf(q1, q1, fmaf(q2, q2, q3 * q3)));
     }
@@ -197,8 +197,8 @@ static __device__ void operands(const raw_chunk &raw, int tid, chunk_work &s) {
     }
 #pragma unroll 4
     for (int t = tid / D; t < CT; t += THREADS / D) {
-        const float kh = sp_bf16_to_f32(raw.k[t][d]) * s.rk[t];
-        const float qh = sp_bf16_to_f32(raw.q[t][d]) * s.rq[t];
+        const float kh = sp_bf16_to_f32_(raw.k[t][d]) * s.rk[t];
+        const float qh = sp_bf16_to_f32_(raw.q[t][d]) * s.rq[t];
         const float gt = s.gam[t][d] + (t > MID ? gmid : 0.0f);
         const float to_mid = __expf(gt - gmid), from_mid = __expf(gmid - gt);
         s.ops.lk[t][d] = tf32_round(kh * to_mid);
@@ -274,8 +274,8 @@ static __device__ __forceinline__ void state_load(const void *pool, int bf16, in
             const int64_t at = base + (int64_t)(vrow + 8 * hf) * D + d0 + 8 * nd + 2 * q;
             if (bf16) {
                 const uint32_t u = *(const uint32_t *)((const uint16_t *)pool + at);
-                S[nd][2 * hf] = sp_bf16_to_f32((uint16_t)u);
-                S[nd][2 * hf + 1] = sp_bf16_to_f32((uint16_t)(u >> 16));
+                S[nd][2 * hf] = sp_bf16_to_f32_((uint16_t)u);
+                S[nd][2 * hf + 1] = sp_bf16_to_f32_((uint16_t)(u >> 16));
             } else {
                 const float2 f = *(const float2 *)((const float *)pool + at);
                 S[nd][2 * hf] = f.x;
@@ -292,8 +292,8 @@ static __device__ __forceinline__ void state_store(void *pool, int bf16, int64_t
         for (int hf = 0; hf < 2; hf++) {
             const int64_t at = base + (int64_t)(vrow + 8 * hf) * D + d0 + 8 * nd + 2 * q;
             if (bf16) {
-                const uint32_t u = (uint32_t)sp_f32_to_bf16(S[nd][2 * hf]) |
-                                   ((uint32_t)sp_f32_to_bf16(S[nd][2 * hf + 1]) << 16);
+                const uint32_t u = (uint32_t)sp_f32_to_bf16_(S[nd][2 * hf]) |
+                                   ((uint32_t)sp_f32_to_bf16_(S[nd][2 * hf + 1]) << 16);
                 *(uint32_t *)((uint16_t *)pool + at) = u;
             } else {
                 *(float2 *)((float *)pool + at) = make_float2(S[nd][2 * hf], S[nd][2 * hf + 1]);
@@ -327,7 +327,7 @@ static __device__ __forceinline__ void solve_w(float P[CT / 8][4], const uint16_
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             const int t = 8 * t8 + 2 * q + (e & 1);
-            const float vt = sp_bf16_to_f32(v[t * pitch + v_local + 8 * (e >> 1)]);
+            const float vt = sp_bf16_to_f32_(v[t * pitch + v_local + 8 * (e >> 1)]);
             P[t8][e] = s.b[t] * (vt - P[t8][e]);
             W[t8][e] = 0.0f;
         }

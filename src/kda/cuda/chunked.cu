@@ -116,7 +116,7 @@ static __global__ void __launch_bounds__(THREADS, 1) kda_chunked_kernel(kda_para
     const float expA = expf(p.A_log[h]);
     const float bias = p.dt_bias[h * D + tid % D];
     float beta_logit = 0.0f;
-    if (w == 0 && lane < L) beta_logit = sp_bf16_to_f32(p.beta[(sq.bos + lane) * p.H + h]);
+    if (w == 0 && lane < L) beta_logit = sp_bf16_to_f32_(p.beta[(sq.bos + lane) * p.H + h]);
 
     float S[D / 8][4];
     if (is_v) state_load(p.state, p.state_bf16, sq.slot_base, vrow, 0, q, S, D / 8);
@@ -141,7 +141,7 @@ static __global__ void __launch_bounds__(THREADS, 1) kda_chunked_kernel(kda_para
 
         gates_and_norms(p, raw, nt, tid, expA, bias, beta_logit, s.work);
         if (w == 0 && c0 + CT + lane < L)
-            beta_logit = sp_bf16_to_f32(p.beta[(sq.bos + c0 + CT + lane) * p.H + h]);
+            beta_logit = sp_bf16_to_f32_(p.beta[(sq.bos + c0 + CT + lane) * p.H + h]);
         __syncthreads();
         operands(raw, tid, s.work);
         __syncthreads();
@@ -162,7 +162,7 @@ static __global__ void __launch_bounds__(THREADS, 1) kda_chunked_kernel(kda_para
                 const int t = 8 * nt8 + 2 * q + (e & 1);
                 if (t < nt)
                     p.o[((sq.bos + c0 + t) * p.H + h) * D + vrow + 8 * (e >> 1)] =
-                        sp_f32_to_bf16(O[nt8][e]);
+                        sp_f32_to_bf16_(O[nt8][e]);
             }
         if (chunks_per_ckpt > 0 && nt == CT && (ci + 1) % chunks_per_ckpt == 0)
             state_store(p.ckpt, p.state_bf16, kda_ckpt_base(p, crow++, h), vrow, 0, q, S, D / 8);

@@ -82,7 +82,7 @@ static __global__ void __launch_bounds__(THREADS, 2) kda_prepare_kernel(kda_para
     const float expA = expf(p.A_log[h]);
     const float bias = p.dt_bias[h * D + tid % D];
     const float beta_logit =
-        w == 0 && lane < nt ? sp_bf16_to_f32(p.beta[(sq.bos + c0 + lane) * p.H + h]) : 0.0f;
+        w == 0 && lane < nt ? sp_bf16_to_f32_(p.beta[(sq.bos + c0 + lane) * p.H + h]) : 0.0f;
     cp_async_wait_all();
     __syncthreads();
     gates_and_norms(p, s.raw, nt, tid, expA, bias, beta_logit, s.work);
@@ -260,7 +260,7 @@ static __global__ void __launch_bounds__(128 * PASS_GROUPS, 1)
             const int t = 8 * quarter + 2 * q + (e & 1);
             if (t < nt)
                 p.o[((sq.bos + c0 + t) * p.H + h) * D + vrow + 8 * (e >> 1)] =
-                    sp_f32_to_bf16(Ow[e]);
+                    sp_f32_to_bf16_(Ow[e]);
         }
         if (chunks_per_ckpt > 0 && nt == CT && (ci + 1) % chunks_per_ckpt == 0)
             state_store(p.ckpt, p.state_bf16, kda_ckpt_base(p, crow++, h), vrow, d0, q, S, 4);

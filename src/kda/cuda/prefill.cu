@@ -58,9 +58,9 @@ extern "C" sp_status sp_kda_prefill_cuda_(const sp_kda_args *a, const sp_kda_dim
     const kda_params p = params_of(a, d);
     const int dev = (int)d->dev.ordinal;
     sp_cuda_device_guard g;
-    SP_FORWARD(sp_cuda_device_enter(&g, dev, "q"));
+    SP_FORWARD(sp_cuda_device_enter_(&g, dev, "q"));
     const sp_status s = launch(&p, d->kernel, a->workspace, dev, (cudaStream_t)stream);
-    return sp_cuda_device_leave(&g, s);
+    return sp_cuda_device_leave_(&g, s);
 }
 
 /* Shared memory per block the device allows, per device; 0 until asked. */

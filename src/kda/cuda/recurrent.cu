@@ -77,8 +77,8 @@ static __device__ void prep_token(const kda_params &p, const raw_token &r, int w
     float qf[PER_LANE], kf[PER_LANE], sq = 0.0f, sk = 0.0f;
 #pragma unroll
     for (int e = 0; e < PER_LANE; e++) {
-        qf[e] = sp_bf16_to_f32(r.q[e]);
-        kf[e] = sp_bf16_to_f32(r.k[e]);
+        qf[e] = sp_bf16_to_f32_(r.q[e]);
+        kf[e] = sp_bf16_to_f32_(r.k[e]);
         sq = fmaf(qf[e], qf[e], sq);
         sk = fmaf(kf[e], kf[e], sk);
     }
@@ -94,14 +94,14 @@ static __device__ void prep_token(const kda_params &p, const raw_token &r, int w
         kq = fmaf(kn, qn, kq);
         s.q[w][d] = qn;
         s.k[w][d] = kn;
-        s.v[w][d] = sp_bf16_to_f32(r.v[e]);
-        const float x = sp_bf16_to_f32(r.g[e]) + bias[e];
-        s.dec[w][d] = expf(sp_kda_gate_f32(p.gate, p.lower_bound, expA, x));
+        s.v[w][d] = sp_bf16_to_f32_(r.v[e]);
+        const float x = sp_bf16_to_f32_(r.g[e]) + bias[e];
+        s.dec[w][d] = expf(sp_kda_gate_f32_(p.gate, p.lower_bound, expA, x));
     }
     kq = warp_sum(kq);
     if (lane == 0) {
         s.kq[w] = kq;
-        s.b[w] = 1.0f / (1.0f + expf(-sp_bf16_to_f32(r.beta)));
+        s.b[w] = 1.0f / (1.0f + expf(-sp_bf16_to_f32_(r.beta)));
     }
 }
 
@@ -123,7 +123,7 @@ static __device__ void tile_load(const void *pool, int bf16, int64_t base, int r
 #pragma unroll
         for (int m = 0; m < 8; m++) {
             const int64_t at = tile_at(base, r, j0, c, m);
-            S[m][c] = bf16 ? sp_bf16_to_f32(((const uint16_t *)pool)[at]) : ((const float *)pool)[at];
+            S[m][c] = bf16 ? sp_bf16_to_f32_(((const uint16_t *)pool)[at]) : ((const float *)pool)[at];
         }
 }
 
@@ -135,7 +135,7 @@ static __device__ void tile_store(void *pool, int bf16, int64_t base, int r, int
         for (int m = 0; m < 8; m++) {
             const int64_t at = tile_at(base, r, j0, c, m);
             if (bf16)
-                ((uint16_t *)pool)[at] = sp_f32_to_bf16(S[m][c]);
+                ((uint16_t *)pool)[at] = sp_f32_to_bf16_(S[m][c]);
             else
                 ((float *)pool)[at] = S[m][c];
         }
@@ -227,7 +227,7 @@ static __global__ void __launch_bounds__(THREADS, 1) kda_prefill_kernel(kda_para
             const float bu_col = __shfl_xor_sync(FULL, mine, 8);
             if (kq_lane && !(lane & 1))
                 p.o[((bos + c0 + i) * p.H + h) * SP_KDA_D + j0 + col] =
-                    sp_f32_to_bf16(fmaf(bu_col, s.kq[i], total));
+                    sp_f32_to_bf16_(fmaf(bu_col, s.kq[i], total));
 #pragma unroll
             for (int m = 0; m < 8; m++)
 #pragma unroll
