@@ -1,0 +1,386 @@
+/*
+ * conv.cu — the CUDA causal convolution, prefill and decode, one launch.
+ *
+ * Memory-bound: per token and channel it reads two bytes of x and writes two
+ * bytes of output, so the layout of the work is all about the traffic. A
+ * thread owns 8 consecutive channels (one 16-byte bf16 vector) and a tile
+ * of consecutive tokens; a warp covers 256 channels of a row, so each load
+ * and store is a full 512-byte line run. The thread slides a window of the
+ * W-1 previous inputs along its tile in registers, loading AHEAD tokens
+ * before using the first so that several 16-byte loads are in flight. At
+ * the tile's start the window (the halo) is loaded from the W-1 rows
+ * before it, which the neighbouring tile's block read moments earlier (an
+ * L2 hit, mostly): x is read from memory about once.
+ *
+ * Sequences and the state pool. A sequence's first W-1 tokens and its state
+ * slot belong to the tile that holds its first token, which may run up to
+ * W-2 tokens past its own end to finish them: only that thread reads the
+ * slot (the initial state is the window before those tokens) and it writes
+ * the final state too, from its window when it saw the whole sequence, or
+ * else from the sequence's last W-1 rows of x. So no slot is read by one
+ * block and written by another: no ordering between blocks is needed, and
+ * the call is one launch. Tiles after the first start past those W-1
+ * tokens and take their halo from x.
+ *
+ * Layouts other than dense rows of 16-byte-aligned vectors (channel-major
+ * x, odd strides, C or key_dim not a multiple of 8) take element-wise
+ * loads and stores in the same kernel; the arithmetic is the same.
+ *
+ * Instructions per element are the other budget: at the HBM rate an SM must
+ * finish about 4.6 elements per clock, some 25 issued instructions each.
+ * So the window is kept in fp32 (one conversion per input, not W), SiLU
+ * uses the hardware exp2 and reciprocal, and outputs are rounded two at a
+ * time with one cvt.
+ *
+ * Grid: blockIdx.x the token tile, blockIdx.y the block of 128 threads
+ * (1024 channels). Decode is the same kernel with one token per sequence.
+ */
+#include "conv/conv_internal.h"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#define THREADS 128
+#define VEC 8   /* channels per thread: one 16-byte vector of bf16 */
+#define AHEAD 8 /* tokens loaded before the first of them is used */
+
+typedef struct conv_params {
+    const uint16_t *x;
+    int64_t x_row, x_col;
+    const void *w;
+    int64_t w_c, w_j;
+    const void *bias; /* NULL: none */
+    int64_t b_c;
+    const int64_t *cu;
+    const int32_t *idx;
+    const uint8_t *init; /* NULL: no sequence starts from its slot */
+    uint16_t *state;
+    int64_t s_slot, s_c, s_j;
+    sp_conv_seg seg[3];
+    int nseg;
+    int64_t T, C, N, slots, tile;
+    int silu, decode, w_bf16;
+    int x_vec, out_vec, state_vec; /* 16-byte paths allowed */
+} conv_params;
+
+/* Eight bf16 values, two to a word (element i in word i/2, low half first:
+ * the order of a 16-byte load). Constant indices keep it in registers. */
+typedef struct bf8 {
+    uint32_t w[4];
+} bf8;
+
+static __device__ __forceinline__ uint16_t get(const bf8 &v, int i) {
+    return (uint16_t)(v.w[i >> 1] >> (16 * (i & 1)));
+}
+
+static __device__ __forceinline__ void put(bf8 &v, int i, uint16_t h) {
+    const int s = 16 * (i & 1);
+    v.w[i >> 1] = (v.w[i >> 1] & ~(0xffffu << s)) | ((uint32_t)h << s);
+}
+
+static __device__ __forceinline__ bf8 from_uint4(uint4 u) {
+    bf8 v = {{u.x, u.y, u.z, u.w}};
+    return v;
+}
+
+static __device__ __forceinline__ uint4 to_uint4(const bf8 &v) {
+    return make_uint4(v.w[0], v.w[1], v.w[2], v.w[3]);
+}
+
+static __device__ __forceinline__ bf8 load_x(const conv_params &p, int64_t t, int64_t c0) {
+    if (p.x_vec) return from_uint4(__ldg((const uint4 *)(p.x + t * p.x_row + c0)));
+    bf8 v = {{0, 0, 0, 0}};
+#pragma unroll
+    for (int i = 0; i < VEC; i++)
+        if (c0 + i < p.C) put(v, i, p.x[t * p.x_row + (c0 + i) * p.x_col]);
+    return v;
+}
+
+static __device__ __forceinline__ int seg_of(const conv_params &p, int64_t c) {
+    int i = p.nseg - 1;
+    while (i > 0 && c < p.seg[i].first) i--;
+    return i;
+}
+
+static __device__ __forceinline__ void store_out(const conv_params &p, int64_t t, int64_t c0,
+                                                 const bf8 &y) {
+    if (p.out_vec) {
+        const sp_conv_seg &g = p.seg[seg_of(p, c0)]; /* 8 | key_dim: one segment */
+        *(uint4 *)(g.data + t * g.row + (c0 - g.first)) = to_uint4(y);
+        return;
+    }
+#pragma unroll
+    for (int i = 0; i < VEC; i++) {
+        const int64_t c = c0 + i;
+        if (c >= p.C) break;
+        const sp_conv_seg &g = p.seg[seg_of(p, c)];
+        g.data[t * g.row + (c - g.first) * g.col] = get(y, i);
+    }
+}
+
+/* bf16 bits <-> the fp32 value the window holds. A window value came from
+ * bf16, so its low 16 bits are zero and the way back is exact (NaN too). */
+static __device__ __forceinline__ float widen(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+static __device__ __forceinline__ uint16_t narrow(float f) { return (uint16_t)(__float_as_uint(f) >> 16); }
+
+/* The slot's W-1 inputs of 8 channels into z (tap j of channel i is
+ * z[j][i]), or back. Dense state: channel c's taps are elements c*(W-1) ..
+ * c*(W-1)+W-2, so 8 channels are W-1 16-byte vectors. */
+template <int W>
+static __device__ __forceinline__ void state_io(const conv_params &p, int64_t slot, int64_t c0,
+                                                float (&z)[W - 1][VEC], bool store) {
+    uint16_t *base = p.state + slot * p.s_slot;
+    if (p.state_vec) {
+        uint4 *v = (uint4 *)(base + c0 * (W - 1));
+        bf8 raw[W - 1];
+        if (!store)
+#pragma unroll
+            for (int r = 0; r < W - 1; r++) raw[r] = from_uint4(v[r]);
+#pragma unroll
+        for (int i = 0; i < VEC; i++)
+#pragma unroll
+            for (int j = 0; j < W - 1; j++) {
+                const int k = i * (W - 1) + j;
+                if (store)
+                    put(raw[k / VEC], k % VEC, narrow(z[j][i]));
+                else
+                    z[j][i] = widen(get(raw[k / VEC], k % VEC));
+            }
+        if (store)
+#pragma unroll
+            for (int r = 0; r < W - 1; r++) v[r] = to_uint4(raw[r]);
+        return;
+    }
+#pragma unroll
+    for (int i = 0; i < VEC; i++) {
+        if (c0 + i >= p.C) break;
+#pragma unroll
+        for (int j = 0; j < W - 1; j++) {
+            uint16_t *e = base + (c0 + i) * p.s_c + j * p.s_j;
+            if (store)
+                *e = narrow(z[j][i]);
+            else
+                z[j][i] = widen(*e);
+        }
+    }
+}
+
+/* The window before token t from x itself: z[j] <- row t-W+1+j. */
+template <int W>
+static __device__ __forceinline__ void halo_from_x(const conv_params &p, int64_t t, int64_t c0,
+                                                   float (&z)[W - 1][VEC]) {
+#pragma unroll
+    for (int j = 0; j < W - 1; j++) {
+        const bf8 r = load_x(p, t - (W - 1) + j, c0);
+#pragma unroll
+        for (int i = 0; i < VEC; i++) z[j][i] = widen(get(r, i));
+    }
+}
+
+/* Tokens [a, b) of one sequence, the window z already holding the W-1
+ * inputs before a; z ends holding the W-1 inputs before b. */
+template <int W>
+static __device__ __forceinline__ void run_tokens(const conv_params &p, const float (&w)[VEC][W],
+                                                  const float (&bias)[VEC],
+                                                  float (&z)[W - 1][VEC], int64_t a, int64_t b,
+                                                  int64_t c0) {
+    for (int64_t t = a; t < b; t += AHEAD) {
+        const int64_t m = b - t;
+        bf8 xs[AHEAD];
+#pragma unroll
+        for (int u = 0; u < AHEAD; u++)
+            if (u < m) xs[u] = load_x(p, t + u, c0);
+#pragma unroll
+        for (int u = 0; u < AHEAD; u++) {
+            if (u >= m) break;
+            float y[VEC];
+#pragma unroll
+            for (int i = 0; i < VEC; i++) {
+                float zz[W];
+#pragma unroll
+                for (int j = 0; j < W - 1; j++) zz[j] = z[j][i];
+                zz[W - 1] = widen(get(xs[u], i));
+                y[i] = sp_conv_sum(w[i], zz, W, bias[i]);
+                if (p.silu) y[i] = sp_conv_silu(y[i]);
+#pragma unroll
+                for (int j = 0; j < W - 2; j++) z[j][i] = z[j + 1][i];
+                z[W - 2][i] = zz[W - 1];
+            }
+            /* Round to nearest even, two at a time (one instruction). */
+            bf8 out;
+#pragma unroll
+            for (int k = 0; k < VEC / 2; k++) {
+                const __nv_bfloat162 h = __floats2bfloat162_rn(y[2 * k], y[2 * k + 1]);
+                out.w[k] = *(const uint32_t *)&h;
+            }
+            store_out(p, t + u, c0, out);
+        }
+    }
+}
+
+/* First k in [0, n) with v[k] >= key, n if none. */
+static __device__ int64_t lower_bound(const int64_t *v, int64_t n, int64_t key) {
+    int64_t lo = 0, hi = n;
+    while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (v[mid] < key)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+template <int W>
+static __global__ void __launch_bounds__(THREADS) conv_kernel(const conv_params p) {
+    const int64_t c0 = ((int64_t)blockIdx.y * THREADS + threadIdx.x) * VEC;
+    if (c0 >= p.C) return;
+    float w[VEC][W], bias[VEC];
+#pragma unroll
+    for (int i = 0; i < VEC; i++) {
+        const int64_t c = c0 + i < p.C ? c0 + i : p.C - 1; /* past C: computed, never stored */
+#pragma unroll
+        for (int j = 0; j < W; j++) {
+            const int64_t at = c * p.w_c + j * p.w_j;
+            w[i][j] = p.w_bf16 ? sp_bf16_to_f32(((const uint16_t *)p.w)[at])
+                               : ((const float *)p.w)[at];
+        }
+        bias[i] = !p.bias   ? 0.0f
+                  : p.w_bf16 ? sp_bf16_to_f32(((const uint16_t *)p.bias)[c * p.b_c])
+                             : ((const float *)p.bias)[c * p.b_c];
+    }
+    const int64_t t0 = (int64_t)blockIdx.x * p.tile;
+    const int64_t t1 = t0 + p.tile < p.T ? t0 + p.tile : p.T;
+    float z[W - 1][VEC];
+
+    if (p.decode) { /* token n is sequence n */
+        for (int64_t n = t0; n < t1; n++) {
+            const int32_t slot = p.idx[n];
+            if (slot < 0 || slot >= p.slots) continue;
+            state_io<W>(p, slot, c0, z, false);
+            run_tokens<W>(p, w, bias, z, n, n + 1, c0);
+            state_io<W>(p, slot, c0, z, true);
+        }
+        return;
+    }
+
+    /* A sequence that began in an earlier tile: tokens from t0, or from its
+     * W-th token if that is later; the halo comes from x. */
+    const int64_t lo = lower_bound(p.cu, p.N + 1, t0);
+    if (lo >= 1 && lo <= p.N) {
+        const int64_t n = lo - 1, s = p.cu[n], e = p.cu[n + 1];
+        const int32_t slot = p.idx[n];
+        const int64_t a = t0 > s + W - 1 ? t0 : s + W - 1, b = t1 < e ? t1 : e;
+        if (s >= 0 && s <= e && e <= p.T && slot >= 0 && slot < p.slots && a < b) {
+            halo_from_x<W>(p, a, c0, z);
+            run_tokens<W>(p, w, bias, z, a, b, c0);
+        }
+    }
+    /* Sequences that begin in this tile (the last tile also owns those
+     * that begin at T: empty ones, whose state is still written). */
+    const bool last = blockIdx.x == gridDim.x - 1;
+    for (int64_t n = lo; n < p.N; n++) {
+        const int64_t s = p.cu[n], e = p.cu[n + 1];
+        if (!(s < t1 || (last && s <= p.T))) break;
+        const int32_t slot = p.idx[n];
+        if (s < 0 || s > e || e > p.T || slot < 0 || slot >= p.slots) continue;
+        if (p.init && p.init[n]) {
+            state_io<W>(p, slot, c0, z, false);
+        } else {
+#pragma unroll
+            for (int j = 0; j < W - 1; j++)
+#pragma unroll
+                for (int i = 0; i < VEC; i++) z[j][i] = 0.0f;
+        }
+        const int64_t own = t1 > s + W - 1 ? t1 : s + W - 1;
+        const int64_t end = e < own ? e : own;
+        run_tokens<W>(p, w, bias, z, s, end, c0);
+        if (end < e) halo_from_x<W>(p, e, c0, z);
+        state_io<W>(p, slot, c0, z, true);
+    }
+}
+
+/* ---- launcher ------------------------------------------------------------ */
+
+static bool aligned16(const void *ptr) { return (uintptr_t)ptr % 16 == 0; }
+
+/* Rows of `row` elements keep 16-byte alignment (or there is one row). */
+static bool rows16(int64_t row, int64_t rows) { return rows <= 1 || (row * 2) % 16 == 0; }
+
+static void fill_params(const sp_conv_args *a, const sp_conv_dims *d, conv_params *p) {
+    memset(p, 0, sizeof *p);
+    p->x = (const uint16_t *)a->x.data;
+    p->x_row = a->x.strides[0];
+    p->x_col = a->x.strides[1];
+    p->w = a->weight.data;
+    p->w_c = a->weight.strides[0];
+    p->w_j = a->weight.strides[1];
+    p->bias = d->has_bias ? a->bias.data : NULL;
+    p->b_c = d->has_bias ? a->bias.strides[0] : 0;
+    p->cu = d->decode ? NULL : (const int64_t *)a->cu_seqlens.data;
+    p->idx = (const int32_t *)a->state_indices.data;
+    p->init = d->has_init ? (const uint8_t *)a->has_initial_state.data : NULL;
+    p->state = (uint16_t *)a->state.data;
+    p->s_slot = a->state.strides[0];
+    p->s_c = a->state.strides[1];
+    p->s_j = a->state.strides[2];
+    p->nseg = d->nseg;
+    for (int i = 0; i < d->nseg; i++) p->seg[i] = d->seg[i];
+    p->T = d->T;
+    p->C = d->C;
+    p->N = d->N;
+    p->slots = d->slots;
+    p->silu = a->silu;
+    p->decode = d->decode;
+    p->w_bf16 = d->weight_bf16;
+
+    const bool c8 = d->C % VEC == 0;
+    p->x_vec = c8 && (d->C <= 1 || p->x_col == 1) && aligned16(p->x) && rows16(p->x_row, d->T);
+    p->out_vec = c8 && d->key_dim % VEC == 0;
+    for (int i = 0; i < d->nseg; i++) {
+        const int64_t next = i + 1 < d->nseg ? d->seg[i + 1].first : d->C;
+        if (next == d->seg[i].first) continue; /* no channel goes here */
+        p->out_vec = p->out_vec && (next - d->seg[i].first == 1 || d->seg[i].col == 1) &&
+                     aligned16(d->seg[i].data) && rows16(d->seg[i].row, d->T);
+    }
+    p->state_vec = c8 && (d->W == 2 || p->s_j == 1) && p->s_c == d->W - 1 && aligned16(p->state) &&
+                   rows16(p->s_slot, d->slots);
+
+    /* Token tiles: long enough that the halo is a small share of the reads,
+     * short enough that small calls still spread over the multiprocessors. */
+    const int64_t yblocks = (d->C + VEC * THREADS - 1) / (VEC * THREADS);
+    int64_t tile = 64;
+    while (tile > 8 && yblocks * ((d->T + tile - 1) / tile) < 1024) tile /= 2;
+    p->tile = d->decode ? 1 : tile;
+}
+
+extern "C" sp_status sp_conv_cuda_(const sp_conv_args *a, const sp_conv_dims *d,
+                                   struct CUstream_st *stream) {
+    if (d->C == 0) return SP_OK;
+    conv_params p;
+    fill_params(a, d, &p);
+    const int64_t yblocks = (d->C + VEC * THREADS - 1) / (VEC * THREADS);
+    const int64_t tiles = d->T > 0 ? (d->T + p.tile - 1) / p.tile : 1;
+    const void *kernel = d->W == 2   ? (const void *)conv_kernel<2>
+                         : d->W == 3 ? (const void *)conv_kernel<3>
+                                     : (const void *)conv_kernel<4>;
+    int prev = 0;
+    cudaError_t e = cudaGetDevice(&prev);
+    if (e == cudaSuccess && prev != d->dev.ordinal) e = cudaSetDevice(d->dev.ordinal);
+    if (e == cudaSuccess) {
+        /* The launch's own status, not a pending error left by the caller. */
+        void *params[] = {&p};
+        e = cudaLaunchKernel(kernel, dim3((unsigned)tiles, (unsigned)yblocks), dim3(THREADS),
+                             params, 0, (cudaStream_t)stream);
+        if (prev != d->dev.ordinal) {
+            cudaError_t r = cudaSetDevice(prev);
+            if (e == cudaSuccess) e = r;
+        }
+    }
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return sp_set_error(SP_ERR_CUDA, "sp_conv: kernel launch failed: %s",
+                            cudaGetErrorString(e));
+    }
+    return SP_OK;
+}
