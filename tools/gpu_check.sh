@@ -39,10 +39,11 @@ step bench_pack "$build/bench/bench_pack" --json "$out/h200_pack.json"
 step bench_pack_all_gpus "$build/bench/bench_pack" --all-gpus --json "$out/h200_pack_all_gpus.json"
 step bench_kda "$build/bench/bench_kda" --json "$out/h200_kda.json"
 step bench_boundary "$build/bench/bench_boundary" --json "$out/h200_boundary.json"
+step bench_conv "$build/bench/bench_conv" --json "$out/h200_conv.json"
 STRIDEPACK_LIBRARY=$(find "$build/src" -name 'libstridepack.so' | head -n 1) PYTHONPATH=python \
   step anchors python3 bench/anchors.py --json "$out/h200_anchors.json"
 
-gpu_tests="test_gpu_pack test_boundary_gpu test_gpu_copy test_kda_gpu test_gpu_errors"
+gpu_tests="test_gpu_pack test_boundary_gpu test_gpu_copy test_kda_gpu test_gpu_errors test_conv_gpu"
 for t in $gpu_tests; do
   for tool in memcheck racecheck; do
     exe=$(find "$build/tests" -type f -name "$t" | head -n 1)
@@ -53,7 +54,7 @@ done
 grep -E "tests passed|tests failed|Not Run|\(Failed\)|Skipped" "$logs/ctest.log" | tail -15
 grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$logs"/san_*.log | sort | uniq -c
 tail -6 "$logs/demo.log"
-for f in bench_pack bench_boundary anchors; do echo "== $f"; grep -vE '^\{' "$logs/$f.log" | tail -14; done
+for f in bench_pack bench_boundary bench_conv anchors; do echo "== $f"; grep -vE '^\{' "$logs/$f.log" | tail -14; done
 printf '%s\n' "${summary[@]}"
 tar -czf "$out/logs.tar.gz" -C "$out" logs && rm -rf "$logs"
 echo "steps failed: $failed"

@@ -353,6 +353,16 @@ static unsigned char *check_case(tcase *k, arena *A, const char *what) {
     int any = 0;
     for (int64_t t = 0; t < k->T; t++) any |= row_written(k, t);
     CHECKF(st.outputs > 0 || !any, "%s: no output was written", what);
+#ifdef SP_CONV_TEST_CUDA
+    if (!k->silu) { /* the same fp32 operations: the CPU's bits exactly */
+        unsigned char *cpu = arena_copy(A);
+        sp_conv_args a;
+        build_case(k, cpu, sp_cpu(), &a);
+        CHECK_OK(call(k->decode, &a, NULL));
+        CHECKF(memcmp(cpu, got, A->cap) == 0, "%s: differs from the CPU backend", what);
+        free(cpu);
+    }
+#endif
     totals.outputs += st.outputs;
     totals.equal += st.equal;
     totals.one_ulp += st.one_ulp;
