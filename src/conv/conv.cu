@@ -40,6 +40,16 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+/* Everything a thread does is host-callable too: sp_conv_emulate_ runs the
+ * kernel's threads one by one on the CPU, so that the tests check the
+ * kernel's tiling, halo and state logic on machines without a GPU. */
+#define FN __host__ __device__ __forceinline__
+#ifdef __CUDA_ARCH__
+#define UNROLL _Pragma("unroll")
+#else
+#define UNROLL
+#endif
+
 #define THREADS 128
 #define VEC 8   /* channels per thread: one 16-byte vector of bf16 */
 #define AHEAD 8 /* tokens loaded before the first of them is used */
@@ -69,47 +79,54 @@ typedef struct bf8 {
     uint32_t w[4];
 } bf8;
 
-static __device__ __forceinline__ uint16_t get(const bf8 &v, int i) {
+static FN uint16_t get(const bf8 &v, int i) {
     return (uint16_t)(v.w[i >> 1] >> (16 * (i & 1)));
 }
 
-static __device__ __forceinline__ void put(bf8 &v, int i, uint16_t h) {
+static FN void put(bf8 &v, int i, uint16_t h) {
     const int s = 16 * (i & 1);
     v.w[i >> 1] = (v.w[i >> 1] & ~(0xffffu << s)) | ((uint32_t)h << s);
 }
 
-static __device__ __forceinline__ bf8 from_uint4(uint4 u) {
+static FN bf8 from_uint4(uint4 u) {
     bf8 v = {{u.x, u.y, u.z, u.w}};
     return v;
 }
 
-static __device__ __forceinline__ uint4 to_uint4(const bf8 &v) {
+static FN uint4 to_uint4(const bf8 &v) {
     return make_uint4(v.w[0], v.w[1], v.w[2], v.w[3]);
 }
 
-static __device__ __forceinline__ bf8 load_x(const conv_params &p, int64_t t, int64_t c0) {
-    if (p.x_vec) return from_uint4(__ldg((const uint4 *)(p.x + t * p.x_row + c0)));
+static FN bf8 load_x(const conv_params &p, int64_t t, int64_t c0) {
+    if (p.x_vec) {
+        const uint4 *at = (const uint4 *)(p.x + t * p.x_row + c0);
+#ifdef __CUDA_ARCH__
+        return from_uint4(__ldg(at));
+#else
+        return from_uint4(*at);
+#endif
+    }
     bf8 v = {{0, 0, 0, 0}};
-#pragma unroll
+UNROLL
     for (int i = 0; i < VEC; i++)
         if (c0 + i < p.C) put(v, i, p.x[t * p.x_row + (c0 + i) * p.x_col]);
     return v;
 }
 
-static __device__ __forceinline__ int seg_of(const conv_params &p, int64_t c) {
+static FN int seg_of(const conv_params &p, int64_t c) {
     int i = p.nseg - 1;
     while (i > 0 && c < p.seg[i].first) i--;
     return i;
 }
 
-static __device__ __forceinline__ void store_out(const conv_params &p, int64_t t, int64_t c0,
+static FN void store_out(const conv_params &p, int64_t t, int64_t c0,
                                                  const bf8 &y) {
     if (p.out_vec) {
         const sp_conv_seg &g = p.seg[seg_of(p, c0)]; /* 8 | key_dim: one segment */
         *(uint4 *)(g.data + t * g.row + (c0 - g.first)) = to_uint4(y);
         return;
     }
-#pragma unroll
+UNROLL
     for (int i = 0; i < VEC; i++) {
         const int64_t c = c0 + i;
         if (c >= p.C) break;
@@ -120,25 +137,25 @@ static __device__ __forceinline__ void store_out(const conv_params &p, int64_t t
 
 /* bf16 bits <-> the fp32 value the window holds. A window value came from
  * bf16, so its low 16 bits are zero and the way back is exact (NaN too). */
-static __device__ __forceinline__ float widen(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
-static __device__ __forceinline__ uint16_t narrow(float f) { return (uint16_t)(__float_as_uint(f) >> 16); }
+static FN float widen(uint16_t h) { return sp_bits_f32_((uint32_t)h << 16); }
+static FN uint16_t narrow(float f) { return (uint16_t)(sp_f32_bits_(f) >> 16); }
 
 /* The slot's W-1 inputs of 8 channels into z (tap j of channel i is
  * z[j][i]), or back. Dense state: channel c's taps are elements c*(W-1) ..
  * c*(W-1)+W-2, so 8 channels are W-1 16-byte vectors. */
 template <int W>
-static __device__ __forceinline__ void state_io(const conv_params &p, int64_t slot, int64_t c0,
+static FN void state_io(const conv_params &p, int64_t slot, int64_t c0,
                                                 float (&z)[W - 1][VEC], bool store) {
     uint16_t *base = p.state + slot * p.s_slot;
     if (p.state_vec) {
         uint4 *v = (uint4 *)(base + c0 * (W - 1));
         bf8 raw[W - 1];
         if (!store)
-#pragma unroll
+UNROLL
             for (int r = 0; r < W - 1; r++) raw[r] = from_uint4(v[r]);
-#pragma unroll
+UNROLL
         for (int i = 0; i < VEC; i++)
-#pragma unroll
+UNROLL
             for (int j = 0; j < W - 1; j++) {
                 const int k = i * (W - 1) + j;
                 if (store)
@@ -147,14 +164,14 @@ static __device__ __forceinline__ void state_io(const conv_params &p, int64_t sl
                     z[j][i] = widen(get(raw[k / VEC], k % VEC));
             }
         if (store)
-#pragma unroll
+UNROLL
             for (int r = 0; r < W - 1; r++) v[r] = to_uint4(raw[r]);
         return;
     }
-#pragma unroll
+UNROLL
     for (int i = 0; i < VEC; i++) {
         if (c0 + i >= p.C) break;
-#pragma unroll
+UNROLL
         for (int j = 0; j < W - 1; j++) {
             uint16_t *e = base + (c0 + i) * p.s_c + j * p.s_j;
             if (store)
@@ -167,12 +184,12 @@ static __device__ __forceinline__ void state_io(const conv_params &p, int64_t sl
 
 /* The window before token t from x itself: z[j] <- row t-W+1+j. */
 template <int W>
-static __device__ __forceinline__ void halo_from_x(const conv_params &p, int64_t t, int64_t c0,
+static FN void halo_from_x(const conv_params &p, int64_t t, int64_t c0,
                                                    float (&z)[W - 1][VEC]) {
-#pragma unroll
+UNROLL
     for (int j = 0; j < W - 1; j++) {
         const bf8 r = load_x(p, t - (W - 1) + j, c0);
-#pragma unroll
+UNROLL
         for (int i = 0; i < VEC; i++) z[j][i] = widen(get(r, i));
     }
 }
@@ -180,38 +197,42 @@ static __device__ __forceinline__ void halo_from_x(const conv_params &p, int64_t
 /* Tokens [a, b) of one sequence, the window z already holding the W-1
  * inputs before a; z ends holding the W-1 inputs before b. */
 template <int W>
-static __device__ __forceinline__ void run_tokens(const conv_params &p, const float (&w)[VEC][W],
+static FN void run_tokens(const conv_params &p, const float (&w)[VEC][W],
                                                   const float (&bias)[VEC],
                                                   float (&z)[W - 1][VEC], int64_t a, int64_t b,
                                                   int64_t c0) {
     for (int64_t t = a; t < b; t += AHEAD) {
         const int64_t m = b - t;
         bf8 xs[AHEAD];
-#pragma unroll
+UNROLL
         for (int u = 0; u < AHEAD; u++)
             if (u < m) xs[u] = load_x(p, t + u, c0);
-#pragma unroll
+UNROLL
         for (int u = 0; u < AHEAD; u++) {
             if (u >= m) break;
             float y[VEC];
-#pragma unroll
+UNROLL
             for (int i = 0; i < VEC; i++) {
                 float zz[W];
-#pragma unroll
+UNROLL
                 for (int j = 0; j < W - 1; j++) zz[j] = z[j][i];
                 zz[W - 1] = widen(get(xs[u], i));
                 y[i] = sp_conv_sum(w[i], zz, W, bias[i]);
                 if (p.silu) y[i] = sp_conv_silu(y[i]);
-#pragma unroll
+UNROLL
                 for (int j = 0; j < W - 2; j++) z[j][i] = z[j + 1][i];
                 z[W - 2][i] = zz[W - 1];
             }
             /* Round to nearest even, two at a time (one instruction). */
             bf8 out;
-#pragma unroll
+UNROLL
             for (int k = 0; k < VEC / 2; k++) {
+#ifdef __CUDA_ARCH__
                 const __nv_bfloat162 h = __floats2bfloat162_rn(y[2 * k], y[2 * k + 1]);
                 out.w[k] = *(const uint32_t *)&h;
+#else
+                out.w[k] = sp_f32_to_bf16(y[2 * k]) | (uint32_t)sp_f32_to_bf16(y[2 * k + 1]) << 16;
+#endif
             }
             store_out(p, t + u, c0, out);
         }
@@ -219,7 +240,7 @@ static __device__ __forceinline__ void run_tokens(const conv_params &p, const fl
 }
 
 /* First k in [0, n) with v[k] >= key, n if none. */
-static __device__ int64_t lower_bound(const int64_t *v, int64_t n, int64_t key) {
+static FN int64_t lower_bound(const int64_t *v, int64_t n, int64_t key) {
     int64_t lo = 0, hi = n;
     while (lo < hi) {
         const int64_t mid = lo + (hi - lo) / 2;
@@ -231,15 +252,15 @@ static __device__ int64_t lower_bound(const int64_t *v, int64_t n, int64_t key) 
     return lo;
 }
 
+/* One thread of the grid: token tile `bx` of `tiles`, channels from c0. */
 template <int W>
-static __global__ void __launch_bounds__(THREADS) conv_kernel(const conv_params p) {
-    const int64_t c0 = ((int64_t)blockIdx.y * THREADS + threadIdx.x) * VEC;
+static FN void conv_thread(const conv_params &p, int64_t bx, int64_t tiles, int64_t c0) {
     if (c0 >= p.C) return;
     float w[VEC][W], bias[VEC];
-#pragma unroll
+UNROLL
     for (int i = 0; i < VEC; i++) {
         const int64_t c = c0 + i < p.C ? c0 + i : p.C - 1; /* past C: computed, never stored */
-#pragma unroll
+UNROLL
         for (int j = 0; j < W; j++) {
             const int64_t at = c * p.w_c + j * p.w_j;
             w[i][j] = p.w_bf16 ? sp_bf16_to_f32(((const uint16_t *)p.w)[at])
@@ -249,9 +270,9 @@ static __global__ void __launch_bounds__(THREADS) conv_kernel(const conv_params 
                   : p.w_bf16 ? sp_bf16_to_f32(((const uint16_t *)p.bias)[c * p.b_c])
                              : ((const float *)p.bias)[c * p.b_c];
     }
-    const int64_t t0 = (int64_t)blockIdx.x * p.tile;
+    const int64_t t0 = bx * p.tile;
     const int64_t t1 = t0 + p.tile < p.T ? t0 + p.tile : p.T;
-    float z[W - 1][VEC];
+    float z[W - 1][VEC] = {}; /* channels past C are never loaded: zeros */
 
     if (p.decode) { /* token n is sequence n */
         for (int64_t n = t0; n < t1; n++) {
@@ -278,7 +299,7 @@ static __global__ void __launch_bounds__(THREADS) conv_kernel(const conv_params 
     }
     /* Sequences that begin in this tile (the last tile also owns those
      * that begin at T: empty ones, whose state is still written). */
-    const bool last = blockIdx.x == gridDim.x - 1;
+    const bool last = bx == tiles - 1;
     for (int64_t n = lo; n < p.N; n++) {
         const int64_t s = p.cu[n], e = p.cu[n + 1];
         if (!(s < t1 || (last && s <= p.T))) break;
@@ -287,9 +308,9 @@ static __global__ void __launch_bounds__(THREADS) conv_kernel(const conv_params 
         if (p.init && p.init[n]) {
             state_io<W>(p, slot, c0, z, false);
         } else {
-#pragma unroll
+UNROLL
             for (int j = 0; j < W - 1; j++)
-#pragma unroll
+UNROLL
                 for (int i = 0; i < VEC; i++) z[j][i] = 0.0f;
         }
         const int64_t own = t1 > s + W - 1 ? t1 : s + W - 1;
@@ -298,6 +319,11 @@ static __global__ void __launch_bounds__(THREADS) conv_kernel(const conv_params 
         if (end < e) halo_from_x<W>(p, e, c0, z);
         state_io<W>(p, slot, c0, z, true);
     }
+}
+
+template <int W>
+static __global__ void __launch_bounds__(THREADS) conv_kernel(const conv_params p) {
+    conv_thread<W>(p, blockIdx.x, gridDim.x, ((int64_t)blockIdx.y * THREADS + threadIdx.x) * VEC);
 }
 
 /* ---- launcher ------------------------------------------------------------ */
@@ -354,13 +380,20 @@ static void fill_params(const sp_conv_args *a, const sp_conv_dims *d, conv_param
     p->tile = d->decode ? 1 : tile;
 }
 
+/* Token tiles (at least one: empty sequences at T = 0 still get their
+ * state) by blocks of THREADS * VEC channels. */
+static void grid_of(const sp_conv_dims *d, const conv_params *p, int64_t *tiles, int64_t *yblocks) {
+    *tiles = d->T > 0 ? (d->T + p->tile - 1) / p->tile : 1;
+    *yblocks = (d->C + VEC * THREADS - 1) / (VEC * THREADS);
+}
+
 extern "C" sp_status sp_conv_cuda_(const sp_conv_args *a, const sp_conv_dims *d,
                                    struct CUstream_st *stream) {
     if (d->C == 0) return SP_OK;
     conv_params p;
     fill_params(a, d, &p);
-    const int64_t yblocks = (d->C + VEC * THREADS - 1) / (VEC * THREADS);
-    const int64_t tiles = d->T > 0 ? (d->T + p.tile - 1) / p.tile : 1;
+    int64_t tiles, yblocks;
+    grid_of(d, &p, &tiles, &yblocks);
     const void *kernel = d->W == 2   ? (const void *)conv_kernel<2>
                          : d->W == 3 ? (const void *)conv_kernel<3>
                                      : (const void *)conv_kernel<4>;
@@ -382,5 +415,38 @@ extern "C" sp_status sp_conv_cuda_(const sp_conv_args *a, const sp_conv_dims *d,
         return sp_set_error(SP_ERR_CUDA, "sp_conv: kernel launch failed: %s",
                             cudaGetErrorString(e));
     }
+    return SP_OK;
+}
+
+/* The kernel on the host, thread by thread. No thread may depend on
+ * another having run first, nor write what another writes: the even tiles
+ * run first, last to first, then the odd ones, first to last, so that of
+ * two neighbouring tiles the earlier runs first at every other boundary
+ * and the later one at the rest. For tests. */
+template <int W>
+static void emulate(const conv_params &p, int64_t tiles, int64_t yblocks) {
+    for (int64_t i = 0; i < tiles; i++) {
+        const int64_t even = (tiles - 1) / 2 + 1; /* tiles 0, 2, 4, ... */
+        const int64_t bx = i < even ? 2 * (even - 1 - i) : 2 * (i - even) + 1;
+        for (int64_t by = 0; by < yblocks; by++)
+            for (int64_t tx = 0; tx < THREADS; tx++)
+                conv_thread<W>(p, bx, tiles, (by * THREADS + tx) * VEC);
+    }
+}
+
+extern "C" sp_status sp_conv_emulate_(const sp_conv_args *a, int decode, int64_t tile) {
+    sp_conv_dims d;
+    SP_FORWARD(sp_conv_check_(a, decode, &d));
+    SP_REQUIRE(d.dev.type == SP_DEVICE_CPU, SP_ERR_UNSUPPORTED,
+               "x: the kernel's emulation runs on CPU tensors only");
+    if (d.N == 0 || d.C == 0) return SP_OK;
+    conv_params p;
+    fill_params(a, &d, &p);
+    if (tile > 0 && !d.decode) p.tile = tile < 8 ? 8 : tile;
+    int64_t tiles, yblocks;
+    grid_of(&d, &p, &tiles, &yblocks);
+    if (d.W == 2) emulate<2>(p, tiles, yblocks);
+    if (d.W == 3) emulate<3>(p, tiles, yblocks);
+    if (d.W == 4) emulate<4>(p, tiles, yblocks);
     return SP_OK;
 }

@@ -122,6 +122,12 @@ sp_status sp_conv_cpu_(const sp_conv_args *a, const sp_conv_dims *d);
 sp_status sp_conv_ref_(const sp_conv_args *a, const sp_conv_dims *d);
 sp_status sp_conv_cuda_(const sp_conv_args *a, const sp_conv_dims *d, struct CUstream_st *stream);
 
+/* CUDA builds: the whole call (checks included) with the CUDA kernel's
+ * threads run one by one on the host, on CPU tensors; `tile` > 0 forces
+ * the prefill's tokens per tile (at least 8), 0 takes the launcher's
+ * choice. For tests. */
+sp_status sp_conv_emulate_(const sp_conv_args *a, int decode, int64_t tile);
+
 #ifdef __cplusplus
 }
 #endif

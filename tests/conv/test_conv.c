@@ -1,8 +1,10 @@
 /*
  * test_conv.c — the causal convolution against its float64 reference, one
- * body for both backends: built as test_conv_cpu (CPU tensors) and as
+ * body for both backends: built as test_conv_cpu (CPU tensors), as
  * test_conv_gpu (CUDA tensors, SP_CONV_TEST_CUDA; exits 77 without a
- * device).
+ * device) and, in CUDA builds, as test_conv_emulated (the CUDA kernel's
+ * threads run one by one on the host, SP_CONV_TEST_EMULATED: the kernel's
+ * logic checked where there is no GPU).
  *
  * Every case lays all its buffers out in one arena with poisoned gaps
  * between them: inputs random, outputs and unused rows poisoned, the state
@@ -47,6 +49,9 @@ int main(void) { SP_SKIP("built without CUDA"); }
 
 #ifdef SP_CONV_TEST_CUDA
 static const char *const backend = "cuda";
+#elif defined(SP_CONV_TEST_EMULATED)
+#include "conv/conv_internal.h" /* sp_conv_emulate_ */
+static const char *const backend = "emulated";
 #else
 static const char *const backend = "cpu";
 #endif
@@ -135,12 +140,21 @@ static sp_status run_backend(int decode, build_fn build, const void *ctx, const 
     return s;
 }
 #else
+/* CPU tensors: the CPU backend, or the CUDA kernel's threads run on the host. */
 static sp_status run_backend(int decode, build_fn build, const void *ctx, const arena *A,
                              unsigned char *img) {
     (void)A;
     sp_conv_args a;
     build(ctx, img, sp_cpu(), &a);
+#ifdef SP_CONV_TEST_EMULATED
+    /* Token tiles of every size the launcher may choose, in turn. */
+    static const int64_t tiles[4] = {0, 8, 16, 64};
+    static int turn;
+    (void)call;
+    return sp_conv_emulate_(&a, decode, tiles[turn++ % 4]);
+#else
     return call(decode, &a, NULL);
+#endif
 }
 #endif
 
@@ -376,7 +390,7 @@ static unsigned char *check_case(tcase *k, arena *A, const char *what) {
  * the same inputs give the same bits. */
 static void prefill_case(int64_t W, int64_t kd, int64_t vd, int flags, int xl, int ol,
                          int N, const int64_t *lens, const int32_t *slots, const uint8_t *init_of,
-                         uint64_t seed) {
+                         int64_t tail, uint64_t seed) {
     tcase k;
     memset(&k, 0, sizeof k);
     k.W = W;
@@ -393,7 +407,7 @@ static void prefill_case(int64_t W, int64_t kd, int64_t vd, int flags, int xl, i
     k.ol = ol;
     arena A;
     arena_init(&A, (size_t)8 << 20, seed);
-    layout_case(&k, &A, lens, slots, init_of, 3);
+    layout_case(&k, &A, lens, slots, init_of, tail);
     char what[160];
     snprintf(what, sizeof what, "%s %s W %lld C %lld silu %d bias %d w %s init %d x %d out %d",
              backend, k.decode ? "decode" : "prefill", (long long)W, (long long)k.C, k.silu,
@@ -445,14 +459,20 @@ static void prefill_matrix(void) {
     for (int64_t W = 2; W <= 4; W++)
         for (int flags = 0; flags < 16; flags++) {
             const int xl = (int)((W + flags) % XL_COUNT), ol = (int)((W * 3 + flags) % OL_COUNT);
-            prefill_case(W, 64, 64, flags, xl, ol, 7, lens, slots, init_of, seed++);
+            prefill_case(W, 64, 64, flags, xl, ol, 7, lens, slots, init_of, 3, seed++);
         }
     /* C and key_dim not multiples of 8: the element-wise paths. */
     for (int xl = 0; xl < XL_COUNT; xl++)
-        prefill_case(4, 5, 7, 1 | 2 | 8, xl, (xl + 2) % OL_COUNT, 7, lens, slots, init_of, seed++);
+        prefill_case(4, 5, 7, 1 | 2 | 8, xl, (xl + 2) % OL_COUNT, 7, lens, slots, init_of, 3, seed++);
+    /* Empty sequences at T (their slots still get a state), T = 0. */
+    static const int64_t ends[] = {4, 70, 0, 0}, none[] = {0, 0};
+    static const int32_t slots2[] = {0, 3, 5, 1};
+    static const uint8_t mixed[] = {1, 1, 0, 1};
+    prefill_case(4, 8, 16, 1 | 8, XL_DENSE, OL_TOKEN, 4, ends, slots2, mixed, 0, seed++);
+    prefill_case(3, 8, 16, 8, XL_SLICE, OL_SPLIT, 2, none, slots2 + 2, mixed + 2, 0, seed++);
     /* No sequence at all; one empty sequence only. */
-    prefill_case(3, 16, 16, 8, XL_DENSE, OL_SPLIT, 0, lens, slots, init_of, seed++);
-    prefill_case(3, 16, 16, 0, XL_DENSE, OL_TOKEN, 1, lens, slots, init_of, seed++);
+    prefill_case(3, 16, 16, 8, XL_DENSE, OL_SPLIT, 0, lens, slots, init_of, 3, seed++);
+    prefill_case(3, 16, 16, 0, XL_DENSE, OL_TOKEN, 1, lens, slots, init_of, 3, seed++);
 }
 
 static void decode_matrix(void) {
@@ -463,8 +483,8 @@ static void decode_matrix(void) {
     for (int64_t W = 2; W <= 4; W++)
         for (int flags = 16; flags < 24; flags++)
             prefill_case(W, 64, 128, flags, (int)(flags % XL_COUNT), (int)((W + flags) % OL_COUNT),
-                         7, lens, slots, ones, seed++);
-    prefill_case(4, 3, 2, 16 | 1, XL_MISALIGNED, OL_SPLIT, 7, lens, slots, ones, seed++);
+                         7, lens, slots, ones, 3, seed++);
+    prefill_case(4, 3, 2, 16 | 1, XL_MISALIGNED, OL_SPLIT, 7, lens, slots, ones, 3, seed++);
 }
 
 /* ---- chunked prefill and decode through the pool ------------------------- */
@@ -761,7 +781,9 @@ int main(void) {
     /* The bound is what is promised; most outputs must be exact, too. */
     CHECKF(totals.equal >= totals.outputs * 9 / 10, "only %lld of %lld outputs equal the reference",
            totals.equal, totals.outputs);
-    return sp_test_finish(backend[0] == 'c' && backend[1] == 'p' ? "test_conv_cpu" : "test_conv_gpu");
+    char name[32];
+    snprintf(name, sizeof name, "test_conv (%s)", backend);
+    return sp_test_finish(name);
 }
 
 #endif /* SP_CONV_TEST_BODY */
