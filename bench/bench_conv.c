@@ -229,54 +229,40 @@ static void run_case(int64_t T, int64_t H, int64_t N, int decode, cudaStream_t s
         exit(1);
     }
 
+    /* The arms, and the JSON fields that name their medians. */
+    static const char *const keys[5] = {"limit_ms", "split_ms", "tokenmajor_ms", "tm_pack_ms",
+                                        "split_pack_ms"};
+    bench_fn fns[5] = {arm_limit, arm_split, arm_tokenmajor, arm_tm_pack, arm_split_pack};
+    void *ctxs[5] = {&c, &c, &c, &c, &c};
+    const int arms = decode ? 3 : 5;
+    bench_stats r[5];
+    bench_time_interleaved(fns, ctxs, arms, st, WARMUP, REPS, r);
+
     bench_json j;
     bench_json_begin(&j);
     bench_json_str(&j, "bench", decode ? "conv_decode" : "conv_prefill");
     bench_json_str(&j, "device", device_name);
-    if (decode) {
-        bench_fn fns[3] = {arm_limit, arm_split, arm_tokenmajor};
-        void *ctxs[3] = {&c, &c, &c};
-        bench_stats r[3];
-        bench_time_interleaved(fns, ctxs, 3, st, WARMUP, REPS, r);
-        bench_json_int(&j, "N", N);
-        bench_json_int(&j, "H", H);
-        bench_json_int(&j, "W", W);
-        bench_json_int(&j, "bytes", (long long)traffic);
-        bench_json_num(&j, "split_ms", r[1].median_ms);
-        bench_json_num(&j, "tokenmajor_ms", r[2].median_ms);
-        bench_json_num(&j, "limit_ms", r[0].median_ms);
-        bench_json_num(&j, "split_ratio", r[0].median_ms / r[1].median_ms);
-        bench_json_num(&j, "split_gbps", bench_gbps((double)traffic, r[1].median_ms));
-        printf("decode N %5lld H %2lld: split %.4f ms, token-major %.4f ms, limit %.4f ms (%.2f)\n",
-               (long long)N, (long long)H, r[1].median_ms, r[2].median_ms, r[0].median_ms,
-               r[0].median_ms / r[1].median_ms);
-    } else {
-        bench_fn fns[5] = {arm_limit, arm_split, arm_tokenmajor, arm_tm_pack, arm_split_pack};
-        void *ctxs[5] = {&c, &c, &c, &c, &c};
-        bench_stats r[5];
-        bench_time_interleaved(fns, ctxs, 5, st, WARMUP, REPS, r);
-        bench_json_int(&j, "T", T);
-        bench_json_int(&j, "H", H);
-        bench_json_int(&j, "W", W);
-        bench_json_int(&j, "N", N);
-        bench_json_int(&j, "sets", c.nsets);
-        bench_json_int(&j, "bytes", (long long)traffic);
-        bench_json_num(&j, "split_ms", r[1].median_ms);
-        bench_json_num(&j, "tokenmajor_ms", r[2].median_ms);
-        bench_json_num(&j, "limit_ms", r[0].median_ms);
-        bench_json_num(&j, "split_ratio", r[0].median_ms / r[1].median_ms);
-        bench_json_num(&j, "tokenmajor_ratio", r[0].median_ms / r[2].median_ms);
-        bench_json_num(&j, "split_gbps", bench_gbps((double)traffic, r[1].median_ms));
-        bench_json_num(&j, "limit_gbps", bench_gbps((double)traffic, r[0].median_ms));
-        bench_json_num(&j, "tm_pack_ms", r[3].median_ms);
-        bench_json_num(&j, "split_pack_ms", r[4].median_ms);
-        bench_json_num(&j, "prep_ratio", r[4].median_ms / r[3].median_ms);
-        printf("prefill T %5lld H %2lld: split %.4f ms (%.2f of limit), token-major %.4f ms, "
-               "limit %.4f ms; split+beta pack %.4f ms vs token-major+pack %.4f ms (%.2f)\n",
-               (long long)T, (long long)H, r[1].median_ms, r[0].median_ms / r[1].median_ms,
-               r[2].median_ms, r[0].median_ms, r[4].median_ms, r[3].median_ms,
-               r[4].median_ms / r[3].median_ms);
-    }
+    bench_json_int(&j, decode ? "N" : "T", decode ? N : T);
+    bench_json_int(&j, "H", H);
+    bench_json_int(&j, "W", W);
+    if (!decode) bench_json_int(&j, "N", N);
+    bench_json_int(&j, "sets", c.nsets);
+    bench_json_int(&j, "bytes", (long long)traffic);
+    for (int i = 0; i < arms; i++) bench_json_num(&j, keys[i], r[i].median_ms);
+    bench_json_num(&j, "split_ratio", r[0].median_ms / r[1].median_ms);
+    bench_json_num(&j, "tokenmajor_ratio", r[0].median_ms / r[2].median_ms);
+    bench_json_num(&j, "split_gbps", bench_gbps((double)traffic, r[1].median_ms));
+    bench_json_num(&j, "limit_gbps", bench_gbps((double)traffic, r[0].median_ms));
+    if (!decode) bench_json_num(&j, "prep_ratio", r[4].median_ms / r[3].median_ms);
+    printf("%s %s %5lld H %2lld: split %.4f ms (%.2f of the limit), token-major %.4f ms, limit "
+           "%.4f ms",
+           decode ? "decode" : "prefill", decode ? "N" : "T", (long long)(decode ? N : T),
+           (long long)H, r[1].median_ms, r[0].median_ms / r[1].median_ms, r[2].median_ms,
+           r[0].median_ms);
+    if (!decode)
+        printf("; split + beta pack %.4f ms, token-major + pack %.4f ms (prep ratio %.2f)",
+               r[4].median_ms, r[3].median_ms, r[4].median_ms / r[3].median_ms);
+    printf("\n");
     bench_json_emit(&j, out);
     for (int i = 0; i < c.nsets; i++) free_set(&c.s[i]);
 }

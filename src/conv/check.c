@@ -125,16 +125,19 @@ static void fill_segments(const sp_conv_args *a, sp_conv_dims *d) {
 static sp_status check_host_indices(const sp_conv_args *a, const sp_conv_dims *d) {
     const int32_t *idx = (const int32_t *)a->state_indices.data;
     if (!d->decode) {
+        /* 0 <= cu[0] <= cu[1] <= ... <= cu[N] <= T, one bound at a time. */
         const int64_t *cu = (const int64_t *)a->cu_seqlens.data;
-        SP_REQUIRE(cu[0] >= 0, SP_ERR_INVALID_ARGUMENT, "cu_seqlens: [0] = %lld is negative",
-                   (long long)cu[0]);
-        for (int64_t n = 0; n < d->N; n++)
-            SP_REQUIRE(cu[n + 1] >= cu[n], SP_ERR_INVALID_ARGUMENT,
-                       "cu_seqlens: decreases at [%lld] (%lld < %lld)", (long long)(n + 1),
-                       (long long)cu[n + 1], (long long)cu[n]);
-        SP_REQUIRE(cu[d->N] <= d->T, SP_ERR_INVALID_ARGUMENT,
-                   "cu_seqlens: [N] = %lld exceeds T = %lld", (long long)cu[d->N],
-                   (long long)d->T);
+        for (int64_t n = 0; n <= d->N + 1; n++) {
+            const int64_t lo = n ? cu[n - 1] : 0, hi = n <= d->N ? cu[n] : d->T;
+            if (lo <= hi) continue;
+            char left[32] = "0", right[32] = "T";
+            if (n) snprintf(left, sizeof left, "[%lld]", (long long)(n - 1));
+            if (n <= d->N) snprintf(right, sizeof right, "[%lld]", (long long)n);
+            return sp_set_error(SP_ERR_INVALID_ARGUMENT,
+                                "cu_seqlens: %s = %lld is above %s = %lld (needed: 0 <= [0] <= "
+                                "... <= [N] <= T)",
+                                left, (long long)lo, right, (long long)hi);
+        }
     }
     for (int64_t n = 0; n < d->N; n++)
         SP_REQUIRE(idx[n] >= -1 && idx[n] < d->slots, SP_ERR_INVALID_ARGUMENT,
