@@ -32,8 +32,8 @@
 enum { D = 128, W = 4, MAX_SETS = 8, REPS = 100, WARMUP = 10 };
 
 typedef struct set {
-    sp_conv_args split, tm;   /* the two output layouts of one input */
-    sp_tensor packin[4];      /* q, k, v from the token-major output; beta */
+    sp_conv_args split, tm; /* the two output layouts of one input */
+    sp_tensor packin[4];    /* q, k, v from the token-major output; beta */
     sp_tensor packed[4];
     void *ws;
     size_t ws_bytes;
@@ -42,7 +42,7 @@ typedef struct set {
 
 typedef struct bctx {
     set s[MAX_SETS];
-    int nsets, next[5];       /* the set each arm uses next */
+    int nsets, next[5]; /* the set each arm uses next */
     size_t limit_bytes;
     int decode;
 } bctx;
@@ -113,7 +113,8 @@ static void make_set(set *s, int64_t T, int64_t H, int64_t N, int decode, uint64
     sp_conv_args_init(a);
     const int64_t xs[2] = {rows, C}, ws[2] = {C, W}, n1 = N + 1, ss[3] = {N, C, W - 1};
     check(sp_tensor_dense(&a->x, s->x, SP_BF16, 2, xs, dev), "x");
-    void *w = bench_malloc((size_t)(C * W) * 2), *state = bench_malloc((size_t)(N * C * (W - 1)) * 2);
+    void *w = bench_malloc((size_t)(C * W) * 2),
+         *state = bench_malloc((size_t)(N * C * (W - 1)) * 2);
     bench_fill_bf16(w, (size_t)(C * W), -0.5, 0.5, seed + 3);
     bench_fill_bf16(state, (size_t)(N * C * (W - 1)), -1, 1, seed + 4);
     check(sp_tensor_dense(&a->weight, w, SP_BF16, 2, ws, dev), "weight");
@@ -159,9 +160,17 @@ static void make_set(set *s, int64_t T, int64_t H, int64_t N, int decode, uint64
 }
 
 static void free_set(set *s) {
-    void *p[] = {s->x, s->out, s->qkv, s->limit_dst, s->proj, s->ws, s->split.weight.data,
-                 s->split.state.data, s->split.state_indices.data,
-                 s->split.cu_seqlens.data, s->split.has_initial_state.data};
+    void *p[] = {s->x,
+                 s->out,
+                 s->qkv,
+                 s->limit_dst,
+                 s->proj,
+                 s->ws,
+                 s->split.weight.data,
+                 s->split.state.data,
+                 s->split.state_indices.data,
+                 s->split.cu_seqlens.data,
+                 s->split.has_initial_state.data};
     for (size_t i = 0; i < sizeof p / sizeof *p; i++)
         if (p[i]) BENCH_CU(cudaFree(p[i]));
 }

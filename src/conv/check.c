@@ -9,14 +9,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define ANY (-1)      /* a size not fixed by this rule */
-#define FLOATS (-2)   /* dtype rule: f32 or bf16 */
-#define LIKE_W (-3)   /* dtype rule: the weight's */
+#define ANY (-1)    /* a size not fixed by this rule */
+#define FLOATS (-2) /* dtype rule: f32 or bf16 */
+#define LIKE_W (-3) /* dtype rule: the weight's */
 
 typedef struct spec {
     const sp_tensor *t;
     const char *name;
-    int dtype;         /* an sp_dtype, or FLOATS / LIKE_W */
+    int dtype; /* an sp_dtype, or FLOATS / LIKE_W */
     int ndim;
     int64_t size[3];   /* expected sizes, ANY where free */
     const char *shape; /* how the rule reads in a message */
@@ -54,8 +54,7 @@ static sp_status check_shape(const spec *s) {
         at += snprintf(got + at, sizeof got - (size_t)at, "%s%lld", i ? ", " : "",
                        (long long)s->t->shape[i]);
     if (at < (int)sizeof got) snprintf(got + at, sizeof got - (size_t)at, "]");
-    return sp_set_error(SP_ERR_SHAPE_MISMATCH, "%s: shape %s, expected %s", s->name, got,
-                        s->shape);
+    return sp_set_error(SP_ERR_SHAPE_MISMATCH, "%s: shape %s, expected %s", s->name, got, s->shape);
 }
 
 /* The sizes that everything else is checked against: T and C from x, W
@@ -79,8 +78,8 @@ static sp_status read_dims(const sp_conv_args *a, int decode, sp_conv_dims *d) {
                    "cu_seqlens: expected [N + 1] with N >= 0");
         d->N = a->cu_seqlens.shape[0] - 1;
     }
-    SP_REQUIRE(a->state.ndim == 3, SP_ERR_SHAPE_MISMATCH, "state: %d dims, expected [slots, C, W-1]",
-               (int)a->state.ndim);
+    SP_REQUIRE(a->state.ndim == 3, SP_ERR_SHAPE_MISMATCH,
+               "state: %d dims, expected [slots, C, W-1]", (int)a->state.ndim);
     d->slots = a->state.shape[0];
 
     const int token_major = is_set(&a->out);
@@ -92,7 +91,9 @@ static sp_status read_dims(const sp_conv_args *a, int decode, sp_conv_dims *d) {
     if (split) {
         SP_REQUIRE(is_set(&a->q) && is_set(&a->k) && is_set(&a->v), SP_ERR_INVALID_ARGUMENT,
                    "%s: unset; the split layout needs q, k and v",
-                   !is_set(&a->q) ? "q" : !is_set(&a->k) ? "k" : "v");
+                   !is_set(&a->q)   ? "q"
+                   : !is_set(&a->k) ? "k"
+                                    : "v");
         SP_REQUIRE(a->q.ndim == 2 && a->v.ndim == 2, SP_ERR_SHAPE_MISMATCH,
                    "%s: expected [T, key_dim] / [T, value_dim]", a->q.ndim != 2 ? "q" : "v");
         d->key_dim = a->q.shape[1];
@@ -156,8 +157,8 @@ static sp_status check_host_indices(const sp_conv_args *a, const sp_conv_dims *d
         }
         free(seen);
         SP_REQUIRE(dup < 0, SP_ERR_INVALID_ARGUMENT,
-                   "state_indices: [%lld] = %d, a slot an earlier sequence uses",
-                   (long long)dup, dup < 0 ? 0 : (int)idx[dup]);
+                   "state_indices: [%lld] = %d, a slot an earlier sequence uses", (long long)dup,
+                   dup < 0 ? 0 : (int)idx[dup]);
     }
     return SP_OK;
 }
@@ -167,7 +168,8 @@ sp_status sp_conv_check_(const sp_conv_args *a, int decode, sp_conv_dims *out) {
     SP_REQUIRE(a->silu == 0 || a->silu == 1, SP_ERR_INVALID_ARGUMENT, "silu: %d is not 0 or 1",
                (int)a->silu);
     if (decode) {
-        SP_FORWARD(require_unset(&a->cu_seqlens, "cu_seqlens", "decode takes one token per sequence"));
+        SP_FORWARD(
+            require_unset(&a->cu_seqlens, "cu_seqlens", "decode takes one token per sequence"));
         SP_FORWARD(require_unset(&a->has_initial_state, "has_initial_state",
                                  "decode always starts from the slot"));
     }
@@ -184,8 +186,7 @@ sp_status sp_conv_check_(const sp_conv_args *a, int decode, sp_conv_dims *out) {
     s[n++] = (spec){&a->x, "x", SP_BF16, 2, {T, C}, decode ? "[N, C]" : "[T, C]", 0, 0};
     s[n++] = (spec){&a->weight, "weight", FLOATS, 2, {C, d.W}, "[C, W] with x's C", 0, 0};
     if (d.has_bias) s[n++] = (spec){&a->bias, "bias", LIKE_W, 1, {C}, "[C] with x's C", 0, 0};
-    if (!decode)
-        s[n++] = (spec){&a->cu_seqlens, "cu_seqlens", SP_I64, 1, {N + 1}, "[N + 1]", 1, 0};
+    if (!decode) s[n++] = (spec){&a->cu_seqlens, "cu_seqlens", SP_I64, 1, {N + 1}, "[N + 1]", 1, 0};
     s[n++] = (spec){&a->state_indices, "state_indices", SP_I32, 1, {N}, "[N]", 1, 0};
     if (d.has_init)
         s[n++] = (spec){&a->has_initial_state, "has_initial_state", SP_BOOL, 1, {N}, "[N]", 1, 0};

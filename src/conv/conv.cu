@@ -107,7 +107,7 @@ static FN bf8 load_x(const conv_params &p, int64_t t, int64_t c0) {
 #endif
     }
     bf8 v = {{0, 0, 0, 0}};
-UNROLL
+    UNROLL
     for (int i = 0; i < VEC; i++)
         if (c0 + i < p.C) put(v, i, p.x[t * p.x_row + (c0 + i) * p.x_col]);
     return v;
@@ -119,14 +119,15 @@ static FN int seg_of(const conv_params &p, int64_t c) {
     return i;
 }
 
-static FN void store_out(const conv_params &p, int64_t t, int64_t c0,
-                                                 const bf8 &y) {
+/* `si`: the segment of channel c0, which on the vector path (8 | key_dim)
+ * holds all 8 channels. */
+static FN void store_out(const conv_params &p, int si, int64_t t, int64_t c0, const bf8 &y) {
     if (p.out_vec) {
-        const sp_conv_seg &g = p.seg[seg_of(p, c0)]; /* 8 | key_dim: one segment */
+        const sp_conv_seg &g = p.seg[si];
         *(uint4 *)(g.data + t * g.row + (c0 - g.first)) = to_uint4(y);
         return;
     }
-UNROLL
+    UNROLL
     for (int i = 0; i < VEC; i++) {
         const int64_t c = c0 + i;
         if (c >= p.C) break;
@@ -144,18 +145,19 @@ static FN uint16_t narrow(float f) { return (uint16_t)(sp_f32_bits_(f) >> 16); }
  * z[j][i]), or back. Dense state: channel c's taps are elements c*(W-1) ..
  * c*(W-1)+W-2, so 8 channels are W-1 16-byte vectors. */
 template <int W>
-static FN void state_io(const conv_params &p, int64_t slot, int64_t c0,
-                                                float (&z)[W - 1][VEC], bool store) {
+static FN void state_io(const conv_params &p, int64_t slot, int64_t c0, float (&z)[W - 1][VEC],
+                        bool store) {
     uint16_t *base = p.state + slot * p.s_slot;
     if (p.state_vec) {
         uint4 *v = (uint4 *)(base + c0 * (W - 1));
-        bf8 raw[W - 1];
-        if (!store)
-UNROLL
+        bf8 raw[W - 1] = {}; /* a store sets every half below */
+        if (!store) {
+            UNROLL
             for (int r = 0; r < W - 1; r++) raw[r] = from_uint4(v[r]);
-UNROLL
-        for (int i = 0; i < VEC; i++)
-UNROLL
+        }
+        UNROLL
+        for (int i = 0; i < VEC; i++) {
+            UNROLL
             for (int j = 0; j < W - 1; j++) {
                 const int k = i * (W - 1) + j;
                 if (store)
@@ -163,15 +165,17 @@ UNROLL
                 else
                     z[j][i] = widen(get(raw[k / VEC], k % VEC));
             }
-        if (store)
-UNROLL
+        }
+        if (store) {
+            UNROLL
             for (int r = 0; r < W - 1; r++) v[r] = to_uint4(raw[r]);
+        }
         return;
     }
-UNROLL
+    UNROLL
     for (int i = 0; i < VEC; i++) {
         if (c0 + i >= p.C) break;
-UNROLL
+        UNROLL
         for (int j = 0; j < W - 1; j++) {
             uint16_t *e = base + (c0 + i) * p.s_c + j * p.s_j;
             if (store)
@@ -184,12 +188,11 @@ UNROLL
 
 /* The window before token t from x itself: z[j] <- row t-W+1+j. */
 template <int W>
-static FN void halo_from_x(const conv_params &p, int64_t t, int64_t c0,
-                                                   float (&z)[W - 1][VEC]) {
-UNROLL
+static FN void halo_from_x(const conv_params &p, int64_t t, int64_t c0, float (&z)[W - 1][VEC]) {
+    UNROLL
     for (int j = 0; j < W - 1; j++) {
         const bf8 r = load_x(p, t - (W - 1) + j, c0);
-UNROLL
+        UNROLL
         for (int i = 0; i < VEC; i++) z[j][i] = widen(get(r, i));
     }
 }
@@ -197,35 +200,34 @@ UNROLL
 /* Tokens [a, b) of one sequence, the window z already holding the W-1
  * inputs before a; z ends holding the W-1 inputs before b. */
 template <int W>
-static FN void run_tokens(const conv_params &p, const float (&w)[VEC][W],
-                                                  const float (&bias)[VEC],
-                                                  float (&z)[W - 1][VEC], int64_t a, int64_t b,
-                                                  int64_t c0) {
+static FN void run_tokens(const conv_params &p, const float (&w)[VEC][W], const float (&bias)[VEC],
+                          float (&z)[W - 1][VEC], int64_t a, int64_t b, int64_t c0) {
+    const int si = seg_of(p, c0);
     for (int64_t t = a; t < b; t += AHEAD) {
         const int64_t m = b - t;
         bf8 xs[AHEAD];
-UNROLL
+        UNROLL
         for (int u = 0; u < AHEAD; u++)
             if (u < m) xs[u] = load_x(p, t + u, c0);
-UNROLL
+        UNROLL
         for (int u = 0; u < AHEAD; u++) {
             if (u >= m) break;
             float y[VEC];
-UNROLL
+            UNROLL
             for (int i = 0; i < VEC; i++) {
                 float zz[W];
-UNROLL
+                UNROLL
                 for (int j = 0; j < W - 1; j++) zz[j] = z[j][i];
                 zz[W - 1] = widen(get(xs[u], i));
                 y[i] = sp_conv_sum(w[i], zz, W, bias[i]);
                 if (p.silu) y[i] = sp_conv_silu(y[i]);
-UNROLL
+                UNROLL
                 for (int j = 0; j < W - 2; j++) z[j][i] = z[j + 1][i];
                 z[W - 2][i] = zz[W - 1];
             }
             /* Round to nearest even, two at a time (one instruction). */
             bf8 out;
-UNROLL
+            UNROLL
             for (int k = 0; k < VEC / 2; k++) {
 #ifdef __CUDA_ARCH__
                 const __nv_bfloat162 h = __floats2bfloat162_rn(y[2 * k], y[2 * k + 1]);
@@ -234,7 +236,7 @@ UNROLL
                 out.w[k] = sp_f32_to_bf16(y[2 * k]) | (uint32_t)sp_f32_to_bf16(y[2 * k + 1]) << 16;
 #endif
             }
-            store_out(p, t + u, c0, out);
+            store_out(p, si, t + u, c0, out);
         }
     }
 }
@@ -257,10 +259,10 @@ template <int W>
 static FN void conv_thread(const conv_params &p, int64_t bx, int64_t tiles, int64_t c0) {
     if (c0 >= p.C) return;
     float w[VEC][W], bias[VEC];
-UNROLL
+    UNROLL
     for (int i = 0; i < VEC; i++) {
         const int64_t c = c0 + i < p.C ? c0 + i : p.C - 1; /* past C: computed, never stored */
-UNROLL
+        UNROLL
         for (int j = 0; j < W; j++) {
             const int64_t at = c * p.w_c + j * p.w_j;
             w[i][j] = p.w_bf16 ? sp_bf16_to_f32(((const uint16_t *)p.w)[at])
@@ -308,9 +310,9 @@ UNROLL
         if (p.init && p.init[n]) {
             state_io<W>(p, slot, c0, z, false);
         } else {
-UNROLL
+            UNROLL
             for (int j = 0; j < W - 1; j++)
-UNROLL
+                UNROLL
                 for (int i = 0; i < VEC; i++) z[j][i] = 0.0f;
         }
         const int64_t own = t1 > s + W - 1 ? t1 : s + W - 1;
@@ -321,8 +323,13 @@ UNROLL
     }
 }
 
+/* Blocks per multiprocessor to aim for, so that ptxas keeps each width
+ * within the registers of 3 (W = 3, 4: 166-168 per thread, a few bytes
+ * spilled at W = 4) or 4 blocks (W = 2: 124), sm_90. Unbounded, W = 4 took
+ * 226 registers and 2 blocks. */
 template <int W>
-static __global__ void __launch_bounds__(THREADS) conv_kernel(const conv_params p) {
+static __global__ void __launch_bounds__(THREADS, W == 2 ? 4 : 3)
+    conv_kernel(const conv_params p) {
     conv_thread<W>(p, blockIdx.x, gridDim.x, ((int64_t)blockIdx.y * THREADS + threadIdx.x) * VEC);
 }
 

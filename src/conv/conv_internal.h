@@ -53,7 +53,7 @@ typedef struct sp_conv_dims {
     int64_t key_dim, value_dim; /* split output; both 0 for token-major */
     int decode;                 /* 1: one token per sequence, token n is sequence n */
     int has_bias, has_init, weight_bf16;
-    int nseg;                   /* 1 (token-major) or 3 (q, k, v) */
+    int nseg; /* 1 (token-major) or 3 (q, k, v) */
     sp_conv_seg seg[3];
     sp_device dev;
 } sp_conv_dims;
@@ -113,8 +113,8 @@ static inline uint16_t *sp_conv_out_(const sp_conv_dims *d, int64_t t, int64_t c
 static inline void sp_conv_host_sequence_(const sp_conv_args *a, const sp_conv_dims *d, int64_t n,
                                           int64_t *s, int64_t *e, int *from_slot) {
     sp_conv_sequence((const int64_t *)a->cu_seqlens.data,
-                     d->has_init ? (const uint8_t *)a->has_initial_state.data : NULL, d->decode,
-                     n, s, e, from_slot);
+                     d->has_init ? (const uint8_t *)a->has_initial_state.data : NULL, d->decode, n,
+                     s, e, from_slot);
 }
 
 /* Backends, called after the check with N > 0. */

@@ -277,7 +277,8 @@ static void build_case(const void *ctx, unsigned char *base, sp_device dev, sp_c
     const int64_t N = k->N, n1 = N + 1;
     if (!k->decode) sp_tensor_dense(&a->cu_seqlens, base + k->o_cu, SP_I64, 1, &n1, dev);
     sp_tensor_dense(&a->state_indices, base + k->o_idx, SP_I32, 1, &N, dev);
-    if (!k->decode && k->init) sp_tensor_dense(&a->has_initial_state, base + k->o_init, SP_BOOL, 1, &N, dev);
+    if (!k->decode && k->init)
+        sp_tensor_dense(&a->has_initial_state, base + k->o_init, SP_BOOL, 1, &N, dev);
     const int64_t ss[3] = {k->slots, C, W - 1}, sst[3] = {k->pitch, W - 1, 1};
     sp_tensor_view(&a->state, base + k->o_state, 0, SP_BF16, 3, ss, sst, dev);
     const int64_t row = k->ol == OL_TOKEN_PADDED || k->ol == OL_SPLIT_STRIDED ? C + OPAD : C;
@@ -313,7 +314,9 @@ static void layout_case(tcase *k, arena *A, const int64_t *lens, const int32_t *
     k->T = k->decode ? k->N : k->cu[k->N] + tail; /* rows after the last sequence */
     const int64_t T = k->T;
     const int64_t xrows = k->xl == XL_CHANNEL_MAJOR ? C : T;
-    const int64_t xcols = k->xl == XL_SLICE || k->xl == XL_MISALIGNED ? C + XPAD : k->xl == XL_CHANNEL_MAJOR ? T : C;
+    const int64_t xcols = k->xl == XL_SLICE || k->xl == XL_MISALIGNED ? C + XPAD
+                          : k->xl == XL_CHANNEL_MAJOR                 ? T
+                                                                      : C;
     k->o_x = arena_take(A, (size_t)(xrows * xcols) * 2, IN_BF16);
     const size_t wsz = k->wbf16 ? 2 : 4;
     k->o_w = arena_take(A, (size_t)(C * W) * wsz, k->wbf16 ? IN_BF16 : IN_F32);
@@ -388,8 +391,8 @@ static unsigned char *check_case(tcase *k, arena *A, const char *what) {
 
 /* One case: W, flags, layouts, sequences. Also: the other output layouts of
  * the same inputs give the same bits. */
-static void prefill_case(int64_t W, int64_t kd, int64_t vd, int flags, int xl, int ol,
-                         int N, const int64_t *lens, const int32_t *slots, const uint8_t *init_of,
+static void prefill_case(int64_t W, int64_t kd, int64_t vd, int flags, int xl, int ol, int N,
+                         const int64_t *lens, const int32_t *slots, const uint8_t *init_of,
                          int64_t tail, uint64_t seed) {
     tcase k;
     memset(&k, 0, sizeof k);
@@ -410,8 +413,8 @@ static void prefill_case(int64_t W, int64_t kd, int64_t vd, int flags, int xl, i
     layout_case(&k, &A, lens, slots, init_of, tail);
     char what[160];
     snprintf(what, sizeof what, "%s %s W %lld C %lld silu %d bias %d w %s init %d x %d out %d",
-             backend, k.decode ? "decode" : "prefill", (long long)W, (long long)k.C, k.silu,
-             k.bias, k.wbf16 ? "bf16" : "f32", k.init, xl, ol);
+             backend, k.decode ? "decode" : "prefill", (long long)W, (long long)k.C, k.silu, k.bias,
+             k.wbf16 ? "bf16" : "f32", k.init, xl, ol);
     unsigned char *got = check_case(&k, &A, what);
 
     /* Same inputs, every other output layout: the same bits per (t, c). */
@@ -437,8 +440,10 @@ static void prefill_case(int64_t W, int64_t kd, int64_t vd, int flags, int xl, i
                 if (!a2.out.data) o2 = c < kd ? &a2.q : c < 2 * kd ? &a2.k : &a2.v;
                 if (!a1.out.data) c1 = c < kd ? c : c < 2 * kd ? c - kd : c - 2 * kd;
                 if (!a2.out.data) c2 = c < kd ? c : c < 2 * kd ? c - kd : c - 2 * kd;
-                const uint16_t x1 = ((const uint16_t *)o1->data)[t * o1->strides[0] + c1 * o1->strides[1]];
-                const uint16_t x2 = ((const uint16_t *)o2->data)[t * o2->strides[0] + c2 * o2->strides[1]];
+                const uint16_t x1 =
+                    ((const uint16_t *)o1->data)[t * o1->strides[0] + c1 * o1->strides[1]];
+                const uint16_t x2 =
+                    ((const uint16_t *)o2->data)[t * o2->strides[0] + c2 * o2->strides[1]];
                 diff += x1 != x2;
             }
         CHECKF(diff == 0, "%s: layout %d and %d differ in %lld elements", what, ol, ol2, diff);
@@ -463,7 +468,8 @@ static void prefill_matrix(void) {
         }
     /* C and key_dim not multiples of 8: the element-wise paths. */
     for (int xl = 0; xl < XL_COUNT; xl++)
-        prefill_case(4, 5, 7, 1 | 2 | 8, xl, (xl + 2) % OL_COUNT, 7, lens, slots, init_of, 3, seed++);
+        prefill_case(4, 5, 7, 1 | 2 | 8, xl, (xl + 2) % OL_COUNT, 7, lens, slots, init_of, 3,
+                     seed++);
     /* Empty sequences at T (their slots still get a state), T = 0. */
     static const int64_t ends[] = {4, 70, 0, 0}, none[] = {0, 0};
     static const int32_t slots2[] = {0, 3, 5, 1};
@@ -494,8 +500,8 @@ static void decode_matrix(void) {
  * as a decode step. Outputs and the pool must equal one prefill of all
  * sequences, bit for bit, on the same backend (and on the reference). */
 typedef struct chunk_ctx {
-    tcase k;      /* the whole call: token-major dense, dense x */
-    int call;     /* -1: the whole call; else 3 * n + part */
+    tcase k;  /* the whole call: token-major dense, dense x */
+    int call; /* -1: the whole call; else 3 * n + part */
     size_t o_pairs, o_one;
 } chunk_ctx;
 
@@ -601,7 +607,9 @@ static void build_bad(const void *ctx, unsigned char *base, sp_device dev, sp_co
     case 2: a->weight.shape[1] = 1; break;
     case 3: a->q.shape[0] -= 1; break;
     case 4: a->out = a->q; break;
-    case 5: memset(&a->q, 0, sizeof a->q), memset(&a->k, 0, sizeof a->k), memset(&a->v, 0, sizeof a->v); break;
+    case 5:
+        memset(&a->q, 0, sizeof a->q), memset(&a->k, 0, sizeof a->k), memset(&a->v, 0, sizeof a->v);
+        break;
     case 6: a->k.data = a->q.data; break;
     case 7: a->q.data = a->x.data; break;
     case 8: a->state.data = a->weight.data; break;

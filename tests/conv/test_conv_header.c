@@ -3,9 +3,8 @@
  * test_conv_header_cxx, as C++11) under -Wall -Wextra -Werror -pedantic,
  * twice over (include guards), and an empty argument set is refused by name.
  */
-#include "stridepack_conv.h"
-#include "stridepack_conv.h"
 #include "check.h"
+#include "stridepack_conv.h"
 
 #include <string.h>
 
