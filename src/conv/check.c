@@ -163,7 +163,7 @@ static sp_status check_host_indices(const sp_conv_args *a, const sp_conv_dims *d
     return SP_OK;
 }
 
-sp_status sp_conv_check_(const sp_conv_args *a, int decode, sp_conv_dims *out) {
+sp_status sp_conv_check_(const sp_conv_args *a, int decode, int host_indices, sp_conv_dims *out) {
     SP_REQUIRE(a, SP_ERR_INVALID_ARGUMENT, "args: NULL");
     SP_REQUIRE(a->silu == 0 || a->silu == 1, SP_ERR_INVALID_ARGUMENT, "silu: %d is not 0 or 1",
                (int)a->silu);
@@ -230,7 +230,7 @@ sp_status sp_conv_check_(const sp_conv_args *a, int decode, sp_conv_dims *out) {
                    "x: C = %lld channels exceed one launch (65535 * 1024)", (long long)C);
         SP_REQUIRE((decode ? T : T / 8) < INT32_MAX, SP_ERR_UNSUPPORTED,
                    "x: %lld %s exceed one launch", (long long)T, decode ? "sequences" : "tokens");
-    } else {
+    } else if (host_indices) {
         SP_FORWARD(check_host_indices(a, &d));
     }
     *out = d;
@@ -247,7 +247,7 @@ sp_status sp_conv_args_init(sp_conv_args *args) {
 
 static sp_status run(const sp_conv_args *a, int decode, int reference, struct CUstream_st *stream) {
     sp_conv_dims d;
-    SP_FORWARD(sp_conv_check_(a, decode, &d));
+    SP_FORWARD(sp_conv_check_(a, decode, 1, &d));
     if (reference)
         SP_REQUIRE(d.dev.type == SP_DEVICE_CPU, SP_ERR_UNSUPPORTED,
                    "x: the float64 reference runs on CPU tensors only");

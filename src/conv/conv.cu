@@ -443,7 +443,7 @@ static void emulate(const conv_params &p, int64_t tiles, int64_t yblocks) {
 
 extern "C" sp_status sp_conv_emulate_(const sp_conv_args *a, int decode, int64_t tile) {
     sp_conv_dims d;
-    SP_FORWARD(sp_conv_check_(a, decode, &d));
+    SP_FORWARD(sp_conv_check_(a, decode, 0, &d));
     SP_REQUIRE(d.dev.type == SP_DEVICE_CPU, SP_ERR_UNSUPPORTED,
                "x: the kernel's emulation runs on CPU tensors only");
     if (d.N == 0 || d.C == 0) return SP_OK;

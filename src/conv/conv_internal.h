@@ -59,9 +59,10 @@ typedef struct sp_conv_dims {
 } sp_conv_dims;
 
 /* The whole contract, in a fixed order, each violation its own error
- * naming the argument. Index contents are read for CPU tensors only.
- * Writes nothing but *d. */
-sp_status sp_conv_check_(const sp_conv_args *a, int decode, sp_conv_dims *d);
+ * naming the argument. Index contents are read for CPU tensors only, and
+ * then only with host_indices (the kernel's emulation leaves them to the
+ * kernel's guards, as on the device). Writes nothing but *d. */
+sp_status sp_conv_check_(const sp_conv_args *a, int decode, int host_indices, sp_conv_dims *d);
 
 /* Tokens [*s, *e) of sequence n, and whether it starts from its slot. */
 static inline SP_HD void sp_conv_sequence(const int64_t *cu, const uint8_t *init, int decode,
@@ -122,8 +123,9 @@ sp_status sp_conv_cpu_(const sp_conv_args *a, const sp_conv_dims *d);
 sp_status sp_conv_ref_(const sp_conv_args *a, const sp_conv_dims *d);
 sp_status sp_conv_cuda_(const sp_conv_args *a, const sp_conv_dims *d, struct CUstream_st *stream);
 
-/* CUDA builds: the whole call (checks included) with the CUDA kernel's
- * threads run one by one on the host, on CPU tensors; `tile` > 0 forces
+/* CUDA builds: the whole call (the checks of a CUDA call: index contents
+ * not read) with the CUDA kernel's threads run one by one on the host, on
+ * CPU tensors; `tile` > 0 forces
  * the prefill's tokens per tile (at least 8), 0 takes the launcher's
  * choice. For tests. */
 sp_status sp_conv_emulate_(const sp_conv_args *a, int decode, int64_t tile);
