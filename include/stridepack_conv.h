@@ -33,7 +33,9 @@
  *   y[t,c] = bias[c] + sum_{j<W} weight[c, j] * z[t - s + j]
  *   out    = silu ? y / (1 + exp(-y)) : y,  rounded once to bf16
  *   state[slot, c, :] <- the last W-1 entries of z (for a sequence shorter
- *            than W-1 these include entries of prev)
+ *            than W-1 these include entries of prev; an empty sequence
+ *            leaves prev: its slot unchanged, or zeros without an initial
+ *            state)
  *
  * Arithmetic: inputs and weights are read to fp32 exactly; the sum starts
  * from the bias and adds one fused multiply-add per tap, oldest first; the
@@ -70,8 +72,8 @@ extern "C" {
 #define SP_CONV_MAX_WIDTH 4
 
 /* The arguments of one call. T tokens, C channels, N sequences, W taps.
- * A tensor is "unset" when it is all zero (as sp_conv_args_init leaves it).
- * All tensors live on one device. */
+ * A tensor is "unset" when its ndim is 0 and its data NULL (as
+ * sp_conv_args_init leaves it). All tensors live on one device. */
 typedef struct sp_conv_args {
     /* Input, bf16, any strides (a column slice of a wider projection, or a
      * channel-major [C, T] buffer seen as [T, C] with strides (1, T)).
@@ -140,10 +142,17 @@ SP_API sp_status sp_conv_args_init(sp_conv_args *args);
  *     decided per element, so q, k, v may be column slices of one buffer);
  *   - CPU tensors only, the index contents (SP_ERR_INVALID_ARGUMENT):
  *     cu_seqlens monotone within [0, T], state_indices -1 or in [0, slots),
- *     no slot used twice. CUDA tensors keep these arrays on the device, not
- *     read on the host: the kernel skips (writes nothing for) a sequence
- *     whose token range or slot is out of bounds, and distinct slots are the
- *     caller's duty (two sequences on one slot race).
+ *     no slot used twice (a pool of over 65536 slots takes slots/8 bytes of
+ *     heap for this check: SP_ERR_OUT_OF_MEMORY without them). CUDA
+ *     tensors keep these arrays on the device, not read on the host: the
+ *     kernel skips (writes nothing for) a sequence whose token range or slot
+ *     is out of bounds, and distinct slots are the caller's duty (two
+ *     sequences on one slot race);
+ *   - CUDA: C up to 65535 * 1024 channels and T / 8 (decode: N) below
+ *     2^31 - 1, else SP_ERR_UNSUPPORTED.
+ * CUDA: asynchronous on `stream`, nothing allocated, nothing copied between
+ * host and device, never synchronizes (graph-capturable); runs on the
+ * tensors' device and restores the caller's current device.
  * N = 0 is SP_OK with nothing done.
  * @return SP_OK or the error above; SP_ERR_CUDA for a failed launch. */
 SP_API sp_status sp_conv_prefill(const sp_conv_args *args, struct CUstream_st *stream);

@@ -145,9 +145,13 @@ static sp_status check_host_indices(const sp_conv_args *a, const sp_conv_dims *d
                    "state_indices: [%lld] = %d is outside [-1, %lld) (slots; -1 = padded)",
                    (long long)n, (int)idx[n], (long long)d->slots);
     if (d->N > 1 && d->slots > 0) {
-        /* One bit per slot: a second sequence on a slot is found in one pass. */
-        unsigned char *seen = calloc((size_t)(d->slots + 7) / 8, 1);
+        /* One bit per slot: a second sequence on a slot is found in one pass.
+         * On the stack up to 65536 slots, from the heap beyond. */
+        unsigned char stack[8192];
+        const size_t bytes = (size_t)(d->slots + 7) / 8;
+        unsigned char *seen = bytes <= sizeof stack ? stack : calloc(bytes, 1);
         SP_REQUIRE(seen, SP_ERR_OUT_OF_MEMORY, "state_indices: no memory to check distinctness");
+        if (seen == stack) memset(stack, 0, bytes);
         int64_t dup = -1;
         for (int64_t n = 0; n < d->N && dup < 0; n++) {
             if (idx[n] < 0) continue;
@@ -155,7 +159,7 @@ static sp_status check_host_indices(const sp_conv_args *a, const sp_conv_dims *d
             if (seen[idx[n] / 8] & bit) dup = n;
             seen[idx[n] / 8] |= bit;
         }
-        free(seen);
+        if (seen != stack) free(seen);
         SP_REQUIRE(dup < 0, SP_ERR_INVALID_ARGUMENT,
                    "state_indices: [%lld] = %d, a slot an earlier sequence uses", (long long)dup,
                    dup < 0 ? 0 : (int)idx[dup]);
