@@ -136,6 +136,9 @@ static void make_set(set *s, int64_t T, int64_t H, int64_t N, int decode, uint64
     if (!decode) {
         check(sp_tensor_dense(&a->cu_seqlens, dcu, SP_I64, 1, &n1, dev), "cu_seqlens");
         check(sp_tensor_dense(&a->has_initial_state, dinit, SP_BOOL, 1, &N, dev), "init");
+    } else { /* decode takes neither */
+        BENCH_CU(cudaFree(dcu));
+        BENCH_CU(cudaFree(dinit));
     }
     s->tm = *a;
     check(sp_tensor_dense(&s->tm.out, s->out, SP_BF16, 2, xs, dev), "out");

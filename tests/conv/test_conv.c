@@ -83,7 +83,8 @@ static void arena_init(arena *A, size_t cap, uint64_t seed) {
     sp_fill_random(A->host, cap, &A->rng); /* gaps and padding: poison */
 }
 
-/* A buffer of `bytes` after a gap, 256-aligned plus `shift`; its offset. */
+/* A 256-aligned buffer of `bytes` after a gap; its offset. Inputs and the
+ * state get random values (bf16 or f32 in [-1, 1)), outputs keep the poison. */
 static size_t arena_take(arena *A, size_t bytes, int role) {
     size_t off = (A->used + GAP + 255) / 256 * 256;
     if (off + bytes + GAP > A->cap || A->n == MAX_REGIONS) {
