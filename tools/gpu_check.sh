@@ -43,7 +43,7 @@ if [[ $phases == *tests* ]]; then
 step ctest ctest --test-dir "$build" --output-on-failure -j 4
 # GPUs this process sees (CUDA_VISIBLE_DEVICES applies), from `stridepack version`.
 ngpu=$("$build/tools/stridepack" version | sed -n 's/^CUDA: usable: \([0-9]*\) device.*/\1/p')
-gpu_tests="test_gpu_pack test_boundary_gpu test_gpu_copy test_kda_gpu test_gpu_errors"
+gpu_tests="test_gpu_pack test_boundary_gpu test_gpu_copy test_kda_gpu test_gpu_errors test_conv_gpu"
 if [ "${ngpu:-0}" -ge 2 ]; then
   step ctest_multigpu ctest --test-dir "$build" -L multigpu --output-on-failure
   gpu_tests="$gpu_tests test_multi_gpu"
@@ -65,6 +65,7 @@ step bench_pack "$build/bench/bench_pack" --json "$out/h200_pack.json"
 step bench_pack_all_gpus "$build/bench/bench_pack" --all-gpus --json "$out/h200_pack_all_gpus.json"
 step bench_kda "$build/bench/bench_kda" --json "$out/h200_kda.json"
 step bench_boundary "$build/bench/bench_boundary" --json "$out/h200_boundary.json"
+step bench_conv "$build/bench/bench_conv" --json "$out/h200_conv.json"
 PYTHONPATH=python step anchors python3 bench/anchors.py --json "$out/h200_anchors.json"
 PYTHONPATH=python step bench_python python3 bench/bench_python.py --json "$out/h200_python_host.json"
 fi
@@ -72,7 +73,7 @@ fi
 grep -hE "tests passed|tests failed|Not Run|\(Failed\)|Skipped" "$logs"/ctest*.log 2>/dev/null | tail -20
 grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$logs"/san_*.log 2>/dev/null | sort | uniq -c
 tail -6 "$logs/demo.log" 2>/dev/null
-for f in bench_kda bench_pack bench_boundary anchors bench_python; do
+for f in bench_kda bench_pack bench_boundary bench_conv anchors bench_python; do
   [ -f "$logs/$f.log" ] && { echo "== $f"; grep -vE '^\{' "$logs/$f.log" | tail -14; }
 done
 printf '%s\n' "${summary[@]}"

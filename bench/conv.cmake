@@ -1,0 +1,8 @@
+# bench_conv (CUDA builds only): the causal convolution writing q, k, v split
+# against token-major plus the boundary's pack, on the shared harness
+# (pack.cmake).
+if(SP_HAVE_CUDA)
+  add_executable(bench_conv ${CMAKE_CURRENT_LIST_DIR}/bench_conv.c)
+  target_link_libraries(bench_conv PRIVATE bench_harness sp_support stridepack_static)
+  target_compile_options(bench_conv PRIVATE ${SP_WARNINGS})
+endif()

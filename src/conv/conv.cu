@@ -1,0 +1,453 @@
+/*
+ * conv.cu — the CUDA causal convolution, prefill and decode, one launch.
+ *
+ * Memory-bound: per token and channel it reads two bytes of x and writes two
+ * bytes of output, so the layout of the work is all about the traffic. A
+ * thread owns 8 consecutive channels (one 16-byte bf16 vector) and a tile
+ * of consecutive tokens; a warp covers 256 channels of a row, so each load
+ * and store is a full 512-byte line run. The thread slides a window of the
+ * W-1 previous inputs along its tile in registers, loading AHEAD tokens
+ * before using the first so that several 16-byte loads are in flight. At
+ * the tile's start the window (the halo) is loaded from the W-1 rows
+ * before it, which the neighbouring tile's block read moments earlier (an
+ * L2 hit, mostly): x is read from memory about once.
+ *
+ * Sequences and the state pool. A sequence's first W-1 tokens and its state
+ * slot belong to the tile that holds its first token, which may run up to
+ * W-2 tokens past its own end to finish them: only that thread reads the
+ * slot (the initial state is the window before those tokens) and it writes
+ * the final state too, from its window when it saw the whole sequence, or
+ * else from the sequence's last W-1 rows of x. So no slot is read by one
+ * block and written by another: no ordering between blocks is needed, and
+ * the call is one launch. Tiles after the first start past those W-1
+ * tokens and take their halo from x.
+ *
+ * Layouts other than dense rows of 16-byte-aligned vectors (channel-major
+ * x, odd strides, C or key_dim not a multiple of 8) take element-wise
+ * loads and stores in the same kernel; the arithmetic is the same.
+ *
+ * Instructions per element are the other budget: at the HBM rate an SM must
+ * finish about 4.6 elements per clock, some 25 issued instructions each.
+ * So the window is kept in fp32 (one conversion per input, not W), SiLU
+ * uses the hardware exp2 and reciprocal, and outputs are rounded two at a
+ * time with one cvt.
+ *
+ * Grid: blockIdx.x the token tile, blockIdx.y the block of 128 threads
+ * (1024 channels). Decode is the same kernel with one token per sequence.
+ */
+#include "conv/conv_internal.h"
+#include "cuda/runtime.h"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+/* Everything a thread does is host-callable too: sp_conv_emulate_ runs the
+ * kernel's threads one by one on the CPU, so that the tests check the
+ * kernel's tiling, halo and state logic on machines without a GPU. */
+#define FN __host__ __device__ __forceinline__
+#ifdef __CUDA_ARCH__
+#define UNROLL _Pragma("unroll")
+#else
+#define UNROLL
+#endif
+
+#define THREADS 128
+#define VEC 8   /* channels per thread: one 16-byte vector of bf16 */
+#define AHEAD 8 /* tokens loaded before the first of them is used */
+
+typedef struct conv_params {
+    const uint16_t *x;
+    int64_t x_row, x_col;
+    const void *w;
+    int64_t w_c, w_j;
+    const void *bias; /* NULL: none */
+    int64_t b_c;
+    const int64_t *cu;
+    const int32_t *idx;
+    const uint8_t *init; /* NULL: no sequence starts from its slot */
+    uint16_t *state;
+    int64_t s_slot, s_c, s_j;
+    sp_conv_seg seg[3];
+    int nseg;
+    int64_t T, C, N, slots, tile;
+    int silu, decode, w_bf16;
+    int x_vec, out_vec, state_vec; /* 16-byte paths allowed */
+} conv_params;
+
+/* Eight bf16 values, two to a word (element i in word i/2, low half first:
+ * the order of a 16-byte load). Constant indices keep it in registers. */
+typedef struct bf8 {
+    uint32_t w[4];
+} bf8;
+
+static FN uint16_t get(const bf8 &v, int i) {
+    return (uint16_t)(v.w[i >> 1] >> (16 * (i & 1)));
+}
+
+static FN void put(bf8 &v, int i, uint16_t h) {
+    const int s = 16 * (i & 1);
+    v.w[i >> 1] = (v.w[i >> 1] & ~(0xffffu << s)) | ((uint32_t)h << s);
+}
+
+static FN bf8 from_uint4(uint4 u) {
+    bf8 v = {{u.x, u.y, u.z, u.w}};
+    return v;
+}
+
+static FN uint4 to_uint4(const bf8 &v) {
+    return make_uint4(v.w[0], v.w[1], v.w[2], v.w[3]);
+}
+
+static FN bf8 load_x(const conv_params &p, int64_t t, int64_t c0) {
+    if (p.x_vec) {
+        const uint4 *at = (const uint4 *)(p.x + t * p.x_row + c0);
+#ifdef __CUDA_ARCH__
+        return from_uint4(__ldg(at));
+#else
+        return from_uint4(*at);
+#endif
+    }
+    bf8 v = {{0, 0, 0, 0}};
+    UNROLL
+    for (int i = 0; i < VEC; i++)
+        if (c0 + i < p.C) put(v, i, p.x[t * p.x_row + (c0 + i) * p.x_col]);
+    return v;
+}
+
+static FN int seg_of(const conv_params &p, int64_t c) {
+    int i = p.nseg - 1;
+    while (i > 0 && c < p.seg[i].first) i--;
+    return i;
+}
+
+/* `si`: the segment of channel c0, which on the vector path (8 | key_dim)
+ * holds all 8 channels. */
+static FN void store_out(const conv_params &p, int si, int64_t t, int64_t c0, const bf8 &y) {
+    if (p.out_vec) {
+        const sp_conv_seg &g = p.seg[si];
+        *(uint4 *)(g.data + t * g.row + (c0 - g.first)) = to_uint4(y);
+        return;
+    }
+    UNROLL
+    for (int i = 0; i < VEC; i++) {
+        const int64_t c = c0 + i;
+        if (c >= p.C) break;
+        const sp_conv_seg &g = p.seg[seg_of(p, c)];
+        g.data[t * g.row + (c - g.first) * g.col] = get(y, i);
+    }
+}
+
+/* bf16 bits <-> the fp32 value the window holds. A window value came from
+ * bf16, so its low 16 bits are zero and the way back is exact (NaN too). */
+static FN float widen(uint16_t h) { return sp_bits_f32_((uint32_t)h << 16); }
+static FN uint16_t narrow(float f) { return (uint16_t)(sp_f32_bits_(f) >> 16); }
+
+/* The slot's W-1 inputs of 8 channels into z (tap j of channel i is
+ * z[j][i]), or back. Dense state: channel c's taps are elements c*(W-1) ..
+ * c*(W-1)+W-2, so 8 channels are W-1 16-byte vectors. */
+template <int W>
+static FN void state_io(const conv_params &p, int64_t slot, int64_t c0, float (&z)[W - 1][VEC],
+                        bool store) {
+    uint16_t *base = p.state + slot * p.s_slot;
+    if (p.state_vec) {
+        uint4 *v = (uint4 *)(base + c0 * (W - 1));
+        bf8 raw[W - 1] = {}; /* a store sets every half below */
+        if (!store) {
+            UNROLL
+            for (int r = 0; r < W - 1; r++) raw[r] = from_uint4(v[r]);
+        }
+        UNROLL
+        for (int i = 0; i < VEC; i++) {
+            UNROLL
+            for (int j = 0; j < W - 1; j++) {
+                const int k = i * (W - 1) + j;
+                if (store)
+                    put(raw[k / VEC], k % VEC, narrow(z[j][i]));
+                else
+                    z[j][i] = widen(get(raw[k / VEC], k % VEC));
+            }
+        }
+        if (store) {
+            UNROLL
+            for (int r = 0; r < W - 1; r++) v[r] = to_uint4(raw[r]);
+        }
+        return;
+    }
+    UNROLL
+    for (int i = 0; i < VEC; i++) {
+        if (c0 + i >= p.C) break;
+        UNROLL
+        for (int j = 0; j < W - 1; j++) {
+            uint16_t *e = base + (c0 + i) * p.s_c + j * p.s_j;
+            if (store)
+                *e = narrow(z[j][i]);
+            else
+                z[j][i] = widen(*e);
+        }
+    }
+}
+
+/* The window before token t from x itself: z[j] <- row t-W+1+j. */
+template <int W>
+static FN void halo_from_x(const conv_params &p, int64_t t, int64_t c0, float (&z)[W - 1][VEC]) {
+    UNROLL
+    for (int j = 0; j < W - 1; j++) {
+        const bf8 r = load_x(p, t - (W - 1) + j, c0);
+        UNROLL
+        for (int i = 0; i < VEC; i++) z[j][i] = widen(get(r, i));
+    }
+}
+
+/* Tokens [a, b) of one sequence, the window z already holding the W-1
+ * inputs before a; z ends holding the W-1 inputs before b. */
+template <int W>
+static FN void run_tokens(const conv_params &p, const float (&w)[VEC][W], const float (&bias)[VEC],
+                          float (&z)[W - 1][VEC], int64_t a, int64_t b, int64_t c0) {
+    const int si = seg_of(p, c0);
+    for (int64_t t = a; t < b; t += AHEAD) {
+        const int64_t m = b - t;
+        bf8 xs[AHEAD];
+        UNROLL
+        for (int u = 0; u < AHEAD; u++)
+            if (u < m) xs[u] = load_x(p, t + u, c0);
+        UNROLL
+        for (int u = 0; u < AHEAD; u++) {
+            if (u >= m) break;
+            float y[VEC];
+            UNROLL
+            for (int i = 0; i < VEC; i++) {
+                float zz[W];
+                UNROLL
+                for (int j = 0; j < W - 1; j++) zz[j] = z[j][i];
+                zz[W - 1] = widen(get(xs[u], i));
+                y[i] = sp_conv_sum_(w[i], zz, W, bias[i]);
+                if (p.silu) y[i] = sp_conv_silu_(y[i]);
+                UNROLL
+                for (int j = 0; j < W - 2; j++) z[j][i] = z[j + 1][i];
+                z[W - 2][i] = zz[W - 1];
+            }
+            /* Round to nearest even, two at a time (one instruction). */
+            bf8 out;
+            UNROLL
+            for (int k = 0; k < VEC / 2; k++) {
+#ifdef __CUDA_ARCH__
+                const __nv_bfloat162 h = __floats2bfloat162_rn(y[2 * k], y[2 * k + 1]);
+                out.w[k] = *(const uint32_t *)&h;
+#else
+                out.w[k] = sp_f32_to_bf16_(y[2 * k]) | (uint32_t)sp_f32_to_bf16_(y[2 * k + 1]) << 16;
+#endif
+            }
+            store_out(p, si, t + u, c0, out);
+        }
+    }
+}
+
+/* First k in [0, n) with v[k] >= key, n if none. */
+static FN int64_t lower_bound(const int64_t *v, int64_t n, int64_t key) {
+    int64_t lo = 0, hi = n;
+    while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (v[mid] < key)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* One thread of the grid: token tile `bx` of `tiles`, channels from c0. */
+template <int W>
+static FN void conv_thread(const conv_params &p, int64_t bx, int64_t tiles, int64_t c0) {
+    if (c0 >= p.C) return;
+    float w[VEC][W], bias[VEC];
+    UNROLL
+    for (int i = 0; i < VEC; i++) {
+        const int64_t c = c0 + i < p.C ? c0 + i : p.C - 1; /* past C: computed, never stored */
+        UNROLL
+        for (int j = 0; j < W; j++) {
+            const int64_t at = c * p.w_c + j * p.w_j;
+            w[i][j] = p.w_bf16 ? sp_bf16_to_f32_(((const uint16_t *)p.w)[at])
+                               : ((const float *)p.w)[at];
+        }
+        bias[i] = !p.bias   ? 0.0f
+                  : p.w_bf16 ? sp_bf16_to_f32_(((const uint16_t *)p.bias)[c * p.b_c])
+                             : ((const float *)p.bias)[c * p.b_c];
+    }
+    const int64_t t0 = bx * p.tile;
+    const int64_t t1 = t0 + p.tile < p.T ? t0 + p.tile : p.T;
+    float z[W - 1][VEC] = {}; /* channels past C are never loaded: zeros */
+
+    if (p.decode) { /* token n is sequence n */
+        for (int64_t n = t0; n < t1; n++) {
+            const int32_t slot = p.idx[n];
+            if (slot < 0 || slot >= p.slots) continue;
+            state_io<W>(p, slot, c0, z, false);
+            run_tokens<W>(p, w, bias, z, n, n + 1, c0);
+            state_io<W>(p, slot, c0, z, true);
+        }
+        return;
+    }
+
+    /* A sequence that began in an earlier tile: tokens from t0, or from its
+     * W-th token if that is later; the halo comes from x. */
+    const int64_t lo = lower_bound(p.cu, p.N + 1, t0);
+    if (lo >= 1 && lo <= p.N) {
+        const int64_t n = lo - 1, s = p.cu[n], e = p.cu[n + 1];
+        const int32_t slot = p.idx[n];
+        const int64_t a = t0 > s + W - 1 ? t0 : s + W - 1, b = t1 < e ? t1 : e;
+        if (s >= 0 && s <= e && e <= p.T && slot >= 0 && slot < p.slots && a < b) {
+            halo_from_x<W>(p, a, c0, z);
+            run_tokens<W>(p, w, bias, z, a, b, c0);
+        }
+    }
+    /* Sequences that begin in this tile (the last tile also owns those
+     * that begin at T: empty ones, whose state is still written). */
+    const bool last = bx == tiles - 1;
+    for (int64_t n = lo; n < p.N; n++) {
+        const int64_t s = p.cu[n], e = p.cu[n + 1];
+        if (!(s < t1 || (last && s <= p.T))) break;
+        const int32_t slot = p.idx[n];
+        if (s < 0 || s > e || e > p.T || slot < 0 || slot >= p.slots) continue;
+        if (p.init && p.init[n]) {
+            state_io<W>(p, slot, c0, z, false);
+        } else {
+            UNROLL
+            for (int j = 0; j < W - 1; j++)
+                UNROLL
+                for (int i = 0; i < VEC; i++) z[j][i] = 0.0f;
+        }
+        const int64_t own = t1 > s + W - 1 ? t1 : s + W - 1;
+        const int64_t end = e < own ? e : own;
+        run_tokens<W>(p, w, bias, z, s, end, c0);
+        if (end < e) halo_from_x<W>(p, e, c0, z);
+        state_io<W>(p, slot, c0, z, true);
+    }
+}
+
+/* Blocks per multiprocessor to aim for, so that ptxas keeps each width
+ * within the registers of 3 (W = 3, 4: 166-168 per thread, a few bytes
+ * spilled at W = 4) or 4 blocks (W = 2: 124), sm_90. Unbounded, W = 4 took
+ * 226 registers and 2 blocks. */
+template <int W>
+static __global__ void __launch_bounds__(THREADS, W == 2 ? 4 : 3)
+    conv_kernel(const conv_params p) {
+    conv_thread<W>(p, blockIdx.x, gridDim.x, ((int64_t)blockIdx.y * THREADS + threadIdx.x) * VEC);
+}
+
+/* ---- launcher ------------------------------------------------------------ */
+
+static bool aligned16(const void *ptr) { return (uintptr_t)ptr % 16 == 0; }
+
+/* Rows of `row` elements keep 16-byte alignment (or there is one row). */
+static bool rows16(int64_t row, int64_t rows) { return rows <= 1 || (row * 2) % 16 == 0; }
+
+static void fill_params(const sp_conv_args *a, const sp_conv_dims *d, conv_params *p) {
+    memset(p, 0, sizeof *p);
+    p->x = (const uint16_t *)a->x.data;
+    p->x_row = a->x.strides[0];
+    p->x_col = a->x.strides[1];
+    p->w = a->weight.data;
+    p->w_c = a->weight.strides[0];
+    p->w_j = a->weight.strides[1];
+    p->bias = d->has_bias ? a->bias.data : NULL;
+    p->b_c = d->has_bias ? a->bias.strides[0] : 0;
+    p->cu = d->decode ? NULL : (const int64_t *)a->cu_seqlens.data;
+    p->idx = (const int32_t *)a->state_indices.data;
+    p->init = d->has_init ? (const uint8_t *)a->has_initial_state.data : NULL;
+    p->state = (uint16_t *)a->state.data;
+    p->s_slot = a->state.strides[0];
+    p->s_c = a->state.strides[1];
+    p->s_j = a->state.strides[2];
+    p->nseg = d->nseg;
+    for (int i = 0; i < d->nseg; i++) p->seg[i] = d->seg[i];
+    p->T = d->T;
+    p->C = d->C;
+    p->N = d->N;
+    p->slots = d->slots;
+    p->silu = a->silu;
+    p->decode = d->decode;
+    p->w_bf16 = d->weight_bf16;
+
+    const bool c8 = d->C % VEC == 0;
+    p->x_vec = c8 && (d->C <= 1 || p->x_col == 1) && aligned16(p->x) && rows16(p->x_row, d->T);
+    p->out_vec = c8 && d->key_dim % VEC == 0;
+    for (int i = 0; i < d->nseg; i++) {
+        const int64_t next = i + 1 < d->nseg ? d->seg[i + 1].first : d->C;
+        if (next == d->seg[i].first) continue; /* no channel goes here */
+        p->out_vec = p->out_vec && (next - d->seg[i].first == 1 || d->seg[i].col == 1) &&
+                     aligned16(d->seg[i].data) && rows16(d->seg[i].row, d->T);
+    }
+    p->state_vec = c8 && (d->W == 2 || p->s_j == 1) && p->s_c == d->W - 1 && aligned16(p->state) &&
+                   rows16(p->s_slot, d->slots);
+
+    /* Token tiles: long enough that the halo is a small share of the reads,
+     * short enough that small calls still spread over the multiprocessors. */
+    const int64_t yblocks = (d->C + VEC * THREADS - 1) / (VEC * THREADS);
+    int64_t tile = 64;
+    while (tile > 8 && yblocks * ((d->T + tile - 1) / tile) < 1024) tile /= 2;
+    p->tile = d->decode ? 1 : tile;
+}
+
+/* Token tiles (at least one: empty sequences at T = 0 still get their
+ * state) by blocks of THREADS * VEC channels. */
+static void grid_of(const sp_conv_dims *d, const conv_params *p, int64_t *tiles, int64_t *yblocks) {
+    *tiles = d->T > 0 ? (d->T + p->tile - 1) / p->tile : 1;
+    *yblocks = (d->C + VEC * THREADS - 1) / (VEC * THREADS);
+}
+
+/* The launch's own status, not a pending error left by the caller. */
+static sp_status launch(const void *kernel, int64_t tiles, int64_t yblocks, conv_params *p,
+                        cudaStream_t stream) {
+    void *params[] = {p};
+    SP_CUDA_CHECK(cudaLaunchKernel(kernel, dim3((unsigned)tiles, (unsigned)yblocks),
+                                   dim3(THREADS), params, 0, stream));
+    return SP_OK;
+}
+
+extern "C" sp_status sp_conv_cuda_(const sp_conv_args *a, const sp_conv_dims *d,
+                                   struct CUstream_st *stream) {
+    if (d->C == 0) return SP_OK;
+    conv_params p;
+    fill_params(a, d, &p);
+    int64_t tiles, yblocks;
+    grid_of(d, &p, &tiles, &yblocks);
+    const void *kernel = d->W == 2   ? (const void *)conv_kernel<2>
+                         : d->W == 3 ? (const void *)conv_kernel<3>
+                                     : (const void *)conv_kernel<4>;
+    sp_cuda_device_guard g;
+    SP_FORWARD(sp_cuda_device_enter_(&g, (int)d->dev.ordinal, "x"));
+    return sp_cuda_device_leave_(&g, launch(kernel, tiles, yblocks, &p, (cudaStream_t)stream));
+}
+
+/* The kernel on the host, thread by thread. No thread may depend on
+ * another having run first, nor write what another writes: the even tiles
+ * run first, last to first, then the odd ones, first to last, so that of
+ * two neighbouring tiles the earlier runs first at every other boundary
+ * and the later one at the rest. For tests. */
+template <int W>
+static void emulate(const conv_params &p, int64_t tiles, int64_t yblocks) {
+    for (int64_t i = 0; i < tiles; i++) {
+        const int64_t even = (tiles - 1) / 2 + 1; /* tiles 0, 2, 4, ... */
+        const int64_t bx = i < even ? 2 * (even - 1 - i) : 2 * (i - even) + 1;
+        for (int64_t by = 0; by < yblocks; by++)
+            for (int64_t tx = 0; tx < THREADS; tx++)
+                conv_thread<W>(p, bx, tiles, (by * THREADS + tx) * VEC);
+    }
+}
+
+extern "C" sp_status sp_conv_emulate_(const sp_conv_args *a, int decode, int64_t tile) {
+    sp_conv_dims d;
+    SP_FORWARD(sp_conv_check_(a, decode, 0, &d));
+    SP_REQUIRE(d.dev.type == SP_DEVICE_CPU, SP_ERR_UNSUPPORTED,
+               "x: the kernel's emulation runs on CPU tensors only");
+    if (d.N == 0 || d.C == 0) return SP_OK;
+    conv_params p;
+    fill_params(a, &d, &p);
+    if (tile > 0 && !d.decode) p.tile = tile < 8 ? 8 : tile;
+    int64_t tiles, yblocks;
+    grid_of(&d, &p, &tiles, &yblocks);
+    if (d.W == 2) emulate<2>(p, tiles, yblocks);
+    if (d.W == 3) emulate<3>(p, tiles, yblocks);
+    if (d.W == 4) emulate<4>(p, tiles, yblocks);
+    return SP_OK;
+}
