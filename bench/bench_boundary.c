@@ -10,12 +10,19 @@
  * AUTO picks given the workspace it asks for, named in the JSON) and the
  * whole sp_kda_boundary_run (pack + prefill). Before timing, the pack's
  * outputs are compared bit for bit with the separate copies'.
+ * Then the producer in front (beta from [T, 128+H]): the causal convolution
+ * (W = 4, SiLU) from a projection x [T, 3P] either token-major into the
+ * [T, 3P] buffer whose column slices the boundary packs, or split into
+ * dense q, k, v so that the boundary copies beta only; each followed by
+ * sp_kda_boundary_run. Before timing, the two layer calls' outputs and
+ * states are compared bit for bit.
  * One JSON line per layout (also appended to FILE with --json FILE).
  *
  * Run: build/bench/bench_boundary [--json FILE]
  */
 #include "harness.h"
 #include "sp_support.h"
+#include "stridepack_conv.h"
 #include "stridepack_kda.h"
 
 #include <string.h>
@@ -34,6 +41,11 @@ typedef struct ctx {
     size_t limit_bytes;
     sp_kda_args dense_args, strided_args;
     sp_kda_boundary *bd;
+    /* The producer arms: the convolution into the qkv buffer (token-major)
+     * or into sep[0..2] (split), each followed by the boundary. */
+    sp_conv_args conv_tm, conv_split;
+    sp_kda_args split_args; /* q, k, v dense (sep), g dense, beta strided */
+    void *x, *conv_state, *weight;
 } ctx;
 
 static void check(sp_status s, const char *what) {
@@ -71,6 +83,88 @@ static void arm_prefill(void *p, cudaStream_t s) {
 static void arm_boundary(void *p, cudaStream_t s) {
     ctx *c = p;
     check(sp_kda_boundary_run(c->bd, &c->strided_args, s), "sp_kda_boundary_run");
+}
+
+static void arm_layer_tokenmajor(void *p, cudaStream_t s) {
+    ctx *c = p;
+    check(sp_conv_prefill(&c->conv_tm, s), "sp_conv_prefill (token-major)");
+    check(sp_kda_boundary_run(c->bd, &c->strided_args, s), "sp_kda_boundary_run");
+}
+
+static void arm_layer_split(void *p, cudaStream_t s) {
+    ctx *c = p;
+    check(sp_conv_prefill(&c->conv_split, s), "sp_conv_prefill (split)");
+    check(sp_kda_boundary_run(c->bd, &c->split_args, s), "sp_kda_boundary_run");
+}
+
+/* The convolution's arguments over x [T, 3P], W = 4, SiLU, one sequence
+ * (the KDA call's cu_seqlens and slot 0), token-major into qkv and split
+ * into sep[0..2]. */
+static void make_conv(ctx *c) {
+    const int64_t T = c->k.T, P = c->k.P, C = 3 * P, W = 4, one = 1;
+    const sp_device dev = sp_cuda(0);
+    c->x = bench_malloc((size_t)(T * C) * 2);
+    c->weight = bench_malloc((size_t)(C * W) * 4);
+    c->conv_state = bench_malloc((size_t)(C * (W - 1)) * 2);
+    bench_fill_bf16(c->x, (size_t)(T * C), -1, 1, 31);
+    BENCH_CU(cudaMemset(c->conv_state, 0, (size_t)(C * (W - 1)) * 2));
+    float *w = malloc((size_t)(C * W) * 4);
+    if (!w) exit(2);
+    for (int64_t i = 0; i < C * W; i++) w[i] = 0.25f - 0.05f * (float)(i % 11);
+    BENCH_CU(cudaMemcpy(c->weight, w, (size_t)(C * W) * 4, cudaMemcpyHostToDevice));
+    free(w);
+    const int64_t xs[2] = {T, C}, wsh[2] = {C, W}, ssh[3] = {1, C, W - 1}, qs[2] = {T, P};
+    sp_conv_args *a = &c->conv_tm;
+    sp_conv_args_init(a);
+    sp_tensor_dense(&a->x, c->x, SP_BF16, 2, xs, dev);
+    sp_tensor_dense(&a->weight, c->weight, SP_F32, 2, wsh, dev);
+    a->silu = 1;
+    a->cu_seqlens = c->dense_args.cu_seqlens;
+    sp_tensor_dense(&a->state, c->conv_state, SP_BF16, 3, ssh, dev);
+    sp_tensor_dense(&a->state_indices, c->dense_args.state_indices.data, SP_I32, 1, &one, dev);
+    c->conv_split = *a;
+    sp_tensor_dense(&a->out, c->qkv, SP_BF16, 2, xs, dev);
+    for (int i = 0; i < 3; i++) {
+        sp_tensor *o = i == 0 ? &c->conv_split.q : i == 1 ? &c->conv_split.k : &c->conv_split.v;
+        sp_tensor_dense(o, c->sep[i], SP_BF16, 2, qs, dev);
+    }
+    c->split_args = c->dense_args; /* q, k, v: sep (dense), g dense */
+    c->split_args.beta = c->views[4];
+}
+
+/* Reset the two pools (conv and KDA state) to zeros, run one layer call. */
+static void layer_once(ctx *c, bench_fn arm, cudaStream_t s) {
+    const int64_t C = 3 * c->k.P;
+    BENCH_CU(cudaMemsetAsync(c->conv_state, 0, (size_t)(C * 3) * 2, s));
+    BENCH_CU(cudaMemsetAsync(c->dense_args.state.data, 0,
+                             (size_t)(c->k.H * D * D) * 4, s));
+    arm(c, s);
+    BENCH_CU(cudaStreamSynchronize(s));
+}
+
+static int same_bytes(const void *a_dev, const void *b_host, size_t bytes) {
+    char *a = malloc(bytes);
+    if (!a) exit(2);
+    BENCH_CU(cudaMemcpy(a, a_dev, bytes, cudaMemcpyDeviceToHost));
+    int same = memcmp(a, b_host, bytes) == 0;
+    free(a);
+    return same;
+}
+
+/* The two producer layouts give the same layer output and final state. */
+static int producers_match(ctx *c, cudaStream_t s) {
+    const size_t ob = (size_t)(c->k.T * c->k.H * D) * 2, sb = (size_t)(c->k.H * D * D) * 4;
+    char *o = malloc(ob), *st = malloc(sb);
+    if (!o || !st) exit(2);
+    layer_once(c, arm_layer_tokenmajor, s);
+    BENCH_CU(cudaMemcpy(o, c->dense_args.o.data, ob, cudaMemcpyDeviceToHost));
+    BENCH_CU(cudaMemcpy(st, c->dense_args.state.data, sb, cudaMemcpyDeviceToHost));
+    bench_fill_random(c->dense_args.o.data, ob, 77); /* poison */
+    layer_once(c, arm_layer_split, s);
+    const int same = same_bytes(c->dense_args.o.data, o, ob) &&
+                     same_bytes(c->dense_args.state.data, st, sb);
+    free(o), free(st);
+    return same;
 }
 
 /* The pack's dense q, k, v, beta equal the separate copies', bit for bit. */
@@ -177,6 +271,22 @@ static void run_layout(const char *layout, int64_t H, int kind, cudaStream_t s, 
     bench_time_interleaved(fns, ctxs, 3, s, 10, 100, st);
     bench_time(arm_prefill, &c, s, 3, 50, &pre);
     bench_time(arm_boundary, &c, s, 3, 50, &whole);
+    /* The producer in front; it overwrites qkv and sep[0..2], so it runs
+     * after the arms above. */
+    const int with_conv = kind == SP_K3_BETA_FA;
+    bench_stats layer[2];
+    int match = 0;
+    if (with_conv) {
+        make_conv(&c);
+        match = producers_match(&c, s);
+        if (!match) {
+            fprintf(stderr, "%s: the two producer layouts give different layer outputs\n", layout);
+            exit(1);
+        }
+        bench_fn lf[2] = {arm_layer_tokenmajor, arm_layer_split};
+        void *lc[2] = {&c, &c};
+        bench_time_interleaved(lf, lc, 2, s, 3, 30, layer);
+    }
 
     bench_json j;
     bench_json_begin(&j);
@@ -200,12 +310,18 @@ static void run_layout(const char *layout, int64_t H, int kind, cudaStream_t s, 
     bench_json_num(&j, "pack_share", st[1].median_ms / whole.median_ms);
     bench_json_num(&j, "separate_share",
                    st[2].median_ms / (st[2].median_ms + pre.median_ms));
+    if (with_conv) {
+        bench_json_num(&j, "layer_conv_tokenmajor_ms", layer[0].median_ms);
+        bench_json_num(&j, "layer_conv_split_ms", layer[1].median_ms);
+        bench_json_num(&j, "layer_split_over_tokenmajor", layer[1].median_ms / layer[0].median_ms);
+        bench_json_int(&j, "layer_outputs_bit_identical", match);
+    }
     bench_json_emit(&j, out);
 
     check(sp_kda_boundary_destroy(c.bd), "sp_kda_boundary_destroy");
     free_args(&c.dense_args);
-    void *bufs[] = {c.qkv, c.proj, c.g, c.ws, c.sep[0], c.sep[1], c.sep[2], c.sep[4],
-                    c.limit_src, c.limit_dst};
+    void *bufs[] = {c.qkv,    c.proj,   c.g,      c.ws,         c.sep[0],      c.sep[1],
+                    c.sep[2], c.sep[4], c.limit_src, c.limit_dst, c.x, c.weight, c.conv_state};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) BENCH_CU(cudaFree(bufs[i]));
 }
 
