@@ -260,6 +260,19 @@ int demo_run(const demo_options *o) {
             printf("\nboundary ms: one pack of the strided inputs, then the prefill; prefill ms: the\n"
                    "prefill alone on inputs that are dense already (no copy at all). The difference\n"
                    "is the pack, which replaces one copy per tensor.\n");
+        if (!rc) {
+            printf("\nThe producer in front, T=%lld: the causal convolution (width 4, SiLU) makes\n"
+                   "q, k, v from a [T,3P] projection, token-major or split into dense tensors, then\n"
+                   "the boundary and the prefill; median of %d runs\n\n",
+                   (long long)kt, kreps);
+            printf(PRODUCER_HEAD, "conv output", "copied", "layer ms", "output", "states",
+                   "checkpoints");
+            rc = demo_producer(&m, kt, o->H, kreps, o->seed + 200);
+            if (!rc)
+                printf("\nlayer ms: convolution, boundary and prefill; copied: tensors the boundary\n"
+                       "packed. The split layout leaves only beta to copy; the comparison is with the\n"
+                       "token-major row.\n");
+        }
     }
     printf("\n%s\n", rc ? "FAILED" : "OK: every element bit-exact, one launch per pack");
     return rc;

@@ -42,6 +42,14 @@ int demo_kda(const demo_mem *m, int64_t T, int64_t H, int beta_kind, int reps, u
 #define KDA_HEAD "%-18s %6s %8s %11s %10s  %-9s %-9s %s\n"
 #define KDA_ROW "%-18s %6zu %8llu %11.3f %10.3f  %-9s %-9s %s\n"
 
+/* Projection x -> causal convolution (token-major, then the boundary packs
+ * q, k, v, beta; or split, then it copies beta only) -> boundary ->
+ * prefill; prints two PRODUCER_ROWs, the second with the comparison.
+ * @return 0 when both give the same bits. */
+int demo_producer(const demo_mem *m, int64_t T, int64_t H, int reps, uint64_t seed);
+#define PRODUCER_HEAD "%-20s %6s %9s  %-9s %-9s %s\n"
+#define PRODUCER_ROW "%-20s %6zu %9.3f  %-9s %-9s %s\n"
+
 /* 0 and *m filled when the CUDA memory calls are usable. */
 int demo_cuda_mem(demo_mem *m);
 
