@@ -57,6 +57,15 @@ def _tag():
     return f"{impl}-{abi}-{plat}"
 
 
+def _tool_env():
+    """The environment for CMake: without the Python path of pip's isolated
+    build, which would hide the packages of a CMake installed with pip."""
+    env = dict(os.environ)
+    for key in ("PYTHONPATH", "PYTHONNOUSERSITE", "PYTHONHOME"):
+        env.pop(key, None)
+    return env
+
+
 def _cmake_build(build_dir):
     args = ["cmake", "-S", HERE, "-B", build_dir, "-DCMAKE_BUILD_TYPE=Release",
             f"-DPython3_EXECUTABLE={sys.executable}"]
@@ -65,9 +74,10 @@ def _cmake_build(build_dir):
     if not shutil.which("nvcc") and os.path.exists("/usr/local/cuda/bin/nvcc"):
         args.append("-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc")
     args += shlex.split(os.environ.get("STRIDEPACK_CMAKE_ARGS", ""))
-    subprocess.run(args, check=True, stdout=sys.stderr)
+    env = _tool_env()
+    subprocess.run(args, check=True, stdout=sys.stderr, env=env)
     subprocess.run(["cmake", "--build", build_dir, "--target", "stridepack_python",
-                    "-j", str(os.cpu_count() or 1)], check=True, stdout=sys.stderr)
+                    "-j", str(os.cpu_count() or 1)], check=True, stdout=sys.stderr, env=env)
     return os.path.join(build_dir, NAME)
 
 
