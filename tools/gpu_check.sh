@@ -73,8 +73,9 @@ step bench_pack_all_gpus "$build/bench/bench_pack" --all-gpus --json "$out/h200_
 step bench_kda "$build/bench/bench_kda" --json "$out/h200_kda.json"
 step bench_boundary "$build/bench/bench_boundary" --json "$out/h200_boundary.json"
 step bench_conv "$build/bench/bench_conv" --json "$out/h200_conv.json"
-PYTHONPATH=python step anchors python3 bench/anchors.py --json "$out/h200_anchors.json"
-PYTHONPATH=python step bench_python python3 bench/bench_python.py --json "$out/h200_python_host.json"
+# The binding as built above: its extension sits in the build tree.
+PYTHONPATH="$build/python" step anchors python3 bench/anchors.py --json "$out/h200_anchors.json"
+PYTHONPATH="$build/python" step bench_python python3 bench/bench_python.py --json "$out/h200_python_host.json"
 fi
 
 grep -hE "tests passed|tests failed|Not Run|\(Failed\)|Skipped" "$logs"/ctest*.log 2>/dev/null | tail -20
