@@ -171,10 +171,12 @@ int main(int argc, char **argv) {
                    * kernel stops paying, for the dispatcher's rules. */
                   {16384, 24, 1, 0, 0},
                   {16384, 48, 1, 0, 0},
-                  /* Short sequences (64 and 32 tokens): the dispatcher's
-                   * rule between recurrent and chunked. */
+                  /* Short sequences (64, 32, 16 and 8 tokens): the
+                   * dispatcher's rule between recurrent and chunked. */
                   {2048, 96, 32, 0, 0},
-                  {2048, 96, 64, 0, 0}};
+                  {2048, 96, 64, 0, 0},
+                  {2048, 96, 128, 0, 0},
+                  {2048, 96, 256, 0, 0}};
     static const sp_dtype states[] = {SP_F32, SP_BF16};
     enum { NK = 4 };
     static const int32_t kernels[NK] = {SP_KDA_KERNEL_RECURRENT, SP_KDA_KERNEL_CHUNKED,

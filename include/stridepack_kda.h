@@ -68,7 +68,7 @@ typedef enum sp_kda_gate {
  *   checkpoint interval that is 0 or a multiple of 32, and dense q, k, v, g
  *   16-byte aligned (the boundary's packed copies always are).
  *   AUTO (the default): RECURRENT where the chunked kernels cannot serve
- *     the call or the sequences average under 64 tokens; else
+ *     the call or the sequences average under 16 tokens; else
  *     CHUNKED_TWO_PASS for at most 64 (sequence, head) pairs when the
  *     workspace given is large enough; else CHUNKED. CPU tensors have one
  *     implementation (the recurrent form); AUTO and RECURRENT select it. */

@@ -8,9 +8,11 @@
 #include <stdint.h>
 
 /* Below this many tokens per sequence on average, the recurrent kernel's
- * one block per (sequence, head) is at least as fast: a chunk of 32 tokens
- * costs the chunked kernels a fixed pipeline of barriers and small products. */
-#define CHUNKED_MIN_MEAN_TOKENS 64
+ * one block per (sequence, head) can be as fast: a chunk of 32 tokens costs
+ * the chunked kernels a fixed pipeline of barriers and small products
+ * whatever its fill. At 32 tokens a sequence the chunked kernel still takes
+ * half the recurrent one's time (docs/PERFORMANCE.md). */
+#define CHUNKED_MIN_MEAN_TOKENS 16
 
 const char *sp_kda_kernel_name(sp_kda_kernel k) {
     switch (k) {
