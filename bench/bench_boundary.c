@@ -21,7 +21,7 @@
  * Run: build/bench/bench_boundary [--json FILE]
  */
 #include "harness.h"
-#include "sp_support.h"
+#include "test_support.h"
 #include "stridepack_conv.h"
 #include "stridepack_kda.h"
 
@@ -30,7 +30,7 @@
 enum { D = SP_KDA_HEAD_DIM };
 
 typedef struct ctx {
-    sp_k3 k;
+    ts_k3 k;
     void *qkv, *proj, *g;
     sp_tensor views[5];
     void *ws; /* sp_pack workspace */
@@ -234,14 +234,14 @@ static void run_layout(const char *layout, int64_t H, int kind, cudaStream_t s, 
     const int64_t T = 16384;
     ctx c;
     memset(&c, 0, sizeof c);
-    sp_k3_init(&c.k, T, H, kind);
+    ts_k3_init(&c.k, T, H, kind);
     c.qkv = bench_malloc(c.k.qkv_bytes);
     c.proj = bench_malloc(c.k.proj_bytes);
     c.g = bench_malloc(c.k.g_bytes);
     bench_fill_bf16(c.qkv, c.k.qkv_bytes / 2, -1, 1, 11);
     bench_fill_bf16(c.proj, c.k.proj_bytes / 2, -3, 3, 12);
     bench_fill_bf16(c.g, c.k.g_bytes / 2, -4, 1.5, 13);
-    sp_k3_views(&c.k, c.qkv, c.proj, c.g, sp_cuda(0), c.views);
+    ts_k3_views(&c.k, c.qkv, c.proj, c.g, sp_cuda(0), c.views);
     check(sp_pack_workspace_bytes(c.views, 5, &c.ws_bytes), "sp_pack_workspace_bytes");
     c.ws = bench_malloc(c.ws_bytes);
     make_args(&c, &c.dense_args);
@@ -273,7 +273,7 @@ static void run_layout(const char *layout, int64_t H, int kind, cudaStream_t s, 
     bench_time(arm_boundary, &c, s, 3, 50, &whole);
     /* The producer in front; it overwrites qkv and sep[0..2], so it runs
      * after the arms above. */
-    const int with_conv = kind == SP_K3_BETA_FA;
+    const int with_conv = kind == TS_K3_BETA_FA;
     bench_stats layer[2];
     int match = 0;
     if (with_conv) {
@@ -292,7 +292,7 @@ static void run_layout(const char *layout, int64_t H, int kind, cudaStream_t s, 
     bench_json_begin(&j);
     bench_json_str(&j, "bench", "kda_boundary");
     bench_json_str(&j, "layout", layout);
-    bench_json_str(&j, "beta", sp_k3_beta_name(kind));
+    bench_json_str(&j, "beta", ts_k3_beta_name(kind));
     bench_json_int(&j, "T", T);
     bench_json_int(&j, "H", H);
     bench_json_int(&j, "bytes_moved", (long long)moved);
@@ -330,10 +330,10 @@ int main(int argc, char **argv) {
     if (bench_json_arg(argc, argv, &out)) return 2;
     cudaStream_t s;
     BENCH_CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    run_layout("K3-TP1", 96, SP_K3_BETA_FA, s, out);
-    run_layout("K3-TP8", 12, SP_K3_BETA_FA, s, out);
-    run_layout("K3-TP1", 96, SP_K3_BETA_INPROJ, s, out);
-    run_layout("K3-TP8", 12, SP_K3_BETA_INPROJ, s, out);
+    run_layout("K3-TP1", 96, TS_K3_BETA_FA, s, out);
+    run_layout("K3-TP8", 12, TS_K3_BETA_FA, s, out);
+    run_layout("K3-TP1", 96, TS_K3_BETA_INPROJ, s, out);
+    run_layout("K3-TP8", 12, TS_K3_BETA_INPROJ, s, out);
     BENCH_CU(cudaStreamDestroy(s));
     if (out) fclose(out);
     return 0;

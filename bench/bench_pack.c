@@ -25,7 +25,7 @@
 #define _POSIX_C_SOURCE 200809L /* pthread barriers */
 #define SP_EXPERIMENTAL         /* sp_copy_pass_count: launches per call */
 #include "harness.h"
-#include "sp_support.h"
+#include "test_support.h"
 #include "stridepack.h"
 
 #include <math.h>
@@ -52,13 +52,13 @@ typedef struct layout {
 } layout;
 
 static const layout kLayouts[] = {
-    {"k3_tp1", 16384, 96, SP_K3_BETA_FA},
-    {"k3_tp8", 16384, 12, SP_K3_BETA_FA},
-    {"t1024_h96", 1024, 96, SP_K3_BETA_FA},
-    {"t64_h96", 64, 96, SP_K3_BETA_FA},
-    {"t1_h96", 1, 96, SP_K3_BETA_FA},
-    {"k3_tp1_inproj", 16384, 96, SP_K3_BETA_INPROJ},
-    {"k3_tp8_inproj", 16384, 12, SP_K3_BETA_INPROJ},
+    {"k3_tp1", 16384, 96, TS_K3_BETA_FA},
+    {"k3_tp8", 16384, 12, TS_K3_BETA_FA},
+    {"t1024_h96", 1024, 96, TS_K3_BETA_FA},
+    {"t64_h96", 64, 96, TS_K3_BETA_FA},
+    {"t1_h96", 1, 96, TS_K3_BETA_FA},
+    {"k3_tp1_inproj", 16384, 96, TS_K3_BETA_INPROJ},
+    {"k3_tp8_inproj", 16384, 12, TS_K3_BETA_INPROJ},
 };
 
 /* One input set: the producer buffers, the workspace, and the other arms'
@@ -71,7 +71,7 @@ typedef struct set {
 } set;
 
 typedef struct ctx {
-    sp_k3 k;
+    ts_k3 k;
     set sets[MAX_SETS];
     int nsets;
     size_t wsb, copy_bytes; /* copy_bytes: dense bytes of the copied inputs */
@@ -132,9 +132,9 @@ static void arm_memcpy2d(void *p, cudaStream_t st) {
 
 static void ctx_make(ctx *c, const layout *l, size_t l2_bytes, int dev) {
     memset(c, 0, sizeof *c);
-    sp_k3_init(&c->k, l->T, l->H, l->beta_kind);
+    ts_k3_init(&c->k, l->T, l->H, l->beta_kind);
     sp_tensor probe[NIN];
-    sp_k3_views(&c->k, (void *)(uintptr_t)4096, (void *)(uintptr_t)4096, (void *)(uintptr_t)4096,
+    ts_k3_views(&c->k, (void *)(uintptr_t)4096, (void *)(uintptr_t)4096, (void *)(uintptr_t)4096,
                 sp_cuda(0), probe);
     for (int i = 0; i < NIN; i++)
         if (!sp_tensor_is_dense(&probe[i])) {
@@ -162,7 +162,7 @@ static void ctx_make(ctx *c, const layout *l, size_t l2_bytes, int dev) {
         bench_fill_random(s->proj, c->k.proj_bytes, seed + 2);
         bench_fill_random(s->g, c->k.g_bytes, seed + 3);
         bench_fill_random(s->limit_src, c->copy_bytes, seed + 4);
-        sp_k3_views(&c->k, s->qkv, s->proj, s->g, sp_cuda(dev), s->in);
+        ts_k3_views(&c->k, s->qkv, s->proj, s->g, sp_cuda(dev), s->in);
         CHECK_SP(sp_pack_workspace_bytes(s->in, NIN, &c->wsb));
         BENCH_CU(cudaMalloc(&s->ws, c->wsb ? c->wsb : 1));
         BENCH_CU(cudaMemset(s->ws, 0xa5, c->wsb)); /* poison, not zeros */
@@ -380,7 +380,7 @@ int main(int argc, char **argv) {
         bench_json_str(j, "layout", l->name);
         bench_json_int(j, "T", (long long)l->T);
         bench_json_int(j, "H", (long long)l->H);
-        bench_json_str(j, "beta", sp_k3_beta_name(l->beta_kind));
+        bench_json_str(j, "beta", ts_k3_beta_name(l->beta_kind));
         bench_json_int(j, "bytes_moved", (long long)moved);
         bench_json_int(j, "tensors_copied", c.ncopy);
         bench_json_int(j, "pack_launches", (long long)launches);

@@ -3,6 +3,6 @@
 # (pack.cmake).
 if(SP_HAVE_CUDA)
   add_executable(bench_conv ${CMAKE_CURRENT_LIST_DIR}/bench_conv.c)
-  target_link_libraries(bench_conv PRIVATE bench_harness sp_support stridepack_static)
+  target_link_libraries(bench_conv PRIVATE bench_harness test_support stridepack_static)
   target_compile_options(bench_conv PRIVATE ${SP_WARNINGS})
 endif()

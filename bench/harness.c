@@ -152,8 +152,8 @@ void bench_fill_bf16(void *dev, size_t n, double lo, double hi, uint64_t seed) {
     const size_t pat = (size_t)8 << 20; /* elements */
     uint16_t *h = (uint16_t *)malloc(pat * 2);
     if (!h) exit(2);
-    sp_rng r;
-    sp_rng_seed(&r, seed);
+    ts_rng r;
+    ts_rng_seed(&r, seed);
     kp_fill_bf16(h, pat, &r, lo, hi);
     for (size_t off = 0; off < n; off += pat) {
         size_t m = n - off < pat ? n - off : pat;

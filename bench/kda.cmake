@@ -3,7 +3,7 @@
 if(SP_HAVE_CUDA)
   foreach(b bench_kda bench_boundary)
     add_executable(${b} ${CMAKE_CURRENT_SOURCE_DIR}/${b}.c)
-    target_link_libraries(${b} PRIVATE bench_harness sp_support stridepack_static)
+    target_link_libraries(${b} PRIVATE bench_harness test_support stridepack_static)
     target_compile_options(${b} PRIVATE ${SP_WARNINGS})
   endforeach()
 endif()

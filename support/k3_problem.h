@@ -4,15 +4,15 @@
  * projection holding beta, and g, filled with valid bf16 values in the
  * ranges of kda_problem.h, with the five views over them.
  */
-#ifndef SP_K3_PROBLEM_H
-#define SP_K3_PROBLEM_H
+#ifndef TS_K3_PROBLEM_H
+#define TS_K3_PROBLEM_H
 
 #include "kda_problem.h"
 
 #include <stdlib.h>
 
 typedef struct k3_bufs {
-    sp_k3 k;
+    ts_k3 k;
     void *qkv, *proj, *g; /* 256-aligned host buffers */
     sp_tensor views[5];   /* q, k, v, g, beta */
 } k3_bufs;
@@ -23,21 +23,21 @@ static inline void *k3_alloc(size_t bytes) {
     return p;
 }
 
-static inline void k3_fill(k3_bufs *b, sp_rng *r) {
-    const sp_k3 *k = &b->k;
+static inline void k3_fill(k3_bufs *b, ts_rng *r) {
+    const ts_k3 *k = &b->k;
     kp_fill_bf16(b->qkv, k->qkv_bytes / 2, r, KP_QKV_LO, KP_QKV_HI);
     kp_fill_bf16(b->proj, k->proj_bytes / 2, r, KP_BETA_LO, KP_BETA_HI);
     kp_fill_bf16(b->g, k->g_bytes / 2, r, KP_G_LO, KP_G_HI);
 }
 
 /* Host buffers and CPU views for T tokens, H heads, the given beta width. */
-static inline void k3_make(k3_bufs *b, int64_t T, int64_t H, int beta_kind, sp_rng *r) {
-    sp_k3_init(&b->k, T, H, beta_kind);
+static inline void k3_make(k3_bufs *b, int64_t T, int64_t H, int beta_kind, ts_rng *r) {
+    ts_k3_init(&b->k, T, H, beta_kind);
     b->qkv = k3_alloc(b->k.qkv_bytes);
     b->proj = k3_alloc(b->k.proj_bytes);
     b->g = k3_alloc(b->k.g_bytes);
     k3_fill(b, r);
-    sp_k3_views(&b->k, b->qkv, b->proj, b->g, sp_cpu(), b->views);
+    ts_k3_views(&b->k, b->qkv, b->proj, b->g, sp_cpu(), b->views);
 }
 
 static inline void k3_free(k3_bufs *b) {
@@ -47,14 +47,14 @@ static inline void k3_free(k3_bufs *b) {
 }
 
 /* Dense copies of the five views into the problem's q..beta buffers, made
- * element by element (sp_ref_copy), independently of sp_pack. */
+ * element by element (ts_ref_copy), independently of sp_pack. */
 static inline void k3_dense_copies(const k3_bufs *b, kda_problem *p) {
     for (int i = 0; i < 5; i++) {
         sp_tensor d;
         sp_tensor_dense(&d, p->host[KB_Q + i], SP_BF16, b->views[i].ndim, b->views[i].shape,
                         sp_cpu());
-        sp_ref_copy(&b->views[i], &d);
+        ts_ref_copy(&b->views[i], &d);
     }
 }
 
-#endif /* SP_K3_PROBLEM_H */
+#endif /* TS_K3_PROBLEM_H */

@@ -21,24 +21,24 @@ static uint16_t bf16_of(float f) {
     return (uint16_t)(u >> 16);
 }
 
-static float unif(sp_rng *r, double lo, double hi) {
-    return (float)(lo + (hi - lo) * sp_rng_unit(r));
+static float unif(ts_rng *r, double lo, double hi) {
+    return (float)(lo + (hi - lo) * ts_rng_unit(r));
 }
 
 /* Uniform bf16 in [lo, hi): a 4096-entry table drawn afresh per call,
  * indexed by 12 random bits, so that filling the gigabyte-sized buffers of
  * the K3 layout takes about a second. */
-void kp_fill_bf16(void *x, size_t n, sp_rng *r, double lo, double hi) {
+void kp_fill_bf16(void *x, size_t n, ts_rng *r, double lo, double hi) {
     uint16_t table[4096], *y = x;
     for (int i = 0; i < 4096; i++) table[i] = bf16_of(unif(r, lo, hi));
     size_t i = 0;
     while (i < n) {
-        uint64_t bits = sp_rng_next(r);
+        uint64_t bits = ts_rng_next(r);
         for (int k = 0; k < 5 && i < n; k++, bits >>= 12) y[i++] = table[bits & 4095];
     }
 }
 
-static void fill_bf16(void *x, int64_t n, sp_rng *r, double lo, double hi) {
+static void fill_bf16(void *x, int64_t n, ts_rng *r, double lo, double hi) {
     kp_fill_bf16(x, (size_t)n, r, lo, hi);
 }
 
@@ -50,8 +50,8 @@ void kp_make(kda_problem *p, int N, const int64_t *lens, int64_t tail, int64_t H
 void kp_make_ex(kda_problem *p, int N, const int64_t *lens, int64_t tail, int64_t H,
                 sp_dtype state_dtype, int32_t gate, int64_t interval, uint64_t seed,
                 int with_inputs) {
-    sp_rng r;
-    sp_rng_seed(&r, seed);
+    ts_rng r;
+    ts_rng_seed(&r, seed);
     memset(p, 0, sizeof *p);
     p->N = N;
     p->H = H;
@@ -66,7 +66,7 @@ void kp_make_ex(kda_problem *p, int N, const int64_t *lens, int64_t tail, int64_
     p->interval = interval;
     p->state_dtype = state_dtype;
     p->gate = gate;
-    p->lower_bound = gate == SP_KDA_GATE_LOWER_BOUND ? -5.0f + 4.0f * (float)sp_rng_unit(&r) : -5.0f;
+    p->lower_bound = gate == SP_KDA_GATE_LOWER_BOUND ? -5.0f + 4.0f * (float)ts_rng_unit(&r) : -5.0f;
     p->scale = 0.0f;
     const size_t ssz = sp_dtype_size(state_dtype);
     const int64_t TH = p->T * H;
@@ -102,7 +102,7 @@ void kp_make_ex(kda_problem *p, int N, const int64_t *lens, int64_t tail, int64_
     int32_t perm[KP_MAX_SEQ + 3];
     for (int i = 0; i < p->slots; i++) perm[i] = i;
     for (int i = (int)p->slots - 1; i > 0; i--) {
-        int k = (int)sp_rng_range(&r, 0, i);
+        int k = (int)ts_rng_range(&r, 0, i);
         int32_t t = perm[i];
         perm[i] = perm[k];
         perm[k] = t;
@@ -115,9 +115,9 @@ void kp_make_ex(kda_problem *p, int N, const int64_t *lens, int64_t tail, int64_
     }
 
     /* Poison everything, then give the used slots real initial states. */
-    sp_fill_random(p->host[KB_O], p->bytes[KB_O], &r);
-    sp_fill_random(p->host[KB_STATE], p->bytes[KB_STATE], &r);
-    sp_fill_random(p->host[KB_CKPT], p->bytes[KB_CKPT], &r);
+    ts_fill_random(p->host[KB_O], p->bytes[KB_O], &r);
+    ts_fill_random(p->host[KB_STATE], p->bytes[KB_STATE], &r);
+    ts_fill_random(p->host[KB_CKPT], p->bytes[KB_CKPT], &r);
     for (int n = 0; n < N; n++) {
         int64_t base = perm[n] * p->pitch;
         for (int64_t i = 0; i < H * DD; i++) {
@@ -178,13 +178,13 @@ void kp_args(const kda_problem *p, void *const ptr[KB_COUNT], sp_device dev, sp_
 }
 
 void kp_extreme_gates(kda_problem *p, uint64_t seed) {
-    sp_rng r;
-    sp_rng_seed(&r, seed);
+    ts_rng r;
+    ts_rng_seed(&r, seed);
     const int64_t n = p->T * p->H * D;
     uint16_t *g = p->host[KB_G], *beta = p->host[KB_BETA];
     for (int64_t i = 0; i < n; i++)
-        g[i] = bf16_of(sp_rng_unit(&r) < 0.5 ? unif(&r, 60, 100) : unif(&r, -100, -60));
-    for (int64_t i = 0; i < p->T * p->H; i++) beta[i] = bf16_of(sp_rng_unit(&r) < 0.5 ? -10.0f : 10.0f);
+        g[i] = bf16_of(ts_rng_unit(&r) < 0.5 ? unif(&r, 60, 100) : unif(&r, -100, -60));
+    for (int64_t i = 0; i < p->T * p->H; i++) beta[i] = bf16_of(ts_rng_unit(&r) < 0.5 ? -10.0f : 10.0f);
     p->lower_bound = -5.0f;
 }
 

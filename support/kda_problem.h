@@ -6,10 +6,10 @@
  * (norm ratio against a reference where values are written, byte equality
  * with the initial poison everywhere else).
  */
-#ifndef SP_KDA_PROBLEM_H
-#define SP_KDA_PROBLEM_H
+#ifndef TS_KDA_PROBLEM_H
+#define TS_KDA_PROBLEM_H
 
-#include "sp_support.h"
+#include "test_support.h"
 #include "stridepack_kda.h"
 
 #include <stddef.h>
@@ -60,7 +60,7 @@ void kp_free(kda_problem *p);
 #define KP_BETA_HI 3.0
 
 /* n bf16 values uniform in [lo, hi) (from a per-call table of 4096). */
-void kp_fill_bf16(void *x, size_t n, sp_rng *r, double lo, double hi);
+void kp_fill_bf16(void *x, size_t n, ts_rng *r, double lo, double hi);
 
 /* Extreme gates and betas: each g_raw is drawn either far positive (the
  * lower-bound gate then sits at its bound, -5 with lower_bound -5) or far
@@ -88,4 +88,4 @@ double kp_err_ckpt(const kda_problem *p, const void *c, const void *ref, int64_t
 double kp_state_tol(const kda_problem *p);
 
 
-#endif /* SP_KDA_PROBLEM_H */
+#endif /* TS_KDA_PROBLEM_H */

@@ -3,7 +3,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "demo.h"
 
-#include "sp_support.h"
+#include "test_support.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,8 +17,8 @@ static int cpu_copy(void *d, const void *s, size_t n) {
     memcpy(d, s, n);
     return 0;
 }
-static void cpu_timer_start(void) { cpu_t0 = sp_now_seconds(); }
-static double cpu_timer_stop_ms(void) { return 1e3 * (sp_now_seconds() - cpu_t0); }
+static void cpu_timer_start(void) { cpu_t0 = ts_now_seconds(); }
+static double cpu_timer_stop_ms(void) { return 1e3 * (ts_now_seconds() - cpu_t0); }
 
 static const demo_mem cpu_mem = {{SP_DEVICE_CPU, 0}, cpu_alloc, cpu_release, cpu_copy, cpu_copy,
                                  cpu_copy, cpu_timer_start, cpu_timer_stop_ms, "cpu"};
@@ -49,7 +49,7 @@ static double time_arm(const demo_mem *m, int reps, arm_fn fn, void *ctx, int *f
         if (fn(ctx)) *failed = 1;
         t[i] = m->timer_stop_ms();
     }
-    double med = sp_median(t, reps);
+    double med = ts_median(t, reps);
     free(t);
     return med;
 }
@@ -94,7 +94,7 @@ static int64_t verify(const pack_ctx *c, const sp_tensor host_in[5]) {
         }
         sp_tensor dense = host_in[i];
         sp_tensor_dense(&dense, h, SP_BF16, host_in[i].ndim, host_in[i].shape, sp_cpu());
-        int64_t first, diff = sp_ref_compare(&host_in[i], &dense, &first);
+        int64_t first, diff = ts_ref_compare(&host_in[i], &dense, &first);
         if (diff) fprintf(stderr, "%s: %lld elements differ, first at %lld\n", tensor_names[i],
                           (long long)diff, (long long)first);
         bad += diff;
@@ -107,9 +107,9 @@ static int64_t verify(const pack_ctx *c, const sp_tensor host_in[5]) {
 #define PACK_HEAD "%-18s %6s %8s %8s %8s %9s %13s %9s %8s %8s  %s\n"
 #define PACK_ROW "%-18s %6zu %8llu %8.1f %8.3f %9.1f %13.3f %9.3f %8.2f %8.2f  %s\n"
 
-static int run_layout(const demo_mem *m, const demo_options *o, int beta_kind, sp_rng *rng) {
-    sp_k3 k;
-    sp_k3_init(&k, o->T, o->H, beta_kind);
+static int run_layout(const demo_mem *m, const demo_options *o, int beta_kind, ts_rng *rng) {
+    ts_k3 k;
+    ts_k3_init(&k, o->T, o->H, beta_kind);
     int rc = 1, failed = 0;
     pack_ctx c;
     memset(&c, 0, sizeof c);
@@ -124,17 +124,17 @@ static int run_layout(const demo_mem *m, const demo_options *o, int beta_kind, s
                 (double)(k.qkv_bytes + k.proj_bytes + k.g_bytes) / 1e9);
         goto out;
     }
-    sp_fill_random(h_qkv, k.qkv_bytes, rng);
-    sp_fill_random(h_proj, k.proj_bytes, rng);
-    sp_fill_random(h_g, k.g_bytes, rng);
+    ts_fill_random(h_qkv, k.qkv_bytes, rng);
+    ts_fill_random(h_proj, k.proj_bytes, rng);
+    ts_fill_random(h_g, k.g_bytes, rng);
     if (m->upload(d_qkv, h_qkv, k.qkv_bytes) || m->upload(d_proj, h_proj, k.proj_bytes) ||
         m->upload(d_g, h_g, k.g_bytes)) {
         fprintf(stderr, "stridepack: uploading the inputs failed\n");
         goto out;
     }
     sp_tensor host_in[5];
-    sp_k3_views(&k, h_qkv, h_proj, h_g, sp_cpu(), host_in);
-    sp_k3_views(&k, d_qkv, d_proj, d_g, m->dev, c.in);
+    ts_k3_views(&k, h_qkv, h_proj, h_g, sp_cpu(), host_in);
+    ts_k3_views(&k, d_qkv, d_proj, d_g, m->dev, c.in);
 
     sp_status s = sp_pack_workspace_bytes(c.in, 5, &c.ws_bytes);
     c.ws = s == SP_OK ? m->alloc(c.ws_bytes) : NULL;
@@ -144,7 +144,7 @@ static int run_layout(const demo_mem *m, const demo_options *o, int beta_kind, s
         fprintf(stderr, "stridepack: out of memory for the %zu-byte workspace\n", c.ws_bytes);
         goto out;
     }
-    sp_fill_random(poison, c.ws_bytes, rng);
+    ts_fill_random(poison, c.ws_bytes, rng);
     m->upload(c.ws, poison, c.ws_bytes);
     free(poison);
 
@@ -181,7 +181,7 @@ static int run_layout(const demo_mem *m, const demo_options *o, int beta_kind, s
     if (!head_printed++)
         printf(PACK_HEAD, "beta layout", "copied", "launches", "MB moved", "pack ms", "pack GB/s",
                "per-tensor ms", "memcpy ms", "of limit", "speedup", "check");
-    printf(PACK_ROW, sp_k3_beta_name(beta_kind), copied, (unsigned long long)passes, moved / 1e6,
+    printf(PACK_ROW, ts_k3_beta_name(beta_kind), copied, (unsigned long long)passes, moved / 1e6,
            t.pack_ms, moved / t.pack_ms / 1e6, t.separate_ms, t.memcpy_ms,
            t.memcpy_ms / t.pack_ms, t.separate_ms / t.pack_ms,
            bad != 0 ? "MISMATCH" : failed ? "a timed arm failed" : "bit-exact");
@@ -225,8 +225,8 @@ int demo_run(const demo_options *o) {
            sp_version(), m.name, (long long)o->T, (long long)o->H, (long long)(128 * o->H),
            o->reps);
     printf("q, k, v: column slices of [T,3P]; g: dense; beta: column slice of its projection\n\n");
-    sp_rng rng;
-    sp_rng_seed(&rng, o->seed);
+    ts_rng rng;
+    ts_rng_seed(&rng, o->seed);
     int rc = 0;
     for (int kind = 0; kind < 2 && !rc; kind++)
         if (o->beta == DEMO_BETA_BOTH || o->beta == kind) rc = run_layout(&m, o, kind, &rng);

@@ -35,8 +35,8 @@ int demo_kda(const demo_mem *m, int64_t T, int64_t H, int beta_kind, int reps, u
     lens[3] = T - lens[0] - lens[1] - lens[2];
     kda_problem p;
     kp_make_ex(&p, 4, lens, 0, H, SP_F32, SP_KDA_GATE_LOWER_BOUND, 64, seed, 0);
-    sp_rng r;
-    sp_rng_seed(&r, seed + 1);
+    ts_rng r;
+    ts_rng_seed(&r, seed + 1);
     k3_bufs kb;
     k3_make(&kb, T, H, beta_kind, &r);
     k3_dense_copies(&kb, &p); /* the dense path's inputs, element by element */
@@ -57,7 +57,7 @@ int demo_kda(const demo_mem *m, int64_t T, int64_t H, int beta_kind, int reps, u
     kp_args(&p, dense, m->dev, &ad);
     kp_args(&p, strided, m->dev, &as);
     sp_tensor views[5];
-    sp_k3_views(&kb.k, qkv, proj, g, m->dev, views);
+    ts_k3_views(&kb.k, qkv, proj, g, m->dev, views);
     as.q = views[0];
     as.k = views[1];
     as.v = views[2];
@@ -93,8 +93,8 @@ int demo_kda(const demo_mem *m, int64_t T, int64_t H, int beta_kind, int reps, u
     int o_ok = same_bytes(m, dense[KB_O], strided[KB_O], p.bytes[KB_O]);
     int s_ok = same_bytes(m, dense[KB_STATE], strided[KB_STATE], p.bytes[KB_STATE]);
     int c_ok = same_bytes(m, dense[KB_CKPT], strided[KB_CKPT], p.bytes[KB_CKPT]);
-    printf(KDA_ROW, sp_k3_beta_name(beta_kind), copied, (unsigned long long)passes,
-           sp_median(ms, reps), sp_median(ms + reps, reps), o_ok ? "bit-equal" : "DIFFER",
+    printf(KDA_ROW, ts_k3_beta_name(beta_kind), copied, (unsigned long long)passes,
+           ts_median(ms, reps), ts_median(ms + reps, reps), o_ok ? "bit-equal" : "DIFFER",
            s_ok ? "bit-equal" : "DIFFER", c_ok ? "bit-equal" : "DIFFER");
     rc = (o_ok && s_ok && c_ok && copied == 4 && passes == 1) ? 0 : 1;
 out:

@@ -69,8 +69,8 @@ int demo_producer(const demo_mem *m, int64_t T, int64_t H, int reps, uint64_t se
     lens[3] = T - lens[0] - lens[1] - lens[2];
     kda_problem p;
     kp_make_ex(&p, 4, lens, 0, H, SP_F32, SP_KDA_GATE_LOWER_BOUND, 64, seed, 0);
-    sp_rng r;
-    sp_rng_seed(&r, seed + 1);
+    ts_rng r;
+    ts_rng_seed(&r, seed + 1);
     k3_bufs kb; /* its proj (beta) and g; its qkv becomes the conv's output */
     k3_make(&kb, T, H, DEMO_BETA_FA, &r);
     const int64_t P = H * 128, C = 3 * P;
@@ -105,7 +105,7 @@ int demo_producer(const demo_mem *m, int64_t T, int64_t H, int reps, uint64_t se
     /* The views: K3 slices over qkv (token-major) and the dense q, k, v of
      * arm 1 (split); g dense and beta a column slice in both. */
     sp_tensor views[5];
-    sp_k3_views(&kb.k, qkv, proj, g, m->dev, views);
+    ts_k3_views(&kb.k, qkv, proj, g, m->dev, views);
     const int64_t xs[2] = {T, C}, ws[2] = {C, CONV_W}, ss[3] = {p.slots, C, CONV_W - 1},
                   qs[2] = {T, P}, n = p.N;
     for (int i = 0; i < 2; i++) {
@@ -145,7 +145,7 @@ int demo_producer(const demo_mem *m, int64_t T, int64_t H, int reps, uint64_t se
         equal_on_device(m, arms[0].bufs[KB_CKPT], arms[1].bufs[KB_CKPT], p.bytes[KB_CKPT]);
     static const char *names[2] = {"token-major + pack", "split"};
     for (int k = 0; k < 2; k++)
-        printf(PRODUCER_ROW, names[k], arms[k].copied, sp_median(arms[k].ms, reps),
+        printf(PRODUCER_ROW, names[k], arms[k].copied, ts_median(arms[k].ms, reps),
                k == 0 ? "-" : o_ok ? "bit-equal" : "DIFFER",
                k == 0 ? "-" : s_ok ? "bit-equal" : "DIFFER",
                k == 0 ? "-" : c_ok ? "bit-equal" : "DIFFER");

@@ -25,8 +25,8 @@ enum { STRIDED_ALL = 0, STRIDED_BETA = 1, STRIDED_NONE = 2 };
 
 static void k3_case(sp_kda_boundary *bd, int64_t T, int64_t H, int beta_kind, sp_dtype sdt,
                     int64_t interval, int which, uint64_t seed) {
-    sp_rng r;
-    sp_rng_seed(&r, seed);
+    ts_rng r;
+    ts_rng_seed(&r, seed);
     /* Sequences: T split into up to three uneven parts. */
     int64_t lens[3] = {T, 0, 0};
     int N = 1;
@@ -71,9 +71,9 @@ static void k3_case(sp_kda_boundary *bd, int64_t T, int64_t H, int beta_kind, sp
     CHECK_OK(sp_kda_boundary_last_copied(bd, &copied));
     CHECKF(passes == (want_copied ? 1u : 0u) && copied == want_copied,
            "T %lld %s which %d: %llu passes, %zu copied, want %zu", (long long)T,
-           sp_k3_beta_name(beta_kind), which, (unsigned long long)passes, copied, want_copied);
+           ts_k3_beta_name(beta_kind), which, (unsigned long long)passes, copied, want_copied);
     CHECKF(outputs_equal(&p, got, want), "T %lld %s %s which %d: differs from the dense prefill",
-           (long long)T, sp_k3_beta_name(beta_kind), sp_dtype_name(sdt), which);
+           (long long)T, ts_k3_beta_name(beta_kind), sp_dtype_name(sdt), which);
     if (T > 0) CHECK(!outputs_equal(&p, got, p.host)); /* something was computed */
     kp_free_copy(want);
     kp_free_copy(got);
@@ -87,12 +87,12 @@ static int untouched(const kda_problem *p, void *const b[KB_COUNT]) {
 
 static void bad_input_cases(sp_kda_boundary *bd) {
     static const int64_t lens[] = {100, 50};
-    sp_rng r;
-    sp_rng_seed(&r, 71);
+    ts_rng r;
+    ts_rng_seed(&r, 71);
     kda_problem p;
     kp_make_ex(&p, 2, lens, 0, 3, SP_F32, SP_KDA_GATE_LOWER_BOUND, 32, 71, 0);
     k3_bufs k3;
-    k3_make(&k3, 150, 3, SP_K3_BETA_FA, &r);
+    k3_make(&k3, 150, 3, TS_K3_BETA_FA, &r);
     k3_dense_copies(&k3, &p);
     sp_kda_boundary *small_t = NULL, *small_h = NULL;
     CHECK_OK(sp_kda_boundary_create(&small_t, sp_cpu(), 149, CAP_H));
@@ -178,17 +178,17 @@ static void create_cases(void) {
 int main(void) {
     sp_kda_boundary *bd = NULL;
     CHECK_OK(sp_kda_boundary_create(&bd, sp_cpu(), CAP_T, CAP_H));
-    const int64_t T = sp_test_small() ? 90 : 200;
+    const int64_t T = ts_test_small() ? 90 : 200;
     for (int kind = 0; kind < 2; kind++) {
         k3_case(bd, T, 3, kind, SP_F32, 32, STRIDED_ALL, 10 + (uint64_t)kind);
         k3_case(bd, T, 4, kind, SP_BF16, 64, STRIDED_ALL, 20 + (uint64_t)kind);
     }
-    k3_case(bd, T, 3, SP_K3_BETA_INPROJ, SP_F32, 0, STRIDED_BETA, 30);
-    k3_case(bd, T, 3, SP_K3_BETA_FA, SP_F32, 16, STRIDED_NONE, 31);
-    k3_case(bd, 77, 2, SP_K3_BETA_FA, SP_BF16, 16, STRIDED_ALL, 32); /* short, tail */
-    k3_case(bd, CAP_T, CAP_H, SP_K3_BETA_FA, SP_F32, 0, STRIDED_ALL, 33); /* full */
-    k3_case(bd, 1, 3, SP_K3_BETA_INPROJ, SP_F32, 1, STRIDED_ALL, 34);
-    k3_case(bd, 0, 3, SP_K3_BETA_FA, SP_F32, 0, STRIDED_ALL, 35);
+    k3_case(bd, T, 3, TS_K3_BETA_INPROJ, SP_F32, 0, STRIDED_BETA, 30);
+    k3_case(bd, T, 3, TS_K3_BETA_FA, SP_F32, 16, STRIDED_NONE, 31);
+    k3_case(bd, 77, 2, TS_K3_BETA_FA, SP_BF16, 16, STRIDED_ALL, 32); /* short, tail */
+    k3_case(bd, CAP_T, CAP_H, TS_K3_BETA_FA, SP_F32, 0, STRIDED_ALL, 33); /* full */
+    k3_case(bd, 1, 3, TS_K3_BETA_INPROJ, SP_F32, 1, STRIDED_ALL, 34);
+    k3_case(bd, 0, 3, TS_K3_BETA_FA, SP_F32, 0, STRIDED_ALL, 35);
     bad_input_cases(bd);
     create_cases();
     CHECK_OK(sp_kda_boundary_destroy(bd));

@@ -22,12 +22,12 @@ static cudaStream_t S; /* the one stream of warm-up, capture and replay */
 
 /* K3 buffers on the device, filled from the host. */
 typedef struct dk3 {
-    sp_k3 k;
+    ts_k3 k;
     void *qkv, *proj, *g;
     sp_tensor views[5];
 } dk3;
 
-static void dk3_fill(dk3 *x, sp_rng *r) {
+static void dk3_fill(dk3 *x, ts_rng *r) {
     k3_bufs h; /* host staging with the same layout */
     h.k = x->k;
     h.qkv = k3_alloc(x->k.qkv_bytes);
@@ -41,13 +41,13 @@ static void dk3_fill(dk3 *x, sp_rng *r) {
     k3_free(&h);
 }
 
-static void dk3_make(dk3 *x, int64_t T, int64_t H, int kind, sp_rng *r) {
-    sp_k3_init(&x->k, T, H, kind);
+static void dk3_make(dk3 *x, int64_t T, int64_t H, int kind, ts_rng *r) {
+    ts_k3_init(&x->k, T, H, kind);
     CUDA_OK(cudaMalloc(&x->qkv, x->k.qkv_bytes + 256));
     CUDA_OK(cudaMalloc(&x->proj, x->k.proj_bytes + 256));
     CUDA_OK(cudaMalloc(&x->g, x->k.g_bytes + 256));
     dk3_fill(x, r);
-    sp_k3_views(&x->k, x->qkv, x->proj, x->g, sp_cuda(0), x->views);
+    ts_k3_views(&x->k, x->qkv, x->proj, x->g, sp_cuda(0), x->views);
 }
 
 static void dk3_free(dk3 *x) {
@@ -58,7 +58,7 @@ static void dk3_free(dk3 *x) {
 
 /* Dense copies made without sp_pack: one cudaMemcpy2D per tensor. */
 static void dense_copies(const dk3 *x, void *const dev[KB_COUNT]) {
-    const sp_k3 *k = &x->k;
+    const ts_k3 *k = &x->k;
     const size_t P2 = (size_t)k->P * 2, T = (size_t)k->T;
     if (T == 0) return;
     for (int i = 0; i < 3; i++)
@@ -156,8 +156,8 @@ static sp_status capture(sp_kda_boundary *bd, const sp_kda_args *a, cudaStream_t
 /* The K3 layout end to end, including the graph path. */
 static void k3_case(sp_kda_boundary *bd, int32_t kernel, int64_t T, int64_t H, int kind,
                     sp_dtype sdt, int64_t interval, int graph, uint64_t seed) {
-    sp_rng r;
-    sp_rng_seed(&r, seed);
+    ts_rng r;
+    ts_rng_seed(&r, seed);
     int64_t lens[8];
     const int64_t parts[7] = {1, 63, 1000, 2048, 4000, 4096, 3000};
     const int64_t small[7] = {1, 63, 64, 65, 50, 30, 20};
@@ -172,7 +172,7 @@ static void k3_case(sp_kda_boundary *bd, int32_t kernel, int64_t T, int64_t H, i
     void *dev[KB_COUNT];
     dev_alloc(&p, dev);
     dense_copies(&x, dev);
-    const char *name = sp_k3_beta_name(kind);
+    const char *name = ts_k3_beta_name(kind);
 
     /* The dense path: the expectation. It gets a workspace of its own, as
      * the boundary runs below use the boundary's (owned for small head
@@ -302,8 +302,8 @@ static void k3_case(sp_kda_boundary *bd, int32_t kernel, int64_t T, int64_t H, i
 
 /* Small shapes through the same boundary: short, tail, one token, none. */
 static void small_case(sp_kda_boundary *bd, int64_t T, int64_t H, int kind, uint64_t seed) {
-    sp_rng r;
-    sp_rng_seed(&r, seed);
+    ts_rng r;
+    ts_rng_seed(&r, seed);
     kda_problem p;
     kp_make_ex(&p, 1, &T, 0, H, SP_BF16, SP_KDA_GATE_SOFTPLUS, 16, seed, 0);
     dk3 x;
@@ -333,12 +333,12 @@ static void small_case(sp_kda_boundary *bd, int64_t T, int64_t H, int kind, uint
 
 static void bad_input_cases(sp_kda_boundary *bd, int64_t H) {
     const int64_t T = 150, lens[2] = {100, 50};
-    sp_rng r;
-    sp_rng_seed(&r, 5);
+    ts_rng r;
+    ts_rng_seed(&r, 5);
     kda_problem p;
     kp_make_ex(&p, 2, lens, 0, H, SP_F32, SP_KDA_GATE_LOWER_BOUND, 32, 5, 0);
     dk3 x;
-    dk3_make(&x, T, H, SP_K3_BETA_INPROJ, &r);
+    dk3_make(&x, T, H, TS_K3_BETA_INPROJ, &r);
     void *dev[KB_COUNT];
     dev_alloc(&p, dev);
     sp_kda_boundary *small;
@@ -381,29 +381,29 @@ static void bad_input_cases(sp_kda_boundary *bd, int64_t H) {
 int main(void) {
     if (!sp_cuda_available()) SP_SKIP("no usable CUDA device");
     CUDA_OK(cudaStreamCreateWithFlags(&S, cudaStreamNonBlocking));
-    const int small = sp_test_small();
+    const int small = ts_test_small();
     const int64_t T = small ? 300 : 16384, H = small ? 4 : 96;
     sp_kda_boundary *bd;
     CHECK_OK(sp_kda_boundary_create(&bd, sp_cuda(0), T, H));
     /* Each kernel, forced, through the boundary (packed bit-equal to dense,
      * and the graph path), then the dispatcher's own choice. */
     const int32_t R = SP_KDA_KERNEL_RECURRENT, CH = SP_KDA_KERNEL_CHUNKED;
-    k3_case(bd, CH, T, H, SP_K3_BETA_FA, SP_F32, small ? 32 : 1024, 1, 1);
-    k3_case(bd, R, T, H, SP_K3_BETA_FA, SP_F32, small ? 32 : 1024, 1, 1);
-    k3_case(bd, SP_KDA_KERNEL_AUTO, T, H, SP_K3_BETA_INPROJ, SP_BF16, small ? 64 : 2048,
+    k3_case(bd, CH, T, H, TS_K3_BETA_FA, SP_F32, small ? 32 : 1024, 1, 1);
+    k3_case(bd, R, T, H, TS_K3_BETA_FA, SP_F32, small ? 32 : 1024, 1, 1);
+    k3_case(bd, SP_KDA_KERNEL_AUTO, T, H, TS_K3_BETA_INPROJ, SP_BF16, small ? 64 : 2048,
             small ? 0 : 1, 2);
     /* At 8-way tensor parallelism (12 heads) the boundary owns the two-pass
      * kernel's workspace too. */
     const int64_t h8 = small ? 2 : 12;
     sp_kda_boundary *b8;
     CHECK_OK(sp_kda_boundary_create(&b8, sp_cuda(0), T, h8));
-    k3_case(b8, SP_KDA_KERNEL_CHUNKED_TWO_PASS, T, h8, SP_K3_BETA_FA, SP_F32, small ? 32 : 1024,
+    k3_case(b8, SP_KDA_KERNEL_CHUNKED_TWO_PASS, T, h8, TS_K3_BETA_FA, SP_F32, small ? 32 : 1024,
             1, 6);
     CHECK_OK(sp_kda_boundary_destroy(b8));
     const int64_t sh = small ? 2 : 8;
-    small_case(bd, 77, sh, SP_K3_BETA_FA, 3);
-    small_case(bd, 1, sh, SP_K3_BETA_INPROJ, 4);
-    small_case(bd, 0, sh, SP_K3_BETA_FA, 5);
+    small_case(bd, 77, sh, TS_K3_BETA_FA, 3);
+    small_case(bd, 1, sh, TS_K3_BETA_INPROJ, 4);
+    small_case(bd, 0, sh, TS_K3_BETA_FA, 5);
     bad_input_cases(bd, sh);
     CHECK_OK(sp_kda_boundary_destroy(bd));
     CUDA_OK(cudaStreamDestroy(S));

@@ -27,7 +27,7 @@
  */
 #include "check.h"
 #include "kda_problem.h" /* kp_fill_bf16 */
-#include "sp_support.h"
+#include "test_support.h"
 #include "stridepack_conv.h"
 
 #include <math.h>
@@ -71,7 +71,7 @@ typedef struct arena {
     size_t cap, used;
     region r[MAX_REGIONS];
     int n;
-    sp_rng rng;
+    ts_rng rng;
 } arena;
 
 static void arena_init(arena *A, size_t cap, uint64_t seed) {
@@ -79,8 +79,8 @@ static void arena_init(arena *A, size_t cap, uint64_t seed) {
     A->cap = cap;
     A->host = aligned_alloc(256, cap);
     if (!A->host) abort();
-    sp_rng_seed(&A->rng, seed);
-    sp_fill_random(A->host, cap, &A->rng); /* gaps and padding: poison */
+    ts_rng_seed(&A->rng, seed);
+    ts_fill_random(A->host, cap, &A->rng); /* gaps and padding: poison */
 }
 
 /* A 256-aligned buffer of `bytes` after a gap; its offset. Inputs and the
@@ -97,7 +97,7 @@ static size_t arena_take(arena *A, size_t bytes, int role) {
         kp_fill_bf16(A->host + off, bytes / 2, &A->rng, -1.0, 1.0);
     if (role == IN_F32)
         for (size_t i = 0; i < bytes / 4; i++)
-            ((float *)(A->host + off))[i] = (float)(sp_rng_unit(&A->rng) - 0.5);
+            ((float *)(A->host + off))[i] = (float)(ts_rng_unit(&A->rng) - 0.5);
     return off;
 }
 
@@ -332,7 +332,7 @@ static void layout_case(tcase *k, arena *A, const int64_t *lens, const int32_t *
     k->o_state = arena_take(A, (size_t)(k->slots * k->pitch) * 2, STATE_BF16);
     const int64_t row = k->ol == OL_TOKEN_PADDED || k->ol == OL_SPLIT_STRIDED ? C + OPAD : C;
     k->o_out = arena_take(A, (size_t)(T * row) * 2, OUT_BF16);
-    sp_fill_random(A->host + k->o_out, (size_t)(T * row) * 2, &A->rng); /* poison */
+    ts_fill_random(A->host + k->o_out, (size_t)(T * row) * 2, &A->rng); /* poison */
 }
 
 /* Row t belongs to a sequence that is not padded (an output row). */

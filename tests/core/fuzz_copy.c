@@ -13,7 +13,7 @@
  * Built with clang, -fsanitize=fuzzer,address,undefined, from the library
  * sources (see CMakeLists.txt). Run: fuzz_copy -max_total_time=30
  */
-#include "sp_support.h"
+#include "test_support.h"
 #include "stridepack.h"
 
 #include <stdint.h>
@@ -277,7 +277,7 @@ static void fuzz_copy(view *s, view *d, int n) {
     }
     for (int i = 0; i < n; i++) {
         sp_tensor a = on_image(s[i].t, 0), b = on_image(d[i].t, 1);
-        sp_ref_copy(&a, &b);
+        ts_ref_copy(&a, &b);
     }
     FUZZ_ASSERT(as_expected(), "sp_copy_batch result differs from the reference");
 }
@@ -390,7 +390,7 @@ static void fuzz_pack(reader *r, view *in, int n) {
     for (int i = 0; i < n; i++) {
         if (ref_dense(&inputs[i])) continue;
         sp_tensor a = on_image(inputs[i], 0), b = on_image(outputs[i], 1);
-        sp_ref_copy(&a, &b);
+        ts_ref_copy(&a, &b);
     }
     FUZZ_ASSERT(as_expected(), "sp_pack result differs from the reference");
 }

@@ -9,7 +9,7 @@
 #ifndef SP_TEST_GUARDED_H
 #define SP_TEST_GUARDED_H
 
-#include "sp_support.h"
+#include "test_support.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +30,7 @@ typedef struct gbuf {
 /* A payload of `bytes` at `shift` bytes past a 256-aligned address (so
  * shift picks the alignment the library sees), all of it random poison;
  * expect mirrors raw. */
-static inline gbuf gb_alloc(size_t bytes, size_t shift, sp_rng *r) {
+static inline gbuf gb_alloc(size_t bytes, size_t shift, ts_rng *r) {
     gbuf b;
     size_t need = GB_LEAD + shift + bytes + GB_GUARD;
     b.raw_bytes = (need + 255) / 256 * 256;
@@ -39,7 +39,7 @@ static inline gbuf gb_alloc(size_t bytes, size_t shift, sp_rng *r) {
     if (!b.raw || !b.expect) abort(); /* a test, not the library */
     b.p = b.raw + GB_LEAD + shift;
     b.bytes = bytes;
-    sp_fill_random(b.raw, b.raw_bytes, r);
+    ts_fill_random(b.raw, b.raw_bytes, r);
     memcpy(b.expect, b.raw, b.raw_bytes);
     return b;
 }

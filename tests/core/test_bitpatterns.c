@@ -8,14 +8,14 @@
  */
 #include "check.h"
 #include "guarded.h"
-#include "sp_support.h"
+#include "test_support.h"
 
 #include <string.h>
 
-enum { NPAT = SP_NPATTERNS };
+enum { NPAT = TS_NPATTERNS };
 
 /* Store pattern k (little-endian low bytes) at p. */
-static void put(void *p, const sp_bit_patterns *pt, int64_t k, size_t es) {
+static void put(void *p, const ts_bit_patterns *pt, int64_t k, size_t es) {
     uint64_t v = pt->bits[k % NPAT];
     uint16_t h = (uint16_t)v;
     uint32_t w = (uint32_t)v;
@@ -26,7 +26,7 @@ static void put(void *p, const sp_bit_patterns *pt, int64_t k, size_t es) {
 
 /* Visit every element of t in row-major order: write pattern k there
  * (fill), or count elements whose bytes are not pattern k (check). */
-static int64_t walk(const sp_tensor *t, const sp_bit_patterns *pt, int fill) {
+static int64_t walk(const sp_tensor *t, const ts_bit_patterns *pt, int fill) {
     size_t es = sp_dtype_size((sp_dtype)t->dtype);
     int64_t idx[SP_MAX_DIMS] = {0}, n = 1, bad = 0;
     for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
@@ -78,7 +78,7 @@ static sp_tensor on(const layout *l, unsigned char *payload, sp_dtype dt) {
     return t;
 }
 
-static void test_paths(sp_rng *r, const sp_bit_patterns *pt) {
+static void test_paths(ts_rng *r, const ts_bit_patterns *pt) {
     size_t es = sp_dtype_size(pt->dtype);
     const char *dn = sp_dtype_name(pt->dtype);
     for (size_t si = 0; si < sizeof kSources / sizeof kSources[0]; si++) {
@@ -100,7 +100,7 @@ static void test_paths(sp_rng *r, const sp_bit_patterns *pt) {
             gbuf db = gb_alloc((size_t)(running + 1) * es, 0, r);
             sp_copy_pair p = {s, on(&ld, db.p, pt->dtype)};
             sp_tensor de = gb_on_expect(&db, p.dst);
-            sp_ref_copy(&p.src, &de);
+            ts_ref_copy(&p.src, &de);
             CHECK_OK(sp_copy_batch(&p, 1, NULL));
             long diff = gb_first_diff(&db);
             int64_t wrong = ls->broadcast ? 0 : walk(&p.dst, pt, 0);
@@ -118,7 +118,7 @@ static void test_paths(sp_rng *r, const sp_bit_patterns *pt) {
         CHECK_OK(sp_pack(&s, 1, ws.p, wsb, &out, &copied, NULL));
         CHECK(copied == (si == 0 ? 0u : 1u));
         int64_t wrong = ls->broadcast ? 0 : walk(&out, pt, 0);
-        CHECKF(wrong == 0 && sp_ref_compare(&s, &out, NULL) == 0, "%s %s through sp_pack", dn,
+        CHECKF(wrong == 0 && ts_ref_compare(&s, &out, NULL) == 0, "%s %s through sp_pack", dn,
                ls->name);
         gb_free(&ws);
         gb_free(&sb);
@@ -141,8 +141,8 @@ static void test_paths(sp_rng *r, const sp_bit_patterns *pt) {
 }
 
 int main(void) {
-    sp_rng r;
-    sp_rng_seed(&r, 0xb175ull);
-    for (int i = 0; i < 4; i++) test_paths(&r, &sp_float_patterns[i]);
+    ts_rng r;
+    ts_rng_seed(&r, 0xb175ull);
+    for (int i = 0; i < 4; i++) test_paths(&r, &ts_float_patterns[i]);
     return sp_test_finish("test_bitpatterns");
 }

@@ -9,7 +9,7 @@
  */
 #include "check.h"
 #include "guarded.h"
-#include "sp_support.h"
+#include "test_support.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -28,56 +28,56 @@ static int64_t numel_of(int nd, const int64_t *shape) {
 }
 
 /* A base shift that keeps element alignment but varies the widest vector. */
-static size_t random_shift(sp_rng *r, size_t es) {
-    return es * (size_t)sp_rng_range(r, 0, 15 / (int64_t)es);
+static size_t random_shift(ts_rng *r, size_t es) {
+    return es * (size_t)ts_rng_range(r, 0, 15 / (int64_t)es);
 }
 
 /* Draw pair i: a new source, or (sometimes) the source of an earlier pair. */
-static void draw_pair(sp_rng *r, int i, sp_copy_pair *pairs, pair_bufs *b) {
+static void draw_pair(ts_rng *r, int i, sp_copy_pair *pairs, pair_bufs *b) {
     int64_t shape[SP_MAX_DIMS];
     int nd;
     sp_dtype dt;
-    if (i > 0 && sp_rng_range(r, 0, 7) == 0) {
-        int j = (int)sp_rng_range(r, 0, i - 1);
+    if (i > 0 && ts_rng_range(r, 0, 7) == 0) {
+        int j = (int)ts_rng_range(r, 0, i - 1);
         pairs[i].src = pairs[j].src;
         b[i].owns_src = 0;
         dt = (sp_dtype)pairs[j].src.dtype;
         nd = pairs[j].src.ndim;
         memcpy(shape, pairs[j].src.shape, sizeof shape);
     } else {
-        dt = (sp_dtype)sp_rng_range(r, 0, SP_DTYPE_COUNT_ - 1);
-        if (sp_rng_range(r, 0, 39) == 0) {
+        dt = (sp_dtype)ts_rng_range(r, 0, SP_DTYPE_COUNT_ - 1);
+        if (ts_rng_range(r, 0, 39) == 0) {
             /* Now and then a big one (up to ~4 MB): over the CPU backend's
              * serial threshold and its chunk size, so the parallel split
              * into chunks of rows, and its last partial chunk, are covered. */
-            nd = (int)sp_rng_range(r, 2, 3);
-            shape[0] = sp_rng_range(r, 1000, 6000);
-            shape[1] = sp_rng_range(r, 1, 80);
-            shape[2] = sp_rng_range(r, 1, 3);
+            nd = (int)ts_rng_range(r, 2, 3);
+            shape[0] = ts_rng_range(r, 1000, 6000);
+            shape[1] = ts_rng_range(r, 1, 80);
+            shape[2] = ts_rng_range(r, 1, 3);
         } else {
-            nd = sp_shape_random(r, 8, 8, 2048, shape);
+            nd = ts_shape_random(r, 8, 8, 2048, shape);
         }
-        sp_layout ls;
-        sp_layout_random(r, dt, nd, shape, SP_LAYOUT_ALLOW_ZERO_STRIDE, &ls);
+        ts_layout ls;
+        ts_layout_random(r, dt, nd, shape, TS_LAYOUT_ALLOW_ZERO_STRIDE, &ls);
         size_t es = sp_dtype_size(dt);
         b[i].src = gb_alloc((size_t)ls.buffer_elems * es, random_shift(r, es), r);
         b[i].owns_src = 1;
-        pairs[i].src = sp_layout_tensor(&ls, b[i].src.p, sp_cpu());
+        pairs[i].src = ts_layout_tensor(&ls, b[i].src.p, sp_cpu());
     }
-    sp_layout ld;
-    if (sp_rng_range(r, 0, 3) == 0)
-        sp_layout_dense(dt, nd, shape, &ld);
+    ts_layout ld;
+    if (ts_rng_range(r, 0, 3) == 0)
+        ts_layout_dense(dt, nd, shape, &ld);
     else
-        sp_layout_random(r, dt, nd, shape, 0, &ld);
+        ts_layout_random(r, dt, nd, shape, 0, &ld);
     size_t es = sp_dtype_size(dt);
     b[i].dst = gb_alloc((size_t)ld.buffer_elems * es, random_shift(r, es), r);
-    pairs[i].dst = sp_layout_tensor(&ld, b[i].dst.p, sp_cpu());
+    pairs[i].dst = ts_layout_tensor(&ld, b[i].dst.p, sp_cpu());
     sp_tensor de = gb_on_expect(&b[i].dst, pairs[i].dst);
-    sp_ref_copy(&pairs[i].src, &de);
+    ts_ref_copy(&pairs[i].src, &de);
 }
 
 /* One random batch of n pairs; returns 0 when all is well. */
-static int run_batch(sp_rng *r, int n, int trial) {
+static int run_batch(ts_rng *r, int n, int trial) {
     sp_copy_pair pairs[MAX_PAIRS];
     pair_bufs b[MAX_PAIRS];
     int nonempty = 0;
@@ -103,8 +103,8 @@ static int run_batch(sp_rng *r, int n, int trial) {
                "trial %d pair %d of %d: first wrong byte %ld of dst (payload at %d), %ld of src",
                trial, i, n, dd, (int)(b[i].dst.p - b[i].dst.raw), sd);
         if (dd >= 0 || sd >= 0) {
-            sp_print_tensor(stderr, "src", &pairs[i].src);
-            sp_print_tensor(stderr, "dst", &pairs[i].dst);
+            ts_print_tensor(stderr, "src", &pairs[i].src);
+            ts_print_tensor(stderr, "dst", &pairs[i].dst);
             bad = 1;
         }
     }
@@ -115,17 +115,17 @@ static int run_batch(sp_rng *r, int n, int trial) {
     return bad;
 }
 
-static void test_random(sp_rng *r) {
+static void test_random(ts_rng *r) {
     int pairs_total = 0;
     for (int trial = 0; trial < 600; trial++) {
         int n;
-        int64_t k = sp_rng_range(r, 0, 19);
+        int64_t k = ts_rng_range(r, 0, 19);
         if (k < 14)
-            n = (int)sp_rng_range(r, 1, 6);
+            n = (int)ts_rng_range(r, 1, 6);
         else if (k < 18)
-            n = (int)sp_rng_range(r, 7, 40);
+            n = (int)ts_rng_range(r, 7, 40);
         else
-            n = (int)sp_rng_range(r, 60, 70);
+            n = (int)ts_rng_range(r, 60, 70);
         pairs_total += n;
         if (run_batch(r, n, trial)) return; /* one failure explained beats a flood */
     }
@@ -133,7 +133,7 @@ static void test_random(sp_rng *r) {
 }
 
 /* Fixed cases the random draw rarely hits. */
-static void test_fixed(sp_rng *r) {
+static void test_fixed(ts_rng *r) {
     /* n == 0: nothing to do, no pass. */
     uint64_t before = sp_copy_pass_count();
     CHECK_OK(sp_copy_batch(NULL, 0, NULL));
@@ -148,7 +148,7 @@ static void test_fixed(sp_rng *r) {
     CHECK_OK(sp_tensor_dense(&p.dst, one.p + 64 * 4, SP_I32, 1, shape, sp_cpu()));
     sp_tensor de = gb_on_expect(&one, p.dst);
     sp_tensor se = gb_on_expect(&one, p.src);
-    sp_ref_copy(&se, &de);
+    ts_ref_copy(&se, &de);
     CHECK_OK(sp_copy_batch(&p, 1, NULL));
     CHECK(gb_first_diff(&one) < 0);
     gb_free(&one);
@@ -156,14 +156,14 @@ static void test_fixed(sp_rng *r) {
     /* The K3 layout: q, k, v slices of [T, 3P], beta of a [T, 128+H]
      * projection, g the first T rows of a longer buffer: one batch of four
      * strided copies plus g's dense one. */
-    sp_k3 k;
-    sp_k3_init(&k, 48, 4, SP_K3_BETA_FA);
+    ts_k3 k;
+    ts_k3_init(&k, 48, 4, TS_K3_BETA_FA);
     k.g_rows = 50;
     k.g_bytes = (size_t)k.g_rows * (size_t)k.P * 2;
     gbuf qkv = gb_alloc(k.qkv_bytes, 0, r), proj = gb_alloc(k.proj_bytes, 0, r),
          g = gb_alloc(k.g_bytes, 0, r), out = gb_alloc(k.dense_bytes + 5 * 256, 0, r);
     sp_tensor v[5];
-    sp_k3_views(&k, qkv.p, proj.p, g.p, sp_cpu(), v);
+    ts_k3_views(&k, qkv.p, proj.p, g.p, sp_cpu(), v);
     sp_copy_pair kp[5];
     size_t off = 0;
     for (int i = 0; i < 5; i++) {
@@ -171,7 +171,7 @@ static void test_fixed(sp_rng *r) {
         CHECK_OK(sp_tensor_dense(&kp[i].dst, out.p + off, SP_BF16, v[i].ndim, v[i].shape,
                                  sp_cpu()));
         de = gb_on_expect(&out, kp[i].dst);
-        sp_ref_copy(&v[i], &de);
+        ts_ref_copy(&v[i], &de);
         size_t bytes = 2;
         for (int d = 0; d < v[i].ndim; d++) bytes *= (size_t)v[i].shape[d];
         off += (bytes + 255) / 256 * 256;
@@ -206,7 +206,7 @@ static void test_fixed(sp_rng *r) {
         gbuf *dsts[3] = {&ad, &bd, &cd};
         for (int i = 0; i < 3; i++) {
             sp_tensor x = gb_on_expect(dsts[i], lp[i].dst);
-            sp_ref_copy(&lp[i].src, &x);
+            ts_ref_copy(&lp[i].src, &x);
         }
         CHECK_OK(sp_copy_batch(lp, 3, NULL));
         for (int i = 0; i < 3; i++) CHECKF(gb_first_diff(dsts[i]) < 0, "long run %d", i);
@@ -230,8 +230,8 @@ static void test_fixed(sp_rng *r) {
 }
 
 int main(void) {
-    sp_rng r;
-    sp_rng_seed(&r, 0xc0b1ba7c4ull);
+    ts_rng r;
+    ts_rng_seed(&r, 0xc0b1ba7c4ull);
     test_fixed(&r);
     test_random(&r);
     return sp_test_finish("test_copy_batch");

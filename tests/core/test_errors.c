@@ -6,7 +6,7 @@
  */
 #include "check.h"
 #include "guarded.h"
-#include "sp_support.h"
+#include "test_support.h"
 
 #include <string.h>
 
@@ -23,7 +23,7 @@ typedef struct scene {
  * transposed -> dense; pairs[2]: u8 [33], stride 2 -> dense. Each view sits
  * at the front of a much larger payload, so a broken view that a faulty
  * library would still write through stays inside memory we check. */
-static void scene_make(scene *s, sp_rng *r) {
+static void scene_make(scene *s, ts_rng *r) {
     for (int i = 0; i < NP; i++) {
         s->src[i] = gb_alloc(PAYLOAD, 0, r);
         s->dst[i] = gb_alloc(PAYLOAD, 0, r);
@@ -77,14 +77,14 @@ static void expect_batch(const char *what, const sp_copy_pair *p, size_t n, cons
         scene_free(&s_);                                  \
     } while (0)
 
-static void test_copy_errors(sp_rng *r) {
+static void test_copy_errors(ts_rng *r) {
     /* The unbroken scene is valid: every failure below is the break's. */
     scene ok;
     scene_make(&ok, r);
     CHECK_OK(sp_copy_batch(ok.p, NP, NULL));
     for (int i = 0; i < NP; i++) {
         sp_tensor de = gb_on_expect(&ok.dst[i], ok.p[i].dst);
-        sp_ref_copy(&ok.p[i].src, &de);
+        ts_ref_copy(&ok.p[i].src, &de);
     }
     CHECK(untouched(&ok));
     scene_free(&ok);
@@ -164,7 +164,7 @@ static void test_copy_errors(sp_rng *r) {
 /* A batch longer than one launch: an error in the last pair, or an overlap
  * between the first and the last chunk, must stop everything, including
  * the chunks that are valid on their own. */
-static void test_long_batch(sp_rng *r) {
+static void test_long_batch(ts_rng *r) {
     enum { N = 70 };
     static sp_copy_pair p[N];
     scene s; /* three buffers each side, 70 small pairs spread over them */
@@ -200,7 +200,7 @@ typedef struct pscene {
  * padded rows, [3] f64 [32] reversed. Every copied input is a multiple of
  * 256 bytes, and the workspace sits 1 byte past 256, so that the size
  * sp_pack_workspace_bytes gives is exactly what this address needs. */
-static void pscene_make(pscene *s, sp_rng *r) {
+static void pscene_make(pscene *s, ts_rng *r) {
     for (int i = 0; i < NI; i++) s->src[i] = gb_alloc(PAYLOAD, 0, r);
     int64_t s0[2] = {8, 8}, st0[2] = {1, 8}, s1[2] = {3, 5}, s2[2] = {16, 8}, st2[2] = {9, 1},
             s3[1] = {32}, st3[1] = {-1};
@@ -211,7 +211,7 @@ static void pscene_make(pscene *s, sp_rng *r) {
     s->wsb = 0;
     sp_pack_workspace_bytes(s->in, NI, &s->wsb);
     s->ws = gb_alloc(s->wsb + PAYLOAD, 1, r);
-    sp_fill_random(s->out, sizeof s->out, r);
+    ts_fill_random(s->out, sizeof s->out, r);
     memcpy(s->out_before, s->out, sizeof s->out);
 }
 
@@ -246,7 +246,7 @@ static void expect_pack(const char *what, pscene *s, const sp_tensor *in, void *
         pscene_free(&s_);                                         \
     } while (0)
 
-static void test_pack_errors(sp_rng *r) {
+static void test_pack_errors(ts_rng *r) {
     {
         pscene s;
         pscene_make(&s, r);
@@ -254,7 +254,7 @@ static void test_pack_errors(sp_rng *r) {
         size_t copied = 0;
         CHECK_OK(sp_pack(s.in, NI, s.ws.p, s.wsb, s.out, &copied, NULL)); /* exactly enough */
         CHECK(copied == 3);
-        for (int i = 0; i < NI; i++) CHECK(sp_ref_compare(&s.in[i], &s.out[i], NULL) == 0);
+        for (int i = 0; i < NI; i++) CHECK(ts_ref_compare(&s.in[i], &s.out[i], NULL) == 0);
         pscene_free(&s);
     }
 #define WS s_.ws.p, s_.wsb, s_.out
@@ -297,7 +297,7 @@ static void test_pack_errors(sp_rng *r) {
         size_t need = 0;
         CHECK_OK(sp_pack_workspace_bytes(many, MANY, &need));
         gbuf ws = gb_alloc(need, 0, r);
-        sp_fill_random(mout, sizeof mout, r);
+        ts_fill_random(mout, sizeof mout, r);
         memcpy(mout0, mout, sizeof mout);
         reset_last_error();
         CHECK_STATUS(sp_pack(many, MANY, ws.p, need, mout, NULL, NULL), SP_ERR_UNSUPPORTED);
@@ -317,7 +317,7 @@ static void test_pack_errors(sp_rng *r) {
         int64_t sh[1] = {32}, st[1] = {-1};
         sp_tensor_view(&in[3], tail, 31, SP_F64, 1, sh, st, sp_cpu());
         CHECK_OK(sp_pack(in, NI, s.ws.p, s.wsb + PAYLOAD, s.out, NULL, NULL));
-        CHECK(sp_ref_compare(&in[3], &s.out[3], NULL) == 0);
+        CHECK(ts_ref_compare(&in[3], &s.out[3], NULL) == 0);
         pscene_free(&s);
     }
 
@@ -346,7 +346,7 @@ static void test_pack_errors(sp_rng *r) {
 
 /* NULL data in a non-empty view; last, since a library that misses it
  * crashes here. */
-static void test_null_data(sp_rng *r) {
+static void test_null_data(ts_rng *r) {
     BREAK("NULL src data", SP_ERR_INVALID_ARGUMENT, "pairs[1]", p[1].src.data = NULL);
     BREAK("NULL dst data", SP_ERR_INVALID_ARGUMENT, "pairs[2]", p[2].dst.data = NULL);
     PBREAK("NULL input data", SP_ERR_INVALID_ARGUMENT, "inputs[0]", in[0].data = NULL, s_.in,
@@ -419,8 +419,8 @@ static void test_strings(void) {
 }
 
 int main(void) {
-    sp_rng r;
-    sp_rng_seed(&r, 0xe4404ull);
+    ts_rng r;
+    ts_rng_seed(&r, 0xe4404ull);
     test_strings();
     test_constructors();
     test_copy_errors(&r);

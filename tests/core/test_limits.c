@@ -9,7 +9,7 @@
 #include "check.h"
 #include "guarded.h"
 #include "kda_problem.h"
-#include "sp_support.h"
+#include "test_support.h"
 #include "stridepack_kda.h"
 
 #include <string.h>
@@ -33,7 +33,7 @@ static void expect_refused(const char *what, const sp_copy_pair *p, const gbuf *
 static void expect_copied(const char *what, sp_copy_pair *p, gbuf *b) {
     CHECKF(sp_copy_batch(p, 1, NULL) == SP_OK, "%s: %s", what, sp_last_error());
     sp_tensor de = gb_on_expect(b, p->dst);
-    sp_ref_copy(&p->src, &de);
+    ts_ref_copy(&p->src, &de);
     CHECKF(gb_first_diff(b) < 0, "%s: bytes differ from the reference at %ld", what,
            gb_first_diff(b));
     gb_sync(b);
@@ -41,17 +41,17 @@ static void expect_copied(const char *what, sp_copy_pair *p, gbuf *b) {
 
 /* A random view of u8 in [0, room): up to 2 dims of sizes up to `size`,
  * strides in [-9, 9] (as a destination: positive, never aliasing). */
-static sp_tensor random_progression(sp_rng *r, unsigned char *base, int64_t room, int64_t size,
+static sp_tensor random_progression(ts_rng *r, unsigned char *base, int64_t room, int64_t size,
                                     int as_dst, int nd, const int64_t *shape) {
     int64_t st[2] = {0, 0}, lo = 0, hi = 0;
     for (int d = nd - 1; d >= 0; d--) {
         if (as_dst) /* each stride past what the inner dims reach */
-            st[d] = (d == nd - 1 ? 0 : st[d + 1] * (shape[d + 1] - 1)) + sp_rng_range(r, 1, 9);
+            st[d] = (d == nd - 1 ? 0 : st[d + 1] * (shape[d + 1] - 1)) + ts_rng_range(r, 1, 9);
         else
-            st[d] = sp_rng_range(r, -9, 9) * (d == 0 && nd == 2 ? sp_rng_range(r, 1, size) : 1);
+            st[d] = ts_rng_range(r, -9, 9) * (d == 0 && nd == 2 ? ts_rng_range(r, 1, size) : 1);
         *(st[d] < 0 ? &lo : &hi) += st[d] * (shape[d] - 1);
     }
-    int64_t at = -lo + sp_rng_range(r, 0, room - 1 - (hi - lo) > 0 ? room - 1 - (hi - lo) : 0);
+    int64_t at = -lo + ts_rng_range(r, 0, room - 1 - (hi - lo) > 0 ? room - 1 - (hi - lo) : 0);
     sp_tensor t;
     sp_tensor_view(&t, base, at, SP_U8, nd, shape, st, sp_cpu());
     return t;
@@ -70,7 +70,7 @@ static void paint(const sp_tensor *t, const unsigned char *base, unsigned char *
 /* Disjoint 1-D and 2-D progressions in one buffer: accepted and copied;
  * meeting ones refused as sharing memory. Decided exactly, whatever the
  * sizes (brute force is the judge). */
-static void test_progressions(sp_rng *r) {
+static void test_progressions(ts_rng *r) {
     enum { N = 8000, ROOM = 6 * N + 64 };
     gbuf b = gb_alloc(ROOM, 0, r);
     sp_copy_pair p;
@@ -93,9 +93,9 @@ static void test_progressions(sp_rng *r) {
     static unsigned char mark[ROOM];
     int met = 0, apart = 0;
     for (int trial = 0; trial < 600; trial++) {
-        int nd = (int)sp_rng_range(r, 1, 2);
+        int nd = (int)ts_rng_range(r, 1, 2);
         int64_t shape[2];
-        for (int d = 0; d < nd; d++) shape[d] = sp_rng_range(r, 1, nd == 1 ? 4000 : 60);
+        for (int d = 0; d < nd; d++) shape[d] = ts_rng_range(r, 1, nd == 1 ? 4000 : 60);
         p.dst = random_progression(r, b.p, ROOM, 60, 1, nd, shape);
         p.src = random_progression(r, b.p, ROOM, 60, 0, nd, shape);
         memset(mark, 0, sizeof mark);
@@ -116,7 +116,7 @@ static void test_progressions(sp_rng *r) {
 
 /* Strides near 2^63: the search and the planner must not wrap. dst and src
  * below address the same four bytes (in reverse order). */
-static void test_huge_strides(sp_rng *r) {
+static void test_huge_strides(ts_rng *r) {
     if (sizeof(uintptr_t) < 8) return;
     gbuf b = gb_alloc(64, 0, r);
     if ((uintptr_t)b.p > UINTPTR_MAX - (3ull << 61) - 64) { /* cannot place the views */
@@ -137,7 +137,7 @@ static void test_huge_strides(sp_rng *r) {
 }
 
 /* Views whose bytes wrap around the address space are refused. */
-static void test_address_wrap(sp_rng *r) {
+static void test_address_wrap(ts_rng *r) {
     gbuf b = gb_alloc(256, 0, r);
     sp_tensor t;
     int64_t four[1] = {4}, one[1] = {1}, back[1] = {-1};
@@ -168,7 +168,7 @@ static void test_address_wrap(sp_rng *r) {
     sp_tensor_view(&in, b.p, 0, SP_F32, 2, sh, tr, sp_cpu());
     size_t need = 0;
     CHECK_OK(sp_pack_workspace_bytes(&in, 1, &need));
-    sp_fill_random(&out, sizeof out, r);
+    ts_fill_random(&out, sizeof out, r);
     out0 = out;
     uint64_t passes = sp_copy_pass_count();
     CHECK_STATUS(sp_pack(&in, 1, (void *)(UINTPTR_MAX - 100), need, &out, NULL, NULL),
@@ -180,7 +180,7 @@ static void test_address_wrap(sp_rng *r) {
 }
 
 /* A size-1 dim may have any stride, INT64_MIN and INT64_MAX included. */
-static void test_size_one_any_stride(sp_rng *r) {
+static void test_size_one_any_stride(ts_rng *r) {
     gbuf b = gb_alloc(64, 0, r);
     int64_t sh[3] = {1, 4, 1}, st[3] = {INT64_MIN, 1, INT64_MAX};
     sp_copy_pair p;
@@ -198,7 +198,7 @@ static void test_size_one_any_stride(sp_rng *r) {
 
 /* outputs overlapping inputs, shifted either way: every output is what the
  * original input packs to. */
-static void test_pack_aliasing(sp_rng *r) {
+static void test_pack_aliasing(ts_rng *r) {
     enum { NI = 3 };
     gbuf src = gb_alloc(4096, 0, r);
     int64_t sh[2] = {8, 8}, tr[2] = {1, 8}, pad[2] = {9, 1};
@@ -218,7 +218,7 @@ static void test_pack_aliasing(sp_rng *r) {
                sp_last_error());
         CHECK(copied == 2);
         for (int i = 0; i < NI; i++) {
-            CHECKF(sp_tensor_is_dense(&out[i]) && sp_ref_compare(&orig[i], &out[i], NULL) == 0,
+            CHECKF(sp_tensor_is_dense(&out[i]) && ts_ref_compare(&orig[i], &out[i], NULL) == 0,
                    "shift %d: outputs[%d] is not inputs[%d] packed", shift, i, i);
         }
         CHECKF(out[1].data == orig[1].data, "shift %d: the dense input was not passed through",
@@ -286,8 +286,8 @@ static void test_kda_checkpoint_extremes(void) {
 }
 
 int main(void) {
-    sp_rng r;
-    sp_rng_seed(&r, 0x11a175ull);
+    ts_rng r;
+    ts_rng_seed(&r, 0x11a175ull);
     test_progressions(&r);
     test_huge_strides(&r);
     test_size_one_any_stride(&r);

@@ -5,7 +5,7 @@
  * sp_copy_batch accepts scattering into them. */
 #include "check.h"
 #include "internal.h"
-#include "sp_support.h"
+#include "test_support.h"
 
 #include <string.h>
 
@@ -31,16 +31,16 @@ static void paint_at(const sp_tensor *t, const unsigned char *base, unsigned cha
 
 static void paint(const sp_tensor *t, unsigned char bit) { paint_at(t, buf, paint_marks, bit); }
 
-static sp_tensor random_view(sp_rng *r) {
+static sp_tensor random_view(ts_rng *r) {
     static const sp_dtype types[4] = {SP_U8, SP_BF16, SP_F32, SP_F64};
-    sp_dtype dt = types[sp_rng_range(r, 0, 3)];
+    sp_dtype dt = types[ts_rng_range(r, 0, 3)];
     int64_t es = (int64_t)sp_dtype_size(dt), shape[SP_MAX_DIMS], strides[SP_MAX_DIMS];
-    int nd = (int)sp_rng_range(r, 0, 4);
+    int nd = (int)ts_rng_range(r, 0, 4);
     for (int d = 0; d < nd; d++) {
-        shape[d] = sp_rng_range(r, 0, 5);
-        strides[d] = sp_rng_range(r, -9, 9);
+        shape[d] = ts_rng_range(r, 0, 5);
+        strides[d] = ts_rng_range(r, -9, 9);
     }
-    int64_t at = (ORIGIN + sp_rng_range(r, -64, 64)) / es; /* element index of [0..0] */
+    int64_t at = (ORIGIN + ts_rng_range(r, -64, 64)) / es; /* element index of [0..0] */
     sp_tensor t;
     sp_tensor_view(&t, buf, at, dt, nd, shape, strides, sp_cpu());
     return t;
@@ -49,25 +49,25 @@ static sp_tensor random_view(sp_rng *r) {
 /* 1-D and 2-D progressions far past the search budget: always decided
  * exactly (never -1), brute force is the judge. Rows of two pitches in one
  * buffer, strides of any sign, bytes of one view between those of the other. */
-static void test_large_progressions(sp_rng *r) {
+static void test_large_progressions(ts_rng *r) {
     enum { BIG = 1 << 18, MID = BIG / 2 };
     static unsigned char big[BIG], marks[BIG];
     int exact = 0;
     for (int it = 0; it < 300; it++) {
         sp_tensor v[2];
         for (int k = 0; k < 2; k++) {
-            int nd = (int)sp_rng_range(r, 1, 2);
+            int nd = (int)ts_rng_range(r, 1, 2);
             int64_t sh[2], st[2];
             if (nd == 1) {
-                sh[0] = sp_rng_range(r, 1000, 20000);
-                st[0] = sp_rng_range(r, -6, 6);
+                sh[0] = ts_rng_range(r, 1000, 20000);
+                st[0] = ts_rng_range(r, -6, 6);
             } else { /* rows of a [rows, pitch] buffer, maybe reversed */
-                sh[1] = sp_rng_range(r, 2, 64);
-                st[1] = sp_rng_range(r, 0, 2) ? 1 : sp_rng_range(r, -3, 3);
-                sh[0] = sp_rng_range(r, 50, 400);
-                st[0] = (sp_rng_range(r, 0, 1) ? 1 : -1) * sp_rng_range(r, 64, 300);
+                sh[1] = ts_rng_range(r, 2, 64);
+                st[1] = ts_rng_range(r, 0, 2) ? 1 : ts_rng_range(r, -3, 3);
+                sh[0] = ts_rng_range(r, 50, 400);
+                st[0] = (ts_rng_range(r, 0, 1) ? 1 : -1) * ts_rng_range(r, 64, 300);
             }
-            CHECK_OK(sp_tensor_view(&v[k], big, MID + sp_rng_range(r, -40, 40), SP_U8, nd, sh,
+            CHECK_OK(sp_tensor_view(&v[k], big, MID + ts_rng_range(r, -40, 40), SP_U8, nd, sh,
                                     st, sp_cpu()));
         }
         memset(marks, 0, sizeof marks);
@@ -76,8 +76,8 @@ static void test_large_progressions(sp_rng *r) {
         int truth = memchr(marks, 3, sizeof marks) != NULL, got = sp_tensors_overlap_(&v[0], &v[1]);
         CHECKF(got == truth, "progressions %d: got %d, brute force %d", it, got, truth);
         if (got != truth) {
-            sp_print_tensor(stderr, "a", &v[0]);
-            sp_print_tensor(stderr, "b", &v[1]);
+            ts_print_tensor(stderr, "a", &v[0]);
+            ts_print_tensor(stderr, "b", &v[1]);
         }
         exact += got == truth;
     }
@@ -98,14 +98,14 @@ static int rows_meet(int64_t ta, int64_t wa, int64_t pa, int64_t tb, int64_t wb,
     return 0;
 }
 
-static void test_two_pitches(sp_rng *r) {
+static void test_two_pitches(ts_rng *r) {
     unsigned char *base = (unsigned char *)((uintptr_t)1 << 40);
     int undecided = 0;
     for (int it = 0; it < 200; it++) {
-        int64_t ta = sp_rng_range(r, 1, 3000), tb = sp_rng_range(r, 1, 3000);
-        int64_t wa = sp_rng_range(r, 1, 3000), wb = sp_rng_range(r, 1, 3000);
-        int64_t pa = wa + sp_rng_range(r, 0, 2000), pb = wb + sp_rng_range(r, 0, 2000);
-        int64_t gap = sp_rng_range(r, 0, 1000000);
+        int64_t ta = ts_rng_range(r, 1, 3000), tb = ts_rng_range(r, 1, 3000);
+        int64_t wa = ts_rng_range(r, 1, 3000), wb = ts_rng_range(r, 1, 3000);
+        int64_t pa = wa + ts_rng_range(r, 0, 2000), pb = wb + ts_rng_range(r, 0, 2000);
+        int64_t gap = ts_rng_range(r, 0, 1000000);
         int64_t sha[2] = {ta, wa}, sta[2] = {pa, 1}, shb[2] = {tb, wb}, stb[2] = {pb, 1};
         sp_tensor a, b;
         CHECK_OK(sp_tensor_view(&a, base, 0, SP_U8, 2, sha, sta, sp_cpu()));
@@ -148,8 +148,8 @@ static void test_search_gives_up(void) {
 }
 
 int main(void) {
-    sp_rng r;
-    sp_rng_seed(&r, 11);
+    ts_rng r;
+    ts_rng_seed(&r, 11);
     long agree = 0, both = 0;
     for (int it = 0; it < 100000; it++) {
         sp_tensor a = random_view(&r), b = random_view(&r);
@@ -208,7 +208,7 @@ int main(void) {
     CHECK(!sp_tensors_overlap_(&pairs[0].dst, &pairs[1].dst));
     CHECK(!sp_tensors_overlap_(&pairs[1].dst, &pairs[2].dst));
     CHECK_OK(sp_copy_batch(pairs, 3, NULL));
-    for (int i = 0; i < 3; i++) CHECK(sp_ref_compare(&pairs[i].src, &pairs[i].dst, NULL) == 0);
+    for (int i = 0; i < 3; i++) CHECK(ts_ref_compare(&pairs[i].src, &pairs[i].dst, NULL) == 0);
     /* Shift k one element left: now it shares its first column with q's last. */
     pairs[1].dst.data = (uint16_t *)pairs[1].dst.data - 1;
     CHECK(sp_tensors_overlap_(&pairs[0].dst, &pairs[1].dst));

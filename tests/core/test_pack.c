@@ -8,7 +8,7 @@
  */
 #include "check.h"
 #include "guarded.h"
-#include "sp_support.h"
+#include "test_support.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -70,13 +70,13 @@ static int check_pack(const char *what, int trial, const sp_tensor *in, int n, g
                trial, i, ws ? (long)(a - (uintptr_t)ws->p) : 0L,
                ws ? (long)(slot - (uintptr_t)ws->p) : 0L);
         if (!ok) {
-            sp_print_tensor(stderr, "input", &in[i]);
-            sp_print_tensor(stderr, "output", &out[i]);
+            ts_print_tensor(stderr, "input", &in[i]);
+            ts_print_tensor(stderr, "output", &out[i]);
             bad = 1;
             break;
         }
         sp_tensor oe = gb_on_expect(ws, out[i]);
-        sp_ref_copy(&in[i], &oe);
+        ts_ref_copy(&in[i], &oe);
         next = a + bytes;
     }
     if (bad) return 1;
@@ -87,34 +87,34 @@ static int check_pack(const char *what, int trial, const sp_tensor *in, int n, g
     return n_copied != copies || diff >= 0;
 }
 
-static void test_random(sp_rng *r) {
+static void test_random(ts_rng *r) {
     int inputs_total = 0;
     for (int trial = 0; trial < 700; trial++) {
         /* sp_pack takes at most SP_MAX_PAIRS_PER_LAUNCH inputs. */
-        int n = sp_rng_range(r, 0, 9) == 0 ? (int)sp_rng_range(r, 7, SP_MAX_PAIRS_PER_LAUNCH)
-                                           : (int)sp_rng_range(r, 1, 6);
+        int n = ts_rng_range(r, 0, 9) == 0 ? (int)ts_rng_range(r, 7, SP_MAX_PAIRS_PER_LAUNCH)
+                                           : (int)ts_rng_range(r, 1, 6);
         sp_tensor in[MAX_IN], out[MAX_IN];
         gbuf src[MAX_IN];
         int owns[MAX_IN];
         size_t want_ws = 0, copies = 0;
         for (int i = 0; i < n; i++) {
             owns[i] = 0;
-            if (i > 0 && sp_rng_range(r, 0, 9) == 0) { /* the same input twice */
-                in[i] = in[sp_rng_range(r, 0, i - 1)];
+            if (i > 0 && ts_rng_range(r, 0, 9) == 0) { /* the same input twice */
+                in[i] = in[ts_rng_range(r, 0, i - 1)];
             } else {
                 int64_t shape[SP_MAX_DIMS];
-                int nd = sp_shape_random(r, 8, 8, 2048, shape);
-                sp_dtype dt = (sp_dtype)sp_rng_range(r, 0, SP_DTYPE_COUNT_ - 1);
-                sp_layout l;
-                if (sp_rng_range(r, 0, 2) == 0)
-                    sp_layout_dense(dt, nd, shape, &l);
+                int nd = ts_shape_random(r, 8, 8, 2048, shape);
+                sp_dtype dt = (sp_dtype)ts_rng_range(r, 0, SP_DTYPE_COUNT_ - 1);
+                ts_layout l;
+                if (ts_rng_range(r, 0, 2) == 0)
+                    ts_layout_dense(dt, nd, shape, &l);
                 else
-                    sp_layout_random(r, dt, nd, shape, SP_LAYOUT_ALLOW_ZERO_STRIDE, &l);
+                    ts_layout_random(r, dt, nd, shape, TS_LAYOUT_ALLOW_ZERO_STRIDE, &l);
                 size_t es = sp_dtype_size(dt);
                 src[i] = gb_alloc((size_t)l.buffer_elems * es,
-                                  es * (size_t)sp_rng_range(r, 0, 15 / (int64_t)es), r);
+                                  es * (size_t)ts_rng_range(r, 0, 15 / (int64_t)es), r);
                 owns[i] = 1;
-                in[i] = sp_layout_tensor(&l, src[i].p, sp_cpu());
+                in[i] = ts_layout_tensor(&l, src[i].p, sp_cpu());
             }
             CHECKF(sp_tensor_is_dense(&in[i]) == ref_dense(&in[i]),
                    "trial %d: sp_tensor_is_dense(inputs[%d]) is %d", trial, i,
@@ -132,9 +132,9 @@ static void test_random(sp_rng *r) {
         CHECK_OK(sp_pack_workspace_bytes(in, (size_t)n, &wsb));
         CHECKF(wsb == want_ws, "trial %d: workspace bytes %zu, expected %zu", trial, wsb, want_ws);
         /* Any byte alignment of the workspace; sometimes more than needed. */
-        size_t give = wsb + (sp_rng_range(r, 0, 3) == 0 ? (size_t)sp_rng_range(r, 1, 999) : 0);
-        gbuf ws = gb_alloc(give, (size_t)sp_rng_range(r, 0, 255), r);
-        sp_fill_random(out, sizeof out, r);
+        size_t give = wsb + (ts_rng_range(r, 0, 3) == 0 ? (size_t)ts_rng_range(r, 1, 999) : 0);
+        gbuf ws = gb_alloc(give, (size_t)ts_rng_range(r, 0, 255), r);
+        ts_fill_random(out, sizeof out, r);
         size_t n_copied = 777;
         uint64_t before = sp_copy_pass_count();
         sp_status st = sp_pack(in, (size_t)n, ws.p, give, out, &n_copied, NULL);
@@ -151,10 +151,10 @@ static void test_random(sp_rng *r) {
                 CHECKF(0, "trial %d: inputs[%d] was written", trial, i);
                 bad = 1;
             }
-        if (!bad && sp_rng_range(r, 0, 3) == 0) {
+        if (!bad && ts_rng_range(r, 0, 3) == 0) {
             /* Same arguments, same outputs: what CUDA graph replay needs. */
             sp_tensor again[MAX_IN];
-            sp_fill_random(again, sizeof again, r);
+            ts_fill_random(again, sizeof again, r);
             CHECK_OK(sp_pack(in, (size_t)n, ws.p, give, again, NULL, NULL));
             for (int i = 0; i < n; i++)
                 CHECKF(same_view(&again[i], &out[i]), "trial %d: repeat moved outputs[%d]", trial,
@@ -168,7 +168,7 @@ static void test_random(sp_rng *r) {
     printf("random packs: %d inputs\n", inputs_total);
 }
 
-static void test_fixed(sp_rng *r) {
+static void test_fixed(ts_rng *r) {
     /* n == 0. */
     size_t wsb = 99, n_copied = 99;
     CHECK_OK(sp_pack_workspace_bytes(NULL, 0, &wsb));
@@ -196,20 +196,20 @@ static void test_fixed(sp_rng *r) {
 
     /* The K3 boundary: q, k, v, beta need copies, g is dense. Exactly the
      * workspace asked for, at the worst alignment (1 past 256). */
-    for (int kind = SP_K3_BETA_FA; kind <= SP_K3_BETA_INPROJ; kind++) {
-        sp_k3 k;
-        sp_k3_init(&k, 40, 4, kind);
+    for (int kind = TS_K3_BETA_FA; kind <= TS_K3_BETA_INPROJ; kind++) {
+        ts_k3 k;
+        ts_k3_init(&k, 40, 4, kind);
         gbuf qkv = gb_alloc(k.qkv_bytes, 0, r), proj = gb_alloc(k.proj_bytes, 0, r),
              g = gb_alloc(k.g_bytes, 0, r);
         sp_tensor v[5], o[5];
-        sp_k3_views(&k, qkv.p, proj.p, g.p, sp_cpu(), v);
+        ts_k3_views(&k, qkv.p, proj.p, g.p, sp_cpu(), v);
         CHECK_OK(sp_pack_workspace_bytes(v, 5, &wsb));
         gbuf ws = gb_alloc(wsb, 1, r);
         before = sp_copy_pass_count();
         CHECK_OK(sp_pack(v, 5, ws.p, wsb, o, &n_copied, NULL));
         CHECK(sp_copy_pass_count() - before == 1);
         CHECK(o[3].data == g.p);
-        check_pack(sp_k3_beta_name(kind), 0, v, 5, &ws, o, n_copied);
+        check_pack(ts_k3_beta_name(kind), 0, v, 5, &ws, o, n_copied);
         CHECK(n_copied == 4);
         CHECK(gb_first_diff(&qkv) < 0 && gb_first_diff(&proj) < 0 && gb_first_diff(&g) < 0);
         gb_free(&qkv);
@@ -232,13 +232,13 @@ static void test_fixed(sp_rng *r) {
     check_pack("before", 0, &t, 1, &buf, &o1, n_copied);
     CHECK_OK(sp_pack(&t, 1, at - wsb, wsb, &o1, &n_copied, NULL));
     CHECK(n_copied == 1 && (unsigned char *)o1.data + 256 == at);
-    CHECK(sp_ref_compare(&t, &o1, NULL) == 0);
+    CHECK(ts_ref_compare(&t, &o1, NULL) == 0);
     gb_free(&buf);
 }
 
 int main(void) {
-    sp_rng r;
-    sp_rng_seed(&r, 0x9ac4ull);
+    ts_rng r;
+    ts_rng_seed(&r, 0x9ac4ull);
     test_fixed(&r);
     test_random(&r);
     return sp_test_finish("test_pack");

@@ -7,7 +7,7 @@
 #include "check.h"
 #include "guarded.h"
 #include "internal.h"
-#include "sp_support.h"
+#include "test_support.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -266,22 +266,22 @@ static int cmp_pair(const void *a, const void *b) {
 
 /* Random pairs: coalescing keeps the exact element map, leaves no size-1
  * dim and no adjacent dims that both sides could still merge. */
-static void test_coalesce_random(sp_rng *r) {
+static void test_coalesce_random(ts_rng *r) {
     enum { MAXN = 4096 };
     static int64_t a[2 * MAXN], b[2 * MAXN];
     static char mem[16];
     for (int trial = 0; trial < 2000; trial++) {
         int64_t shape[SP_MAX_DIMS];
-        int nd0 = sp_shape_random(r, 8, 6, MAXN, shape);
+        int nd0 = ts_shape_random(r, 8, 6, MAXN, shape);
         int64_t numel = 1;
         for (int d = 0; d < nd0; d++) numel *= shape[d];
         if (numel == 0) continue; /* empty pairs are the caller's to skip */
-        sp_layout ls, ld;
-        sp_dtype dt = (sp_dtype)sp_rng_range(r, 0, SP_DTYPE_COUNT_ - 1);
-        sp_layout_random(r, dt, nd0, shape, SP_LAYOUT_ALLOW_ZERO_STRIDE, &ls);
-        sp_layout_random(r, dt, nd0, shape, 0, &ld);
-        sp_tensor s = sp_layout_tensor(&ls, mem, sp_cpu());
-        sp_tensor d = sp_layout_tensor(&ld, mem, sp_cpu());
+        ts_layout ls, ld;
+        sp_dtype dt = (sp_dtype)ts_rng_range(r, 0, SP_DTYPE_COUNT_ - 1);
+        ts_layout_random(r, dt, nd0, shape, TS_LAYOUT_ALLOW_ZERO_STRIDE, &ls);
+        ts_layout_random(r, dt, nd0, shape, 0, &ld);
+        sp_tensor s = ts_layout_tensor(&ls, mem, sp_cpu());
+        sp_tensor d = ts_layout_tensor(&ld, mem, sp_cpu());
         int nd;
         int64_t sh[SP_MAX_DIMS], ss[SP_MAX_DIMS], ds[SP_MAX_DIMS];
         coalesce(&s, &d, &nd, sh, ss, ds);
@@ -301,8 +301,8 @@ static void test_coalesce_random(sp_rng *r) {
         CHECKF(ok, "coalescing trial %d changed the element map or is not maximal (nd %d)", trial,
                nd);
         if (!ok) {
-            sp_print_tensor(stderr, "src", &s);
-            sp_print_tensor(stderr, "dst", &d);
+            ts_print_tensor(stderr, "src", &s);
+            ts_print_tensor(stderr, "dst", &d);
             return;
         }
     }
@@ -384,7 +384,7 @@ static int aliases(const sp_tensor *t) {
     return 0;
 }
 
-static void test_self_overlap(sp_rng *r) {
+static void test_self_overlap(ts_rng *r) {
     static char buf[16];
     int64_t s[2] = {3, 4};
     int64_t dense[2] = {4, 1}, zero[2] = {0, 1}, inter[2] = {2, 1}, tr[2] = {1, 3},
@@ -413,20 +413,20 @@ static void test_self_overlap(sp_rng *r) {
      * strides: a "no" must be true. */
     for (int trial = 0; trial < 3000; trial++) {
         int64_t shape[SP_MAX_DIMS];
-        int nd = sp_shape_random(r, 5, 5, 400, shape);
-        sp_dtype dt = (sp_dtype)sp_rng_range(r, 0, SP_DTYPE_COUNT_ - 1);
-        sp_layout l;
-        sp_layout_random(r, dt, nd, shape, 0, &l);
-        t = sp_layout_tensor(&l, buf, sp_cpu());
+        int nd = ts_shape_random(r, 5, 5, 400, shape);
+        sp_dtype dt = (sp_dtype)ts_rng_range(r, 0, SP_DTYPE_COUNT_ - 1);
+        ts_layout l;
+        ts_layout_random(r, dt, nd, shape, 0, &l);
+        t = ts_layout_tensor(&l, buf, sp_cpu());
         int got = sp_tensor_self_overlaps_(&t);
         CHECKF(got == 0, "trial %d: a generated non-aliasing layout reported as overlapping",
                trial);
-        if (got) sp_print_tensor(stderr, "t", &t);
-        for (int d = 0; d < nd; d++) t.strides[d] = sp_rng_range(r, -6, 6);
+        if (got) ts_print_tensor(stderr, "t", &t);
+        for (int d = 0; d < nd; d++) t.strides[d] = ts_rng_range(r, -6, 6);
         if (sp_tensor_self_overlaps_(&t) == 0) {
             CHECKF(!aliases(&t), "trial %d: an aliasing layout reported as not overlapping",
                    trial);
-            if (aliases(&t)) sp_print_tensor(stderr, "t", &t);
+            if (aliases(&t)) ts_print_tensor(stderr, "t", &t);
         }
     }
 }
@@ -526,19 +526,19 @@ static void test_plan_hand(void) {
     const int64_t heads[2] = {96, 12};
     const int vecs[2] = {16, 8};
     for (int tp = 0; tp < 2; tp++)
-        for (int kind = SP_K3_BETA_FA; kind <= SP_K3_BETA_INPROJ; kind++) {
-            sp_k3 k;
-            sp_k3_init(&k, 4, heads[tp], kind);
+        for (int kind = TS_K3_BETA_FA; kind <= TS_K3_BETA_INPROJ; kind++) {
+            ts_k3 k;
+            ts_k3_init(&k, 4, heads[tp], kind);
             void *qkv = aligned_alloc(256, (k.qkv_bytes + 255) / 256 * 256);
             void *proj = aligned_alloc(256, (k.proj_bytes + 255) / 256 * 256);
             void *g = aligned_alloc(256, (k.g_bytes + 255) / 256 * 256);
             void *out = aligned_alloc(256, 4096);
             sp_tensor v[5], db;
-            sp_k3_views(&k, qkv, proj, g, sp_cpu(), v);
+            ts_k3_views(&k, qkv, proj, g, sp_cpu(), v);
             CHECK_OK(sp_tensor_dense(&db, out, SP_BF16, 3, v[4].shape, sp_cpu()));
             plan(&v[4], &db, &d);
             int64_t H_ = heads[tp];
-            CHECKF(d.vec == vecs[tp], "beta %s H=%lld: vec %d", sp_k3_beta_name(kind),
+            CHECKF(d.vec == vecs[tp], "beta %s H=%lld: vec %d", ts_k3_beta_name(kind),
                    (long long)H_, d.vec);
             CHECK(d.run_units == H_ * 2 / vecs[tp]);
             CHECK(d.units == 4 * H_ * 2 / vecs[tp]);
@@ -588,29 +588,29 @@ static void test_plan_hand(void) {
 /* Random valid pairs: the descriptor, executed here, reproduces the
  * reference copy bit for bit and touches nothing else; every move is
  * aligned to vec and within the declared spans. */
-static void test_plan_random(sp_rng *r) {
+static void test_plan_random(ts_rng *r) {
     for (int trial = 0; trial < 1500; trial++) {
         int64_t shape[SP_MAX_DIMS];
-        int nd = sp_shape_random(r, 8, 7, 3000, shape);
+        int nd = ts_shape_random(r, 8, 7, 3000, shape);
         int64_t numel = 1;
         for (int i = 0; i < nd; i++) numel *= shape[i];
         if (numel == 0) continue; /* planned pairs are non-empty */
-        sp_dtype dt = (sp_dtype)sp_rng_range(r, 0, SP_DTYPE_COUNT_ - 1);
+        sp_dtype dt = (sp_dtype)ts_rng_range(r, 0, SP_DTYPE_COUNT_ - 1);
         size_t es = sp_dtype_size(dt);
-        sp_layout ls, ld;
-        sp_layout_random(r, dt, nd, shape, SP_LAYOUT_ALLOW_ZERO_STRIDE, &ls);
-        if (sp_rng_range(r, 0, 3) == 0)
-            sp_layout_dense(dt, nd, shape, &ld);
+        ts_layout ls, ld;
+        ts_layout_random(r, dt, nd, shape, TS_LAYOUT_ALLOW_ZERO_STRIDE, &ls);
+        if (ts_rng_range(r, 0, 3) == 0)
+            ts_layout_dense(dt, nd, shape, &ld);
         else
-            sp_layout_random(r, dt, nd, shape, 0, &ld);
-        size_t shs = es * (size_t)sp_rng_range(r, 0, 15 / (int64_t)es);
-        size_t shd = es * (size_t)sp_rng_range(r, 0, 15 / (int64_t)es);
+            ts_layout_random(r, dt, nd, shape, 0, &ld);
+        size_t shs = es * (size_t)ts_rng_range(r, 0, 15 / (int64_t)es);
+        size_t shd = es * (size_t)ts_rng_range(r, 0, 15 / (int64_t)es);
         gbuf bs = gb_alloc((size_t)ls.buffer_elems * es, shs, r);
         gbuf bd = gb_alloc((size_t)ld.buffer_elems * es, shd, r);
-        sp_tensor s = sp_layout_tensor(&ls, bs.p, sp_cpu());
-        sp_tensor d = sp_layout_tensor(&ld, bd.p, sp_cpu());
+        sp_tensor s = ts_layout_tensor(&ls, bs.p, sp_cpu());
+        sp_tensor d = ts_layout_tensor(&ld, bd.p, sp_cpu());
         sp_tensor de = gb_on_expect(&bd, d);
-        sp_ref_copy(&s, &de);
+        ts_ref_copy(&s, &de);
         sp_copy_desc desc;
         plan(&s, &d, &desc);
         int rc = run_desc(&desc);
@@ -622,8 +622,8 @@ static void test_plan_random(sp_rng *r) {
                desc.nouter);
         int bad = rc != 0 || diff >= 0;
         if (bad) {
-            sp_print_tensor(stderr, "src", &s);
-            sp_print_tensor(stderr, "dst", &d);
+            ts_print_tensor(stderr, "src", &s);
+            ts_print_tensor(stderr, "dst", &d);
         }
         gb_free(&bs);
         gb_free(&bd);
@@ -632,8 +632,8 @@ static void test_plan_random(sp_rng *r) {
 }
 
 int main(void) {
-    sp_rng r;
-    sp_rng_seed(&r, 0x5eed0001);
+    ts_rng r;
+    ts_rng_seed(&r, 0x5eed0001);
     test_numel();
     test_dense();
     test_coalesce_hand();

@@ -14,7 +14,7 @@
 #define SP_GPU_UTIL_H
 
 #include "check.h"
-#include "sp_support.h"
+#include "test_support.h"
 
 #include "cuda_ok.h"
 #include <stdio.h>
@@ -83,8 +83,8 @@ static inline sp_tensor arena_on_host(const arena *a, sp_tensor t) {
 }
 
 /* Fill the used part with random bytes, on both sides. */
-static inline void arena_poison(arena *a, sp_rng *r) {
-    sp_fill_random(a->expect, a->used, r);
+static inline void arena_poison(arena *a, ts_rng *r) {
+    ts_fill_random(a->expect, a->used, r);
     CUDA_OK(cudaMemcpy(a->dev, a->expect, a->used, cudaMemcpyHostToDevice));
     /* From pageable memory cudaMemcpy may return before the DMA lands, and
      * the copies under test run on non-blocking streams: wait for it. */

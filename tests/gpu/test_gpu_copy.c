@@ -35,16 +35,16 @@ static void extent_of(const sp_tensor *t, uintptr_t *lo, uintptr_t *hi) {
 }
 
 /* A base shift that keeps element alignment but varies the widest vector. */
-static size_t random_shift(sp_rng *r, size_t es) {
-    return es * (size_t)sp_rng_range(r, 0, 15 / (int64_t)es);
+static size_t random_shift(ts_rng *r, size_t es) {
+    return es * (size_t)ts_rng_range(r, 0, 15 / (int64_t)es);
 }
 
 /* A shape with up to 2^20 elements over 1-4 dims: many tiles per pair. */
-static int big_shape(sp_rng *r, int64_t *shape) {
-    int nd = (int)sp_rng_range(r, 1, 4);
+static int big_shape(ts_rng *r, int64_t *shape) {
+    int nd = (int)ts_rng_range(r, 1, 4);
     int64_t numel = 1;
     for (int d = 0; d < nd; d++) {
-        int64_t s = sp_rng_range(r, 1, d == nd - 1 ? 4096 : 300);
+        int64_t s = ts_rng_range(r, 1, d == nd - 1 ? 4096 : 300);
         while (s > 1 && numel * s > ((int64_t)1 << 20)) s /= 2;
         shape[d] = s;
         numel *= s;
@@ -54,42 +54,42 @@ static int big_shape(sp_rng *r, int64_t *shape) {
 
 /* Draw pair i into the arena: a new source, or (sometimes) the source of
  * an earlier pair; a destination with a random or dense layout. */
-static void draw_pair(sp_rng *r, arena *a, int i, sp_copy_pair *pairs) {
+static void draw_pair(ts_rng *r, arena *a, int i, sp_copy_pair *pairs) {
     int64_t shape[SP_MAX_DIMS];
     int nd;
     sp_dtype dt;
-    if (i > 0 && sp_rng_range(r, 0, 7) == 0) {
-        int j = (int)sp_rng_range(r, 0, i - 1);
+    if (i > 0 && ts_rng_range(r, 0, 7) == 0) {
+        int j = (int)ts_rng_range(r, 0, i - 1);
         pairs[i].src = pairs[j].src;
         dt = (sp_dtype)pairs[j].src.dtype;
         nd = pairs[j].src.ndim;
         memcpy(shape, pairs[j].src.shape, sizeof shape);
     } else {
-        dt = (sp_dtype)sp_rng_range(r, 0, SP_DTYPE_COUNT_ - 1);
-        int64_t k = sp_rng_range(r, 0, 49);
+        dt = (sp_dtype)ts_rng_range(r, 0, SP_DTYPE_COUNT_ - 1);
+        int64_t k = ts_rng_range(r, 0, 49);
         if (k == 0) {
             nd = big_shape(r, shape);
         } else if (k == 1) {
             nd = 2;
-            shape[0] = sp_rng_range(r, 1, 300);
-            shape[1] = sp_rng_range(r, 1, 600);
+            shape[0] = ts_rng_range(r, 1, 300);
+            shape[1] = ts_rng_range(r, 1, 600);
         } else {
-            nd = sp_shape_random(r, 8, 8, 2048, shape);
+            nd = ts_shape_random(r, 8, 8, 2048, shape);
         }
-        sp_layout ls;
-        sp_layout_random(r, dt, nd, shape, SP_LAYOUT_ALLOW_ZERO_STRIDE, &ls);
+        ts_layout ls;
+        ts_layout_random(r, dt, nd, shape, TS_LAYOUT_ALLOW_ZERO_STRIDE, &ls);
         size_t es = sp_dtype_size(dt);
         unsigned char *base = arena_take(a, (size_t)ls.buffer_elems * es, random_shift(r, es));
-        pairs[i].src = sp_layout_tensor(&ls, base, sp_cuda(0));
+        pairs[i].src = ts_layout_tensor(&ls, base, sp_cuda(0));
     }
-    sp_layout ld;
-    if (sp_rng_range(r, 0, 3) == 0)
-        sp_layout_dense(dt, nd, shape, &ld);
+    ts_layout ld;
+    if (ts_rng_range(r, 0, 3) == 0)
+        ts_layout_dense(dt, nd, shape, &ld);
     else
-        sp_layout_random(r, dt, nd, shape, 0, &ld);
+        ts_layout_random(r, dt, nd, shape, 0, &ld);
     size_t es = sp_dtype_size(dt);
     unsigned char *base = arena_take(a, (size_t)ld.buffer_elems * es, random_shift(r, es));
-    pairs[i].dst = sp_layout_tensor(&ld, base, sp_cuda(0));
+    pairs[i].dst = ts_layout_tensor(&ld, base, sp_cuda(0));
 }
 
 /* Run the batch on `stream` and check every byte of the arena and the
@@ -99,7 +99,7 @@ static int run_and_check(arena *a, sp_copy_pair *pairs, int n, cudaStream_t stre
     int nonempty = 0;
     for (int i = 0; i < n; i++) {
         sp_tensor hs = arena_on_host(a, pairs[i].src), hd = arena_on_host(a, pairs[i].dst);
-        sp_ref_copy(&hs, &hd);
+        ts_ref_copy(&hs, &hd);
         nonempty += numel_of(pairs[i].src.ndim, pairs[i].src.shape) > 0;
     }
     uint64_t before = sp_copy_pass_count();
@@ -120,8 +120,8 @@ static int run_and_check(arena *a, sp_copy_pair *pairs, int n, cudaStream_t stre
             extent_of(&pairs[i].dst, &lo, &hi);
             if (at >= lo && at < hi) {
                 fprintf(stderr, "  inside pairs[%d].dst\n", i);
-                sp_print_tensor(stderr, "src", &pairs[i].src);
-                sp_print_tensor(stderr, "dst", &pairs[i].dst);
+                ts_print_tensor(stderr, "src", &pairs[i].src);
+                ts_print_tensor(stderr, "dst", &pairs[i].dst);
             }
         }
         return 1;
@@ -129,19 +129,19 @@ static int run_and_check(arena *a, sp_copy_pair *pairs, int n, cudaStream_t stre
     return 0;
 }
 
-static void test_random(sp_rng *r, arena *a, cudaStream_t stream) {
-    const int trials = sp_test_small() ? 80 : 500;
+static void test_random(ts_rng *r, arena *a, cudaStream_t stream) {
+    const int trials = ts_test_small() ? 80 : 500;
     int pairs_total = 0;
     sp_copy_pair pairs[MAX_PAIRS];
     for (int trial = 0; trial < trials; trial++) {
         int n;
-        int64_t k = sp_rng_range(r, 0, 19);
+        int64_t k = ts_rng_range(r, 0, 19);
         if (k < 14)
-            n = (int)sp_rng_range(r, 1, 6);
+            n = (int)ts_rng_range(r, 1, 6);
         else if (k < 18)
-            n = (int)sp_rng_range(r, 7, 40);
+            n = (int)ts_rng_range(r, 7, 40);
         else
-            n = (int)sp_rng_range(r, 60, 70);
+            n = (int)ts_rng_range(r, 60, 70);
         arena_reset(a);
         for (int i = 0; i < n; i++) draw_pair(r, a, i, pairs);
         arena_poison(a, r);
@@ -156,7 +156,7 @@ static void test_random(sp_rng *r, arena *a, cudaStream_t stream) {
 /* Contiguous 1-D copies whose sizes sit on and around tile boundaries (32
  * KiB per block), for every element size and base alignment, all in one
  * batch; then 130 small pairs, which take three launches. */
-static void test_fixed(sp_rng *r, arena *a) {
+static void test_fixed(ts_rng *r, arena *a) {
     CHECK_OK(sp_copy_batch(NULL, 0, NULL));
 
     static const int64_t bytes[] = {1, 15, 16, 17, 4096, 32767, 32768, 32769, 3 * 32768 + 5};
@@ -194,7 +194,7 @@ static void test_fixed(sp_rng *r, arena *a) {
 
 /* ---- bit patterns ------------------------------------------------------------ */
 
-enum { NPAT = SP_NPATTERNS };
+enum { NPAT = TS_NPATTERNS };
 
 /* Source layouts over a buffer of 8 * NPAT * NPAT elements filled with the
  * patterns in turn: one run, padded rows, a gather, reversed, transposed,
@@ -214,9 +214,9 @@ static const struct {
 };
 enum { NSRC = sizeof kSources / sizeof kSources[0] };
 
-static void test_bitpatterns(sp_rng *r, arena *a) {
+static void test_bitpatterns(ts_rng *r, arena *a) {
     for (int pi = 0; pi < 4; pi++) {
-        const sp_dtype dt = sp_float_patterns[pi].dtype;
+        const sp_dtype dt = ts_float_patterns[pi].dtype;
         const size_t es = sp_dtype_size(dt), src_elems = 8 * NPAT * NPAT;
         arena_reset(a);
         unsigned char *sbase = arena_take(a, src_elems * es, 0);
@@ -243,7 +243,7 @@ static void test_bitpatterns(sp_rng *r, arena *a) {
         arena_poison(a, r);
         unsigned char *hs = (unsigned char *)arena_host(a, sbase);
         for (size_t k = 0; k < src_elems; k++) /* little-endian low bytes */
-            memcpy(hs + k * es, &sp_float_patterns[pi].bits[k % NPAT], es);
+            memcpy(hs + k * es, &ts_float_patterns[pi].bits[k % NPAT], es);
         arena_upload(a, sbase, src_elems * es);
         int bad = run_and_check(a, pairs, n, NULL, "bit patterns", pi);
         CHECKF(!bad, "%s: a bit pattern changed on the way", sp_dtype_name(dt));
@@ -252,7 +252,7 @@ static void test_bitpatterns(sp_rng *r, arena *a) {
 
 /* ---- the caller's current device ---------------------------------------------- */
 
-static void test_current_device(sp_rng *r, arena *a) {
+static void test_current_device(ts_rng *r, arena *a) {
     int ndev = 0, cur = -1;
     CUDA_OK(cudaGetDeviceCount(&ndev));
     arena_reset(a);
@@ -286,7 +286,7 @@ static void test_current_device(sp_rng *r, arena *a) {
     }
     /* Caller on device 1, tensors on device 0: runs there, comes back to 1. */
     sp_tensor hs = arena_on_host(a, p.src), hd = arena_on_host(a, p.dst);
-    sp_ref_copy(&hs, &hd);
+    ts_ref_copy(&hs, &hd);
     CUDA_OK(cudaSetDevice(1));
     CHECK_OK(sp_copy_batch(&p, 1, NULL));
     CUDA_OK(cudaGetDevice(&cur));
@@ -297,8 +297,8 @@ static void test_current_device(sp_rng *r, arena *a) {
 
 int main(void) {
     gpu_require();
-    sp_rng r;
-    sp_rng_seed(&r, 0x9e1c0b1ull);
+    ts_rng r;
+    ts_rng_seed(&r, 0x9e1c0b1ull);
     arena a;
     arena_init(&a, (size_t)512 << 20);
     cudaStream_t stream;

@@ -26,14 +26,14 @@ typedef struct scene {
  * transposed -> dense; pairs[2]: u8 [33] stride 2 -> dense. Each view sits
  * at the front of a larger payload, so that a broken view a faulty library
  * would still write through stays inside the arena. */
-static void scene_make(scene *s, sp_rng *r) {
+static void scene_make(scene *s, ts_rng *r) {
     arena_reset(&A);
     for (int i = 0; i < NP; i++) {
         s->src[i] = arena_take(&A, PAYLOAD, 0);
         s->dst[i] = arena_take(&A, PAYLOAD, 0);
     }
     arena_poison(&A, r);
-    sp_fill_random(host_buf, sizeof host_buf, r);
+    ts_fill_random(host_buf, sizeof host_buf, r);
     memcpy(host_before, host_buf, sizeof host_buf);
     int64_t s0[2] = {5, 7}, st0[2] = {9, 1};
     int64_t s1[3] = {4, 6, 3}, st1[3] = {1, 12, 4};
@@ -74,13 +74,13 @@ static void expect_batch(const char *what, const sp_copy_pair *p, size_t n, sp_s
         expect_batch(what, s_.p, NP, want, needle); \
     } while (0)
 
-static void test_copy_errors(sp_rng *r, int ndev) {
+static void test_copy_errors(ts_rng *r, int ndev) {
     /* The unbroken scene runs, and right: every failure below is the break's. */
     scene ok;
     scene_make(&ok, r);
     for (int i = 0; i < NP; i++) {
         sp_tensor hs = arena_on_host(&A, ok.p[i].src), hd = arena_on_host(&A, ok.p[i].dst);
-        sp_ref_copy(&hs, &hd);
+        ts_ref_copy(&hs, &hd);
     }
     uint64_t before = sp_copy_pass_count();
     CHECK_OK(sp_copy_batch(ok.p, NP, NULL));
@@ -180,7 +180,7 @@ typedef struct pscene {
 
 /* inputs: [0] f32 [8,8] transposed, [1] dense bf16 [3,5], [2] u16 [16,8]
  * padded rows, [3] f64 [32] reversed; the workspace 1 byte past 256. */
-static void pscene_make(pscene *s, sp_rng *r) {
+static void pscene_make(pscene *s, ts_rng *r) {
     arena_reset(&A);
     for (int i = 0; i < NI; i++) s->src[i] = arena_take(&A, PAYLOAD, 0);
     int64_t s0[2] = {8, 8}, st0[2] = {1, 8}, s1[2] = {3, 5}, s2[2] = {16, 8}, st2[2] = {9, 1},
@@ -194,9 +194,9 @@ static void pscene_make(pscene *s, sp_rng *r) {
     CHECK_OK(sp_pack_workspace_bytes(s->in, NI, &s->wsb));
     s->ws = arena_take(&A, s->wsb + PAYLOAD, 1);
     arena_poison(&A, r);
-    sp_fill_random(host_buf, sizeof host_buf, r);
+    ts_fill_random(host_buf, sizeof host_buf, r);
     memcpy(host_before, host_buf, sizeof host_buf);
-    sp_fill_random(s->out, sizeof s->out, r);
+    ts_fill_random(s->out, sizeof s->out, r);
     memcpy(s->out_before, s->out, sizeof s->out);
 }
 
@@ -224,7 +224,7 @@ static void expect_pack(const char *what, pscene *s, const sp_tensor *in, void *
         expect_pack(what, &s_, s_.in, ws, wsb, want, needle);    \
     } while (0)
 
-static void test_pack_errors(sp_rng *r) {
+static void test_pack_errors(ts_rng *r) {
     {
         pscene s;
         pscene_make(&s, r);
@@ -238,7 +238,7 @@ static void test_pack_errors(sp_rng *r) {
             CHECK(sp_tensor_is_dense(&s.out[i]));
             if (i == 1) continue;
             sp_tensor hi = arena_on_host(&A, s.in[i]), ho = arena_on_host(&A, s.out[i]);
-            sp_ref_copy(&hi, &ho);
+            ts_ref_copy(&hi, &ho);
         }
         CHECK(arena_first_diff(&A) < 0); /* slots right, workspace gaps intact */
     }
@@ -265,8 +265,8 @@ int main(void) {
     gpu_require();
     int ndev = 0;
     CUDA_OK(cudaGetDeviceCount(&ndev));
-    sp_rng r;
-    sp_rng_seed(&r, 0xe77025ull);
+    ts_rng r;
+    ts_rng_seed(&r, 0xe77025ull);
     arena_init(&A, (size_t)1 << 20);
     test_copy_errors(&r, ndev);
     test_pack_errors(&r);

@@ -19,7 +19,7 @@ typedef struct big {
     size_t src_bytes, dst_bytes;
 } big;
 
-static void big_make(big *b, size_t src_bytes, size_t dst_bytes, sp_rng *r) {
+static void big_make(big *b, size_t src_bytes, size_t dst_bytes, ts_rng *r) {
     b->src_bytes = src_bytes;
     b->dst_bytes = dst_bytes;
     b->hsrc = (unsigned char *)malloc(src_bytes);
@@ -28,8 +28,8 @@ static void big_make(big *b, size_t src_bytes, size_t dst_bytes, sp_rng *r) {
         fprintf(stderr, "out of host memory\n");
         exit(1);
     }
-    sp_fill_random(b->hsrc, src_bytes, r);
-    sp_fill_random(b->hdst, dst_bytes + 2 * GUARD, r); /* poison, guards included */
+    ts_fill_random(b->hsrc, src_bytes, r);
+    ts_fill_random(b->hdst, dst_bytes + 2 * GUARD, r); /* poison, guards included */
     CUDA_OK(cudaMalloc((void **)&b->dsrc, src_bytes));
     CUDA_OK(cudaMalloc((void **)&b->ddst, dst_bytes + 2 * GUARD));
     CUDA_OK(cudaMemcpy(b->dsrc, b->hsrc, src_bytes, cudaMemcpyHostToDevice));
@@ -74,7 +74,7 @@ static unsigned char *big_run(big *b, const sp_copy_pair *p, const char *what) {
 
 /* bf16 [R, C] rows of a [R, C + 64] buffer: 2^31 + 3072 elements, 16-byte
  * moves, byte offsets past 2^32. */
-static void test_row_slice(sp_rng *r) {
+static void test_row_slice(ts_rng *r) {
     const int64_t R = ((int64_t)1 << 21) + 3, C = 1024, LD = C + 64;
     big b;
     big_make(&b, (size_t)(R * LD) * 2, (size_t)(R * C) * 2, r);
@@ -97,7 +97,7 @@ static void test_row_slice(sp_rng *r) {
 
 /* u8 [N, 2] read transposed from a [2, N] buffer: 2^31 + 2 one-byte moves,
  * unit indices past 2^31. */
-static void test_transpose(sp_rng *r) {
+static void test_transpose(ts_rng *r) {
     const int64_t N = ((int64_t)1 << 30) + 1;
     big b;
     big_make(&b, (size_t)(2 * N), (size_t)(2 * N), r);
@@ -120,7 +120,7 @@ static void test_transpose(sp_rng *r) {
 
 /* u8 [2, M, 4] with source strides (1, 10, 2): no two dims merge, so two
  * outer dims remain (the general index path), 2^31 + 8 elements. */
-static void test_three_dims(sp_rng *r) {
+static void test_three_dims(ts_rng *r) {
     const int64_t M = ((int64_t)1 << 28) + 1;
     big b;
     big_make(&b, (size_t)(10 * M), (size_t)(8 * M), r);
@@ -151,8 +151,8 @@ int main(void) {
     size_t free_b = 0, total_b = 0;
     CUDA_OK(cudaMemGetInfo(&free_b, &total_b));
     if (free_b < ((size_t)12 << 30)) SP_SKIP("needs 12 GB of free device memory, %zu free", free_b);
-    sp_rng r;
-    sp_rng_seed(&r, 0x1a29eull);
+    ts_rng r;
+    ts_rng_seed(&r, 0x1a29eull);
     test_row_slice(&r);
     test_transpose(&r);
     test_three_dims(&r);

@@ -21,7 +21,7 @@ static arena A;
 
 /* The views of one case, on the arena. */
 typedef struct k3case {
-    sp_k3 k;
+    ts_k3 k;
     unsigned char *qkv, *proj, *g, *ws;
     size_t wsb;
     sp_tensor in[5], out[5];
@@ -29,14 +29,14 @@ typedef struct k3case {
 } k3case;
 
 static void k3_make(k3case *c, int64_t T, int64_t H, int beta_kind, int64_t g_extra) {
-    sp_k3_init(&c->k, T, H, beta_kind);
+    ts_k3_init(&c->k, T, H, beta_kind);
     c->k.g_rows = T + g_extra; /* g: the first T rows of a longer buffer */
     c->k.g_bytes = (size_t)c->k.g_rows * (size_t)c->k.P * 2;
     arena_reset(&A);
     c->qkv = arena_take(&A, c->k.qkv_bytes, 0);
     c->proj = arena_take(&A, c->k.proj_bytes, 0);
     c->g = arena_take(&A, c->k.g_bytes, 0);
-    sp_k3_views(&c->k, c->qkv, c->proj, c->g, sp_cuda(0), c->in);
+    ts_k3_views(&c->k, c->qkv, c->proj, c->g, sp_cuda(0), c->in);
     CHECK_OK(sp_pack_workspace_bytes(c->in, 5, &c->wsb));
     c->ws = arena_take(&A, c->wsb, 2); /* not 256-aligned: the library rounds up */
     c->expect_copied = 0;
@@ -63,15 +63,15 @@ static void k3_expect(k3case *c, const char *what) {
                "%s: outputs[%d] at %p is not an aligned slot of the workspace", what, i,
                out->data);
         sp_tensor hi = arena_on_host(&A, *in), ho = arena_on_host(&A, *out);
-        sp_ref_copy(&hi, &ho);
+        ts_ref_copy(&hi, &ho);
     }
 }
 
 /* One eager case: every byte of the arena and the launch count. */
-static void k3_eager(int64_t T, int64_t H, int beta_kind, int64_t g_extra, sp_rng *r) {
+static void k3_eager(int64_t T, int64_t H, int beta_kind, int64_t g_extra, ts_rng *r) {
     char what[96];
     snprintf(what, sizeof what, "K3 T=%lld H=%lld %s", (long long)T, (long long)H,
-             sp_k3_beta_name(beta_kind));
+             ts_k3_beta_name(beta_kind));
     k3case c;
     k3_make(&c, T, H, beta_kind, g_extra);
     arena_poison(&A, r);
@@ -98,7 +98,7 @@ static void k3_eager(int64_t T, int64_t H, int beta_kind, int64_t g_extra, sp_rn
  * replays. `bufs` are the device input buffers to refresh. */
 static void capture_and_replay(const char *what, sp_tensor *in, int n, void *ws, size_t wsb,
                                size_t expect_copied, unsigned char **bufs, const size_t *sizes,
-                               int nbufs, int rounds, sp_rng *r) {
+                               int nbufs, int rounds, ts_rng *r) {
     cudaStream_t s;
     CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     sp_tensor out[8];
@@ -136,13 +136,13 @@ static void capture_and_replay(const char *what, sp_tensor *in, int n, void *ws,
     for (int round = 0; round < rounds; round++) {
         if (round > 0) /* new contents, same addresses */
             for (int b = 0; b < nbufs; b++) {
-                sp_fill_random(arena_host(&A, bufs[b]), sizes[b], r);
+                ts_fill_random(arena_host(&A, bufs[b]), sizes[b], r);
                 arena_upload(&A, bufs[b], sizes[b]);
             }
         for (int i = 0; i < n; i++) {
             if (out[i].data == in[i].data) continue;
             sp_tensor hi = arena_on_host(&A, in[i]), ho = arena_on_host(&A, out[i]);
-            sp_ref_copy(&hi, &ho);
+            ts_ref_copy(&hi, &ho);
         }
         CUDA_OK(cudaGraphLaunch(exec, s));
         CUDA_OK(cudaStreamSynchronize(s));
@@ -156,10 +156,10 @@ static void capture_and_replay(const char *what, sp_tensor *in, int n, void *ws,
     CUDA_OK(cudaStreamDestroy(s));
 }
 
-static void k3_graph(int64_t T, int64_t H, int beta_kind, sp_rng *r) {
+static void k3_graph(int64_t T, int64_t H, int beta_kind, ts_rng *r) {
     char what[96];
     snprintf(what, sizeof what, "graph K3 T=%lld H=%lld %s", (long long)T, (long long)H,
-             sp_k3_beta_name(beta_kind));
+             ts_k3_beta_name(beta_kind));
     k3case c;
     k3_make(&c, T, H, beta_kind, 0);
     arena_poison(&A, r);
@@ -170,7 +170,7 @@ static void k3_graph(int64_t T, int64_t H, int beta_kind, sp_rng *r) {
 
 /* q, k, v, g dense in buffers of their own; beta strided (one copy) or
  * dense too (no copy at all). */
-static void dense_qkv(int64_t T, int64_t H, int beta_dense, sp_rng *r) {
+static void dense_qkv(int64_t T, int64_t H, int beta_dense, ts_rng *r) {
     const int64_t P = H * 128, W = 128 + H;
     const size_t bytes4 = (size_t)(T * P) * 2;
     arena_reset(&A);
@@ -212,7 +212,7 @@ static void dense_qkv(int64_t T, int64_t H, int beta_dense, sp_rng *r) {
     for (int i = 0; i < 4; i++) CHECK(out[i].data == in[i].data);
     if (!beta_dense) {
         sp_tensor hi = arena_on_host(&A, in[4]), ho = arena_on_host(&A, out[4]);
-        sp_ref_copy(&hi, &ho);
+        ts_ref_copy(&hi, &ho);
     }
     CHECKF(arena_first_diff(&A) < 0, "%s: arena differs", what);
     capture_and_replay(what, in, 5, ws, wsb, beta_dense ? 0 : 1, bufs, sizes, 5, 2, r);
@@ -220,14 +220,14 @@ static void dense_qkv(int64_t T, int64_t H, int beta_dense, sp_rng *r) {
 
 int main(void) {
     gpu_require();
-    sp_rng r;
-    sp_rng_seed(&r, 0x5ac4ull);
-    const int quick = sp_test_small();
+    ts_rng r;
+    ts_rng_seed(&r, 0x5ac4ull);
+    const int quick = ts_test_small();
     const int64_t T_big = quick ? 2048 : 16384;
 
     /* The largest case (TP1 with the input-projection beta) sizes the arena. */
-    sp_k3 big;
-    sp_k3_init(&big, T_big, 96, SP_K3_BETA_INPROJ);
+    ts_k3 big;
+    ts_k3_init(&big, T_big, 96, TS_K3_BETA_INPROJ);
     arena_init(&A, big.qkv_bytes + big.proj_bytes + (big.g_bytes + 64 * big.P * 2) +
                        big.dense_bytes + 64 * 1024);
 
@@ -240,9 +240,9 @@ int main(void) {
         k3_eager(tails[i], 96, (int)(i % 2), 3, &r);
         k3_eager(tails[i], 12, (int)((i + 1) % 2), 0, &r);
     }
-    k3_graph(quick ? 1000 : T_big, 12, SP_K3_BETA_FA, &r);
-    k3_graph(77, 96, SP_K3_BETA_INPROJ, &r);
-    k3_graph(1, 96, SP_K3_BETA_FA, &r); /* T = 1: every input is dense: no node */
+    k3_graph(quick ? 1000 : T_big, 12, TS_K3_BETA_FA, &r);
+    k3_graph(77, 96, TS_K3_BETA_INPROJ, &r);
+    k3_graph(1, 96, TS_K3_BETA_FA, &r); /* T = 1: every input is dense: no node */
     dense_qkv(quick ? 100 : 1000, 96, 0, &r);
     dense_qkv(quick ? 100 : 1000, 96, 1, &r);
     arena_free(&A);

@@ -335,8 +335,8 @@ int main(void) {
 
     static const int64_t lens[] = {1, 63, 64, 65, 300};
     static const int64_t small[] = {1, 17, 40};
-    const int N = sp_test_small() ? 3 : 5;
-    const int64_t *L = sp_test_small() ? small : lens;
+    const int N = ts_test_small() ? 3 : 5;
+    const int64_t *L = ts_test_small() ? small : lens;
     static const sp_dtype dts[] = {SP_F32, SP_BF16};
     static const int32_t gates[] = {SP_KDA_GATE_LOWER_BOUND, SP_KDA_GATE_SOFTPLUS};
     static const int64_t intervals[] = {0, 1, 32, 64};

@@ -343,7 +343,7 @@ int main(void) {
     static const int64_t intervals[] = {0, 1, 32, 64};
     const int32_t R = SP_KDA_KERNEL_RECURRENT, CH = SP_KDA_KERNEL_CHUNKED,
                   TP = SP_KDA_KERNEL_CHUNKED_TWO_PASS;
-    if (sp_test_small()) {
+    if (ts_test_small()) {
         batch_case(R, SP_F32, SP_KDA_GATE_LOWER_BOUND, 16, small, 3, 2);
         batch_case(R, SP_BF16, SP_KDA_GATE_SOFTPLUS, 1, small, 3, 1);
         for (int32_t k = CH; k <= TP; k++) {
@@ -363,8 +363,8 @@ int main(void) {
         batch_case(CH, SP_F32, SP_KDA_GATE_LOWER_BOUND, 64, extra, 3, 4);
         batch_case(TP, SP_F32, SP_KDA_GATE_LOWER_BOUND, 64, extra, 3, 4);
     }
-    chunked_edge_cases(CH, sp_test_small());
-    chunked_edge_cases(TP, sp_test_small());
+    chunked_edge_cases(CH, ts_test_small());
+    chunked_edge_cases(TP, ts_test_small());
     noop_cases();
     device_guard_cases(R);
     device_guard_cases(CH);

@@ -55,7 +55,7 @@ static inline void mg_make(mg_problem *d, int dev, int back, const kda_problem *
     d->g = mg_upload(dev, back, k3->g, k3->k.g_bytes);
     kp_args(p, d->buf, sp_cuda(dev), &d->args);
     sp_tensor v[5];
-    sp_k3_views(&k3->k, d->qkv, d->proj, d->g, sp_cuda(dev), v);
+    ts_k3_views(&k3->k, d->qkv, d->proj, d->g, sp_cuda(dev), v);
     d->args.q = v[0];
     d->args.k = v[1];
     d->args.v = v[2];
@@ -81,7 +81,7 @@ static inline int mg_pack_differs(const k3_bufs *k3, const sp_tensor out[5]) {
         void *h = mg_download(out[i].data, (size_t)n * 2);
         sp_tensor hd;
         sp_tensor_dense(&hd, h, SP_BF16, out[i].ndim, out[i].shape, sp_cpu());
-        bad += sp_ref_compare(&k3->views[i], &hd, NULL) != 0;
+        bad += ts_ref_compare(&k3->views[i], &hd, NULL) != 0;
         free(h);
     }
     return bad;

@@ -93,10 +93,10 @@ int main(void) {
     int ngpu = 0;
     if (!sp_cuda_available() || cudaGetDeviceCount(&ngpu) != cudaSuccess || ngpu < 2)
         SP_SKIP("needs two usable CUDA devices (found %d)", ngpu);
-    sp_rng r;
-    sp_rng_seed(&r, 2027);
+    ts_rng r;
+    ts_rng_seed(&r, 2027);
     kp_make_ex(&prob, 3, lens, 0, H, SP_F32, SP_KDA_GATE_LOWER_BOUND, 0, 99, 0);
-    k3_make(&host_k3, T, H, SP_K3_BETA_INPROJ, &r);
+    k3_make(&host_k3, T, H, TS_K3_BETA_INPROJ, &r);
     CUDA_OK(cudaSetDevice(0));
     const int last = ngpu - 1;
 

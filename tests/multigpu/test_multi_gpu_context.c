@@ -69,10 +69,10 @@ int main(void) {
         SP_SKIP("needs two usable CUDA devices (found %d)", ngpu);
     CHECKF(!mg_primary_active(0), "GPU 0 has a context before the test touched any device");
 
-    sp_rng r;
-    sp_rng_seed(&r, 77);
+    ts_rng r;
+    ts_rng_seed(&r, 77);
     kp_make_ex(&prob, 2, lens, 0, H, SP_F32, SP_KDA_GATE_LOWER_BOUND, 0, 5, 0);
-    k3_make(&host_k3, T, H, SP_K3_BETA_FA, &r);
+    k3_make(&host_k3, T, H, TS_K3_BETA_FA, &r);
     CUDA_OK(cudaSetDevice(DEV)); /* the main thread works on GPU 1 only */
     mg_make(&d1, DEV, DEV, &prob, &host_k3);
 

@@ -1,6 +1,6 @@
-/* sp_support.c — see sp_support.h. */
+/* test_support.c — see test_support.h. */
 #define _POSIX_C_SOURCE 200809L
-#include "sp_support.h"
+#include "test_support.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -15,13 +15,13 @@ static uint64_t splitmix(uint64_t *x) {
     return z ^ (z >> 31);
 }
 
-void sp_rng_seed(sp_rng *r, uint64_t seed) {
+void ts_rng_seed(ts_rng *r, uint64_t seed) {
     for (int i = 0; i < 4; i++) r->s[i] = splitmix(&seed);
 }
 
 static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
-uint64_t sp_rng_next(sp_rng *r) {
+uint64_t ts_rng_next(ts_rng *r) {
     uint64_t *s = r->s;
     uint64_t out = rotl(s[1] * 5, 7) * 9;
     uint64_t t = s[1] << 17;
@@ -34,39 +34,39 @@ uint64_t sp_rng_next(sp_rng *r) {
     return out;
 }
 
-int64_t sp_rng_range(sp_rng *r, int64_t lo, int64_t hi) {
+int64_t ts_rng_range(ts_rng *r, int64_t lo, int64_t hi) {
     uint64_t span = (uint64_t)(hi - lo) + 1;
-    if (span == 0) return (int64_t)sp_rng_next(r);
-    return lo + (int64_t)(sp_rng_next(r) % span);
+    if (span == 0) return (int64_t)ts_rng_next(r);
+    return lo + (int64_t)(ts_rng_next(r) % span);
 }
 
-double sp_rng_unit(sp_rng *r) { return (double)(sp_rng_next(r) >> 11) * 0x1.0p-53; }
+double ts_rng_unit(ts_rng *r) { return (double)(ts_rng_next(r) >> 11) * 0x1.0p-53; }
 
-void sp_fill_random(void *p, size_t bytes, sp_rng *r) {
+void ts_fill_random(void *p, size_t bytes, ts_rng *r) {
     unsigned char *b = p;
     size_t i = 0;
     for (; i + 8 <= bytes; i += 8) {
-        uint64_t x = sp_rng_next(r);
+        uint64_t x = ts_rng_next(r);
         memcpy(b + i, &x, 8);
     }
     if (i < bytes) {
-        uint64_t x = sp_rng_next(r);
+        uint64_t x = ts_rng_next(r);
         memcpy(b + i, &x, bytes - i);
     }
 }
 
 /* ---- layouts -------------------------------------------------------------- */
 
-int sp_shape_random(sp_rng *r, int max_ndim, int64_t max_size, int64_t max_numel,
+int ts_shape_random(ts_rng *r, int max_ndim, int64_t max_size, int64_t max_numel,
                     int64_t *shape) {
-    int ndim = (int)sp_rng_range(r, 0, max_ndim);
+    int ndim = (int)ts_rng_range(r, 0, max_ndim);
     int64_t numel = 1;
     for (int d = 0; d < ndim; d++) {
         int64_t s;
-        switch (sp_rng_range(r, 0, 7)) {
+        switch (ts_rng_range(r, 0, 7)) {
         case 0: s = 1; break;
-        case 1: s = (sp_rng_range(r, 0, 5) == 0) ? 0 : 2; break;
-        default: s = sp_rng_range(r, 1, max_size); break;
+        case 1: s = (ts_rng_range(r, 0, 5) == 0) ? 0 : 2; break;
+        default: s = ts_rng_range(r, 1, max_size); break;
         }
         while (s > 1 && numel * s > max_numel) s /= 2;
         shape[d] = s;
@@ -75,7 +75,7 @@ int sp_shape_random(sp_rng *r, int max_ndim, int64_t max_size, int64_t max_numel
     return ndim;
 }
 
-void sp_layout_dense(sp_dtype dtype, int ndim, const int64_t *shape, sp_layout *out) {
+void ts_layout_dense(sp_dtype dtype, int ndim, const int64_t *shape, ts_layout *out) {
     memset(out, 0, sizeof *out);
     out->dtype = dtype;
     out->ndim = ndim;
@@ -88,30 +88,30 @@ void sp_layout_dense(sp_dtype dtype, int ndim, const int64_t *shape, sp_layout *
     out->buffer_elems = running;
 }
 
-void sp_layout_random(sp_rng *r, sp_dtype dtype, int ndim, const int64_t *shape, int flags,
-                      sp_layout *out) {
+void ts_layout_random(ts_rng *r, sp_dtype dtype, int ndim, const int64_t *shape, int flags,
+                      ts_layout *out) {
     memset(out, 0, sizeof *out);
     out->dtype = dtype;
     out->ndim = ndim;
     int order[SP_MAX_DIMS]; /* order[0] is the innermost dim in memory */
     for (int i = 0; i < ndim; i++) order[i] = ndim - 1 - i;
-    if (ndim > 1 && sp_rng_range(r, 0, 2) == 0) { /* transpose: shuffle */
+    if (ndim > 1 && ts_rng_range(r, 0, 2) == 0) { /* transpose: shuffle */
         for (int i = ndim - 1; i > 0; i--) {
-            int j = (int)sp_rng_range(r, 0, i);
+            int j = (int)ts_rng_range(r, 0, i);
             int t = order[i];
             order[i] = order[j];
             order[j] = t;
         }
     }
-    int64_t running = sp_rng_range(r, 0, 5) == 0 ? sp_rng_range(r, 2, 3) : 1;
+    int64_t running = ts_rng_range(r, 0, 5) == 0 ? ts_rng_range(r, 2, 3) : 1;
     for (int i = 0; i < ndim; i++) {
         int d = order[i];
         out->shape[d] = shape[d];
         int64_t st = running;
-        if ((flags & SP_LAYOUT_ALLOW_ZERO_STRIDE) && sp_rng_range(r, 0, 7) == 0) st = 0;
-        if (sp_rng_range(r, 0, 4) == 0) st = -st;
+        if ((flags & TS_LAYOUT_ALLOW_ZERO_STRIDE) && ts_rng_range(r, 0, 7) == 0) st = 0;
+        if (ts_rng_range(r, 0, 4) == 0) st = -st;
         out->strides[d] = st;
-        int64_t pad = sp_rng_range(r, 0, 3) == 0 ? sp_rng_range(r, 1, 9) : 0;
+        int64_t pad = ts_rng_range(r, 0, 3) == 0 ? ts_rng_range(r, 1, 9) : 0;
         running = running * (shape[d] > 0 ? shape[d] : 1) + pad;
     }
     int64_t neg = 0, pos = 0;
@@ -119,11 +119,11 @@ void sp_layout_random(sp_rng *r, sp_dtype dtype, int ndim, const int64_t *shape,
         int64_t span = (shape[d] > 0 ? shape[d] - 1 : 0) * out->strides[d];
         if (span < 0) neg -= span; else pos += span;
     }
-    out->offset = neg + sp_rng_range(r, 0, 7);
-    out->buffer_elems = out->offset + pos + 1 + sp_rng_range(r, 0, 7);
+    out->offset = neg + ts_rng_range(r, 0, 7);
+    out->buffer_elems = out->offset + pos + 1 + ts_rng_range(r, 0, 7);
 }
 
-sp_tensor sp_layout_tensor(const sp_layout *l, void *base, sp_device dev) {
+sp_tensor ts_layout_tensor(const ts_layout *l, void *base, sp_device dev) {
     sp_tensor t;
     memset(&t, 0, sizeof t);
     t.data = (char *)base + l->offset * (int64_t)sp_dtype_size(l->dtype);
@@ -168,11 +168,11 @@ static int64_t numel_of(const sp_tensor *t) {
         }                                                                              \
     } while (0)
 
-void sp_ref_copy(const sp_tensor *src, const sp_tensor *dst) {
+void ts_ref_copy(const sp_tensor *src, const sp_tensor *dst) {
     SP_FOR_EACH_INDEX(src, dst, memcpy(pb_, pa_, es_));
 }
 
-int64_t sp_ref_compare(const sp_tensor *a, const sp_tensor *b, int64_t *first) {
+int64_t ts_ref_compare(const sp_tensor *a, const sp_tensor *b, int64_t *first) {
     int64_t bad = 0;
     if (first) *first = -1;
     SP_FOR_EACH_INDEX(a, b, {
@@ -184,7 +184,7 @@ int64_t sp_ref_compare(const sp_tensor *a, const sp_tensor *b, int64_t *first) {
     return bad;
 }
 
-void sp_print_tensor(FILE *f, const char *name, const sp_tensor *t) {
+void ts_print_tensor(FILE *f, const char *name, const sp_tensor *t) {
     fprintf(f, "  %s: %s ndim %d shape [", name, sp_dtype_name((sp_dtype)t->dtype), t->ndim);
     for (int d = 0; d < t->ndim; d++) fprintf(f, "%s%lld", d ? "," : "", (long long)t->shape[d]);
     fprintf(f, "] strides [");
@@ -194,7 +194,7 @@ void sp_print_tensor(FILE *f, const char *name, const sp_tensor *t) {
 
 /* ---- bit patterns ---------------------------------------------------------- */
 
-const sp_bit_patterns sp_float_patterns[4] = {
+const ts_bit_patterns ts_float_patterns[4] = {
     {SP_BF16,
      {0x7f81, 0xff81, 0x7fbf, 0xffa5, 0x7fc0, 0xffc0, 0x7fd3, 0xffff, 0x7f80, 0xff80, 0x0001,
       0x807f, 0x0040, 0x0000, 0x8000, 0x3f80}},
@@ -215,13 +215,13 @@ const sp_bit_patterns sp_float_patterns[4] = {
 
 /* ---- K3 layouts ------------------------------------------------------------- */
 
-void sp_k3_init(sp_k3 *k, int64_t T, int64_t H, int beta_kind) {
+void ts_k3_init(ts_k3 *k, int64_t T, int64_t H, int beta_kind) {
     memset(k, 0, sizeof *k);
     k->T = T;
     k->H = H;
     k->P = H * 128;
     k->beta_kind = beta_kind;
-    if (beta_kind == SP_K3_BETA_FA) {
+    if (beta_kind == TS_K3_BETA_FA) {
         k->width = 128 + H;
         k->beta_col = 128;
     } else {
@@ -236,7 +236,7 @@ void sp_k3_init(sp_k3 *k, int64_t T, int64_t H, int beta_kind) {
     k->dense_bytes = T_ * (size_t)(4 * k->P + H) * 2;
 }
 
-void sp_k3_views(const sp_k3 *k, void *qkv, void *proj, void *g, sp_device dev,
+void ts_k3_views(const ts_k3 *k, void *qkv, void *proj, void *g, sp_device dev,
                  sp_tensor out[5]) {
     int64_t T = k->T, H = k->H, P = k->P;
     int64_t shape4[4] = {1, T, H, 128};
@@ -249,29 +249,29 @@ void sp_k3_views(const sp_k3 *k, void *qkv, void *proj, void *g, sp_device dev,
     sp_tensor_view(&out[4], proj, k->beta_col, SP_BF16, 3, shape3, beta_strides, dev);
 }
 
-const char *sp_k3_beta_name(int beta_kind) {
-    return beta_kind == SP_K3_BETA_FA ? "beta[T,128+H]" : "beta[T,4P+128+H]";
+const char *ts_k3_beta_name(int beta_kind) {
+    return beta_kind == TS_K3_BETA_FA ? "beta[T,128+H]" : "beta[T,4P+128+H]";
 }
 
 /* ---- timing ----------------------------------------------------------------- */
 
-double sp_now_seconds(void) {
+double ts_now_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-int sp_cmp_double(const void *a, const void *b) {
+int ts_cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
 
-double sp_median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, sp_cmp_double);
+double ts_median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, ts_cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-int sp_test_small(void) {
+int ts_test_small(void) {
     const char *s = getenv("SP_TEST_SMALL");
     return s && s[0] && s[0] != '0';
 }
