@@ -153,9 +153,9 @@ SP_API sp_status sp_kda_args_init(sp_kda_args *args);
 /* Run the prefill on the tensors' device: one parallel CPU pass over
  * (sequence, head) for CPU tensors; for CUDA tensors, the kernel that
  * args->kernel names or AUTO chooses (see sp_kda_kernel), enqueued on
- * `stream` (one launch; two for CHUNKED_TWO_PASS). Every sum has a fixed order: reruns are bit-identical.
- * Nothing is allocated on the device and nothing is synchronized, so the
- * call can be captured in a CUDA graph.
+ * `stream` (one launch; two for CHUNKED_TWO_PASS). Every sum has a fixed
+ * order: reruns are bit-identical. Nothing is allocated on the device and
+ * nothing is synchronized, so the call can be captured in a CUDA graph.
  *
  * Checked before anything is written, for every tensor (each error names it):
  *   - structure and alignment of `data` to the element size
