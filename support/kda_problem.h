@@ -83,6 +83,10 @@ double kp_err_o(const kda_problem *p, const void *o, const void *ref, int64_t *s
 double kp_err_state(const kda_problem *p, const void *s, const void *ref, int64_t *stray);
 double kp_err_ckpt(const kda_problem *p, const void *c, const void *ref, int64_t *stray);
 
+/* 1 when the output buffers (o, state pool, checkpoints) of x and y hold
+ * the same bytes. */
+int kp_outputs_equal(const kda_problem *p, void *const x[KB_COUNT], void *const y[KB_COUNT]);
+
 /* State tolerances against the float64 reference for fp32 arithmetic:
  * f32 pool 1e-4, bf16 pool 5e-3 (its own rounding). */
 double kp_state_tol(const kda_problem *p);

@@ -139,10 +139,22 @@ sp_tensor ts_layout_tensor(const ts_layout *l, void *base, sp_device dev) {
 
 /* ---- reference ------------------------------------------------------------- */
 
-static int64_t numel_of(const sp_tensor *t) {
+int64_t ts_numel_shape(int ndim, const int64_t *shape) {
     int64_t n = 1;
-    for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
+    for (int d = 0; d < ndim; d++) n *= shape[d];
     return n;
+}
+
+int64_t ts_numel(const sp_tensor *t) { return ts_numel_shape(t->ndim, t->shape); }
+
+int ts_ref_dense(const sp_tensor *t) {
+    if (ts_numel(t) == 0) return 1;
+    int64_t running = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        if (t->shape[d] != 1 && t->strides[d] != running) return 0;
+        running *= t->shape[d];
+    }
+    return 1;
 }
 
 /* Walk every index tuple of `shape` in row-major order, calling f on the
@@ -150,7 +162,7 @@ static int64_t numel_of(const sp_tensor *t) {
 #define SP_FOR_EACH_INDEX(a, b, BODY)                                                  \
     do {                                                                               \
         int64_t idx_[SP_MAX_DIMS] = {0};                                               \
-        int64_t n_ = numel_of(a);                                                      \
+        int64_t n_ = ts_numel(a);                                                      \
         size_t es_ = sp_dtype_size((sp_dtype)(a)->dtype);                              \
         for (int64_t lin_ = 0; lin_ < n_; lin_++) {                                    \
             int64_t oa_ = 0, ob_ = 0;                                                  \

@@ -109,6 +109,14 @@ void ts_k3_views(const ts_k3 *k, void *qkv, void *proj, void *g, sp_device dev,
 const char *ts_k3_beta_name(int beta_kind);
 
 /* ---- timing ---------------------------------------------------------------- */
+/* Elements of `shape` (ndim dims), and of a view: the product of the
+ * sizes, computed here independently of the library. */
+int64_t ts_numel_shape(int ndim, const int64_t *shape);
+int64_t ts_numel(const sp_tensor *t);
+/* Density decided independently of the library: empty, or every dim of
+ * size > 1 has the row-major stride. */
+int ts_ref_dense(const sp_tensor *t);
+
 double ts_now_seconds(void); /* monotonic */
 /* 1 when SP_TEST_SMALL is set (and not "0"): tests shrink their sizes
  * (compute-sanitizer runs). The one switch for every test. */

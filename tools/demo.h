@@ -50,6 +50,13 @@ int demo_producer(const demo_mem *m, int64_t T, int64_t H, int reps, uint64_t se
 #define PRODUCER_HEAD "%-20s %6s %9s  %-9s %-9s %s\n"
 #define PRODUCER_ROW "%-20s %6zu %9.3f  %-9s %-9s %s\n"
 
+/* Device copies of every argument buffer of a KDA problem (each run gets
+ * its own set, so runs start from the same bytes); 0 on success. */
+typedef struct kda_problem kda_problem;
+int demo_upload_all(const demo_mem *m, const kda_problem *p, void **dev);
+/* 1 when n bytes at a and b (device memory of m) are equal. */
+int demo_same_bytes(const demo_mem *m, const void *a, const void *b, size_t n);
+
 /* 0 and *m filled when the CUDA memory calls are usable. */
 int demo_cuda_mem(demo_mem *m);
 

@@ -12,9 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Device copies of every argument buffer of p; outputs get their own set
- * per run, so the two runs start from the same bytes. */
-static int upload_all(const demo_mem *m, const kda_problem *p, void *dev[KB_COUNT]) {
+int demo_upload_all(const demo_mem *m, const kda_problem *p, void **dev) {
     for (int i = 0; i < KB_COUNT; i++) {
         dev[i] = p->bytes[i] ? m->alloc(p->bytes[i]) : NULL;
         if (p->bytes[i] && (!dev[i] || m->upload(dev[i], p->host[i], p->bytes[i]))) return -1;
@@ -22,7 +20,7 @@ static int upload_all(const demo_mem *m, const kda_problem *p, void *dev[KB_COUN
     return 0;
 }
 
-static int same_bytes(const demo_mem *m, const void *a, const void *b, size_t n) {
+int demo_same_bytes(const demo_mem *m, const void *a, const void *b, size_t n) {
     void *x = malloc(n + 1), *y = malloc(n + 1);
     int same = x && y && !m->download(x, a, n) && !m->download(y, b, n) && !memcmp(x, y, n);
     free(x);
@@ -47,7 +45,7 @@ int demo_kda(const demo_mem *m, int64_t T, int64_t H, int beta_kind, int reps, u
     sp_kda_boundary *b = NULL;
     int rc = 1;
     double *ms = malloc(sizeof(double) * 2 * (size_t)reps); /* boundary, then prefill */
-    if (!ms || upload_all(m, &p, dense) || upload_all(m, &p, strided) || !qkv || !proj || !g ||
+    if (!ms || demo_upload_all(m, &p, dense) || demo_upload_all(m, &p, strided) || !qkv || !proj || !g ||
         m->upload(qkv, kb.qkv, kb.k.qkv_bytes) || m->upload(proj, kb.proj, kb.k.proj_bytes) ||
         m->upload(g, kb.g, kb.k.g_bytes)) {
         fprintf(stderr, "stridepack: out of memory for the end-to-end run\n");
@@ -90,9 +88,9 @@ int demo_kda(const demo_mem *m, int64_t T, int64_t H, int beta_kind, int reps, u
         fprintf(stderr, "stridepack: %s: %s\n", sp_status_string(s), sp_last_error());
         goto out;
     }
-    int o_ok = same_bytes(m, dense[KB_O], strided[KB_O], p.bytes[KB_O]);
-    int s_ok = same_bytes(m, dense[KB_STATE], strided[KB_STATE], p.bytes[KB_STATE]);
-    int c_ok = same_bytes(m, dense[KB_CKPT], strided[KB_CKPT], p.bytes[KB_CKPT]);
+    int o_ok = demo_same_bytes(m, dense[KB_O], strided[KB_O], p.bytes[KB_O]);
+    int s_ok = demo_same_bytes(m, dense[KB_STATE], strided[KB_STATE], p.bytes[KB_STATE]);
+    int c_ok = demo_same_bytes(m, dense[KB_CKPT], strided[KB_CKPT], p.bytes[KB_CKPT]);
     printf(KDA_ROW, ts_k3_beta_name(beta_kind), copied, (unsigned long long)passes,
            ts_median(ms, reps), ts_median(ms + reps, reps), o_ok ? "bit-equal" : "DIFFER",
            s_ok ? "bit-equal" : "DIFFER", c_ok ? "bit-equal" : "DIFFER");

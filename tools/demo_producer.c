@@ -27,22 +27,6 @@ typedef struct arm {
     size_t copied;
 } arm;
 
-static int upload_problem(const demo_mem *m, const kda_problem *p, void *dev[KB_COUNT]) {
-    for (int i = 0; i < KB_COUNT; i++) {
-        dev[i] = p->bytes[i] ? m->alloc(p->bytes[i]) : NULL;
-        if (p->bytes[i] && (!dev[i] || m->upload(dev[i], p->host[i], p->bytes[i]))) return -1;
-    }
-    return 0;
-}
-
-static int equal_on_device(const demo_mem *m, const void *a, const void *b, size_t n) {
-    void *x = malloc(n + 1), *y = malloc(n + 1);
-    int same = x && y && !m->download(x, a, n) && !m->download(y, b, n) && !memcmp(x, y, n);
-    free(x);
-    free(y);
-    return same;
-}
-
 /* Reset the arm's pools (conv state to zeros, KDA state to the problem's
  * initial one), then run conv + boundary once, timed. 0 on success. */
 static int run_arm(const demo_mem *m, const kda_problem *p, sp_kda_boundary *b, arm *a,
@@ -99,7 +83,7 @@ int demo_producer(const demo_mem *m, int64_t T, int64_t H, int reps, uint64_t se
     for (int i = 0; i < 2; i++) {
         arms[i].conv_state = m->alloc(cs_bytes);
         arms[i].ms = malloc(sizeof(double) * (size_t)reps);
-        if (!arms[i].conv_state || !arms[i].ms || upload_problem(m, &p, arms[i].bufs)) goto oom;
+        if (!arms[i].conv_state || !arms[i].ms || demo_upload_all(m, &p, arms[i].bufs)) goto oom;
     }
 
     /* The views: K3 slices over qkv (token-major) and the dense q, k, v of
@@ -138,11 +122,11 @@ int demo_producer(const demo_mem *m, int64_t T, int64_t H, int reps, uint64_t se
     for (int i = 0; i < reps; i++)
         for (int k = 0; k < 2; k++)
             if (run_arm(m, &p, b, &arms[k], zeros, cs_bytes, i)) goto out;
-    const int o_ok = equal_on_device(m, arms[0].bufs[KB_O], arms[1].bufs[KB_O], p.bytes[KB_O]);
+    const int o_ok = demo_same_bytes(m, arms[0].bufs[KB_O], arms[1].bufs[KB_O], p.bytes[KB_O]);
     const int s_ok =
-        equal_on_device(m, arms[0].bufs[KB_STATE], arms[1].bufs[KB_STATE], p.bytes[KB_STATE]);
+        demo_same_bytes(m, arms[0].bufs[KB_STATE], arms[1].bufs[KB_STATE], p.bytes[KB_STATE]);
     const int c_ok =
-        equal_on_device(m, arms[0].bufs[KB_CKPT], arms[1].bufs[KB_CKPT], p.bytes[KB_CKPT]);
+        demo_same_bytes(m, arms[0].bufs[KB_CKPT], arms[1].bufs[KB_CKPT], p.bytes[KB_CKPT]);
     static const char *names[2] = {"token-major + pack", "split"};
     for (int k = 0; k < 2; k++)
         printf(PRODUCER_ROW, names[k], arms[k].copied, ts_median(arms[k].ms, reps),

@@ -14,12 +14,6 @@
 
 enum { CAP_T = 256, CAP_H = 4 };
 
-static int outputs_equal(const kda_problem *p, void *const x[KB_COUNT], void *const y[KB_COUNT]) {
-    for (int b = KB_O; b < KB_COUNT; b++)
-        if (memcmp(x[b], y[b], p->bytes[b]) != 0) return 0;
-    return 1;
-}
-
 /* Which inputs the boundary sees strided (the others: the dense copies). */
 enum { STRIDED_ALL = 0, STRIDED_BETA = 1, STRIDED_NONE = 2 };
 
@@ -72,9 +66,9 @@ static void k3_case(sp_kda_boundary *bd, int64_t T, int64_t H, int beta_kind, sp
     CHECKF(passes == (want_copied ? 1u : 0u) && copied == want_copied,
            "T %lld %s which %d: %llu passes, %zu copied, want %zu", (long long)T,
            ts_k3_beta_name(beta_kind), which, (unsigned long long)passes, copied, want_copied);
-    CHECKF(outputs_equal(&p, got, want), "T %lld %s %s which %d: differs from the dense prefill",
+    CHECKF(kp_outputs_equal(&p, got, want), "T %lld %s %s which %d: differs from the dense prefill",
            (long long)T, ts_k3_beta_name(beta_kind), sp_dtype_name(sdt), which);
-    if (T > 0) CHECK(!outputs_equal(&p, got, p.host)); /* something was computed */
+    if (T > 0) CHECK(!kp_outputs_equal(&p, got, p.host)); /* something was computed */
     kp_free_copy(want);
     kp_free_copy(got);
     k3_free(&k3);
@@ -82,7 +76,7 @@ static void k3_case(sp_kda_boundary *bd, int64_t T, int64_t H, int beta_kind, sp
 }
 
 static int untouched(const kda_problem *p, void *const b[KB_COUNT]) {
-    return outputs_equal(p, b, p->host);
+    return kp_outputs_equal(p, b, p->host);
 }
 
 static void bad_input_cases(sp_kda_boundary *bd) {

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #ifdef SP_HAVE_CUDA
-#include "cuda_ok.h"
+#include "kda_dev.h"
 
 static cudaStream_t S; /* the one stream of warm-up, capture and replay */
 
@@ -72,16 +72,7 @@ static void dense_copies(const dk3 *x, void *const dev[KB_COUNT]) {
 
 /* Device buffers for a problem; q..beta allocated only (dense_copies fills). */
 static void dev_alloc(const kda_problem *p, void *dev[KB_COUNT]) {
-    for (int b = 0; b < KB_COUNT; b++) {
-        CUDA_OK(cudaMalloc(&dev[b], p->bytes[b] + 256));
-        if (b >= KB_BETA + 1)
-            CUDA_OK(cudaMemcpy(dev[b], p->host[b], p->bytes[b], cudaMemcpyHostToDevice));
-    }
-    CUDA_OK(cudaDeviceSynchronize());
-}
-
-static void dev_free(void *dev[KB_COUNT]) {
-    for (int b = 0; b < KB_COUNT; b++) CUDA_OK(cudaFree(dev[b]));
+    kd_alloc(p, p->host, KB_BETA + 1, dev);
 }
 
 /* Outputs back to their initial (poisoned) bytes. The legacy-stream copies
@@ -109,9 +100,7 @@ static void download(const kda_problem *p, void *const dev[KB_COUNT], outs *o) {
 }
 
 static int equal(const kda_problem *p, const outs *x, void *const y[KB_COUNT]) {
-    for (int b = KB_O; b < KB_COUNT; b++)
-        if (memcmp(x->b[b], y[b], p->bytes[b]) != 0) return 0;
-    return 1;
+    return kp_outputs_equal(p, x->b, y);
 }
 
 static void with_views(sp_kda_args *a, const sp_tensor v[5], int beta_only) {
@@ -295,7 +284,7 @@ static void k3_case(sp_kda_boundary *bd, int32_t kernel, int64_t T, int64_t H, i
     }
     kp_free_copy(want.b);
     CUDA_OK(cudaFree(ws));
-    dev_free(dev);
+    kd_free(dev);
     dk3_free(&x);
     kp_free(&p);
 }
@@ -326,7 +315,7 @@ static void small_case(sp_kda_boundary *bd, int64_t T, int64_t H, int kind, uint
     if (T > 0) CHECK(!equal(&p, &got, p.host));
     kp_free_copy(want.b);
     kp_free_copy(got.b);
-    dev_free(dev);
+    kd_free(dev);
     dk3_free(&x);
     kp_free(&p);
 }
@@ -373,7 +362,7 @@ static void bad_input_cases(sp_kda_boundary *bd, int64_t H) {
         kp_free_copy(o.b);
     }
     CHECK_OK(sp_kda_boundary_destroy(small));
-    dev_free(dev);
+    kd_free(dev);
     dk3_free(&x);
     kp_free(&p);
 }

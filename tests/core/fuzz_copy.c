@@ -77,19 +77,13 @@ typedef struct view {
     int64_t lo, hi;     /* byte extent relative to data, [lo, hi) */
 } view;
 
-static int64_t numel_of(const sp_tensor *t) {
-    int64_t n = 1;
-    for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
-    return n;
-}
-
 static void extent(view *v) {
     int64_t es = (int64_t)sp_dtype_size((sp_dtype)v->t.dtype), lo = 0, hi = 0;
     for (int d = 0; d < v->t.ndim; d++) {
         int64_t span = (v->t.shape[d] - 1) * v->t.strides[d];
         if (span < 0) lo += span; else hi += span;
     }
-    v->numel = numel_of(&v->t);
+    v->numel = ts_numel(&v->t);
     v->lo = v->numel ? lo * es : 0;
     v->hi = v->numel ? (hi + 1) * es : 0;
 }
@@ -181,7 +175,7 @@ static int plainly_disjoint(const sp_tensor *t) {
 
 /* Add 1 to mark[] for every byte of every element of t (arena or ws). */
 static void mark_bytes(const sp_tensor *t, unsigned char *mark) {
-    int64_t n = numel_of(t), idx[SP_MAX_DIMS] = {0};
+    int64_t n = ts_numel(t), idx[SP_MAX_DIMS] = {0};
     size_t es = sp_dtype_size((sp_dtype)t->dtype);
     for (int64_t k = 0; k < n; k++) {
         int64_t off = 0;
@@ -206,16 +200,6 @@ static sp_tensor on_image(sp_tensor t, int which) {
     else
         t.data = (which ? arena1 : arena0) + (p - arena);
     return t;
-}
-
-static int ref_dense(const sp_tensor *t) {
-    if (numel_of(t) == 0) return 1;
-    int64_t running = 1;
-    for (int d = t->ndim - 1; d >= 0; d--) {
-        if (t->shape[d] != 1 && t->strides[d] != running) return 0;
-        running *= t->shape[d];
-    }
-    return 1;
 }
 
 static void snapshot(void) {
@@ -291,7 +275,7 @@ static void fuzz_pack(reader *r, view *in, int n) {
         /* One device for all; it must be usable only when something is
          * copied (dense inputs pass through as pointers). */
         valid = valid && aligned_ok(&in[i]) && in[i].t.device.type == in[0].t.device.type;
-        if (in[i].wellformed && !ref_dense(&in[i].t)) {
+        if (in[i].wellformed && !ts_ref_dense(&in[i].t)) {
             copies++;
             size_t b = (size_t)in[i].numel * sp_dtype_size((sp_dtype)in[i].t.dtype);
             want += (b + SP_PACK_ALIGN - 1) / SP_PACK_ALIGN * SP_PACK_ALIGN;
@@ -333,7 +317,7 @@ static void fuzz_pack(reader *r, view *in, int n) {
     int plain = valid && bytes >= wsb && (ws != NULL || wsb == 0);
     uintptr_t next = (uintptr_t)ws;
     for (int i = 0; i < n; i++) {
-        if (!in[i].wellformed || ref_dense(&in[i].t)) continue;
+        if (!in[i].wellformed || ts_ref_dense(&in[i].t)) continue;
         size_t b = (size_t)in[i].numel * sp_dtype_size((sp_dtype)in[i].t.dtype);
         next = (next + SP_PACK_ALIGN - 1) / SP_PACK_ALIGN * SP_PACK_ALIGN;
         next += (b + SP_PACK_ALIGN - 1) / SP_PACK_ALIGN * SP_PACK_ALIGN;
@@ -367,7 +351,7 @@ static void fuzz_pack(reader *r, view *in, int n) {
     next = (uintptr_t)ws;
     for (int i = 0; i < n; i++) {
         const sp_tensor *o = &outputs[i];
-        if (ref_dense(&inputs[i])) {
+        if (ts_ref_dense(&inputs[i])) {
             FUZZ_ASSERT(o->data == inputs[i].data && o->ndim == inputs[i].ndim &&
                             o->dtype == inputs[i].dtype,
                         "sp_pack did not return a dense input as itself");
@@ -377,7 +361,7 @@ static void fuzz_pack(reader *r, view *in, int n) {
         uintptr_t slot = (next + SP_PACK_ALIGN - 1) / SP_PACK_ALIGN * SP_PACK_ALIGN;
         FUZZ_ASSERT((uintptr_t)o->data == slot, "sp_pack slot is not the next aligned one");
         FUZZ_ASSERT(slot + b <= (uintptr_t)ws + bytes, "sp_pack slot beyond the workspace");
-        FUZZ_ASSERT(o->dtype == inputs[i].dtype && o->ndim == inputs[i].ndim && ref_dense(o),
+        FUZZ_ASSERT(o->dtype == inputs[i].dtype && o->ndim == inputs[i].ndim && ts_ref_dense(o),
                     "sp_pack output is not a dense copy of the input's shape");
         for (int k = 0; k < o->ndim; k++)
             FUZZ_ASSERT(o->shape[k] == inputs[i].shape[k], "sp_pack output shape");
@@ -388,7 +372,7 @@ static void fuzz_pack(reader *r, view *in, int n) {
     for (size_t b = 0; b < sizeof dmark; b++)
         FUZZ_ASSERT(!(dmark[b] && smark[b]), "sp_pack wrote a slot over an input");
     for (int i = 0; i < n; i++) {
-        if (ref_dense(&inputs[i])) continue;
+        if (ts_ref_dense(&inputs[i])) continue;
         sp_tensor a = on_image(inputs[i], 0), b = on_image(outputs[i], 1);
         ts_ref_copy(&a, &b);
     }

@@ -21,12 +21,6 @@ typedef struct pair_bufs {
     int owns_src; /* 0 when the source is another pair's (shared read) */
 } pair_bufs;
 
-static int64_t numel_of(int nd, const int64_t *shape) {
-    int64_t n = 1;
-    for (int d = 0; d < nd; d++) n *= shape[d];
-    return n;
-}
-
 /* A base shift that keeps element alignment but varies the widest vector. */
 static size_t random_shift(ts_rng *r, size_t es) {
     return es * (size_t)ts_rng_range(r, 0, 15 / (int64_t)es);
@@ -83,7 +77,7 @@ static int run_batch(ts_rng *r, int n, int trial) {
     int nonempty = 0;
     for (int i = 0; i < n; i++) {
         draw_pair(r, i, pairs, b);
-        nonempty += numel_of(pairs[i].src.ndim, pairs[i].src.shape) > 0;
+        nonempty += ts_numel_shape(pairs[i].src.ndim, pairs[i].src.shape) > 0;
     }
     uint64_t before = sp_copy_pass_count();
     sp_status st = sp_copy_batch(pairs, (size_t)n, NULL);

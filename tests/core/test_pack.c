@@ -15,24 +15,6 @@
 
 enum { MAX_IN = SP_MAX_PAIRS_PER_LAUNCH };
 
-static int64_t numel_of(const sp_tensor *t) {
-    int64_t n = 1;
-    for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
-    return n;
-}
-
-/* Density decided here, independently of the library: empty, or every dim
- * of size > 1 has the row-major stride. */
-static int ref_dense(const sp_tensor *t) {
-    if (numel_of(t) == 0) return 1;
-    int64_t running = 1;
-    for (int d = t->ndim - 1; d >= 0; d--) {
-        if (t->shape[d] != 1 && t->strides[d] != running) return 0;
-        running *= t->shape[d];
-    }
-    return 1;
-}
-
 static int same_view(const sp_tensor *a, const sp_tensor *b) {
     if (a->data != b->data || a->dtype != b->dtype || a->ndim != b->ndim) return 0;
     if (a->device.type != b->device.type || a->device.ordinal != b->device.ordinal) return 0;
@@ -51,21 +33,21 @@ static int check_pack(const char *what, int trial, const sp_tensor *in, int n, g
     size_t copies = 0;
     uintptr_t next = ws ? (uintptr_t)ws->p : 0;
     for (int i = 0; i < n && !bad; i++) {
-        if (ref_dense(&in[i])) {
+        if (ts_ref_dense(&in[i])) {
             CHECKF(same_view(&out[i], &in[i]), "%s %d: dense inputs[%d] not returned as itself",
                    what, trial, i);
             bad |= !same_view(&out[i], &in[i]);
             continue;
         }
         copies++;
-        size_t bytes = (size_t)numel_of(&in[i]) * sp_dtype_size((sp_dtype)in[i].dtype);
+        size_t bytes = (size_t)ts_numel(&in[i]) * sp_dtype_size((sp_dtype)in[i].dtype);
         uintptr_t slot = round_up(next, SP_PACK_ALIGN);
         uintptr_t a = (uintptr_t)out[i].data;
         int ok = ws && a == slot && a + bytes <= (uintptr_t)(ws->p + ws->bytes) &&
                  out[i].dtype == in[i].dtype && out[i].ndim == in[i].ndim &&
                  out[i].device.type == in[i].device.type;
         for (int d = 0; ok && d < in[i].ndim; d++) ok = out[i].shape[d] == in[i].shape[d];
-        ok = ok && ref_dense(&out[i]) && sp_tensor_is_dense(&out[i]);
+        ok = ok && ts_ref_dense(&out[i]) && sp_tensor_is_dense(&out[i]);
         CHECKF(ok, "%s %d: outputs[%d] at %+ld from the workspace, expected slot %+ld", what,
                trial, i, ws ? (long)(a - (uintptr_t)ws->p) : 0L,
                ws ? (long)(slot - (uintptr_t)ws->p) : 0L);
@@ -116,12 +98,12 @@ static void test_random(ts_rng *r) {
                 owns[i] = 1;
                 in[i] = ts_layout_tensor(&l, src[i].p, sp_cpu());
             }
-            CHECKF(sp_tensor_is_dense(&in[i]) == ref_dense(&in[i]),
+            CHECKF(sp_tensor_is_dense(&in[i]) == ts_ref_dense(&in[i]),
                    "trial %d: sp_tensor_is_dense(inputs[%d]) is %d", trial, i,
                    sp_tensor_is_dense(&in[i]));
-            if (!ref_dense(&in[i])) {
+            if (!ts_ref_dense(&in[i])) {
                 copies++;
-                want_ws += round_up((size_t)numel_of(&in[i]) * sp_dtype_size((sp_dtype)in[i].dtype),
+                want_ws += round_up((size_t)ts_numel(&in[i]) * sp_dtype_size((sp_dtype)in[i].dtype),
                                     SP_PACK_ALIGN);
             }
         }

@@ -17,12 +17,6 @@
 
 enum { MAX_PAIRS = 140 };
 
-static int64_t numel_of(int nd, const int64_t *shape) {
-    int64_t n = 1;
-    for (int d = 0; d < nd; d++) n *= shape[d];
-    return n;
-}
-
 /* Byte range [lo, hi) that t's elements cover (t non-empty). */
 static void extent_of(const sp_tensor *t, uintptr_t *lo, uintptr_t *hi) {
     int64_t es = (int64_t)sp_dtype_size((sp_dtype)t->dtype), neg = 0, pos = 0;
@@ -100,7 +94,7 @@ static int run_and_check(arena *a, sp_copy_pair *pairs, int n, cudaStream_t stre
     for (int i = 0; i < n; i++) {
         sp_tensor hs = arena_on_host(a, pairs[i].src), hd = arena_on_host(a, pairs[i].dst);
         ts_ref_copy(&hs, &hd);
-        nonempty += numel_of(pairs[i].src.ndim, pairs[i].src.shape) > 0;
+        nonempty += ts_numel_shape(pairs[i].src.ndim, pairs[i].src.shape) > 0;
     }
     uint64_t before = sp_copy_pass_count();
     sp_status st = sp_copy_batch(pairs, (size_t)n, (struct CUstream_st *)stream);
@@ -116,7 +110,7 @@ static int run_and_check(arena *a, sp_copy_pair *pairs, int n, cudaStream_t stre
     if (diff >= 0) {
         for (int i = 0; i < n; i++) { /* name the pair that owns the byte */
             uintptr_t lo, hi, at = (uintptr_t)(a->dev + diff);
-            if (numel_of(pairs[i].dst.ndim, pairs[i].dst.shape) == 0) continue;
+            if (ts_numel_shape(pairs[i].dst.ndim, pairs[i].dst.shape) == 0) continue;
             extent_of(&pairs[i].dst, &lo, &hi);
             if (at >= lo && at < hi) {
                 fprintf(stderr, "  inside pairs[%d].dst\n", i);

@@ -13,24 +13,10 @@
 #include <string.h>
 
 #ifdef SP_HAVE_CUDA
-#include "cuda_ok.h"
+#include "kda_dev.h"
 
 static void dev_upload(const kda_problem *p, void *const host[KB_COUNT], void *dev[KB_COUNT]) {
-    for (int b = 0; b < KB_COUNT; b++) {
-        CUDA_OK(cudaMalloc(&dev[b], p->bytes[b] ? p->bytes[b] : 256));
-        CUDA_OK(cudaMemcpy(dev[b], host[b], p->bytes[b], cudaMemcpyHostToDevice));
-    }
-    CUDA_OK(cudaDeviceSynchronize()); /* pageable copies may still be in flight */
-}
-
-static void dev_download(const kda_problem *p, void *const dev[KB_COUNT], void *host[KB_COUNT]) {
-    CUDA_OK(cudaDeviceSynchronize());
-    for (int b = KB_O; b < KB_COUNT; b++)
-        CUDA_OK(cudaMemcpy(host[b], dev[b], p->bytes[b], cudaMemcpyDeviceToHost));
-}
-
-static void dev_free(void *dev[KB_COUNT]) {
-    for (int b = 0; b < KB_COUNT; b++) CUDA_OK(cudaFree(dev[b]));
+    kd_alloc(p, host, 0, dev);
 }
 
 /* Run the prefill on the device from the initial buffers; results to out.
@@ -51,16 +37,10 @@ static sp_status run_device(const kda_problem *p, void *const init[KB_COUNT],
         a.workspace_bytes = bytes;
     }
     sp_status s = sp_kda_prefill(&a, NULL);
-    dev_download(p, dev, out);
-    dev_free(dev);
+    kd_download(p, dev, out);
+    kd_free(dev);
     CUDA_OK(cudaFree(ws));
     return s;
-}
-
-static int outputs_equal(const kda_problem *p, void *const x[KB_COUNT], void *const y[KB_COUNT]) {
-    for (int b = KB_O; b < KB_COUNT; b++)
-        if (memcmp(x[b], y[b], p->bytes[b]) != 0) return 0;
-    return 1;
 }
 
 static const char *kernel_name(int32_t k) { return sp_kda_kernel_name((sp_kda_kernel)k); }
@@ -97,7 +77,7 @@ static void check_problem(kda_problem *p, const char *what) {
     CHECKF(eo < o_tol(p->kernel) && so == 0, "%s: o err %.3g, %lld stray", what, eo, (long long)so);
     CHECKF(es < state_tol(p) && ss == 0, "%s: state err %.3g, %lld stray", what, es, (long long)ss);
     CHECKF(ec < state_tol(p) && sc == 0, "%s: ckpt err %.3g, %lld stray", what, ec, (long long)sc);
-    CHECKF(outputs_equal(p, g1, g2), "%s: two runs differ", what);
+    CHECKF(kp_outputs_equal(p, g1, g2), "%s: two runs differ", what);
     kp_free_copy(ref);
     kp_free_copy(g1);
     kp_free_copy(g2);
@@ -205,8 +185,8 @@ static void dispatch_cases(void) {
     a.workspace_bytes = 0;
     CHECK_STATUS(sp_kda_prefill(&a, NULL), SP_ERR_INVALID_ARGUMENT); /* a pointer, no size */
     CUDA_OK(cudaFree(ws));
-    dev_download(&p, dev, out);
-    CHECK(outputs_equal(&p, out, p.host)); /* every refusal above wrote nothing */
+    kd_download(&p, dev, out);
+    CHECK(kp_outputs_equal(&p, out, p.host)); /* every refusal above wrote nothing */
     for (int c = 0; c < 6; c++) {
         kp_args(&p, dev, sp_cuda(0), &a);
         a.kernel = c == 5 ? SP_KDA_KERNEL_CHUNKED_TWO_PASS : SP_KDA_KERNEL_CHUNKED;
@@ -235,10 +215,10 @@ static void dispatch_cases(void) {
         CHECKF(strstr(sp_last_error(), needle) != NULL, "dispatch case %d: message '%s'", c,
                sp_last_error());
         CHECK_STATUS(sp_kda_prefill_kernel(&a, &k), want);
-        dev_download(&p, dev, out);
-        CHECKF(outputs_equal(&p, out, p.host), "dispatch case %d: an output was written", c);
+        kd_download(&p, dev, out);
+        CHECKF(kp_outputs_equal(&p, out, p.host), "dispatch case %d: an output was written", c);
     }
-    dev_free(dev);
+    kd_free(dev);
     kp_free_copy(out);
     kp_free(&p);
 }
@@ -250,13 +230,13 @@ static void noop_cases(void) {
     kp_make(&p, 1, &zero, 0, 2, SP_BF16, SP_KDA_GATE_LOWER_BOUND, 8, 5); /* T = 0 */
     kp_copy(&p, b);
     CHECK_OK(run_device(&p, p.host, b));
-    CHECK(outputs_equal(&p, b, p.host));
+    CHECK(kp_outputs_equal(&p, b, p.host));
     kp_free_copy(b);
     kp_free(&p);
     kp_make(&p, 0, NULL, 40, 2, SP_F32, SP_KDA_GATE_SOFTPLUS, 0, 6); /* N = 0 */
     kp_copy(&p, b);
     CHECK_OK(run_device(&p, p.host, b));
-    CHECK(outputs_equal(&p, b, p.host));
+    CHECK(kp_outputs_equal(&p, b, p.host));
     kp_free_copy(b);
     kp_free(&p);
 }
@@ -323,13 +303,13 @@ static void bad_argument_cases(void) {
         sp_status s = sp_kda_prefill(&a, NULL);
         CHECKF(s == want, "case %d: got %s, want %s (%s)", c, sp_status_string(s),
                sp_status_string(want), sp_last_error());
-        dev_download(&p, dev, out);
-        CHECKF(outputs_equal(&p, out, p.host), "case %d: an output was written", c);
+        kd_download(&p, dev, out);
+        CHECKF(kp_outputs_equal(&p, out, p.host), "case %d: an output was written", c);
     }
     sp_kda_args a;
     kp_args(&p, dev, sp_cuda(0), &a);
     CHECK_STATUS(sp_kda_prefill_reference(&a), SP_ERR_UNSUPPORTED);
-    dev_free(dev);
+    kd_free(dev);
     kp_free_copy(out);
     kp_free(&p);
 }
