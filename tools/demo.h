@@ -54,6 +54,13 @@ int demo_producer(const demo_mem *m, int64_t T, int64_t H, int reps, uint64_t se
  * its own set, so runs start from the same bytes); 0 on success. */
 typedef struct kda_problem kda_problem;
 int demo_upload_all(const demo_mem *m, const kda_problem *p, void **dev);
+/* The end-to-end parts' problem: 4 sequences (T/2, T/4, T/8, the rest),
+ * fp32 state, lower-bound gate, checkpoints every 64 tokens; K3 buffers
+ * with beta of `beta_kind`; r seeded for the caller's further draws. */
+typedef struct k3_bufs k3_bufs;
+typedef struct ts_rng ts_rng;
+void demo_problem(int64_t T, int64_t H, int beta_kind, uint64_t seed, kda_problem *p, k3_bufs *kb,
+                  ts_rng *r);
 /* 1 when n bytes at a and b (device memory of m) are equal. */
 int demo_same_bytes(const demo_mem *m, const void *a, const void *b, size_t n);
 

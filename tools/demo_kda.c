@@ -28,15 +28,20 @@ int demo_same_bytes(const demo_mem *m, const void *a, const void *b, size_t n) {
     return same;
 }
 
-int demo_kda(const demo_mem *m, int64_t T, int64_t H, int beta_kind, int reps, uint64_t seed) {
+void demo_problem(int64_t T, int64_t H, int beta_kind, uint64_t seed, kda_problem *p,
+                  k3_bufs *kb, ts_rng *r) {
     int64_t lens[4] = {T / 2, T / 4, T / 8, 0};
     lens[3] = T - lens[0] - lens[1] - lens[2];
+    kp_make_ex(p, 4, lens, 0, H, SP_F32, SP_KDA_GATE_LOWER_BOUND, 64, seed, 0);
+    ts_rng_seed(r, seed + 1);
+    k3_make(kb, T, H, beta_kind, r);
+}
+
+int demo_kda(const demo_mem *m, int64_t T, int64_t H, int beta_kind, int reps, uint64_t seed) {
     kda_problem p;
-    kp_make_ex(&p, 4, lens, 0, H, SP_F32, SP_KDA_GATE_LOWER_BOUND, 64, seed, 0);
-    ts_rng r;
-    ts_rng_seed(&r, seed + 1);
     k3_bufs kb;
-    k3_make(&kb, T, H, beta_kind, &r);
+    ts_rng r;
+    demo_problem(T, H, beta_kind, seed, &p, &kb, &r);
     k3_dense_copies(&kb, &p); /* the dense path's inputs, element by element */
 
     void *dense[KB_COUNT] = {0}, *strided[KB_COUNT] = {0};

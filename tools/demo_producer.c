@@ -49,14 +49,10 @@ static int run_arm(const demo_mem *m, const kda_problem *p, sp_kda_boundary *b, 
 }
 
 int demo_producer(const demo_mem *m, int64_t T, int64_t H, int reps, uint64_t seed) {
-    int64_t lens[4] = {T / 2, T / 4, T / 8, 0};
-    lens[3] = T - lens[0] - lens[1] - lens[2];
     kda_problem p;
-    kp_make_ex(&p, 4, lens, 0, H, SP_F32, SP_KDA_GATE_LOWER_BOUND, 64, seed, 0);
-    ts_rng r;
-    ts_rng_seed(&r, seed + 1);
     k3_bufs kb; /* its proj (beta) and g; its qkv becomes the conv's output */
-    k3_make(&kb, T, H, DEMO_BETA_FA, &r);
+    ts_rng r;
+    demo_problem(T, H, DEMO_BETA_FA, seed, &p, &kb, &r);
     const int64_t P = H * 128, C = 3 * P;
     const size_t x_bytes = (size_t)(T * C) * 2, w_bytes = (size_t)(C * CONV_W) * 4;
     const size_t cs_bytes = (size_t)(p.slots * C * (CONV_W - 1)) * 2;
