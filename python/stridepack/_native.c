@@ -64,7 +64,7 @@ static char reason[512];          /* why the last read was unsupported */
 static PyObject *s_dtype, *s_layout, *s_is_neg, *s_is_conj, *s_is_cuda, *s_is_cpu,
     *s_get_device, *s_data_ptr, *s_shape, *s_stride, *s_requires_grad, *s_element_size,
     *s_array_interface, *s_data, *s_strides, *s_typestr, *s_dlpack, *s_dlpack_device,
-    *s_stream, *s_name, *s_out;
+    *s_stream, *s_name, *s_out, *s_is_contiguous;
 
 /* torch, found in sys.modules when first seen (never imported here). */
 static PyTypeObject *torch_tensor;
@@ -843,6 +843,26 @@ static PyObject *new_output(int fw, PyObject *ws, uintptr_t ws_ptr, uintptr_t sl
 }
 
 /* pack(tensors, workspace=None, stream=None) */
+/* 1 when every item is a torch tensor that torch calls contiguous (sizes
+ * of 1 may have any stride, as the library's density): one method call
+ * each, where the general read takes every attribute. Such inputs are
+ * their own outputs whatever else holds (autograd, lazy negation). */
+static int all_torch_contiguous(PyObject **items, Py_ssize_t n) {
+    if (!torch_tensor) return 0; /* torch not seen yet: the general path sets it up */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyObject_TypeCheck(items[i], torch_tensor)) return 0;
+        PyObject *r = call0(items[i], s_is_contiguous);
+        if (!r) { /* e.g. sparse layouts: leave them to the general path */
+            PyErr_Clear();
+            return 0;
+        }
+        const int yes = r == Py_True;
+        Py_DECREF(r);
+        if (!yes) return 0;
+    }
+    return 1;
+}
+
 static PyObject *py_pack(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *xs, *ws = Py_None, *stream_arg = Py_None;
@@ -859,6 +879,11 @@ static PyObject *py_pack(PyObject *self, PyObject *args) {
     char d1[32], d2[32];
     if (!v) goto done;
     if (n == 0) { result = PyList_New(0); goto done; }
+    if (all_torch_contiguous(items, n)) { /* nothing to move: each input is its output */
+        result = PyList_New(n);
+        for (Py_ssize_t i = 0; result && i < n; i++) { Py_INCREF(items[i]); PyList_SET_ITEM(result, i, items[i]); }
+        goto done;
+    }
     if (stream_arg != Py_None) {
         stream = (uintptr_t)PyLong_AsUnsignedLongLong(stream_arg);
         if (PyErr_Occurred()) goto done;
@@ -1368,7 +1393,8 @@ PyMODINIT_FUNC PyInit__native(void) {
         {&s_element_size, "element_size"}, {&s_array_interface, "__array_interface__"},
         {&s_data, "data"}, {&s_strides, "strides"}, {&s_typestr, "typestr"},
         {&s_dlpack, "__dlpack__"}, {&s_dlpack_device, "__dlpack_device__"},
-        {&s_stream, "stream"}, {&s_name, "name"}, {&s_out, "out"}};
+        {&s_stream, "stream"}, {&s_name, "name"}, {&s_out, "out"},
+        {&s_is_contiguous, "is_contiguous"}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!(*names[i].slot = PyUnicode_InternFromString(names[i].text))) return NULL;
     PyObject *errors = PyImport_ImportModule("stridepack._errors");

@@ -86,6 +86,28 @@ class Cache(unittest.TestCase):
 
 
 class Outputs(unittest.TestCase):
+    def test_all_contiguous_inputs_are_the_outputs(self):
+        # T = 1: every K3 view is dense (a size-1 dim may have any stride),
+        # as is a contiguous tensor that requires grad or is a lazy
+        # negation: each comes back as itself, with no pass and no warning.
+        gen = torch.Generator().manual_seed(12)
+        xs, _ = k3_like(gen, T=1)
+        xs.append(torch.randn(3, 5, requires_grad=True))
+        xs.append(torch.randn(4, dtype=torch.complex64).conj())
+        passes = sp.copy_pass_count()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            outs = sp.pack(xs, workspace=torch.empty(0, dtype=torch.uint8))
+        self.assertEqual(sp.copy_pass_count(), passes)
+        self.assertEqual(len(outs), len(xs))
+        for o, x in zip(outs, xs):
+            self.assertIs(o, x)
+        # One strided input among them: the general path, one pass.
+        strided = torch.randn(6, 8)[:, ::2]
+        outs = sp.pack([xs[0], strided])
+        self.assertIs(outs[0], xs[0])
+        self.assertTrue(torch.equal(outs[1], strided.contiguous()))
+
     def test_untouched_outputs_are_reused(self):
         # The eager fast path: a repeat into the same workspace hands back
         # the output tensors of the previous call, holding the new contents.
