@@ -158,18 +158,25 @@ static sp_status check_state_layout(const sp_tensor *s, const char *name, sp_kda
     return SP_OK;
 }
 
+/* Index of the first of all[0..n) (other than `skip`) whose byte extent
+ * meets [lo, hi), or -1. */
+static int first_overlap(uintptr_t lo, uintptr_t hi, const named *all, int n, int skip) {
+    for (int j = 0; j < n; j++) {
+        if (j == skip) continue;
+        uintptr_t blo, bhi;
+        sp_tensor_extent_(all[j].t, &blo, &bhi);
+        if (sp_extents_overlap_(lo, hi, blo, bhi)) return j;
+    }
+    return -1;
+}
+
 /* Outputs (o, state, checkpoints) must not share a byte with any argument. */
 static sp_status check_overlap(const named *all, int n, int first_output) {
     for (int i = first_output; i < n; i++) {
         uintptr_t alo, ahi;
         sp_tensor_extent_(all[i].t, &alo, &ahi);
-        for (int j = 0; j < n; j++) {
-            if (j == i) continue;
-            uintptr_t blo, bhi;
-            sp_tensor_extent_(all[j].t, &blo, &bhi);
-            SP_REQUIRE(!sp_extents_overlap_(alo, ahi, blo, bhi), SP_ERR_OVERLAP,
-                       "%s: memory overlaps %s", all[i].name, all[j].name);
-        }
+        const int j = first_overlap(alo, ahi, all, n, i);
+        SP_REQUIRE(j < 0, SP_ERR_OVERLAP, "%s: memory overlaps %s", all[i].name, all[j].name);
     }
     return SP_OK;
 }
@@ -190,12 +197,8 @@ static sp_status check_workspace(const sp_kda_args *a, const named *all, int n) 
     SP_REQUIRE(a->workspace_bytes <= UINTPTR_MAX - lo, SP_ERR_OVERFLOW,
                "workspace: %zu bytes from %p pass the end of the address space",
                a->workspace_bytes, a->workspace);
-    for (int j = 0; j < n; j++) {
-        uintptr_t blo, bhi;
-        sp_tensor_extent_(all[j].t, &blo, &bhi);
-        SP_REQUIRE(!sp_extents_overlap_(lo, lo + a->workspace_bytes, blo, bhi), SP_ERR_OVERLAP,
-                   "workspace: memory overlaps %s", all[j].name);
-    }
+    const int j = first_overlap(lo, lo + a->workspace_bytes, all, n, -1);
+    SP_REQUIRE(j < 0, SP_ERR_OVERLAP, "workspace: memory overlaps %s", all[j].name);
     return SP_OK;
 }
 
