@@ -122,7 +122,9 @@ SP_API sp_status sp_conv_args_init(sp_conv_args *args);
 /* The varlen prefill: for every sequence, its output rows and its state
  * slot as described at the top. CPU tensors: one parallel pass. CUDA
  * tensors: one kernel launch on `stream`, token tiles of 8 channels per
- * thread with 16-byte loads and stores where the layout allows.
+ * thread with 16-byte loads and stores where the layout allows (channel
+ * stride 1, rows and base 16-byte aligned, C and key_dim multiples of 8;
+ * x rows only 8-byte aligned take 8-byte loads), element-wise otherwise.
  *
  * Checked before anything is written (each error names the argument):
  *   - structure and alignment of every tensor to its element size

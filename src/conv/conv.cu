@@ -22,9 +22,11 @@
  * the call is one launch. Tiles after the first start past those W-1
  * tokens and take their halo from x.
  *
- * Layouts other than dense rows of 16-byte-aligned vectors (channel-major
- * x, odd strides, C or key_dim not a multiple of 8) take element-wise
- * loads and stores in the same kernel; the arithmetic is the same.
+ * Rows of x that are only 8-byte aligned (a slice of a projection whose
+ * width is 4 mod 8 elements) take two 8-byte loads per vector. Other
+ * layouts (channel-major x, odd strides, C or key_dim not a multiple of 8)
+ * take element-wise loads and stores in the same kernel; the arithmetic is
+ * the same.
  *
  * Instructions per element are the other budget: at the HBM rate an SM must
  * finish about 4.6 elements per clock, some 25 issued instructions each.
@@ -71,7 +73,8 @@ typedef struct conv_params {
     int nseg;
     int64_t T, C, N, slots, tile;
     int silu, decode, w_bf16;
-    int x_vec, out_vec, state_vec; /* 16-byte paths allowed */
+    int x_vec;               /* bytes per load of x: 16, 8, or 0 (element-wise) */
+    int out_vec, state_vec;  /* 16-byte stores allowed */
 } conv_params;
 
 /* Eight bf16 values, two to a word (element i in word i/2, low half first:
@@ -98,19 +101,44 @@ static FN uint4 to_uint4(const bf8 &v) {
     return make_uint4(v.w[0], v.w[1], v.w[2], v.w[3]);
 }
 
+/* The emulation's stand-in for the hardware's alignment fault: a vector
+ * access at an address its width does not divide is counted, and
+ * sp_conv_emulate_ fails. (A CPU would not notice.) */
+static long emulated_misaligned; /* host only */
+static FN void must_align(const void *at, unsigned bytes) {
+#ifndef __CUDA_ARCH__
+    emulated_misaligned += (uintptr_t)at % bytes != 0;
+#else
+    (void)at, (void)bytes;
+#endif
+}
+
 static FN bf8 load_x(const conv_params &p, int64_t t, int64_t c0) {
-    if (p.x_vec) {
-        const uint4 *at = (const uint4 *)(p.x + t * p.x_row + c0);
+    const uint16_t *row = p.x + t * p.x_row;
+    if (p.x_vec == 16) {
+        const uint4 *at = (const uint4 *)(row + c0);
+        must_align(at, 16);
 #ifdef __CUDA_ARCH__
         return from_uint4(__ldg(at));
 #else
         return from_uint4(*at);
 #endif
     }
+    if (p.x_vec == 8) { /* rows 8-byte aligned: two loads */
+        const uint2 *at = (const uint2 *)(row + c0);
+        must_align(at, 8);
+#ifdef __CUDA_ARCH__
+        const uint2 lo = __ldg(at), hi = __ldg(at + 1);
+#else
+        const uint2 lo = at[0], hi = at[1];
+#endif
+        bf8 v = {{lo.x, lo.y, hi.x, hi.y}};
+        return v;
+    }
     bf8 v = {{0, 0, 0, 0}};
     UNROLL
     for (int i = 0; i < VEC; i++)
-        if (c0 + i < p.C) put(v, i, p.x[t * p.x_row + (c0 + i) * p.x_col]);
+        if (c0 + i < p.C) put(v, i, row[(c0 + i) * p.x_col]);
     return v;
 }
 
@@ -125,7 +153,9 @@ static FN int seg_of(const conv_params &p, int64_t c) {
 static FN void store_out(const conv_params &p, int si, int64_t t, int64_t c0, const bf8 &y) {
     if (p.out_vec) {
         const sp_conv_seg &g = p.seg[si];
-        *(uint4 *)(g.data + t * g.row + (c0 - g.first)) = to_uint4(y);
+        uint4 *at = (uint4 *)(g.data + t * g.row + (c0 - g.first));
+        must_align(at, 16);
+        *at = to_uint4(y);
         return;
     }
     UNROLL
@@ -151,6 +181,7 @@ static FN void state_io(const conv_params &p, int64_t slot, int64_t c0, float (&
     uint16_t *base = p.state + slot * p.s_slot;
     if (p.state_vec) {
         uint4 *v = (uint4 *)(base + c0 * (W - 1));
+        must_align(v, 16);
         bf8 raw[W - 1] = {}; /* a store sets every half below */
         if (!store) {
             UNROLL
@@ -369,7 +400,10 @@ static void fill_params(const sp_conv_args *a, const sp_conv_dims *d, conv_param
     p->w_bf16 = d->weight_bf16;
 
     const bool c8 = d->C % VEC == 0;
-    p->x_vec = c8 && (d->C <= 1 || p->x_col == 1) && aligned16(p->x) && rows16(p->x_row, d->T);
+    if (c8 && p->x_col == 1) /* 16-byte loads where rows allow, else 8-byte */
+        p->x_vec = aligned16(p->x) && rows16(p->x_row, d->T)                     ? 16
+                   : (uintptr_t)p->x % 8 == 0 && (d->T <= 1 || (p->x_row * 2) % 8 == 0) ? 8
+                                                                                       : 0;
     p->out_vec = c8 && d->key_dim % VEC == 0;
     for (int i = 0; i < d->nseg; i++) {
         const int64_t next = i + 1 < d->nseg ? d->seg[i + 1].first : d->C;
@@ -446,8 +480,12 @@ extern "C" sp_status sp_conv_emulate_(const sp_conv_args *a, int decode, int64_t
     if (tile > 0 && !d.decode) p.tile = tile < 8 ? 8 : tile;
     int64_t tiles, yblocks;
     grid_of(&d, &p, &tiles, &yblocks);
+    emulated_misaligned = 0;
     if (d.W == 2) emulate<2>(p, tiles, yblocks);
     if (d.W == 3) emulate<3>(p, tiles, yblocks);
     if (d.W == 4) emulate<4>(p, tiles, yblocks);
+    SP_REQUIRE(emulated_misaligned == 0, SP_ERR_MISALIGNED,
+               "x: %ld vector accesses of the kernel would fault on misaligned addresses",
+               emulated_misaligned);
     return SP_OK;
 }

@@ -1,20 +1,20 @@
 /*
- * conv_cpu.c — the CPU convolution: one OpenMP task per (sequence, block of
+ * conv_cpu.c — the CPU convolution: one OpenMP iteration per (sequence, block of
  * channels), each channel a sliding window over its sequence's tokens. The
  * sum is sp_conv_sum_, the same fp32 operations as the CUDA kernel.
  */
 #include "conv/conv_internal.h"
 
-enum { CHANNELS_PER_TASK = 256 };
+enum { CHANNELS_PER_ITEM = 256 };
 
-static void run_task(const sp_conv_args *a, const sp_conv_dims *d, int64_t n, int64_t c0) {
+static void run_item(const sp_conv_args *a, const sp_conv_dims *d, int64_t n, int64_t c0) {
     const int64_t slot = ((const int32_t *)a->state_indices.data)[n];
     if (slot < 0) return; /* padded: nothing written */
     int64_t s, e;
     int from_slot;
     sp_conv_host_sequence_(a, d, n, &s, &e, &from_slot);
     const int W = (int)d->W;
-    const int64_t c1 = c0 + CHANNELS_PER_TASK < d->C ? c0 + CHANNELS_PER_TASK : d->C;
+    const int64_t c1 = c0 + CHANNELS_PER_ITEM < d->C ? c0 + CHANNELS_PER_ITEM : d->C;
     for (int64_t c = c0; c < c1; c++) {
         float w[SP_CONV_MAX_WIDTH], z[SP_CONV_MAX_WIDTH];
         uint16_t bits[SP_CONV_MAX_WIDTH]; /* the window as stored: state bits survive */
@@ -33,10 +33,10 @@ static void run_task(const sp_conv_args *a, const sp_conv_dims *d, int64_t n, in
 }
 
 sp_status sp_conv_cpu_(const sp_conv_args *a, const sp_conv_dims *d) {
-    const int64_t chunks = (d->C + CHANNELS_PER_TASK - 1) / CHANNELS_PER_TASK;
-    const int64_t tasks = d->N * chunks;
-#pragma omp parallel for schedule(dynamic, 1) if (tasks > 1)
-    for (int64_t i = 0; i < tasks; i++)
-        run_task(a, d, i / chunks, (i % chunks) * CHANNELS_PER_TASK);
+    const int64_t chunks = (d->C + CHANNELS_PER_ITEM - 1) / CHANNELS_PER_ITEM;
+    const int64_t items = d->N * chunks;
+#pragma omp parallel for schedule(dynamic, 1) if (items > 1)
+    for (int64_t i = 0; i < items; i++)
+        run_item(a, d, i / chunks, (i % chunks) * CHANNELS_PER_ITEM);
     return SP_OK;
 }

@@ -241,7 +241,10 @@ static long long compare(const arena *A, const unsigned char *init, const unsign
 
 /* ---- a prefill or decode case ----------------------------------------------- */
 
-enum { XL_DENSE, XL_SLICE, XL_CHANNEL_MAJOR, XL_MISALIGNED, XL_COUNT };
+enum { XL_DENSE, XL_SLICE, XL_CHANNEL_MAJOR, XL_MISALIGNED, XL_HALF, XL_COUNT };
+/* Rows of x: XL_SLICE 16-byte aligned, XL_HALF 8-byte aligned (a row
+ * pitch of 4 mod 8 elements, as in a [T, 4P + 128 + H] projection at odd
+ * H / 4), XL_MISALIGNED 2-byte aligned. */
 enum { OL_TOKEN, OL_TOKEN_PADDED, OL_SPLIT, OL_SPLIT_STRIDED, OL_COUNT };
 enum { MAX_SEQ = 8, XPAD = 24, OPAD = 8 };
 
@@ -261,9 +264,9 @@ static void build_case(const void *ctx, unsigned char *base, sp_device dev, sp_c
     sp_conv_args_init(a);
     const int64_t xs[2] = {T, C};
     int64_t xst[2] = {C, 1}, xoff = 0;
-    if (k->xl == XL_SLICE || k->xl == XL_MISALIGNED) {
-        xst[0] = C + XPAD;
-        xoff = k->xl == XL_SLICE ? 8 : 1;
+    if (k->xl == XL_SLICE || k->xl == XL_MISALIGNED || k->xl == XL_HALF) {
+        xst[0] = C + XPAD + (k->xl == XL_HALF ? 4 : 0);
+        xoff = k->xl == XL_SLICE ? 8 : k->xl == XL_HALF ? 0 : 1;
     }
     if (k->xl == XL_CHANNEL_MAJOR) {
         xst[0] = 1;
@@ -316,6 +319,7 @@ static void layout_case(tcase *k, arena *A, const int64_t *lens, const int32_t *
     const int64_t T = k->T;
     const int64_t xrows = k->xl == XL_CHANNEL_MAJOR ? C : T;
     const int64_t xcols = k->xl == XL_SLICE || k->xl == XL_MISALIGNED ? C + XPAD
+                          : k->xl == XL_HALF                          ? C + XPAD + 4
                           : k->xl == XL_CHANNEL_MAJOR                 ? T
                                                                       : C;
     k->o_x = arena_take(A, (size_t)(xrows * xcols) * 2, IN_BF16);
