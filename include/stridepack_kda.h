@@ -66,7 +66,7 @@ typedef enum sp_kda_gate {
  *     needs args->workspace (sp_kda_prefill_workspace_bytes).
  *   Both chunked kernels serve CUDA calls with the lower-bound gate, a
  *   checkpoint interval that is 0 or a multiple of 32, and dense q, k, v, g
- *   16-byte aligned (the boundary's packed copies always are).
+ *   and o 16-byte aligned (the boundary's packed copies always are).
  *   AUTO (the default): RECURRENT where the chunked kernels cannot serve
  *     the call or the sequences average under 16 tokens; else
  *     CHUNKED_TWO_PASS for at most 64 (sequence, head) pairs when the

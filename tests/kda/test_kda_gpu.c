@@ -187,9 +187,9 @@ static void dispatch_cases(void) {
     CUDA_OK(cudaFree(ws));
     kd_download(&p, dev, out);
     CHECK(kp_outputs_equal(&p, out, p.host)); /* every refusal above wrote nothing */
-    for (int c = 0; c < 6; c++) {
+    for (int c = 0; c < 7; c++) {
         kp_args(&p, dev, sp_cuda(0), &a);
-        a.kernel = c == 5 ? SP_KDA_KERNEL_CHUNKED_TWO_PASS : SP_KDA_KERNEL_CHUNKED;
+        a.kernel = c == 5 || c == 6 ? SP_KDA_KERNEL_CHUNKED_TWO_PASS : SP_KDA_KERNEL_CHUNKED;
         sp_status want = SP_ERR_UNSUPPORTED;
         const char *needle = NULL;
         switch (c) {
@@ -208,6 +208,12 @@ static void dispatch_cases(void) {
         case 3: a.kernel = 7; want = SP_ERR_INVALID_ARGUMENT; needle = "kernel"; break;
         case 4: a.kernel = -1; want = SP_ERR_INVALID_ARGUMENT; needle = "kernel"; break;
         case 5: want = SP_ERR_WORKSPACE_TOO_SMALL; needle = "sp_kda_prefill_workspace_bytes"; break;
+        case 6: /* o 2 bytes off 16-byte alignment (its outputs are 16-byte stores) */
+            a.o.data = (char *)a.o.data + 2;
+            a.q.shape[1] -= 1, a.k.shape[1] -= 1, a.v.shape[1] -= 1, a.g.shape[1] -= 1;
+            a.o.shape[1] -= 1, a.beta.shape[1] -= 1;
+            needle = "16-byte aligned";
+            break;
         }
         sp_status s = sp_kda_prefill(&a, NULL);
         CHECKF(s == want, "dispatch case %d: got %s, want %s (%s)", c, sp_status_string(s),

@@ -26,12 +26,15 @@
  */
 #include "kda/cuda/chunk.cuh"
 
-#define PASS_GROUPS 2 /* state pass: at most 2 row groups of 16 V rows, 4 warps each */
-#define PASS_ROWS (16 * PASS_GROUPS)
+#include <stddef.h>
+
 #define SR (CT + 8) /* partial products' row stride: float2 stores conflict-free */
+#define OP 24       /* output staging row pitch: 16-bit stores conflict-free */
 
 static_assert(sizeof(chunk_ops) == SP_KDA_TWO_PASS_RECORD_BYTES, "record size");
 static_assert(sizeof(chunk_ops) % 16 == 0, "records are copied in 16-byte pieces");
+static_assert(offsetof(chunk_ops, t) % 16 == 0 && offsetof(chunk_ops, b) % 16 == 0,
+              "T's rows are stored in 16-byte pieces of their own");
 
 static __device__ __forceinline__ chunk_ops *record_of(void *ws, int64_t slot, int64_t H,
                                                        int64_t h) {
@@ -91,33 +94,43 @@ static __global__ void __launch_bounds__(THREADS, 2) kda_prepare_kernel(kda_para
     __syncthreads();
     intra_products(w, lane, s.work);
     __syncthreads();
-    if (w == T_WARP) solve_t(lane, s.work);
-    __syncthreads();
+    /* The record: T's rows by the warp that solves for them, the rest by the
+     * other warps meanwhile. */
     const float4 *from = (const float4 *)&s.work.ops;
     float4 *to = (float4 *)record_of(ws, first_slot(sq.bos, n) + c, p.H, h);
-    for (int i = tid; i < (int)(sizeof(chunk_ops) / 16); i += THREADS) to[i] = from[i];
+    const int t_lo = (int)(offsetof(chunk_ops, t) / 16), t_hi = (int)(offsetof(chunk_ops, b) / 16);
+    if (w == T_WARP) {
+        solve_t(lane, s.work);
+        __syncwarp();
+        for (int i = t_lo + lane; i < t_hi; i += 32) to[i] = from[i];
+    } else {
+        const int n16 = (int)(sizeof(chunk_ops) / 16), others = THREADS - 32;
+        for (int i = tid; i < n16 - (t_hi - t_lo); i += others) {
+            const int j = i < t_lo ? i : i + (t_hi - t_lo);
+            to[j] = from[j];
+        }
+    }
 }
 
 /* ---- 2. state pass --------------------------------------------------------- */
 
-typedef struct pass_smem {
-    uint64_t arrived[2];             /* mbarriers: a record's bytes have landed */
-    chunk_ops ops[2];                /* this chunk's record and the next one's */
-    uint16_t v[2][CT][PASS_ROWS];    /* the block's V columns */
-    float part_p[PASS_ROWS / 16][4][16][SR]; /* each warp's P^T over its K columns */
-    float part_o[PASS_ROWS / 16][4][16][SR]; /* and its S'^T Lq^T */
-} pass_smem;
+/* G row groups of 16 V rows, 4 warps each. */
+template <int G> struct pass_smem {
+    uint64_t arrived[2];            /* mbarriers: a record's bytes have landed */
+    chunk_ops ops[2];               /* this chunk's record and the next one's */
+    uint16_t v[2][CT][16 * G];      /* the block's V columns */
+    float part_p[G][4][16][SR];     /* each warp's P^T over its K columns */
+    float part_o[G][4][16][SR];     /* and its S'^T Lq^T */
+    uint16_t out[4 * G][8][OP];     /* each warp's 8 output tokens, 16 V rows */
+};
 
-/* Start copying a record and the chunk's v columns into buffer buf. The
- * record is one contiguous block: on Hopper one bulk copy by one thread,
- * completing on the buffer's mbarrier (a loop of 16-byte copies by every
- * thread costs more issue slots than the pass's arithmetic). */
-static __device__ __forceinline__ void load_record(const kda_params &p, const kda_seq &sq,
-                                                   const void *ws, int64_t slot, int64_t h,
-                                                   int64_t c0, int v0, int tid, pass_smem &s,
-                                                   int buf) {
-    const char *from = (const char *)record_of((void *)ws, slot, p.H, h);
-    const int threads = (int)blockDim.x, rows = threads / 8;
+/* Start copying a record into buffer buf. The record is one contiguous
+ * block: on Hopper one bulk copy by one thread, completing on the buffer's
+ * mbarrier (a loop of 16-byte copies by every thread costs more issue slots
+ * than the pass's arithmetic). */
+template <int G>
+static __device__ __forceinline__ void load_record(const chunk_ops *from, int tid,
+                                                   pass_smem<G> &s, int buf) {
 #if __CUDA_ARCH__ >= 900
     if (tid == 0) {
         const unsigned bar = smem_addr(&s.arrived[buf]), bytes = (unsigned)sizeof(chunk_ops);
@@ -132,14 +145,14 @@ static __device__ __forceinline__ void load_record(const kda_params &p, const kd
     }
 #else
     char *to = (char *)&s.ops[buf];
-    for (int i = tid; i < (int)(sizeof(chunk_ops) / 16); i += threads)
-        cp_async16(to + 16 * i, from + 16 * i, 16);
+    for (int i = tid; i < (int)(sizeof(chunk_ops) / 16); i += 128 * G)
+        cp_async16(to + 16 * i, (const char *)from + 16 * i, 16);
 #endif
-    load_v(p, sq, h, c0, v0, rows, tid, threads, &s.v[buf][0][0], PASS_ROWS);
 }
 
 /* Wait for buffer buf's copies (its use number `use`, counting from 0). */
-static __device__ __forceinline__ void wait_record(pass_smem &s, int buf, int64_t use) {
+template <int G>
+static __device__ __forceinline__ void wait_record(pass_smem<G> &s, int buf, int64_t use) {
 #if __CUDA_ARCH__ >= 900
     asm volatile("{\n.reg .pred done;\nWAIT_%=:\n"
                  "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
@@ -162,29 +175,41 @@ static __device__ __forceinline__ void put_tile(float (*part)[SR], int nt, int r
 /* The sum over a row group's 4 partial tiles at this lane's positions. */
 static __device__ __forceinline__ void sum_tile(float (*const part)[16][SR], int nt, int r,
                                                 int q, float x[4]) {
-    x[0] = x[1] = x[2] = x[3] = 0.0f;
+    const float2 a0 = *(const float2 *)&part[0][r][8 * nt + 2 * q];
+    const float2 b0 = *(const float2 *)&part[0][r + 8][8 * nt + 2 * q];
+    x[0] = a0.x, x[1] = a0.y, x[2] = b0.x, x[3] = b0.y;
 #pragma unroll
-    for (int w = 0; w < 4; w++) {
+    for (int w = 1; w < 4; w++) {
         const float2 a = *(const float2 *)&part[w][r][8 * nt + 2 * q];
         const float2 b = *(const float2 *)&part[w][r + 8][8 * nt + 2 * q];
         x[0] += a.x, x[1] += a.y, x[2] += b.x, x[3] += b.y;
     }
 }
 
-/* Blocks of 128 x groups threads, 16 x groups V rows. */
-static __global__ void __launch_bounds__(128 * PASS_GROUPS, 1)
+/* Blocks of 128 G threads own 16 G V rows of one (sequence, head). The
+ * per-thread addressing (a V piece to copy, an output vector to store) is
+ * worked out once; a chunk only adds its offset. */
+template <int G>
+static __global__ void __launch_bounds__(128 * G, 1)
     kda_state_pass_kernel(kda_params p, const void *ws) {
+    constexpr int ROWS = 16 * G, SPLITS = D / ROWS;
     extern __shared__ __align__(16) unsigned char smem_bytes[];
-    pass_smem &s = *(pass_smem *)smem_bytes;
-    const int rows = (int)blockDim.x / 8, splits = D / rows;
-    const int split = (int)(blockIdx.x % (unsigned)splits);
-    const int64_t nh = blockIdx.x / (unsigned)splits, h = nh % p.H, n = nh / p.H;
+    pass_smem<G> &s = *(pass_smem<G> *)smem_bytes;
+    const int split = (int)(blockIdx.x % SPLITS);
+    const int64_t nh = blockIdx.x / SPLITS, h = nh % p.H, n = nh / p.H;
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
     const int r = lane >> 2, q = lane & 3, rg = w >> 2, quarter = w & 3;
     kda_seq sq;
     if (!kda_seq_of(p, n, h, &sq)) return;
-    const int64_t L = sq.len, slot0 = first_slot(sq.bos, n);
-    const int v0 = split * rows, vl = 16 * rg + r, vrow = v0 + vl, d0 = 32 * quarter;
+    const int64_t L = sq.len, HD = p.H * D;
+    const chunk_ops *rec = (const chunk_ops *)ws + (first_slot(sq.bos, n) * p.H + h);
+    const int v0 = split * ROWS, vl = 16 * rg + r, vrow = v0 + vl, d0 = 32 * quarter;
+    /* V: thread tid < 2 ROWS copies token vt's 8 columns from vc. */
+    const int vt = tid / (ROWS / 8), vc = tid % (ROWS / 8) * 8, copies_v = tid < CT * ROWS / 8;
+    const uint16_t *v_at = p.v + (sq.bos + vt) * HD + h * D + v0 + vc;
+    /* Output: lane < 16 stores token 8 quarter + ot's V rows from 8 oh. */
+    const int ot = lane >> 1, oh = (lane & 1) * 8;
+    uint16_t *o_at = p.o + (sq.bos + 8 * quarter + ot) * HD + h * D + v0 + 16 * rg + oh;
 
     float S[4][4]; /* S^T rows vrow, vrow + 8; K columns d0 .. d0 + 31 */
     state_load(p.state, p.state_bf16, sq.slot_base, vrow, d0, q, S, 4);
@@ -197,7 +222,10 @@ static __global__ void __launch_bounds__(128 * PASS_GROUPS, 1)
     }
     __syncthreads();
 #endif
-    if (L > 0) load_record(p, sq, ws, slot0, h, 0, v0, tid, s, 0);
+    if (L > 0) {
+        load_record<G>(rec, tid, s, 0);
+        if (copies_v) cp_async16(&s.v[0][vt][vc], v_at, vt < L ? 16 : 0);
+    }
     cp_async_commit();
     int64_t crow = sq.crow;
     const int64_t chunks_per_ckpt = p.interval / CT;
@@ -205,9 +233,14 @@ static __global__ void __launch_bounds__(128 * PASS_GROUPS, 1)
         const int buf = (int)(ci & 1);
         const chunk_ops &o = s.ops[buf];
         const int nt = (int)(L - c0 < CT ? L - c0 : CT);
-        wait_record(s, buf, ci >> 1);
+        wait_record<G>(s, buf, ci >> 1);
         __syncthreads(); /* the record landed; every warp is done with the last one */
-        if (c0 + CT < L) load_record(p, sq, ws, slot0 + ci + 1, h, c0 + CT, v0, tid, s, buf ^ 1);
+        if (c0 + CT < L) {
+            load_record<G>(rec + (ci + 1) * p.H, tid, s, buf ^ 1);
+            const int ok = c0 + CT + vt < L;
+            if (copies_v)
+                cp_async16(&s.v[buf ^ 1][vt][vc], ok ? v_at + (c0 + CT) * HD : v_at, ok ? 16 : 0);
+        }
         cp_async_commit();
 
         /* S' = S diag(c); partial P^T = S' Lk^T and S' Lq^T over our columns. */
@@ -237,7 +270,7 @@ static __global__ void __launch_bounds__(128 * PASS_GROUPS, 1)
 #pragma unroll
         for (int t8 = 0; t8 < CT / 8; t8++) sum_tile(s.part_p[rg], t8, r, q, P[t8]);
         float W[CT / 8][4];
-        solve_w(P, &s.v[buf][0][0], PASS_ROWS, vl, o, lane, W);
+        solve_w(P, &s.v[buf][0][0], ROWS, vl, o, lane, W);
         /* Output rows 8 quarter .. +7 of our 16 V rows: S'^T Lq^T + W^T QK^T. */
         float Ow[4];
         sum_tile(s.part_o[rg], quarter, r, q, Ow);
@@ -255,13 +288,15 @@ static __global__ void __launch_bounds__(128 * PASS_GROUPS, 1)
                          __float_as_uint(o.r[8 * kt + 2 * q + 1][d0 + 8 * nd + r]));
         }
         scale_columns(S, o.e, d0, q, 4);
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int t = 8 * quarter + 2 * q + (e & 1);
-            if (t < nt)
-                p.o[((sq.bos + c0 + t) * p.H + h) * D + vrow + 8 * (e >> 1)] =
-                    sp_f32_to_bf16_(Ow[e]);
-        }
+        /* The 8 x 16 outputs through shared memory, stored as 16-byte rows. */
+        uint16_t(*ob)[OP] = s.out[w];
+        ob[2 * q][r] = sp_f32_to_bf16_(Ow[0]);
+        ob[2 * q + 1][r] = sp_f32_to_bf16_(Ow[1]);
+        ob[2 * q][r + 8] = sp_f32_to_bf16_(Ow[2]);
+        ob[2 * q + 1][r + 8] = sp_f32_to_bf16_(Ow[3]);
+        __syncwarp();
+        if (lane < 16 && 8 * quarter + ot < nt)
+            *(uint4 *)(o_at + c0 * HD) = *(const uint4 *)&ob[ot][oh];
         if (chunks_per_ckpt > 0 && nt == CT && (ci + 1) % chunks_per_ckpt == 0)
             state_store(p.ckpt, p.state_bf16, kda_ckpt_base(p, crow++, h), vrow, d0, q, S, 4);
     }
@@ -271,28 +306,31 @@ static __global__ void __launch_bounds__(128 * PASS_GROUPS, 1)
 extern "C" size_t sp_kda_chunked_smem_bytes_(void) {
     size_t m = sp_kda_chunked_one_pass_smem_bytes_();
     if (sizeof(prepare_smem) > m) m = sizeof(prepare_smem);
-    if (sizeof(pass_smem) > m) m = sizeof(pass_smem);
+    if (sizeof(pass_smem<2>) > m) m = sizeof(pass_smem<2>);
     return m;
+}
+
+template <int G>
+static cudaError_t launch_pass(const kda_params *p, const void *ws, cudaStream_t stream) {
+    const int bytes = (int)sizeof(pass_smem<G>);
+    const void *kernel = (const void *)kda_state_pass_kernel<G>;
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (e != cudaSuccess) return e;
+    void *args[] = {(void *)p, &ws};
+    return cudaLaunchKernel(kernel, dim3((unsigned)(p->N * p->H * (D / (16 * G)))),
+                            dim3((unsigned)(128 * G)), args, (size_t)bytes, stream);
 }
 
 extern "C" cudaError_t sp_kda_launch_chunked_two_pass_(const kda_params *p, void *workspace,
                                                        int groups, cudaStream_t stream) {
-    const int prep_smem = (int)sizeof(prepare_smem), pass_smem_bytes = (int)sizeof(pass_smem);
+    const int prep_smem = (int)sizeof(prepare_smem);
     cudaError_t e = cudaFuncSetAttribute((const void *)kda_prepare_kernel,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, prep_smem);
-    if (e == cudaSuccess)
-        e = cudaFuncSetAttribute((const void *)kda_state_pass_kernel,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize, pass_smem_bytes);
     if (e != cudaSuccess) return e;
     const int64_t slots = sp_kda_two_pass_slots_(p->T, p->N);
     void *prep_args[] = {(void *)p, &workspace};
     e = cudaLaunchKernel((const void *)kda_prepare_kernel, dim3((unsigned)slots, (unsigned)p->H),
                          dim3(THREADS), prep_args, (size_t)prep_smem, stream);
     if (e != cudaSuccess) return e;
-    const void *ws = workspace;
-    void *pass_args[] = {(void *)p, &ws};
-    return cudaLaunchKernel((const void *)kda_state_pass_kernel,
-                            dim3((unsigned)(p->N * p->H * (D / (16 * groups)))),
-                            dim3((unsigned)(128 * groups)), pass_args, (size_t)pass_smem_bytes,
-                            stream);
+    return groups == 1 ? launch_pass<1>(p, workspace, stream) : launch_pass<2>(p, workspace, stream);
 }
