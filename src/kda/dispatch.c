@@ -43,7 +43,7 @@ static const char *chunked_unsupported(const sp_kda_args *a, const sp_kda_dims *
                "decay, which their factorized products rely on)";
     if (d->interval % SP_KDA_CHUNK != 0) return "checkpoint_interval must be a multiple of 32";
     if (!sp_kda_cuda_chunked_fits_((int)d->dev.ordinal))
-        return "this GPU gives a block less shared memory than they need (about 170 KB)";
+        return "this GPU gives a block less shared memory than they need (about 216 KB)";
     /* Dense inputs are read as they are, and o written, in 16-byte pieces.
      * Strided inputs (the boundary's) are packed into 256-byte aligned slots
      * first; o is always dense. */
@@ -88,10 +88,16 @@ sp_status sp_kda_choose_kernel_(const sp_kda_args *a, sp_kda_dims *d) {
     return SP_OK;
 }
 
-int sp_kda_two_pass_groups_(int64_t pairs) {
-    /* Measured on the H200 (docs/PERFORMANCE.md): 16-row blocks win at 12
-     * pairs, 32-row blocks at 24 and more. */
-    return pairs <= 16 ? 1 : 2;
+int sp_kda_two_pass_groups_(int64_t pairs, int sms) {
+    /* A state-pass block takes a multiprocessor to itself either way. One
+     * row group (8 blocks a pair) keeps three records in flight and walks a
+     * 16384-token sequence in about 0.55 ms on the H200; two (4 blocks a
+     * pair, room for two records) in about 0.93 ms. So the cost is waves of
+     * blocks times that (docs/PERFORMANCE.md: 12 and 48 pairs favour one
+     * group, 24 two). */
+    if (sms < 1) sms = 1;
+    const int64_t waves1 = (8 * pairs + sms - 1) / sms, waves2 = (4 * pairs + sms - 1) / sms;
+    return waves1 * 55 <= waves2 * 93 ? 1 : 2;
 }
 
 int sp_kda_chunked_splits_(int64_t pairs, int sms) {

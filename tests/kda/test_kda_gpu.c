@@ -107,7 +107,10 @@ static void chunked_edge_cases(int32_t kernel, int small) {
             lens[i] = m + 32 * (m % 3);
         }
         kda_problem p;
-        kp_make(&p, 16, lens, 5, small ? 1 : 3, half ? SP_BF16 : SP_F32, SP_KDA_GATE_LOWER_BOUND,
+        /* 32 and 48 pairs: on 132 multiprocessors the two-pass kernel's
+         * state pass then takes blocks of 32 and 16 V rows. */
+        kp_make(&p, 16, lens, 5, half ? 2 : small ? 1 : 3, half ? SP_BF16 : SP_F32,
+                SP_KDA_GATE_LOWER_BOUND,
                 half ? 64 : 32, 3100 + (uint64_t)half);
         p.kernel = kernel;
         check_problem(&p, half ? "lengths 16..31 mod 32" : "lengths 0..15 mod 32");

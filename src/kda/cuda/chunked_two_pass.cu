@@ -10,13 +10,16 @@
  *      (chunk.cuh) and stores them, one chunk_ops record per (chunk, head),
  *      in the caller's workspace;
  *   2. state pass: per (sequence, head), blocks of 16 or 32 V rows walk
- *      the chunks, each record copied in (double-buffered) while the last
- *      one is used. A block's slice of S^T is split over warps of 16 rows
- *      by 32 K columns; the partial products over K of the 4 warps of a row
- *      group are summed through shared memory, then each warp updates its
- *      own columns and writes 8 of the chunk's 32 output rows. 16 rows a
- *      block (more blocks) is faster for the fewest pairs, 32 (half the
- *      record copies from L2 for the same work) for more.
+ *      the chunks, the records of the next chunks copied in while one is
+ *      used. A block's slice of S^T is split over warps of 16 rows by 32 K
+ *      columns; the partial products over K of the 4 warps of a row group
+ *      are summed through shared memory (each warp sums a quarter), then
+ *      each warp updates its own columns and writes 8 of the chunk's 32
+ *      output rows. What a chunk waits on is its record's arrival (a 62 KB
+ *      copy, mostly from memory): with 16 rows a block there is room for
+ *      three records in flight, and the walk takes 0.7 of the time it takes
+ *      with two (docs/PERFORMANCE.md); 32 rows a block (room for two) halve
+ *      the blocks, which pays where 16-row blocks would need another wave.
  *
  * Record slots: chunk c of sequence n goes to slot floor(bos_n / 32) + n + c.
  * Slots of different sequences are distinct and fewer than floor(T / 32) + N
@@ -114,24 +117,29 @@ static __global__ void __launch_bounds__(THREADS, 2) kda_prepare_kernel(kda_para
 
 /* ---- 2. state pass --------------------------------------------------------- */
 
-/* G row groups of 16 V rows, 4 warps each. */
-template <int G> struct pass_smem {
-    uint64_t arrived[2];            /* mbarriers: a record's bytes have landed */
-    chunk_ops ops[2];               /* this chunk's record and the next one's */
-    uint16_t v[2][CT][16 * G];      /* the block's V columns */
-    float part_p[G][4][16][SR];     /* each warp's P^T over its K columns */
-    float part_o[G][4][16][SR];     /* and its S'^T Lq^T */
-    uint16_t out[4 * G][8][OP];     /* each warp's 8 output tokens, 16 V rows */
+/* G row groups of 16 V rows, each split over KW warps by K columns; NB
+ * records in flight. */
+#define KW 4
+template <int G, int NB> struct pass_smem {
+    uint64_t arrived[NB];           /* mbarriers: a record's bytes have landed */
+    alignas(16) chunk_ops ops[NB];  /* this chunk's record and the next ones */
+    alignas(16) uint16_t v[NB][CT][16 * G]; /* the block's V columns */
+    float part_p[G][KW][16][SR];    /* each warp's P^T over its K columns */
+    float part_o[G][KW][16][SR];    /* and its S'^T Lq^T */
+    float sum_p[G][16][SR];         /* their sums over the row group */
+    float sum_o[G][16][SR];
+    alignas(16) uint16_t out[4 * G][8][OP]; /* each warp's 8 output tokens, 16 V rows */
 };
 
 /* Start copying a record into buffer buf. The record is one contiguous
  * block: on Hopper one bulk copy by one thread, completing on the buffer's
  * mbarrier (a loop of 16-byte copies by every thread costs more issue slots
  * than the pass's arithmetic). */
-template <int G>
-static __device__ __forceinline__ void load_record(const chunk_ops *from, int tid,
-                                                   pass_smem<G> &s, int buf) {
+template <typename Smem>
+static __device__ __forceinline__ void load_record(const chunk_ops *from, int tid, int threads,
+                                                   Smem &s, int buf) {
 #if __CUDA_ARCH__ >= 900
+    (void)threads;
     if (tid == 0) {
         const unsigned bar = smem_addr(&s.arrived[buf]), bytes = (unsigned)sizeof(chunk_ops);
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -145,14 +153,16 @@ static __device__ __forceinline__ void load_record(const chunk_ops *from, int ti
     }
 #else
     char *to = (char *)&s.ops[buf];
-    for (int i = tid; i < (int)(sizeof(chunk_ops) / 16); i += 128 * G)
+    for (int i = tid; i < (int)(sizeof(chunk_ops) / 16); i += threads)
         cp_async16(to + 16 * i, (const char *)from + 16 * i, 16);
 #endif
 }
 
-/* Wait for buffer buf's copies (its use number `use`, counting from 0). */
-template <int G>
-static __device__ __forceinline__ void wait_record(pass_smem<G> &s, int buf, int64_t use) {
+/* Wait for buffer buf's copies (its use number `use`, counting from 0):
+ * the record's mbarrier, and the V copies of all but the newest `younger`
+ * committed groups. */
+template <int younger, typename Smem>
+static __device__ __forceinline__ void wait_record(Smem &s, int buf, int64_t use) {
 #if __CUDA_ARCH__ >= 900
     asm volatile("{\n.reg .pred done;\nWAIT_%=:\n"
                  "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
@@ -162,7 +172,7 @@ static __device__ __forceinline__ void wait_record(pass_smem<G> &s, int buf, int
 #else
     (void)s, (void)buf, (void)use;
 #endif
-    cp_async_wait_all();
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(younger) : "memory");
 }
 
 /* Accumulator tile x (rows r, r+8; columns 8nt + 2q, +1) to part[row][col]. */
@@ -172,82 +182,105 @@ static __device__ __forceinline__ void put_tile(float (*part)[SR], int nt, int r
     *(float2 *)&part[r + 8][8 * nt + 2 * q] = make_float2(x[2], x[3]);
 }
 
-/* The sum over a row group's 4 partial tiles at this lane's positions. */
-static __device__ __forceinline__ void sum_tile(float (*const part)[16][SR], int nt, int r,
-                                                int q, float x[4]) {
-    const float2 a0 = *(const float2 *)&part[0][r][8 * nt + 2 * q];
-    const float2 b0 = *(const float2 *)&part[0][r + 8][8 * nt + 2 * q];
-    x[0] = a0.x, x[1] = a0.y, x[2] = b0.x, x[3] = b0.y;
+/* The tile back from a [16][SR] array. */
+static __device__ __forceinline__ void get_tile(const float (*from)[SR], int nt, int r, int q,
+                                                float x[4]) {
+    const float2 a = *(const float2 *)&from[r][8 * nt + 2 * q];
+    const float2 b = *(const float2 *)&from[r + 8][8 * nt + 2 * q];
+    x[0] = a.x, x[1] = a.y, x[2] = b.x, x[3] = b.y;
+}
+
+/* Warp kq of a row group: its 1/KW share of the sums over the KW partial
+ * 16 x 32 tiles, into sum. */
+static __device__ __forceinline__ void reduce_share(const float (*part)[16][SR], float (*sum)[SR],
+                                                    int kq, int lane) {
+    constexpr int PAIRS = 16 * CT / 2, PER_LANE = PAIRS / KW / 32;
 #pragma unroll
-    for (int w = 1; w < 4; w++) {
-        const float2 a = *(const float2 *)&part[w][r][8 * nt + 2 * q];
-        const float2 b = *(const float2 *)&part[w][r + 8][8 * nt + 2 * q];
-        x[0] += a.x, x[1] += a.y, x[2] += b.x, x[3] += b.y;
+    for (int j = 0; j < PER_LANE; j++) {
+        const int f = kq * (PAIRS / KW) + 32 * j + lane, row = f / (CT / 2), col = 2 * (f % (CT / 2));
+        float2 x = *(const float2 *)&part[0][row][col];
+#pragma unroll
+        for (int k = 1; k < KW; k++) {
+            const float2 y = *(const float2 *)&part[k][row][col];
+            x.x += y.x, x.y += y.y;
+        }
+        *(float2 *)&sum[row][col] = x;
     }
 }
 
-/* Blocks of 128 G threads own 16 G V rows of one (sequence, head). The
- * per-thread addressing (a V piece to copy, an output vector to store) is
- * worked out once; a chunk only adds its offset. */
-template <int G>
-static __global__ void __launch_bounds__(128 * G, 1)
+/* Blocks of 32 KW G threads own 16 G V rows of one (sequence, head); warp
+ * w holds rows 16 (w / KW) .. +15 of them and K columns D / KW (w % KW) ..
+ * of S^T. The per-thread addressing (a V piece to copy, an output vector
+ * to store) is worked out once; a chunk only adds its offset. */
+template <int G, int NB>
+static __global__ void __launch_bounds__(32 * KW * G, 1)
     kda_state_pass_kernel(kda_params p, const void *ws) {
-    constexpr int ROWS = 16 * G, SPLITS = D / ROWS;
+    constexpr int ROWS = 16 * G, SPLITS = D / ROWS, THR = 32 * KW * G, KC = D / KW, NDS = KC / 8;
+    typedef pass_smem<G, NB> smem_t;
     extern __shared__ __align__(16) unsigned char smem_bytes[];
-    pass_smem<G> &s = *(pass_smem<G> *)smem_bytes;
+    smem_t &s = *(smem_t *)smem_bytes;
     const int split = (int)(blockIdx.x % SPLITS);
     const int64_t nh = blockIdx.x / SPLITS, h = nh % p.H, n = nh / p.H;
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
-    const int r = lane >> 2, q = lane & 3, rg = w >> 2, quarter = w & 3;
+    const int r = lane >> 2, q = lane & 3, rg = w / KW, kq = w % KW;
+    const bool outputs = kq < 4; /* warps whose 8 tokens of output are kq's */
     kda_seq sq;
     if (!kda_seq_of(p, n, h, &sq)) return;
     const int64_t L = sq.len, HD = p.H * D;
     const chunk_ops *rec = (const chunk_ops *)ws + (first_slot(sq.bos, n) * p.H + h);
-    const int v0 = split * ROWS, vl = 16 * rg + r, vrow = v0 + vl, d0 = 32 * quarter;
+    const int v0 = split * ROWS, vl = 16 * rg + r, vrow = v0 + vl, d0 = KC * kq;
     /* V: thread tid < 2 ROWS copies token vt's 8 columns from vc. */
     const int vt = tid / (ROWS / 8), vc = tid % (ROWS / 8) * 8, copies_v = tid < CT * ROWS / 8;
     const uint16_t *v_at = p.v + (sq.bos + vt) * HD + h * D + v0 + vc;
-    /* Output: lane < 16 stores token 8 quarter + ot's V rows from 8 oh. */
+    /* Output: lane < 16 of an output warp stores token 8 kq + ot's V rows
+     * from oh. */
     const int ot = lane >> 1, oh = (lane & 1) * 8;
-    uint16_t *o_at = p.o + (sq.bos + 8 * quarter + ot) * HD + h * D + v0 + 16 * rg + oh;
+    uint16_t *o_at = p.o + (sq.bos + 8 * kq + ot) * HD + h * D + v0 + 16 * rg + oh;
 
-    float S[4][4]; /* S^T rows vrow, vrow + 8; K columns d0 .. d0 + 31 */
-    state_load(p.state, p.state_bf16, sq.slot_base, vrow, d0, q, S, 4);
+    float S[NDS][4]; /* S^T rows vrow, vrow + 8; K columns d0 .. d0 + KC - 1 */
+    state_load(p.state, p.state_bf16, sq.slot_base, vrow, d0, q, S, NDS);
 #if __CUDA_ARCH__ >= 900
     if (tid == 0) {
-        for (int b = 0; b < 2; b++)
+        for (int b = 0; b < NB; b++)
             asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_addr(&s.arrived[b]))
                          : "memory");
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
 #endif
-    if (L > 0) {
-        load_record<G>(rec, tid, s, 0);
-        if (copies_v) cp_async16(&s.v[0][vt][vc], v_at, vt < L ? 16 : 0);
+    /* Chunks 0 .. NB - 2 in flight; then each iteration starts chunk + NB - 1
+     * into the buffer the last chunk used. */
+#pragma unroll
+    for (int b = 0; b < NB - 1; b++) {
+        const int64_t t0 = (int64_t)b * CT;
+        if (t0 < L) {
+            load_record(rec + b * p.H, tid, THR, s, b);
+            const int ok = t0 + vt < L;
+            if (copies_v) cp_async16(&s.v[b][vt][vc], ok ? v_at + t0 * HD : v_at, ok ? 16 : 0);
+        }
+        cp_async_commit();
     }
-    cp_async_commit();
     int64_t crow = sq.crow;
     const int64_t chunks_per_ckpt = p.interval / CT;
     for (int64_t c0 = 0, ci = 0; c0 < L; c0 += CT, ci++) {
-        const int buf = (int)(ci & 1);
+        const int buf = (int)(ci % NB), next = (int)((ci + NB - 1) % NB);
         const chunk_ops &o = s.ops[buf];
         const int nt = (int)(L - c0 < CT ? L - c0 : CT);
-        wait_record<G>(s, buf, ci >> 1);
+        wait_record<NB - 2>(s, buf, ci / NB); /* groups: NB - 1 + ci committed, ci + 1 done */
         __syncthreads(); /* the record landed; every warp is done with the last one */
-        if (c0 + CT < L) {
-            load_record<G>(rec + (ci + 1) * p.H, tid, s, buf ^ 1);
-            const int ok = c0 + CT + vt < L;
-            if (copies_v)
-                cp_async16(&s.v[buf ^ 1][vt][vc], ok ? v_at + (c0 + CT) * HD : v_at, ok ? 16 : 0);
+        const int64_t t0 = c0 + (int64_t)(NB - 1) * CT;
+        if (t0 < L) {
+            load_record(rec + (ci + NB - 1) * p.H, tid, THR, s, next);
+            const int ok = t0 + vt < L;
+            if (copies_v) cp_async16(&s.v[next][vt][vc], ok ? v_at + t0 * HD : v_at, ok ? 16 : 0);
         }
         cp_async_commit();
 
         /* S' = S diag(c); partial P^T = S' Lk^T and S' Lq^T over our columns. */
-        scale_columns(S, o.c, d0, q, 4);
+        scale_columns(S, o.c, d0, q, NDS);
         float P[4][4] = {}, O[4][4] = {};
 #pragma unroll
-        for (int nd = 0; nd < 4; nd++) {
+        for (int nd = 0; nd < NDS; nd++) {
             uint32_t a[4];
             acc_as_a(S[nd], a);
 #pragma unroll
@@ -261,64 +294,73 @@ static __global__ void __launch_bounds__(128 * G, 1)
         }
 #pragma unroll
         for (int t8 = 0; t8 < CT / 8; t8++) {
-            put_tile(s.part_p[rg][quarter], t8, r, q, P[t8]);
-            put_tile(s.part_o[rg][quarter], t8, r, q, O[t8]);
+            put_tile(s.part_p[rg][kq], t8, r, q, P[t8]);
+            put_tile(s.part_o[rg][kq], t8, r, q, O[t8]);
         }
+        __syncthreads();
+        reduce_share(s.part_p[rg], s.sum_p[rg], kq, lane);
+        reduce_share(s.part_o[rg], s.sum_o[rg], kq, lane);
         __syncthreads();
 
         /* Every warp: the whole X^T = diag(b) (V - P)^T and W^T = X^T T^T. */
 #pragma unroll
-        for (int t8 = 0; t8 < CT / 8; t8++) sum_tile(s.part_p[rg], t8, r, q, P[t8]);
+        for (int t8 = 0; t8 < CT / 8; t8++) get_tile(s.sum_p[rg], t8, r, q, P[t8]);
         float W[CT / 8][4];
         solve_w(P, &s.v[buf][0][0], ROWS, vl, o, lane, W);
-        /* Output rows 8 quarter .. +7 of our 16 V rows: S'^T Lq^T + W^T QK^T. */
+        /* Output rows 8 kq .. +7 of our 16 V rows: S'^T Lq^T + W^T QK^T. */
         float Ow[4];
-        sum_tile(s.part_o[rg], quarter, r, q, Ow);
+        if (outputs) get_tile(s.sum_o[rg], kq, r, q, Ow);
         /* Our columns: S = diag(e) (S' + W^T R). */
 #pragma unroll
         for (int kt = 0; kt < CT / 8; kt++) {
             uint32_t a[4];
             acc_as_a(W[kt], a);
-            uint32_t b0, b1;
-            pair(&o.qk[8 * quarter + r][8 * kt + 2 * q], &b0, &b1);
-            mma_tf32(Ow, a, b0, b1);
+            if (outputs) {
+                uint32_t b0, b1;
+                pair(&o.qk[8 * kq + r][8 * kt + 2 * q], &b0, &b1);
+                mma_tf32(Ow, a, b0, b1);
+            }
 #pragma unroll
-            for (int nd = 0; nd < 4; nd++)
+            for (int nd = 0; nd < NDS; nd++)
                 mma_tf32(S[nd], a, __float_as_uint(o.r[8 * kt + 2 * q][d0 + 8 * nd + r]),
                          __float_as_uint(o.r[8 * kt + 2 * q + 1][d0 + 8 * nd + r]));
         }
-        scale_columns(S, o.e, d0, q, 4);
-        /* The 8 x 16 outputs through shared memory, stored as 16-byte rows. */
-        uint16_t(*ob)[OP] = s.out[w];
-        ob[2 * q][r] = sp_f32_to_bf16_(Ow[0]);
-        ob[2 * q + 1][r] = sp_f32_to_bf16_(Ow[1]);
-        ob[2 * q][r + 8] = sp_f32_to_bf16_(Ow[2]);
-        ob[2 * q + 1][r + 8] = sp_f32_to_bf16_(Ow[3]);
-        __syncwarp();
-        if (lane < 16 && 8 * quarter + ot < nt)
-            *(uint4 *)(o_at + c0 * HD) = *(const uint4 *)&ob[ot][oh];
+        scale_columns(S, o.e, d0, q, NDS);
+        if (outputs) { /* the 8 x 16 outputs through shared memory, as 16-byte rows */
+            uint16_t(*ob)[OP] = s.out[4 * rg + kq];
+            ob[2 * q][r] = sp_f32_to_bf16_(Ow[0]);
+            ob[2 * q + 1][r] = sp_f32_to_bf16_(Ow[1]);
+            ob[2 * q][r + 8] = sp_f32_to_bf16_(Ow[2]);
+            ob[2 * q + 1][r + 8] = sp_f32_to_bf16_(Ow[3]);
+            __syncwarp();
+            if (lane < 16 && 8 * kq + ot < nt)
+                *(uint4 *)(o_at + c0 * HD) = *(const uint4 *)&ob[ot][oh];
+        }
         if (chunks_per_ckpt > 0 && nt == CT && (ci + 1) % chunks_per_ckpt == 0)
-            state_store(p.ckpt, p.state_bf16, kda_ckpt_base(p, crow++, h), vrow, d0, q, S, 4);
+            state_store(p.ckpt, p.state_bf16, kda_ckpt_base(p, crow++, h), vrow, d0, q, S, NDS);
     }
-    state_store(p.state, p.state_bf16, sq.slot_base, vrow, d0, q, S, 4);
+    state_store(p.state, p.state_bf16, sq.slot_base, vrow, d0, q, S, NDS);
 }
+
+static_assert(sizeof(pass_smem<1, 3>) <= 227 * 1024, "a block's shared memory on sm_90");
 
 extern "C" size_t sp_kda_chunked_smem_bytes_(void) {
     size_t m = sp_kda_chunked_one_pass_smem_bytes_();
     if (sizeof(prepare_smem) > m) m = sizeof(prepare_smem);
-    if (sizeof(pass_smem<2>) > m) m = sizeof(pass_smem<2>);
+    if (sizeof(pass_smem<2, 2>) > m) m = sizeof(pass_smem<2, 2>);
+    if (sizeof(pass_smem<1, 3>) > m) m = sizeof(pass_smem<1, 3>);
     return m;
 }
 
-template <int G>
+template <int G, int NB>
 static cudaError_t launch_pass(const kda_params *p, const void *ws, cudaStream_t stream) {
-    const int bytes = (int)sizeof(pass_smem<G>);
-    const void *kernel = (const void *)kda_state_pass_kernel<G>;
+    const int bytes = (int)sizeof(pass_smem<G, NB>);
+    const void *kernel = (const void *)kda_state_pass_kernel<G, NB>;
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     if (e != cudaSuccess) return e;
     void *args[] = {(void *)p, &ws};
     return cudaLaunchKernel(kernel, dim3((unsigned)(p->N * p->H * (D / (16 * G)))),
-                            dim3((unsigned)(128 * G)), args, (size_t)bytes, stream);
+                            dim3((unsigned)(32 * KW * G)), args, (size_t)bytes, stream);
 }
 
 extern "C" cudaError_t sp_kda_launch_chunked_two_pass_(const kda_params *p, void *workspace,
@@ -332,5 +374,8 @@ extern "C" cudaError_t sp_kda_launch_chunked_two_pass_(const kda_params *p, void
     e = cudaLaunchKernel((const void *)kda_prepare_kernel, dim3((unsigned)slots, (unsigned)p->H),
                          dim3(THREADS), prep_args, (size_t)prep_smem, stream);
     if (e != cudaSuccess) return e;
-    return groups == 1 ? launch_pass<1>(p, workspace, stream) : launch_pass<2>(p, workspace, stream);
+    /* One row group: three records in flight (what the pass waits on is the
+     * record's arrival); two groups: room for two. */
+    return groups == 1 ? launch_pass<1, 3>(p, workspace, stream)
+                       : launch_pass<2, 2>(p, workspace, stream);
 }

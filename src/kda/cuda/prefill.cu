@@ -41,15 +41,16 @@ static sp_status launch(const kda_params *p, int kernel, void *workspace, int de
      * error the caller left pending, reported as ours and cleared. */
     if (kernel == SP_KDA_KERNEL_RECURRENT) {
         SP_CUDA_CHECK(sp_kda_launch_recurrent_(p, stream));
-    } else if (kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS) {
+        return SP_OK;
+    }
+    int sms = 0;
+    SP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    if (kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS)
         SP_CUDA_CHECK(sp_kda_launch_chunked_two_pass_(
-            p, workspace, sp_kda_two_pass_groups_(p->N * p->H), stream));
-    } else {
-        int sms = 0;
-        SP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+            p, workspace, sp_kda_two_pass_groups_(p->N * p->H, sms), stream));
+    else
         SP_CUDA_CHECK(
             sp_kda_launch_chunked_(p, sp_kda_chunked_splits_(p->N * p->H, sms), stream));
-    }
     return SP_OK;
 }
 
