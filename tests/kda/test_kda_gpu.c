@@ -107,7 +107,7 @@ static void chunked_edge_cases(int32_t kernel, int small) {
             lens[i] = m + 32 * (m % 3);
         }
         kda_problem p;
-        /* 32 and 48 pairs: on 132 multiprocessors the two-pass kernel's
+        /* 48 pairs (16 when small), then 32: on 132 multiprocessors the two-pass kernel's
          * state pass then takes blocks of 32 and 16 V rows. */
         kp_make(&p, 16, lens, 5, half ? 2 : small ? 1 : 3, half ? SP_BF16 : SP_F32,
                 SP_KDA_GATE_LOWER_BOUND,
