@@ -113,7 +113,8 @@ static void test_paths(ts_rng *r, ts_arena *a, const ts_bit_patterns *pt) {
             }
             if (di == 2) ld.offset = running - 2;
             p[si * NDST + di].src = src[si];
-            p[si * NDST + di].dst = on(&ld, ts_arena_take(a, (size_t)(running + 1) * es, 0), pt->dtype);
+            unsigned char *dbase = ts_arena_take(a, (size_t)(running + 1) * es, 0);
+            p[si * NDST + di].dst = on(&ld, dbase, pt->dtype);
         }
         CHECK_OK(sp_pack_workspace_bytes(&src[si], 1, &wsb[si]));
         ws[si] = ts_arena_take(a, wsb[si] + 1, 0);

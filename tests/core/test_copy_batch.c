@@ -193,8 +193,9 @@ static void test_fixed(ts_rng *r, ts_arena *a) {
     k.g_rows = 50;
     k.g_bytes = (size_t)k.g_rows * (size_t)k.P * 2;
     ts_arena_reset(a);
-    unsigned char *qkv = ts_arena_take(a, k.qkv_bytes, 0), *proj = ts_arena_take(a, k.proj_bytes, 0),
-                  *g = ts_arena_take(a, k.g_bytes, 0);
+    unsigned char *qkv = ts_arena_take(a, k.qkv_bytes, 0);
+    unsigned char *proj = ts_arena_take(a, k.proj_bytes, 0);
+    unsigned char *g = ts_arena_take(a, k.g_bytes, 0);
     sp_tensor v[5];
     ts_k3_views(&k, qkv, proj, g, M->device, v);
     sp_copy_pair kp[5];

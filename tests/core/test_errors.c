@@ -99,16 +99,22 @@ static void expect_batch(const char *what, const sp_copy_pair *p, size_t n, sp_s
     check_message(what, needle);
 }
 
-/* Break the fresh scene with `stmt`, expect `want` naming `needle`. */
-#define BREAK(what, want, needle, stmt)                 \
+/* On a fresh scene s_ of `type` (`view` naming its views), run `stmt`, then
+ * `expect`. */
+#define ON_FRESH(type, make, view, views, stmt, expect) \
     do {                                                \
-        scene s_;                                       \
-        scene_make(&s_, r);                             \
-        sp_copy_pair *p = s_.p;                         \
-        (void)p;                                        \
+        type s_;                                        \
+        make(&s_, r);                                   \
+        view = s_.views;                                \
+        (void)views;                                    \
         stmt;                                           \
-        expect_batch(what, s_.p, NP, want, needle);     \
+        expect;                                         \
     } while (0)
+
+/* Break the fresh scene with `stmt`, expect `want` naming `needle`. */
+#define BREAK(what, want, needle, stmt) \
+    ON_FRESH(scene, scene_make, sp_copy_pair *p, p, stmt, \
+             expect_batch(what, s_.p, NP, want, needle))
 
 static void test_copy_errors(ts_rng *r) {
     /* The unbroken scene runs, and right: every failure below is the break's. */
@@ -288,15 +294,9 @@ static void expect_pack(const char *what, pscene *s, const sp_tensor *in, void *
     check_message(what, needle);
 }
 
-#define PBREAK(what, want, needle, stmt, ...)                     \
-    do {                                                          \
-        pscene s_;                                                \
-        pscene_make(&s_, r);                                      \
-        sp_tensor *in = s_.in;                                    \
-        (void)in;                                                 \
-        stmt;                                                     \
-        expect_pack(what, &s_, __VA_ARGS__, want, needle);        \
-    } while (0)
+#define PBREAK(what, want, needle, stmt, ...) \
+    ON_FRESH(pscene, pscene_make, sp_tensor *in, in, stmt, \
+             expect_pack(what, &s_, __VA_ARGS__, want, needle))
 
 static void test_pack_errors(ts_rng *r) {
     {

@@ -95,8 +95,8 @@ static void test_random(ts_rng *r, ts_arena *a) {
                 else
                     ts_layout_random(r, dt, nd, shape, TS_LAYOUT_ALLOW_ZERO_STRIDE, &l);
                 size_t es = sp_dtype_size(dt);
-                unsigned char *src = ts_arena_take(
-                    a, (size_t)l.buffer_elems * es, es * (size_t)ts_rng_range(r, 0, 15 / (int64_t)es));
+                size_t shift = es * (size_t)ts_rng_range(r, 0, 15 / (int64_t)es);
+                unsigned char *src = ts_arena_take(a, (size_t)l.buffer_elems * es, shift);
                 in[i] = ts_layout_tensor(&l, src, M->device);
             }
             CHECKF(sp_tensor_is_dense(&in[i]) == ts_ref_dense(&in[i]),
@@ -121,7 +121,8 @@ static void test_random(ts_rng *r, ts_arena *a) {
         ts_fill_random(out, sizeof out, r);
         size_t n_copied = 777;
         uint64_t before = sp_copy_pass_count();
-        sp_status st = sp_pack(in, (size_t)n, ws, give, out, &n_copied, trial % 2 ? M->stream : NULL);
+        struct CUstream_st *stream = trial % 2 ? M->stream : NULL; /* NULL on the host */
+        sp_status st = sp_pack(in, (size_t)n, ws, give, out, &n_copied, stream);
         uint64_t passes = sp_copy_pass_count() - before;
         CHECKF(st == SP_OK, "trial %d: %s: %s", trial, sp_status_string(st), sp_last_error());
         int bad = st != SP_OK;
@@ -177,8 +178,9 @@ static void test_fixed(ts_rng *r, ts_arena *a) {
         ts_k3 k;
         ts_k3_init(&k, 40, 4, kind);
         ts_arena_reset(a);
-        unsigned char *qkv = ts_arena_take(a, k.qkv_bytes, 0),
-                      *proj = ts_arena_take(a, k.proj_bytes, 0), *g = ts_arena_take(a, k.g_bytes, 0);
+        unsigned char *qkv = ts_arena_take(a, k.qkv_bytes, 0);
+        unsigned char *proj = ts_arena_take(a, k.proj_bytes, 0);
+        unsigned char *g = ts_arena_take(a, k.g_bytes, 0);
         sp_tensor v[5], o[5];
         ts_k3_views(&k, qkv, proj, g, M->device, v);
         CHECK_OK(sp_pack_workspace_bytes(v, 5, &wsb));

@@ -28,7 +28,8 @@ static void make_pairs(sp_copy_pair p[2], ts_rng *r) {
     int64_t shape[2] = {64, 100}, strides[2] = {128, 1};
     ts_arena_reset(&A);
     for (int i = 0; i < 2; i++) {
-        unsigned char *s = ts_arena_take(&A, 64 * 128 * 4, 0), *d = ts_arena_take(&A, 64 * 100 * 4, 0);
+        unsigned char *s = ts_arena_take(&A, 64 * 128 * 4, 0);
+        unsigned char *d = ts_arena_take(&A, 64 * 100 * 4, 0);
         CHECK_OK(sp_tensor_view(&p[i].src, s, 0, SP_F32, 2, shape, strides, sp_cuda(0)));
         CHECK_OK(sp_tensor_dense(&p[i].dst, d, SP_F32, 2, shape, sp_cuda(0)));
     }
