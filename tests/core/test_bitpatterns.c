@@ -4,13 +4,16 @@
  * subnormals; ±0. For bf16, f16, f32 and f64 they go through every copy
  * path (one run, padded rows, gathers, reversed, transposed, broadcast,
  * scalars, narrow-aligned and strided destinations, sp_pack), and must come
- * out as the same bytes.
+ * out as the same bytes. On one memory backend (ts_mem.h): built as
+ * test_bitpatterns (host memory) and test_bitpatterns_gpu (device memory).
  */
 #include "check.h"
-#include "guarded.h"
 #include "test_support.h"
+#include "ts_mem.h"
 
 #include <string.h>
+
+static const ts_mem *M;
 
 enum { NPAT = TS_NPATTERNS };
 
@@ -74,75 +77,119 @@ static const layout kDests[] = {
 
 static sp_tensor on(const layout *l, unsigned char *payload, sp_dtype dt) {
     sp_tensor t;
-    CHECK_OK(sp_tensor_view(&t, payload, l->offset, dt, l->ndim, l->shape, l->strides, sp_cpu()));
+    CHECK_OK(sp_tensor_view(&t, payload, l->offset, dt, l->ndim, l->shape, l->strides, M->device));
     return t;
 }
 
-static void test_paths(ts_rng *r, const ts_bit_patterns *pt) {
-    size_t es = sp_dtype_size(pt->dtype);
+/* The same view on what the arena held at its last download. */
+static sp_tensor on_got(const ts_arena *a, sp_tensor t) {
+    t.data = a->got + ((unsigned char *)t.data - a->base);
+    t.device = sp_cpu();
+    return t;
+}
+
+enum { NSRC = sizeof kSources / sizeof kSources[0], NDST = sizeof kDests / sizeof kDests[0] };
+
+/* Every source layout, filled with the patterns, into every destination
+ * layout in one batch; then each source through sp_pack. */
+static void test_paths(ts_rng *r, ts_arena *a, const ts_bit_patterns *pt) {
+    const size_t es = sp_dtype_size(pt->dtype);
     const char *dn = sp_dtype_name(pt->dtype);
-    for (size_t si = 0; si < sizeof kSources / sizeof kSources[0]; si++) {
-        const layout *ls = &kSources[si];
-        gbuf sb = gb_alloc(8 * NPAT * NPAT * es, 0, r);
-        sp_tensor s = on(ls, sb.p, pt->dtype);
-        walk(&s, pt, 1);
-        gb_sync(&sb);
-        for (int di = 0; di < 3; di++) {
+    sp_tensor src[NSRC];
+    sp_copy_pair p[NSRC * NDST];
+    unsigned char *ws[NSRC];
+    size_t wsb[NSRC];
+    ts_arena_reset(a);
+    for (int si = 0; si < NSRC; si++) {
+        src[si] = on(&kSources[si], ts_arena_take(a, 8 * NPAT * NPAT * es, 0), pt->dtype);
+        for (int di = 0; di < NDST; di++) {
             layout ld = kDests[di];
-            ld.ndim = s.ndim;
+            ld.ndim = src[si].ndim;
             int64_t running = di == 2 ? 2 : 1;
-            for (int d = s.ndim - 1; d >= 0; d--) {
-                ld.shape[d] = s.shape[d];
+            for (int d = src[si].ndim - 1; d >= 0; d--) {
+                ld.shape[d] = src[si].shape[d];
                 ld.strides[d] = di == 2 ? -running : running;
-                running *= s.shape[d];
+                running *= src[si].shape[d];
             }
             if (di == 2) ld.offset = running - 2;
-            gbuf db = gb_alloc((size_t)(running + 1) * es, 0, r);
-            sp_copy_pair p = {s, on(&ld, db.p, pt->dtype)};
-            sp_tensor de = gb_on_expect(&db, p.dst);
-            ts_ref_copy(&p.src, &de);
-            CHECK_OK(sp_copy_batch(&p, 1, NULL));
-            long diff = gb_first_diff(&db);
-            int64_t wrong = ls->broadcast ? 0 : walk(&p.dst, pt, 0);
-            CHECKF(diff < 0 && wrong == 0, "%s %s -> %s: byte %ld differs, %lld wrong patterns",
-                   dn, ls->name, ld.name, diff, (long long)wrong);
-            CHECK(gb_first_diff(&sb) < 0);
-            gb_free(&db);
+            p[si * NDST + di].src = src[si];
+            unsigned char *dbase = ts_arena_take(a, (size_t)(running + 1) * es, 0);
+            p[si * NDST + di].dst = on(&ld, dbase, pt->dtype);
         }
-        /* sp_pack of the same source (dense ones come back as themselves). */
-        size_t wsb;
-        CHECK_OK(sp_pack_workspace_bytes(&s, 1, &wsb));
-        gbuf ws = gb_alloc(wsb + 1, 0, r);
-        sp_tensor out;
-        size_t copied;
-        CHECK_OK(sp_pack(&s, 1, ws.p, wsb, &out, &copied, NULL));
-        CHECK(copied == (si == 0 ? 0u : 1u));
-        int64_t wrong = ls->broadcast ? 0 : walk(&out, pt, 0);
-        CHECKF(wrong == 0 && ts_ref_compare(&s, &out, NULL) == 0, "%s %s through sp_pack", dn,
-               ls->name);
-        gb_free(&ws);
-        gb_free(&sb);
+        CHECK_OK(sp_pack_workspace_bytes(&src[si], 1, &wsb[si]));
+        ws[si] = ts_arena_take(a, wsb[si] + 1, 0);
+    }
+    ts_arena_poison(a, r);
+    for (int si = 0; si < NSRC; si++) {
+        sp_tensor hs = ts_arena_on_image(a, src[si]);
+        walk(&hs, pt, 1);
+    }
+    ts_arena_upload(a, a->base, a->used);
+    for (int i = 0; i < NSRC * NDST; i++) {
+        sp_tensor hs = ts_arena_on_image(a, p[i].src), hd = ts_arena_on_image(a, p[i].dst);
+        ts_ref_copy(&hs, &hd);
+    }
+    CHECK_OK(sp_copy_batch(p, NSRC * NDST, NULL));
+    long diff = ts_arena_first_diff(a);
+    CHECKF(diff < 0, "%s: arena byte %ld differs after the batch", dn, diff);
+    for (int i = 0; i < NSRC * NDST; i++) {
+        const layout *ls = &kSources[i / NDST];
+        sp_tensor got = on_got(a, p[i].dst);
+        int64_t wrong = ls->broadcast ? 0 : walk(&got, pt, 0);
+        CHECKF(wrong == 0, "%s %s -> %s: %lld wrong patterns", dn, ls->name,
+               kDests[i % NDST].name, (long long)wrong);
     }
 
-    /* Each pattern as a scalar, all of them in one batch. */
-    gbuf sb = gb_alloc(NPAT * es, 0, r), db = gb_alloc(NPAT * 2 * es, 0, r);
+    /* sp_pack of each source (dense ones come back as themselves). */
+    for (int si = 0; si < NSRC; si++) {
+        const layout *ls = &kSources[si];
+        sp_tensor out;
+        size_t copied;
+        CHECK_OK(sp_pack(&src[si], 1, ws[si], wsb[si], &out, &copied, NULL));
+        CHECK(copied == (si == 0 ? 0u : 1u));
+        if (copied) {
+            sp_tensor hs = ts_arena_on_image(a, src[si]), ho = ts_arena_on_image(a, out);
+            ts_ref_copy(&hs, &ho);
+        }
+        diff = ts_arena_first_diff(a);
+        sp_tensor got = on_got(a, out);
+        int64_t wrong = ls->broadcast ? 0 : walk(&got, pt, 0);
+        CHECKF(diff < 0 && wrong == 0, "%s %s through sp_pack: byte %ld differs, %lld wrong "
+               "patterns", dn, ls->name, diff, (long long)wrong);
+    }
+}
+
+/* Each pattern as a scalar, all of them in one batch. */
+static void test_scalars(ts_rng *r, ts_arena *a, const ts_bit_patterns *pt) {
+    const size_t es = sp_dtype_size(pt->dtype);
+    ts_arena_reset(a);
+    unsigned char *sb = ts_arena_take(a, NPAT * es, 0), *db = ts_arena_take(a, NPAT * 2 * es, 0);
+    ts_arena_poison(a, r);
     sp_copy_pair p[NPAT];
     for (int k = 0; k < NPAT; k++) {
-        CHECK_OK(sp_tensor_dense(&p[k].src, sb.p + (size_t)k * es, pt->dtype, 0, NULL, sp_cpu()));
-        CHECK_OK(sp_tensor_dense(&p[k].dst, db.p + (size_t)(2 * NPAT - 1 - 2 * k) * es,
-                                 pt->dtype, 0, NULL, sp_cpu()));
-        put(p[k].src.data, pt, k, es);
-        put(db.expect + ((unsigned char *)p[k].dst.data - db.raw), pt, k, es);
+        CHECK_OK(sp_tensor_dense(&p[k].src, sb + (size_t)k * es, pt->dtype, 0, NULL, M->device));
+        CHECK_OK(sp_tensor_dense(&p[k].dst, db + (size_t)(2 * NPAT - 1 - 2 * k) * es, pt->dtype, 0,
+                                 NULL, M->device));
+        put(ts_arena_image(a, p[k].src.data), pt, k, es);
+        put(ts_arena_image(a, p[k].dst.data), pt, k, es);
     }
+    ts_arena_upload(a, sb, NPAT * es);
     CHECK_OK(sp_copy_batch(p, NPAT, NULL));
-    CHECKF(gb_first_diff(&db) < 0, "%s scalars: byte %ld differs", dn, gb_first_diff(&db));
-    gb_free(&sb);
-    gb_free(&db);
+    long diff = ts_arena_first_diff(a);
+    CHECKF(diff < 0, "%s scalars: byte %ld differs", sp_dtype_name(pt->dtype), diff);
 }
 
 int main(void) {
+    M = ts_mem_or_skip(TS_MEM_BACKEND);
     ts_rng r;
     ts_rng_seed(&r, 0xb175ull);
-    for (int i = 0; i < 4; i++) test_paths(&r, &ts_float_patterns[i]);
-    return sp_test_finish("test_bitpatterns");
+    ts_arena a;
+    ts_arena_init(&a, M, (size_t)4 << 20);
+    for (int i = 0; i < 4; i++) {
+        test_paths(&r, &a, &ts_float_patterns[i]);
+        test_scalars(&r, &a, &ts_float_patterns[i]);
+    }
+    ts_arena_free(&a);
+    return sp_test_finish(M->device.type == SP_DEVICE_CUDA ? "test_bitpatterns_gpu"
+                                                           : "test_bitpatterns");
 }

@@ -1,21 +1,57 @@
 /*
- * test_errors.c — every error path of the core API. Each case starts from a
- * batch that is valid (checked), breaks one thing, and requires the specific
- * status, a last-error message naming the argument, and every source,
- * destination, workspace and output byte left exactly as it was.
+ * test_errors.c — every error path of sp_copy_batch and sp_pack, on one
+ * memory backend (ts_mem.h): built as test_errors (host memory) and
+ * test_errors_gpu (device memory). Each case starts from a batch that is
+ * valid (checked to run, and right), breaks one thing, and requires the
+ * specific status, a last-error message naming the argument, no pass, and
+ * every byte of the arena (sources, destinations, workspace, gaps), of the
+ * host buffer that mixed-device cases point at, and of the outputs left
+ * exactly as it was. Views on the other kind of device (CPU and CUDA mixed)
+ * are refused with SP_ERR_DEVICE_MISMATCH.
+ *
+ * The host run also covers what needs no memory: the constructors, the
+ * status and dtype strings, the version.
  */
 #include "check.h"
-#include "guarded.h"
 #include "test_support.h"
+#include "ts_mem.h"
 
+#include <stdint.h>
 #include <string.h>
-
-/* ---- a valid three-pair batch to break ------------------------------------ */
 
 enum { NP = 3, PAYLOAD = 4096 };
 
+static const ts_mem *M;
+static ts_arena A;
+static unsigned char host_buf[PAYLOAD]; /* what views on the CPU point at in the device run */
+static unsigned char host_before[PAYLOAD];
+
+/* Move t to the other kind of device: to CUDA in the host run (its data
+ * stays: a correct library never reaches it), to the CPU on host_buf in
+ * the device run. */
+static void to_other_device(sp_tensor *t) {
+    if (M->device.type == SP_DEVICE_CPU) {
+        t->device = sp_cuda(0);
+    } else {
+        t->device = sp_cpu();
+        t->data = host_buf;
+    }
+}
+
+static void poison(ts_rng *r) {
+    ts_arena_poison(&A, r);
+    ts_fill_random(host_buf, sizeof host_buf, r);
+    memcpy(host_before, host_buf, sizeof host_buf);
+}
+
+static int untouched(void) {
+    return ts_arena_first_diff(&A) < 0 && memcmp(host_buf, host_before, sizeof host_buf) == 0;
+}
+
+/* ---- a valid three-pair batch to break ------------------------------------ */
+
 typedef struct scene {
-    gbuf src[NP], dst[NP];
+    unsigned char *src[NP], *dst[NP];
     sp_copy_pair p[NP];
 } scene;
 
@@ -24,70 +60,71 @@ typedef struct scene {
  * at the front of a much larger payload, so a broken view that a faulty
  * library would still write through stays inside memory we check. */
 static void scene_make(scene *s, ts_rng *r) {
+    ts_arena_reset(&A);
     for (int i = 0; i < NP; i++) {
-        s->src[i] = gb_alloc(PAYLOAD, 0, r);
-        s->dst[i] = gb_alloc(PAYLOAD, 0, r);
+        s->src[i] = ts_arena_take(&A, PAYLOAD, 0);
+        s->dst[i] = ts_arena_take(&A, PAYLOAD, 0);
     }
+    poison(r);
     int64_t s0[2] = {5, 7}, st0[2] = {9, 1};
     int64_t s1[3] = {4, 6, 3}, st1[3] = {1, 12, 4};
     int64_t s2[1] = {33}, st2[1] = {2};
     sp_copy_pair *p = s->p;
-    sp_tensor_view(&p[0].src, s->src[0].p, 0, SP_F32, 2, s0, st0, sp_cpu());
-    sp_tensor_view(&p[1].src, s->src[1].p, 0, SP_BF16, 3, s1, st1, sp_cpu());
-    sp_tensor_view(&p[2].src, s->src[2].p, 0, SP_U8, 1, s2, st2, sp_cpu());
-    sp_tensor_dense(&p[0].dst, s->dst[0].p, SP_F32, 2, s0, sp_cpu());
-    sp_tensor_dense(&p[1].dst, s->dst[1].p, SP_BF16, 3, s1, sp_cpu());
-    sp_tensor_dense(&p[2].dst, s->dst[2].p, SP_U8, 1, s2, sp_cpu());
+    const sp_device dev = M->device;
+    sp_tensor_view(&p[0].src, s->src[0], 0, SP_F32, 2, s0, st0, dev);
+    sp_tensor_view(&p[1].src, s->src[1], 0, SP_BF16, 3, s1, st1, dev);
+    sp_tensor_view(&p[2].src, s->src[2], 0, SP_U8, 1, s2, st2, dev);
+    sp_tensor_dense(&p[0].dst, s->dst[0], SP_F32, 2, s0, dev);
+    sp_tensor_dense(&p[1].dst, s->dst[1], SP_BF16, 3, s1, dev);
+    sp_tensor_dense(&p[2].dst, s->dst[2], SP_U8, 1, s2, dev);
 }
 
-static void scene_free(scene *s) {
-    for (int i = 0; i < NP; i++) {
-        gb_free(&s->src[i]);
-        gb_free(&s->dst[i]);
+/* The reference result of pairs p on the image: what a run must leave. */
+static void expect_copies(const sp_copy_pair *p, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        sp_tensor hs = ts_arena_on_image(&A, p[i].src), hd = ts_arena_on_image(&A, p[i].dst);
+        ts_ref_copy(&hs, &hd);
     }
 }
 
-static int untouched(const scene *s) {
-    for (int i = 0; i < NP; i++)
-        if (gb_first_diff(&s->src[i]) >= 0 || gb_first_diff(&s->dst[i]) >= 0) return 0;
-    return 1;
-}
-
-static void expect_batch(const char *what, const sp_copy_pair *p, size_t n, const scene *s,
-                         sp_status want, const char *needle) {
+static void expect_batch(const char *what, const sp_copy_pair *p, size_t n, sp_status want,
+                         const char *needle) {
     reset_last_error();
     uint64_t before = sp_copy_pass_count();
     sp_status got = sp_copy_batch(p, n, NULL);
     CHECKF(got == want, "%s: got %s, expected %s (%s)", what, sp_status_string(got),
            sp_status_string(want), sp_last_error());
-    CHECKF(untouched(s), "%s: a buffer was written", what);
+    CHECKF(untouched(), "%s: a buffer was written", what);
     CHECKF(sp_copy_pass_count() == before, "%s: a pass ran", what);
     check_message(what, needle);
 }
 
-/* Break the fresh scene with `stmt`, expect `want` naming `needle`. */
-#define BREAK(what, want, needle, stmt)                   \
-    do {                                                  \
-        scene s_;                                         \
-        scene_make(&s_, r);                               \
-        sp_copy_pair *p = s_.p;                           \
-        (void)p;                                          \
-        stmt;                                             \
-        expect_batch(what, s_.p, NP, &s_, want, needle);  \
-        scene_free(&s_);                                  \
+/* On a fresh scene s_ of `type` (`view` naming its views), run `stmt`, then
+ * `expect`. */
+#define ON_FRESH(type, make, view, views, stmt, expect) \
+    do {                                                \
+        type s_;                                        \
+        make(&s_, r);                                   \
+        view = s_.views;                                \
+        (void)views;                                    \
+        stmt;                                           \
+        expect;                                         \
     } while (0)
 
+/* Break the fresh scene with `stmt`, expect `want` naming `needle`. */
+#define BREAK(what, want, needle, stmt) \
+    ON_FRESH(scene, scene_make, sp_copy_pair *p, p, stmt, \
+             expect_batch(what, s_.p, NP, want, needle))
+
 static void test_copy_errors(ts_rng *r) {
-    /* The unbroken scene is valid: every failure below is the break's. */
+    /* The unbroken scene runs, and right: every failure below is the break's. */
     scene ok;
     scene_make(&ok, r);
+    expect_copies(ok.p, NP);
+    uint64_t before = sp_copy_pass_count();
     CHECK_OK(sp_copy_batch(ok.p, NP, NULL));
-    for (int i = 0; i < NP; i++) {
-        sp_tensor de = gb_on_expect(&ok.dst[i], ok.p[i].dst);
-        ts_ref_copy(&ok.p[i].src, &de);
-    }
-    CHECK(untouched(&ok));
-    scene_free(&ok);
+    CHECK(sp_copy_pass_count() - before == 1);
+    CHECK(untouched());
 
     BREAK("shape", SP_ERR_SHAPE_MISMATCH, "pairs[1]", p[1].dst.shape[2] = 2);
     BREAK("shape, other side", SP_ERR_SHAPE_MISMATCH, "pairs[1]", p[1].src.shape[0] = 5);
@@ -96,35 +133,42 @@ static void test_copy_errors(ts_rng *r) {
         int64_t sh[2];
         sh[0] = 3;
         sh[1] = 11;
-        sp_tensor_dense(&p[2].dst, s_.dst[2].p, SP_U8, 2, sh, sp_cpu());
+        sp_tensor_dense(&p[2].dst, s_.dst[2], SP_U8, 2, sh, M->device);
     });
     BREAK("dtype of equal size", SP_ERR_DTYPE_MISMATCH, "pairs[1]", p[1].dst.dtype = SP_F16);
     BREAK("dtype", SP_ERR_DTYPE_MISMATCH, "pairs[0]", p[0].dst.dtype = SP_I32);
     BREAK("dtype wider", SP_ERR_DTYPE_MISMATCH, "pairs[2]", p[2].src.dtype = SP_U16);
 
     /* Overlaps. */
-    BREAK("dst overlaps another dst", SP_ERR_OVERLAP, "pairs[1]",
-          p[1].dst.data = s_.dst[0].p + 64);
+    BREAK("dst overlaps another dst", SP_ERR_OVERLAP, "pairs[1]", p[1].dst.data = s_.dst[0] + 64);
     /* Reversed: element [0,0,0] is the highest, the lowest lands on the
      * first byte of pairs[2].dst. */
     BREAK("dst overlaps another dst (reversed)", SP_ERR_OVERLAP, "pairs[1]", {
         p[1].dst.strides[0] = -18;
         p[1].dst.strides[1] = -3;
         p[1].dst.strides[2] = -1;
-        p[1].dst.data = s_.dst[2].p + 2 * 71;
+        p[1].dst.data = s_.dst[2] + 2 * 71;
     });
     BREAK("dst overlaps another pair's src", SP_ERR_OVERLAP, "pairs[1]",
-          p[1].dst.data = s_.src[0].p + 4);
-    BREAK("dst overlaps its own src", SP_ERR_OVERLAP, "pairs[2]", p[2].dst.data = s_.src[2].p + 1);
+          p[1].dst.data = s_.src[0] + 4);
+    BREAK("dst overlaps its own src", SP_ERR_OVERLAP, "pairs[2]", p[2].dst.data = s_.src[2] + 1);
     BREAK("dst is its own src", SP_ERR_OVERLAP, "pairs[0]", p[0].dst = p[0].src);
     BREAK("dst zero stride", SP_ERR_OVERLAP, "pairs[1]", p[1].dst.strides[1] = 0);
     BREAK("dst interleaved strides", SP_ERR_OVERLAP, "pairs[0]", p[0].dst.strides[0] = 3);
 
-    /* Devices. */
-    BREAK("mixed devices in a pair", SP_ERR_DEVICE_MISMATCH, "pairs[1]",
-          p[1].dst.device = sp_cuda(0));
-    BREAK("mixed devices across pairs", SP_ERR_DEVICE_MISMATCH, "pairs[1]",
-          p[1].src.device = p[1].dst.device = sp_cuda(0));
+    /* Devices: the other kind in one pair, either way round, and across pairs. */
+    BREAK("src on the other device", SP_ERR_DEVICE_MISMATCH, "pairs[2]",
+          to_other_device(&p[2].src));
+    BREAK("dst on the other device", SP_ERR_DEVICE_MISMATCH, "pairs[1]",
+          to_other_device(&p[1].dst));
+    BREAK("a pair on the other device after ours", SP_ERR_DEVICE_MISMATCH, "pairs[1]", {
+        to_other_device(&p[1].src);
+        to_other_device(&p[1].dst);
+    });
+    BREAK("pairs of ours after one on the other device", SP_ERR_DEVICE_MISMATCH, "pairs[1]", {
+        to_other_device(&p[0].src);
+        to_other_device(&p[0].dst);
+    });
     BREAK("unknown device type", SP_ERR_INVALID_ARGUMENT, "pairs[0]", {
         for (int i = 0; i < NP; i++) p[i].src.device.type = p[i].dst.device.type = 7;
     });
@@ -150,18 +194,17 @@ static void test_copy_errors(ts_rng *r) {
           p[1].src.dtype = p[1].dst.dtype = SP_DTYPE_COUNT_);
     BREAK("negative dtype", SP_ERR_INVALID_ARGUMENT, "pairs[1]",
           p[1].src.dtype = p[1].dst.dtype = -1);
-    BREAK("misaligned src", SP_ERR_MISALIGNED, "pairs[0]", p[0].src.data = s_.src[0].p + 2);
-    BREAK("misaligned dst", SP_ERR_MISALIGNED, "pairs[1]", p[1].dst.data = s_.dst[1].p + 1);
+    BREAK("misaligned src", SP_ERR_MISALIGNED, "pairs[0]", p[0].src.data = s_.src[0] + 2);
+    BREAK("misaligned dst", SP_ERR_MISALIGNED, "pairs[1]", p[1].dst.data = s_.dst[1] + 1);
 
     {
         scene s;
         scene_make(&s, r);
-        expect_batch("NULL pairs", NULL, NP, &s, SP_ERR_INVALID_ARGUMENT, NULL);
-        scene_free(&s);
+        expect_batch("NULL pairs", NULL, NP, SP_ERR_INVALID_ARGUMENT, NULL);
     }
 }
 
-/* A batch longer than one launch: an error in the last pair, or an overlap
+/* A batch longer than one pass: an error in the last pair, or an overlap
  * between the first and the last chunk, must stop everything, including
  * the chunks that are valid on their own. */
 static void test_long_batch(ts_rng *r) {
@@ -172,18 +215,27 @@ static void test_long_batch(ts_rng *r) {
     for (int i = 0; i < N; i++) {
         int64_t sh[1] = {5}, st[1] = {-2};
         int b = i % NP, slot = i / NP;
-        sp_tensor_view(&p[i].src, s.src[b].p + slot * 40, 8, SP_F32, 1, sh, st, sp_cpu());
-        sp_tensor_dense(&p[i].dst, s.dst[b].p + slot * 40, SP_F32, 1, sh, sp_cpu());
+        sp_tensor_view(&p[i].src, s.src[b] + slot * 40, 8, SP_F32, 1, sh, st, M->device);
+        sp_tensor_dense(&p[i].dst, s.dst[b] + slot * 40, SP_F32, 1, sh, M->device);
     }
     p[N - 1].dst.dtype = SP_I32;
-    expect_batch("70 pairs, last one broken", p, N, &s, SP_ERR_DTYPE_MISMATCH, "pairs[69]");
+    expect_batch("70 pairs, last one broken", p, N, SP_ERR_DTYPE_MISMATCH, "pairs[69]");
     p[N - 1].dst.dtype = SP_F32;
-    sp_tensor keep = p[N - 2].dst;
+    sp_tensor keep = p[N - 1].dst;
+    to_other_device(&p[N - 1].dst);
+    expect_batch("70 pairs, last one on the other device", p, N, SP_ERR_DEVICE_MISMATCH,
+                 "pairs[69]");
+    p[N - 1].dst = keep;
+    keep = p[N - 2].dst;
     p[N - 2].dst.data = (char *)p[2].src.data - 4; /* across chunks */
-    expect_batch("70 pairs, cross-chunk overlap", p, N, &s, SP_ERR_OVERLAP, "pairs[68]");
+    expect_batch("70 pairs, cross-chunk overlap", p, N, SP_ERR_OVERLAP, "pairs[68]");
     p[N - 2].dst = keep;
-    CHECK_OK(sp_copy_batch(p, N, NULL)); /* and repaired, it runs */
-    scene_free(&s);
+    /* Repaired, it runs, right, in two passes. */
+    expect_copies(p, N);
+    uint64_t before = sp_copy_pass_count();
+    CHECK_OK(sp_copy_batch(p, N, NULL));
+    CHECK(sp_copy_pass_count() - before == 2);
+    CHECK(untouched());
 }
 
 /* ---- sp_pack ---------------------------------------------------------------- */
@@ -191,7 +243,7 @@ static void test_long_batch(ts_rng *r) {
 enum { NI = 4 };
 
 typedef struct pscene {
-    gbuf src[NI], ws;
+    unsigned char *src[NI], *ws;
     sp_tensor in[NI], out[NI], out_before[NI];
     size_t wsb;
 } pscene;
@@ -201,50 +253,50 @@ typedef struct pscene {
  * 256 bytes, and the workspace sits 1 byte past 256, so that the size
  * sp_pack_workspace_bytes gives is exactly what this address needs. */
 static void pscene_make(pscene *s, ts_rng *r) {
-    for (int i = 0; i < NI; i++) s->src[i] = gb_alloc(PAYLOAD, 0, r);
+    ts_arena_reset(&A);
+    for (int i = 0; i < NI; i++) s->src[i] = ts_arena_take(&A, PAYLOAD, 0);
     int64_t s0[2] = {8, 8}, st0[2] = {1, 8}, s1[2] = {3, 5}, s2[2] = {16, 8}, st2[2] = {9, 1},
             s3[1] = {32}, st3[1] = {-1};
-    sp_tensor_view(&s->in[0], s->src[0].p, 0, SP_F32, 2, s0, st0, sp_cpu());
-    sp_tensor_dense(&s->in[1], s->src[1].p, SP_BF16, 2, s1, sp_cpu());
-    sp_tensor_view(&s->in[2], s->src[2].p, 0, SP_U16, 2, s2, st2, sp_cpu());
-    sp_tensor_view(&s->in[3], s->src[3].p, 31, SP_F64, 1, s3, st3, sp_cpu());
+    const sp_device dev = M->device;
+    sp_tensor_view(&s->in[0], s->src[0], 0, SP_F32, 2, s0, st0, dev);
+    sp_tensor_dense(&s->in[1], s->src[1], SP_BF16, 2, s1, dev);
+    sp_tensor_view(&s->in[2], s->src[2], 0, SP_U16, 2, s2, st2, dev);
+    sp_tensor_view(&s->in[3], s->src[3], 31, SP_F64, 1, s3, st3, dev);
     s->wsb = 0;
-    sp_pack_workspace_bytes(s->in, NI, &s->wsb);
-    s->ws = gb_alloc(s->wsb + PAYLOAD, 1, r);
+    CHECK_OK(sp_pack_workspace_bytes(s->in, NI, &s->wsb));
+    s->ws = ts_arena_take(&A, s->wsb + PAYLOAD, 1);
+    poison(r);
     ts_fill_random(s->out, sizeof s->out, r);
     memcpy(s->out_before, s->out, sizeof s->out);
 }
 
-static void pscene_free(pscene *s) {
-    for (int i = 0; i < NI; i++) gb_free(&s->src[i]);
-    gb_free(&s->ws);
+/* The reference result of a pack on the image: each input that was copied
+ * (its output is not the input itself) lands in its output. */
+static void expect_packed(const sp_tensor *in, const sp_tensor *out, int n) {
+    for (int i = 0; i < n; i++) {
+        if (out[i].data == in[i].data) continue;
+        sp_tensor hi = ts_arena_on_image(&A, in[i]), ho = ts_arena_on_image(&A, out[i]);
+        ts_ref_copy(&hi, &ho);
+    }
 }
 
 static void expect_pack(const char *what, pscene *s, const sp_tensor *in, void *ws, size_t wsb,
                         sp_tensor *out, sp_status want, const char *needle) {
     reset_last_error();
     uint64_t before = sp_copy_pass_count();
-    size_t copied = 5;
+    size_t copied = 99;
     sp_status got = sp_pack(in, NI, ws, wsb, out, &copied, NULL);
     CHECKF(got == want, "%s: got %s, expected %s (%s)", what, sp_status_string(got),
            sp_status_string(want), sp_last_error());
-    int clean = gb_first_diff(&s->ws) < 0 && memcmp(s->out, s->out_before, sizeof s->out) == 0;
-    for (int i = 0; i < NI; i++) clean = clean && gb_first_diff(&s->src[i]) < 0;
-    CHECKF(clean, "%s: the workspace, an input or the outputs changed", what);
+    CHECKF(untouched() && memcmp(s->out, s->out_before, sizeof s->out) == 0 && copied == 99,
+           "%s: the workspace, an input or an output changed", what);
     CHECKF(sp_copy_pass_count() == before, "%s: a pass ran", what);
     check_message(what, needle);
 }
 
-#define PBREAK(what, want, needle, stmt, ...)                     \
-    do {                                                          \
-        pscene s_;                                                \
-        pscene_make(&s_, r);                                      \
-        sp_tensor *in = s_.in;                                    \
-        (void)in;                                                 \
-        stmt;                                                     \
-        expect_pack(what, &s_, __VA_ARGS__, want, needle);        \
-        pscene_free(&s_);                                         \
-    } while (0)
+#define PBREAK(what, want, needle, stmt, ...) \
+    ON_FRESH(pscene, pscene_make, sp_tensor *in, in, stmt, \
+             expect_pack(what, &s_, __VA_ARGS__, want, needle))
 
 static void test_pack_errors(ts_rng *r) {
     {
@@ -252,20 +304,23 @@ static void test_pack_errors(ts_rng *r) {
         pscene_make(&s, r);
         CHECK(s.wsb == 3 * 256 + 255);
         size_t copied = 0;
-        CHECK_OK(sp_pack(s.in, NI, s.ws.p, s.wsb, s.out, &copied, NULL)); /* exactly enough */
-        CHECK(copied == 3);
-        for (int i = 0; i < NI; i++) CHECK(ts_ref_compare(&s.in[i], &s.out[i], NULL) == 0);
-        pscene_free(&s);
+        uint64_t before = sp_copy_pass_count();
+        CHECK_OK(sp_pack(s.in, NI, s.ws, s.wsb, s.out, &copied, NULL)); /* exactly enough */
+        CHECK(copied == 3 && sp_copy_pass_count() - before == 1);
+        CHECK(s.out[1].data == s.in[1].data); /* the dense input, as itself */
+        for (int i = 0; i < NI; i++) CHECK(sp_tensor_is_dense(&s.out[i]));
+        expect_packed(s.in, s.out, NI);
+        CHECK(ts_arena_first_diff(&A) < 0); /* slots right, workspace gaps intact */
     }
-#define WS s_.ws.p, s_.wsb, s_.out
+#define WS s_.ws, s_.wsb, s_.out
     PBREAK("workspace short by 1", SP_ERR_WORKSPACE_TOO_SMALL, "workspace", (void)0, s_.in,
-           s_.ws.p, s_.wsb - 1, s_.out);
+           s_.ws, s_.wsb - 1, s_.out);
     PBREAK("workspace of 0 bytes", SP_ERR_WORKSPACE_TOO_SMALL, "workspace", (void)0, s_.in,
-           s_.ws.p, 0, s_.out);
+           s_.ws, 0, s_.out);
     PBREAK("NULL workspace", SP_ERR_INVALID_ARGUMENT, "workspace", (void)0, s_.in, NULL, s_.wsb,
            s_.out);
     PBREAK("NULL inputs", SP_ERR_INVALID_ARGUMENT, NULL, (void)0, NULL, WS);
-    PBREAK("NULL outputs", SP_ERR_INVALID_ARGUMENT, NULL, (void)0, s_.in, s_.ws.p, s_.wsb, NULL);
+    PBREAK("NULL outputs", SP_ERR_INVALID_ARGUMENT, NULL, (void)0, s_.in, s_.ws, s_.wsb, NULL);
     PBREAK("negative size", SP_ERR_INVALID_ARGUMENT, "inputs[1]", in[1].shape[0] = -3, s_.in, WS);
     PBREAK("unknown dtype", SP_ERR_INVALID_ARGUMENT, "inputs[2]", in[2].dtype = 99, s_.in, WS);
     PBREAK("ndim 9", SP_ERR_INVALID_ARGUMENT, "inputs[0]", in[0].ndim = 9, s_.in, WS);
@@ -273,52 +328,55 @@ static void test_pack_errors(ts_rng *r) {
            in[3].data = (char *)in[3].data + 4, s_.in, WS);
     PBREAK("misaligned dense input", SP_ERR_MISALIGNED, "inputs[1]",
            in[1].data = (char *)in[1].data + 1, s_.in, WS);
-    PBREAK("mixed devices", SP_ERR_DEVICE_MISMATCH, "inputs[2]", in[2].device = sp_cuda(0),
-           s_.in, WS);
+    PBREAK("an input on the other device", SP_ERR_DEVICE_MISMATCH, "inputs[2]",
+           to_other_device(&in[2]), s_.in, WS);
+    PBREAK("a dense input on the other device", SP_ERR_DEVICE_MISMATCH, "inputs[1]",
+           to_other_device(&in[1]), s_.in, WS);
     if (!sp_cuda_available())
         PBREAK("CUDA without a device", SP_ERR_NO_DEVICE, NULL,
                for (int i = 0; i < NI; i++) in[i].device = sp_cuda(0), s_.in, WS);
     /* The first slot (the next 256-aligned address) covers inputs[0]. */
     PBREAK("workspace overlaps an input", SP_ERR_OVERLAP, "workspace", (void)0, s_.in,
-           s_.src[0].p - 100, s_.wsb, s_.out);
+           s_.src[0] - 100, s_.wsb, s_.out);
     /* The dense input would be returned as itself and then overwritten. */
     PBREAK("workspace overlaps a dense input", SP_ERR_OVERLAP, "workspace", (void)0, s_.in,
-           s_.src[1].p - 200, s_.wsb, s_.out);
+           s_.src[1] - 200, s_.wsb, s_.out);
 #undef WS
 
     /* More inputs than one pass takes: SP_ERR_UNSUPPORTED, nothing written. */
     {
         enum { MANY = SP_MAX_PAIRS_PER_LAUNCH + 1 };
         static sp_tensor many[MANY], mout[MANY], mout0[MANY];
-        gbuf src = gb_alloc(64, 0, r);
+        ts_arena_reset(&A);
+        unsigned char *src = ts_arena_take(&A, 64, 0);
         int64_t sh[1] = {4}, st[1] = {-1};
         for (int i = 0; i < MANY; i++)
-            sp_tensor_view(&many[i], src.p, 3, SP_U8, 1, sh, st, sp_cpu());
+            sp_tensor_view(&many[i], src, 3, SP_U8, 1, sh, st, M->device);
         size_t need = 0;
         CHECK_OK(sp_pack_workspace_bytes(many, MANY, &need));
-        gbuf ws = gb_alloc(need, 0, r);
+        unsigned char *ws = ts_arena_take(&A, need, 0);
+        poison(r);
         ts_fill_random(mout, sizeof mout, r);
         memcpy(mout0, mout, sizeof mout);
         reset_last_error();
-        CHECK_STATUS(sp_pack(many, MANY, ws.p, need, mout, NULL, NULL), SP_ERR_UNSUPPORTED);
-        CHECK(gb_first_diff(&ws) < 0 && memcmp(mout, mout0, sizeof mout) == 0);
+        CHECK_STATUS(sp_pack(many, MANY, ws, need, mout, NULL, NULL), SP_ERR_UNSUPPORTED);
+        CHECK(untouched() && memcmp(mout, mout0, sizeof mout) == 0);
         check_message("65 inputs", "inputs");
-        gb_free(&src);
-        gb_free(&ws);
     }
 
     /* An input lying in the workspace's unused tail is fine. */
     {
         pscene s;
         pscene_make(&s, r);
-        unsigned char *tail = s.ws.p + s.wsb + 64;
+        unsigned char *tail = s.ws + s.wsb + 64;
         sp_tensor in[NI];
         memcpy(in, s.in, sizeof in);
         int64_t sh[1] = {32}, st[1] = {-1};
-        sp_tensor_view(&in[3], tail, 31, SP_F64, 1, sh, st, sp_cpu());
-        CHECK_OK(sp_pack(in, NI, s.ws.p, s.wsb + PAYLOAD, s.out, NULL, NULL));
-        CHECK(ts_ref_compare(&in[3], &s.out[3], NULL) == 0);
-        pscene_free(&s);
+        sp_tensor_view(&in[3], tail, 31, SP_F64, 1, sh, st, M->device);
+        CHECK_OK(sp_pack(in, NI, s.ws, s.wsb + PAYLOAD, s.out, NULL, NULL));
+        CHECK(s.out[3].data != in[3].data);
+        expect_packed(in, s.out, NI);
+        CHECK(ts_arena_first_diff(&A) < 0);
     }
 
     /* sp_pack_workspace_bytes. */
@@ -336,12 +394,11 @@ static void test_pack_errors(ts_rng *r) {
      * view itself small) need 2^64 bytes; four of 2^62 bytes, the same. */
     sp_tensor big[4];
     int64_t sh61[1] = {1LL << 61}, sh59[1] = {1LL << 59}, z[1] = {0};
-    sp_tensor_view(&big[0], s.src[0].p, 0, SP_F64, 1, sh61, z, sp_cpu());
+    sp_tensor_view(&big[0], s.src[0], 0, SP_F64, 1, sh61, z, M->device);
     CHECK_STATUS(sp_pack_workspace_bytes(big, 1, &b), SP_ERR_OVERFLOW);
-    for (int i = 0; i < 4; i++) sp_tensor_view(&big[i], s.src[i].p, 0, SP_F64, 1, sh59, z, sp_cpu());
+    for (int i = 0; i < 4; i++) sp_tensor_view(&big[i], s.src[i], 0, SP_F64, 1, sh59, z, M->device);
     CHECK_STATUS(sp_pack_workspace_bytes(big, 4, &b), SP_ERR_OVERFLOW);
     CHECK(b == 42);
-    pscene_free(&s);
 }
 
 /* NULL data in a non-empty view; last, since a library that misses it
@@ -350,7 +407,7 @@ static void test_null_data(ts_rng *r) {
     BREAK("NULL src data", SP_ERR_INVALID_ARGUMENT, "pairs[1]", p[1].src.data = NULL);
     BREAK("NULL dst data", SP_ERR_INVALID_ARGUMENT, "pairs[2]", p[2].dst.data = NULL);
     PBREAK("NULL input data", SP_ERR_INVALID_ARGUMENT, "inputs[0]", in[0].data = NULL, s_.in,
-           s_.ws.p, s_.wsb, s_.out);
+           s_.ws, s_.wsb, s_.out);
 }
 
 /* ---- constructors, strings, version ------------------------------------------ */
@@ -419,13 +476,18 @@ static void test_strings(void) {
 }
 
 int main(void) {
+    M = ts_mem_or_skip(TS_MEM_BACKEND);
     ts_rng r;
     ts_rng_seed(&r, 0xe4404ull);
-    test_strings();
-    test_constructors();
+    if (M->device.type == SP_DEVICE_CPU) { /* no memory involved: once is enough */
+        test_strings();
+        test_constructors();
+    }
+    ts_arena_init(&A, M, (size_t)1 << 20);
     test_copy_errors(&r);
     test_long_batch(&r);
     test_pack_errors(&r);
     test_null_data(&r);
-    return sp_test_finish("test_errors");
+    ts_arena_free(&A);
+    return sp_test_finish(M->device.type == SP_DEVICE_CUDA ? "test_errors_gpu" : "test_errors");
 }

@@ -7,36 +7,44 @@
  * byte (outputs, workspace, buffers) as it was.
  */
 #include "check.h"
-#include "guarded.h"
 #include "kda_problem.h"
 #include "test_support.h"
+#include "ts_mem.h"
 #include "stridepack_kda.h"
 
 #include <string.h>
 
+/* A host arena holding one poisoned buffer of `bytes`; returns the buffer. */
+static unsigned char *guarded(ts_arena *a, size_t bytes, ts_rng *r) {
+    ts_arena_init(a, ts_mem_host(), bytes + 4 * TS_ARENA_GAP);
+    unsigned char *p = ts_arena_take(a, bytes, 0);
+    ts_arena_poison(a, r);
+    return p;
+}
+
 static int has(const char *needle) { return strstr(sp_last_error(), needle) != NULL; }
 
 /* One pair, expected to fail with `want`; the guarded buffer stays intact. */
-static void expect_refused(const char *what, const sp_copy_pair *p, const gbuf *b,
+static void expect_refused(const char *what, const sp_copy_pair *p, ts_arena *b,
                            sp_status want, const char *needle) {
     uint64_t passes = sp_copy_pass_count();
     sp_status got = sp_copy_batch(p, 1, NULL);
     CHECKF(got == want, "%s: got %s, expected %s (%s)", what, sp_status_string(got),
            sp_status_string(want), sp_last_error());
     CHECKF(has(needle), "%s: message \"%s\" lacks \"%s\"", what, sp_last_error(), needle);
-    CHECKF(gb_first_diff(b) < 0 && sp_copy_pass_count() == passes, "%s: something was written",
-           what);
+    CHECKF(ts_arena_first_diff(b) < 0 && sp_copy_pass_count() == passes,
+           "%s: something was written", what);
 }
 
 /* One pair, expected to succeed and to write exactly what the reference
  * writes into the guarded buffer holding dst. */
-static void expect_copied(const char *what, sp_copy_pair *p, gbuf *b) {
+static void expect_copied(const char *what, sp_copy_pair *p, ts_arena *b) {
     CHECKF(sp_copy_batch(p, 1, NULL) == SP_OK, "%s: %s", what, sp_last_error());
-    sp_tensor de = gb_on_expect(b, p->dst);
+    sp_tensor de = ts_arena_on_image(b, p->dst);
     ts_ref_copy(&p->src, &de);
-    CHECKF(gb_first_diff(b) < 0, "%s: bytes differ from the reference at %ld", what,
-           gb_first_diff(b));
-    gb_sync(b);
+    CHECKF(ts_arena_first_diff(b) < 0, "%s: bytes differ from the reference at %ld", what,
+           ts_arena_first_diff(b));
+    ts_arena_sync(b);
 }
 
 /* A random view of u8 in [0, room): up to 2 dims of sizes up to `size`,
@@ -72,21 +80,22 @@ static void paint(const sp_tensor *t, const unsigned char *base, unsigned char *
  * sizes (brute force is the judge). */
 static void test_progressions(ts_rng *r) {
     enum { N = 8000, ROOM = 6 * N + 64 };
-    gbuf b = gb_alloc(ROOM, 0, r);
+    ts_arena b;
+    unsigned char *bp = guarded(&b, ROOM, r);
     sp_copy_pair p;
     int64_t n[1] = {N}, s4[1] = {4}, s6[1] = {6}, s7[1] = {7}, s10[1] = {10}, s15[1] = {15};
     /* Even bytes from odd bytes. */
-    sp_tensor_view(&p.dst, b.p, 0, SP_U8, 1, n, s4, sp_cpu());
-    sp_tensor_view(&p.src, b.p, 1, SP_U8, 1, n, s6, sp_cpu());
+    sp_tensor_view(&p.dst, bp, 0, SP_U8, 1, n, s4, sp_cpu());
+    sp_tensor_view(&p.src, bp, 1, SP_U8, 1, n, s6, sp_cpu());
     expect_copied("u8 [8000] stride 4 from stride 6 at +1", &p, &b);
     /* Bytes 10i and 1 + 15j: 10i - 15j = 1 has no solution (gcd 5). */
-    sp_tensor_view(&p.dst, b.p, 0, SP_U8, 1, n, s10, sp_cpu());
-    sp_tensor_view(&p.src, b.p, 1, SP_U8, 1, n, s15, sp_cpu());
+    sp_tensor_view(&p.dst, bp, 0, SP_U8, 1, n, s10, sp_cpu());
+    sp_tensor_view(&p.src, bp, 1, SP_U8, 1, n, s15, sp_cpu());
     p.dst.shape[0] = p.src.shape[0] = N / 4;
     expect_copied("u8 strides 10 and 15, offset 1", &p, &b);
     /* u16 at bytes 12i and 6 + 14j: 6i - 7j = 3 at i = 4, j = 3. */
-    sp_tensor_view(&p.dst, b.p, 0, SP_U16, 1, n, s6, sp_cpu());
-    sp_tensor_view(&p.src, b.p, 3, SP_U16, 1, n, s7, sp_cpu());
+    sp_tensor_view(&p.dst, bp, 0, SP_U16, 1, n, s6, sp_cpu());
+    sp_tensor_view(&p.src, bp, 3, SP_U16, 1, n, s7, sp_cpu());
     p.dst.shape[0] = p.src.shape[0] = N / 4;
     expect_refused("u16 strides 6 and 7 that meet", &p, &b, SP_ERR_OVERLAP, "shares memory");
 
@@ -96,11 +105,11 @@ static void test_progressions(ts_rng *r) {
         int nd = (int)ts_rng_range(r, 1, 2);
         int64_t shape[2];
         for (int d = 0; d < nd; d++) shape[d] = ts_rng_range(r, 1, nd == 1 ? 4000 : 60);
-        p.dst = random_progression(r, b.p, ROOM, 60, 1, nd, shape);
-        p.src = random_progression(r, b.p, ROOM, 60, 0, nd, shape);
+        p.dst = random_progression(r, bp, ROOM, 60, 1, nd, shape);
+        p.src = random_progression(r, bp, ROOM, 60, 0, nd, shape);
         memset(mark, 0, sizeof mark);
-        paint(&p.dst, b.p, mark, 1);
-        paint(&p.src, b.p, mark, 2);
+        paint(&p.dst, bp, mark, 1);
+        paint(&p.src, bp, mark, 2);
         if (memchr(mark, 3, sizeof mark)) {
             met++;
             expect_refused("random progressions that meet", &p, &b, SP_ERR_OVERLAP,
@@ -111,34 +120,36 @@ static void test_progressions(ts_rng *r) {
         }
     }
     CHECKF(met > 100 && apart > 100, "%d meeting, %d apart: both should be common", met, apart);
-    gb_free(&b);
+    ts_arena_free(&b);
 }
 
 /* Strides near 2^63: the search and the planner must not wrap. dst and src
  * below address the same four bytes (in reverse order). */
 static void test_huge_strides(ts_rng *r) {
     if (sizeof(uintptr_t) < 8) return;
-    gbuf b = gb_alloc(64, 0, r);
-    if ((uintptr_t)b.p > UINTPTR_MAX - (3ull << 61) - 64) { /* cannot place the views */
-        gb_free(&b);
+    ts_arena b;
+    unsigned char *bp = guarded(&b, 64, r);
+    if ((uintptr_t)bp > UINTPTR_MAX - (3ull << 61) - 64) { /* cannot place the views */
+        ts_arena_free(&b);
         return;
     }
     sp_copy_pair p;
     int64_t sh[2] = {2, 2}, ds[2] = {1LL << 62, 1LL << 61}, ss[2] = {-(1LL << 62), -(1LL << 61)};
-    CHECK_OK(sp_tensor_view(&p.dst, b.p, 0, SP_U8, 2, sh, ds, sp_cpu()));
-    CHECK_OK(sp_tensor_view(&p.src, b.p, (1LL << 62) + (1LL << 61), SP_U8, 2, sh, ss, sp_cpu()));
+    CHECK_OK(sp_tensor_view(&p.dst, bp, 0, SP_U8, 2, sh, ds, sp_cpu()));
+    CHECK_OK(sp_tensor_view(&p.src, bp, (1LL << 62) + (1LL << 61), SP_U8, 2, sh, ss, sp_cpu()));
     expect_refused("same addresses through 2^62 strides", &p, &b, SP_ERR_OVERLAP,
                    "shares memory");
     /* The same bytes with one side reordered: still the same addresses. */
     int64_t ss2[2] = {-(1LL << 61), -(1LL << 62)};
-    CHECK_OK(sp_tensor_view(&p.src, b.p, (1LL << 62) + (1LL << 61), SP_U8, 2, sh, ss2, sp_cpu()));
+    CHECK_OK(sp_tensor_view(&p.src, bp, (1LL << 62) + (1LL << 61), SP_U8, 2, sh, ss2, sp_cpu()));
     expect_refused("same addresses, transposed", &p, &b, SP_ERR_OVERLAP, "shares memory");
-    gb_free(&b);
+    ts_arena_free(&b);
 }
 
 /* Views whose bytes wrap around the address space are refused. */
 static void test_address_wrap(ts_rng *r) {
-    gbuf b = gb_alloc(256, 0, r);
+    ts_arena b;
+    unsigned char *bp = guarded(&b, 256, r);
     sp_tensor t;
     int64_t four[1] = {4}, one[1] = {1}, back[1] = {-1};
     void *top = (void *)(UINTPTR_MAX - 15);
@@ -151,21 +162,21 @@ static void test_address_wrap(ts_rng *r) {
                  SP_ERR_OVERFLOW); /* the base itself wraps */
 
     sp_copy_pair p;
-    sp_tensor_dense(&p.dst, b.p, SP_F64, 1, four, sp_cpu());
-    sp_tensor_dense(&p.src, b.p + 128, SP_F64, 1, four, sp_cpu());
+    sp_tensor_dense(&p.dst, bp, SP_F64, 1, four, sp_cpu());
+    sp_tensor_dense(&p.src, bp + 128, SP_F64, 1, four, sp_cpu());
     p.src.data = top;
     expect_refused("source past the top of the address space", &p, &b, SP_ERR_OVERFLOW,
                    "pairs[0].src");
     int64_t sh64[1] = {64};
-    sp_tensor_dense(&p.src, b.p + 128, SP_U8, 1, sh64, sp_cpu());
-    sp_tensor_view(&p.dst, b.p, 63, SP_U8, 1, sh64, back, sp_cpu());
+    sp_tensor_dense(&p.src, bp + 128, SP_U8, 1, sh64, sp_cpu());
+    sp_tensor_view(&p.dst, bp, 63, SP_U8, 1, sh64, back, sp_cpu());
     p.dst.data = (void *)32; /* 32, 31, ..., -31 */
     expect_refused("destination below address 0", &p, &b, SP_ERR_OVERFLOW, "pairs[0].dst");
 
     /* sp_pack: a workspace whose slot would round up past the top. */
     int64_t sh[2] = {4, 4}, tr[2] = {1, 4};
     sp_tensor in, out, out0;
-    sp_tensor_view(&in, b.p, 0, SP_F32, 2, sh, tr, sp_cpu());
+    sp_tensor_view(&in, bp, 0, SP_F32, 2, sh, tr, sp_cpu());
     size_t need = 0;
     CHECK_OK(sp_pack_workspace_bytes(&in, 1, &need));
     ts_fill_random(&out, sizeof out, r);
@@ -175,46 +186,49 @@ static void test_address_wrap(ts_rng *r) {
                  SP_ERR_OVERFLOW);
     CHECK(has("workspace"));
     CHECK(memcmp(&out, &out0, sizeof out) == 0 && sp_copy_pass_count() == passes);
-    CHECK(gb_first_diff(&b) < 0);
-    gb_free(&b);
+    CHECK(ts_arena_first_diff(&b) < 0);
+    ts_arena_free(&b);
 }
 
 /* A size-1 dim may have any stride, INT64_MIN and INT64_MAX included. */
 static void test_size_one_any_stride(ts_rng *r) {
-    gbuf b = gb_alloc(64, 0, r);
+    ts_arena b;
+    unsigned char *bp = guarded(&b, 64, r);
     int64_t sh[3] = {1, 4, 1}, st[3] = {INT64_MIN, 1, INT64_MAX};
     sp_copy_pair p;
-    CHECK_OK(sp_tensor_view(&p.src, b.p, 0, SP_U32, 3, sh, st, sp_cpu()));
+    CHECK_OK(sp_tensor_view(&p.src, bp, 0, SP_U32, 3, sh, st, sp_cpu()));
     int64_t n = 0;
     CHECK_OK(sp_tensor_numel(&p.src, &n));
     CHECK(n == 4 && sp_tensor_is_dense(&p.src));
-    CHECK_OK(sp_tensor_view(&p.dst, b.p, 8, SP_U32, 3, sh, st, sp_cpu()));
+    CHECK_OK(sp_tensor_view(&p.dst, bp, 8, SP_U32, 3, sh, st, sp_cpu()));
     expect_copied("size-1 dims with strides INT64_MIN and INT64_MAX", &p, &b);
     size_t need = 1;
     CHECK_OK(sp_pack_workspace_bytes(&p.src, 1, &need));
     CHECK(need == 0);
-    gb_free(&b);
+    ts_arena_free(&b);
 }
 
 /* outputs overlapping inputs, shifted either way: every output is what the
  * original input packs to. */
 static void test_pack_aliasing(ts_rng *r) {
     enum { NI = 3 };
-    gbuf src = gb_alloc(4096, 0, r);
+    ts_arena src;
+    unsigned char *srcp = guarded(&src, 4096, r);
     int64_t sh[2] = {8, 8}, tr[2] = {1, 8}, pad[2] = {9, 1};
     sp_tensor orig[NI];
-    sp_tensor_view(&orig[0], src.p, 0, SP_F32, 2, sh, tr, sp_cpu());
-    sp_tensor_dense(&orig[1], src.p + 1024, SP_BF16, 2, sh, sp_cpu());
-    sp_tensor_view(&orig[2], src.p + 2048, 0, SP_U16, 2, sh, pad, sp_cpu());
+    sp_tensor_view(&orig[0], srcp, 0, SP_F32, 2, sh, tr, sp_cpu());
+    sp_tensor_dense(&orig[1], srcp + 1024, SP_BF16, 2, sh, sp_cpu());
+    sp_tensor_view(&orig[2], srcp + 2048, 0, SP_U16, 2, sh, pad, sp_cpu());
     size_t need = 0;
     CHECK_OK(sp_pack_workspace_bytes(orig, NI, &need));
-    gbuf ws = gb_alloc(need, 0, r);
+    ts_arena ws;
+    unsigned char *wsp = guarded(&ws, need, r);
     for (int shift = -1; shift <= 1; shift++) {
         sp_tensor arr[NI + 2];
         sp_tensor *in = arr + 1, *out = arr + 1 + shift;
         memcpy(in, orig, sizeof orig);
         size_t copied = 0;
-        CHECKF(sp_pack(in, NI, ws.p, need, out, &copied, NULL) == SP_OK, "shift %d: %s", shift,
+        CHECKF(sp_pack(in, NI, wsp, need, out, &copied, NULL) == SP_OK, "shift %d: %s", shift,
                sp_last_error());
         CHECK(copied == 2);
         for (int i = 0; i < NI; i++) {
@@ -228,9 +242,9 @@ static void test_pack_aliasing(ts_rng *r) {
     /* A workspace size overstated past the top of the address space is
      * fine: only the part in use must fit. */
     sp_tensor out[NI];
-    CHECKF(sp_pack(orig, NI, ws.p, SIZE_MAX, out, NULL, NULL) == SP_OK, "%s", sp_last_error());
-    gb_free(&src);
-    gb_free(&ws);
+    CHECKF(sp_pack(orig, NI, wsp, SIZE_MAX, out, NULL, NULL) == SP_OK, "%s", sp_last_error());
+    ts_arena_free(&src);
+    ts_arena_free(&ws);
 }
 
 /* KDA: H large enough that H * 128 * 128 wraps, with T = N = 0 so that no

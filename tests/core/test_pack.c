@@ -1,19 +1,23 @@
 /*
- * test_pack.c — sp_pack_workspace_bytes and sp_pack on the CPU over random
+ * test_pack.c — sp_pack_workspace_bytes and sp_pack over random
  * inputs: dense inputs come back as themselves (same pointer, no copy); the
  * others land in consecutive 256-aligned slots of the workspace, bit-equal
  * to the reference; no other workspace byte and no input byte changes;
  * n_copied is right; the pass counter moves by exactly 1 when anything was
- * copied and by 0 otherwise; a repeated call gives the same outputs.
+ * copied and by 0 otherwise; a repeated call gives the same outputs. On one
+ * memory backend (ts_mem.h): built as test_pack (host memory) and
+ * test_pack_gpu (device memory).
  */
 #include "check.h"
-#include "guarded.h"
 #include "test_support.h"
+#include "ts_mem.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 enum { MAX_IN = SP_MAX_PAIRS_PER_LAUNCH };
+
+static const ts_mem *M;
 
 static int same_view(const sp_tensor *a, const sp_tensor *b) {
     if (a->data != b->data || a->dtype != b->dtype || a->ndim != b->ndim) return 0;
@@ -26,12 +30,13 @@ static int same_view(const sp_tensor *a, const sp_tensor *b) {
 static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 /* Check one finished pack of n inputs against everything the header
- * promises; ws may have been NULL (then wsb is unused). Returns 0 if fine. */
-static int check_pack(const char *what, int trial, const sp_tensor *in, int n, gbuf *ws,
-                      const sp_tensor *out, size_t n_copied) {
+ * promises, and every byte of the arena a: the workspace [ws, ws + wsb)
+ * (ws may have been NULL), the inputs, the gaps. Returns 0 if fine. */
+static int check_pack(const char *what, int trial, ts_arena *a, const sp_tensor *in, int n,
+                      unsigned char *ws, size_t wsb, const sp_tensor *out, size_t n_copied) {
     int bad = 0;
     size_t copies = 0;
-    uintptr_t next = ws ? (uintptr_t)ws->p : 0;
+    uintptr_t next = (uintptr_t)ws;
     for (int i = 0; i < n && !bad; i++) {
         if (ts_ref_dense(&in[i])) {
             CHECKF(same_view(&out[i], &in[i]), "%s %d: dense inputs[%d] not returned as itself",
@@ -42,45 +47,42 @@ static int check_pack(const char *what, int trial, const sp_tensor *in, int n, g
         copies++;
         size_t bytes = (size_t)ts_numel(&in[i]) * sp_dtype_size((sp_dtype)in[i].dtype);
         uintptr_t slot = round_up(next, SP_PACK_ALIGN);
-        uintptr_t a = (uintptr_t)out[i].data;
-        int ok = ws && a == slot && a + bytes <= (uintptr_t)(ws->p + ws->bytes) &&
+        uintptr_t at = (uintptr_t)out[i].data;
+        int ok = ws && at == slot && at + bytes <= (uintptr_t)(ws + wsb) &&
                  out[i].dtype == in[i].dtype && out[i].ndim == in[i].ndim &&
                  out[i].device.type == in[i].device.type;
         for (int d = 0; ok && d < in[i].ndim; d++) ok = out[i].shape[d] == in[i].shape[d];
         ok = ok && ts_ref_dense(&out[i]) && sp_tensor_is_dense(&out[i]);
         CHECKF(ok, "%s %d: outputs[%d] at %+ld from the workspace, expected slot %+ld", what,
-               trial, i, ws ? (long)(a - (uintptr_t)ws->p) : 0L,
-               ws ? (long)(slot - (uintptr_t)ws->p) : 0L);
+               trial, i, (long)(at - (uintptr_t)ws), (long)(slot - (uintptr_t)ws));
         if (!ok) {
             ts_print_tensor(stderr, "input", &in[i]);
             ts_print_tensor(stderr, "output", &out[i]);
             bad = 1;
             break;
         }
-        sp_tensor oe = gb_on_expect(ws, out[i]);
-        ts_ref_copy(&in[i], &oe);
-        next = a + bytes;
+        sp_tensor ie = ts_arena_on_image(a, in[i]), oe = ts_arena_on_image(a, out[i]);
+        ts_ref_copy(&ie, &oe);
+        next = at + bytes;
     }
     if (bad) return 1;
     CHECKF(n_copied == copies, "%s %d: n_copied %zu, expected %zu", what, trial, n_copied, copies);
-    long diff = ws ? gb_first_diff(ws) : -1;
-    CHECKF(diff < 0, "%s %d: workspace byte %ld (payload at %d) differs from the expected image",
-           what, trial, diff, ws ? (int)(ws->p - ws->raw) : 0);
+    long diff = ts_arena_first_diff(a);
+    CHECKF(diff < 0, "%s %d: arena byte %ld differs from the image (workspace at %ld)", what,
+           trial, diff, ws ? (long)(ws - a->base) : -1L);
     return n_copied != copies || diff >= 0;
 }
 
-static void test_random(ts_rng *r) {
+static void test_random(ts_rng *r, ts_arena *a) {
     int inputs_total = 0;
     for (int trial = 0; trial < 700; trial++) {
         /* sp_pack takes at most SP_MAX_PAIRS_PER_LAUNCH inputs. */
         int n = ts_rng_range(r, 0, 9) == 0 ? (int)ts_rng_range(r, 7, SP_MAX_PAIRS_PER_LAUNCH)
                                            : (int)ts_rng_range(r, 1, 6);
         sp_tensor in[MAX_IN], out[MAX_IN];
-        gbuf src[MAX_IN];
-        int owns[MAX_IN];
         size_t want_ws = 0, copies = 0;
+        ts_arena_reset(a);
         for (int i = 0; i < n; i++) {
-            owns[i] = 0;
             if (i > 0 && ts_rng_range(r, 0, 9) == 0) { /* the same input twice */
                 in[i] = in[ts_rng_range(r, 0, i - 1)];
             } else {
@@ -93,10 +95,9 @@ static void test_random(ts_rng *r) {
                 else
                     ts_layout_random(r, dt, nd, shape, TS_LAYOUT_ALLOW_ZERO_STRIDE, &l);
                 size_t es = sp_dtype_size(dt);
-                src[i] = gb_alloc((size_t)l.buffer_elems * es,
-                                  es * (size_t)ts_rng_range(r, 0, 15 / (int64_t)es), r);
-                owns[i] = 1;
-                in[i] = ts_layout_tensor(&l, src[i].p, sp_cpu());
+                size_t shift = es * (size_t)ts_rng_range(r, 0, 15 / (int64_t)es);
+                unsigned char *src = ts_arena_take(a, (size_t)l.buffer_elems * es, shift);
+                in[i] = ts_layout_tensor(&l, src, M->device);
             }
             CHECKF(sp_tensor_is_dense(&in[i]) == ts_ref_dense(&in[i]),
                    "trial %d: sp_tensor_is_dense(inputs[%d]) is %d", trial, i,
@@ -115,42 +116,36 @@ static void test_random(ts_rng *r) {
         CHECKF(wsb == want_ws, "trial %d: workspace bytes %zu, expected %zu", trial, wsb, want_ws);
         /* Any byte alignment of the workspace; sometimes more than needed. */
         size_t give = wsb + (ts_rng_range(r, 0, 3) == 0 ? (size_t)ts_rng_range(r, 1, 999) : 0);
-        gbuf ws = gb_alloc(give, (size_t)ts_rng_range(r, 0, 255), r);
+        unsigned char *ws = ts_arena_take(a, give, (size_t)ts_rng_range(r, 0, 255));
+        ts_arena_poison(a, r);
         ts_fill_random(out, sizeof out, r);
         size_t n_copied = 777;
         uint64_t before = sp_copy_pass_count();
-        sp_status st = sp_pack(in, (size_t)n, ws.p, give, out, &n_copied, NULL);
+        struct CUstream_st *stream = trial % 2 ? M->stream : NULL; /* NULL on the host */
+        sp_status st = sp_pack(in, (size_t)n, ws, give, out, &n_copied, stream);
         uint64_t passes = sp_copy_pass_count() - before;
         CHECKF(st == SP_OK, "trial %d: %s: %s", trial, sp_status_string(st), sp_last_error());
         int bad = st != SP_OK;
         if (!bad) {
             CHECKF(passes == (copies ? 1u : 0u), "trial %d: %llu passes for %zu copies", trial,
                    (unsigned long long)passes, copies);
-            bad = check_pack("trial", trial, in, n, &ws, out, n_copied);
+            bad = check_pack("trial", trial, a, in, n, ws, give, out, n_copied);
         }
-        for (int i = 0; i < n && !bad; i++)
-            if (owns[i] && gb_first_diff(&src[i]) >= 0) {
-                CHECKF(0, "trial %d: inputs[%d] was written", trial, i);
-                bad = 1;
-            }
         if (!bad && ts_rng_range(r, 0, 3) == 0) {
             /* Same arguments, same outputs: what CUDA graph replay needs. */
             sp_tensor again[MAX_IN];
             ts_fill_random(again, sizeof again, r);
-            CHECK_OK(sp_pack(in, (size_t)n, ws.p, give, again, NULL, NULL));
+            CHECK_OK(sp_pack(in, (size_t)n, ws, give, again, NULL, NULL));
             for (int i = 0; i < n; i++)
                 CHECKF(same_view(&again[i], &out[i]), "trial %d: repeat moved outputs[%d]", trial,
                        i);
         }
-        for (int i = 0; i < n; i++)
-            if (owns[i]) gb_free(&src[i]);
-        gb_free(&ws);
         if (bad) return;
     }
     printf("random packs: %d inputs\n", inputs_total);
 }
 
-static void test_fixed(ts_rng *r) {
+static void test_fixed(ts_rng *r, ts_arena *a) {
     /* n == 0. */
     size_t wsb = 99, n_copied = 99;
     CHECK_OK(sp_pack_workspace_bytes(NULL, 0, &wsb));
@@ -161,67 +156,73 @@ static void test_fixed(ts_rng *r) {
 
     /* All dense (a scalar, an empty, size-1 dims with odd strides): no
      * workspace needed, none given, nothing runs. */
-    gbuf a = gb_alloc(256, 0, r);
+    ts_arena_reset(a);
+    unsigned char *buf = ts_arena_take(a, 256, 0);
+    ts_arena_poison(a, r);
     sp_tensor in[3], out[3];
     int64_t s1[3] = {1, 4, 1}, st1[3] = {-50, 1, 9}, s0[2] = {3, 0}, st0[2] = {-1, 5};
-    CHECK_OK(sp_tensor_view(&in[0], a.p, 0, SP_F32, 3, s1, st1, sp_cpu()));
-    CHECK_OK(sp_tensor_view(&in[1], a.p, 8, SP_U8, 2, s0, st0, sp_cpu()));
-    CHECK_OK(sp_tensor_dense(&in[2], a.p + 64, SP_F64, 0, NULL, sp_cpu()));
+    CHECK_OK(sp_tensor_view(&in[0], buf, 0, SP_F32, 3, s1, st1, M->device));
+    CHECK_OK(sp_tensor_view(&in[1], buf, 8, SP_U8, 2, s0, st0, M->device));
+    CHECK_OK(sp_tensor_dense(&in[2], buf + 64, SP_F64, 0, NULL, M->device));
     CHECK_OK(sp_pack_workspace_bytes(in, 3, &wsb));
     CHECK(wsb == 0);
     before = sp_copy_pass_count();
     CHECK_OK(sp_pack(in, 3, NULL, 0, out, &n_copied, NULL));
     CHECK(n_copied == 0 && sp_copy_pass_count() == before);
     for (int i = 0; i < 3; i++) CHECK(same_view(&out[i], &in[i]));
-    CHECK(gb_first_diff(&a) < 0);
-    gb_free(&a);
+    CHECK(ts_arena_first_diff(a) < 0);
 
     /* The K3 boundary: q, k, v, beta need copies, g is dense. Exactly the
      * workspace asked for, at the worst alignment (1 past 256). */
     for (int kind = TS_K3_BETA_FA; kind <= TS_K3_BETA_INPROJ; kind++) {
         ts_k3 k;
         ts_k3_init(&k, 40, 4, kind);
-        gbuf qkv = gb_alloc(k.qkv_bytes, 0, r), proj = gb_alloc(k.proj_bytes, 0, r),
-             g = gb_alloc(k.g_bytes, 0, r);
+        ts_arena_reset(a);
+        unsigned char *qkv = ts_arena_take(a, k.qkv_bytes, 0);
+        unsigned char *proj = ts_arena_take(a, k.proj_bytes, 0);
+        unsigned char *g = ts_arena_take(a, k.g_bytes, 0);
         sp_tensor v[5], o[5];
-        ts_k3_views(&k, qkv.p, proj.p, g.p, sp_cpu(), v);
+        ts_k3_views(&k, qkv, proj, g, M->device, v);
         CHECK_OK(sp_pack_workspace_bytes(v, 5, &wsb));
-        gbuf ws = gb_alloc(wsb, 1, r);
+        unsigned char *ws = ts_arena_take(a, wsb, 1);
+        ts_arena_poison(a, r);
         before = sp_copy_pass_count();
-        CHECK_OK(sp_pack(v, 5, ws.p, wsb, o, &n_copied, NULL));
+        CHECK_OK(sp_pack(v, 5, ws, wsb, o, &n_copied, NULL));
         CHECK(sp_copy_pass_count() - before == 1);
-        CHECK(o[3].data == g.p);
-        check_pack(ts_k3_beta_name(kind), 0, v, 5, &ws, o, n_copied);
+        CHECK(o[3].data == g);
+        check_pack(ts_k3_beta_name(kind), 0, a, v, 5, ws, wsb, o, n_copied);
         CHECK(n_copied == 4);
-        CHECK(gb_first_diff(&qkv) < 0 && gb_first_diff(&proj) < 0 && gb_first_diff(&g) < 0);
-        gb_free(&qkv);
-        gb_free(&proj);
-        gb_free(&g);
-        gb_free(&ws);
     }
 
     /* A workspace whose used part ends exactly where an input begins is
      * fine (touching is not overlapping). The input starts 256-aligned. */
-    gbuf buf = gb_alloc(4096, 0, r);
-    unsigned char *at = buf.raw + 2048; /* 256-aligned, inside the payload */
+    ts_arena_reset(a);
+    buf = ts_arena_take(a, 4096 - 256, 0);
+    unsigned char *at = buf + 1792; /* 256-aligned, inside the buffer */
     int64_t shp[2] = {8, 8}, tr[2] = {1, 8};
     sp_tensor t, o1;
-    CHECK_OK(sp_tensor_view(&t, at, 0, SP_F32, 2, shp, tr, sp_cpu()));
+    CHECK_OK(sp_tensor_view(&t, at, 0, SP_F32, 2, shp, tr, M->device));
     CHECK_OK(sp_pack_workspace_bytes(&t, 1, &wsb)); /* 256 + 255 */
     CHECK(wsb == 511);
-    buf.bytes = (size_t)(at - buf.p); /* the workspace: the payload up to the input */
-    CHECK_OK(sp_pack(&t, 1, buf.p, buf.bytes, &o1, &n_copied, NULL));
-    check_pack("before", 0, &t, 1, &buf, &o1, n_copied);
+    ts_arena_poison(a, r);
+    /* The workspace: the buffer up to the input. */
+    CHECK_OK(sp_pack(&t, 1, buf, (size_t)(at - buf), &o1, &n_copied, NULL));
+    check_pack("before", 0, a, &t, 1, buf, (size_t)(at - buf), &o1, n_copied);
     CHECK_OK(sp_pack(&t, 1, at - wsb, wsb, &o1, &n_copied, NULL));
     CHECK(n_copied == 1 && (unsigned char *)o1.data + 256 == at);
-    CHECK(ts_ref_compare(&t, &o1, NULL) == 0);
-    gb_free(&buf);
+    sp_tensor te = ts_arena_on_image(a, t), oe = ts_arena_on_image(a, o1);
+    ts_ref_copy(&te, &oe);
+    CHECK(ts_arena_first_diff(a) < 0);
 }
 
 int main(void) {
+    M = ts_mem_or_skip(TS_MEM_BACKEND);
     ts_rng r;
     ts_rng_seed(&r, 0x9ac4ull);
-    test_fixed(&r);
-    test_random(&r);
-    return sp_test_finish("test_pack");
+    ts_arena a;
+    ts_arena_init(&a, M, (size_t)16 << 20);
+    test_fixed(&r, &a);
+    test_random(&r, &a);
+    ts_arena_free(&a);
+    return sp_test_finish(M->device.type == SP_DEVICE_CUDA ? "test_pack_gpu" : "test_pack");
 }

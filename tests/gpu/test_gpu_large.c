@@ -7,7 +7,10 @@
  * and guard bytes on both sides of each destination must survive.
  * Needs about 10 GB of device memory and 10 GB of host memory.
  */
-#include "gpu_util.h"
+#include "check.h"
+#include "cuda_ok.h"
+#include "test_support.h"
+#include "ts_mem.h"
 
 #include <stdint.h>
 
@@ -147,7 +150,7 @@ static void test_three_dims(ts_rng *r) {
 }
 
 int main(void) {
-    gpu_require();
+    (void)ts_mem_or_skip("cuda");
     size_t free_b = 0, total_b = 0;
     CUDA_OK(cudaMemGetInfo(&free_b, &total_b));
     if (free_b < ((size_t)12 << 30)) SP_SKIP("needs 12 GB of free device memory, %zu free", free_b);

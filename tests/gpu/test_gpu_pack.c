@@ -13,11 +13,14 @@
  * The captured graph is then replayed after the inputs change in place, and
  * the outputs must follow the new contents.
  */
-#include "gpu_util.h"
+#include "check.h"
+#include "cuda_ok.h"
+#include "test_support.h"
+#include "ts_mem.h"
 
 #include <stdint.h>
 
-static arena A;
+static ts_arena A;
 
 /* The views of one case, on the arena. */
 typedef struct k3case {
@@ -32,13 +35,13 @@ static void k3_make(k3case *c, int64_t T, int64_t H, int beta_kind, int64_t g_ex
     ts_k3_init(&c->k, T, H, beta_kind);
     c->k.g_rows = T + g_extra; /* g: the first T rows of a longer buffer */
     c->k.g_bytes = (size_t)c->k.g_rows * (size_t)c->k.P * 2;
-    arena_reset(&A);
-    c->qkv = arena_take(&A, c->k.qkv_bytes, 0);
-    c->proj = arena_take(&A, c->k.proj_bytes, 0);
-    c->g = arena_take(&A, c->k.g_bytes, 0);
+    ts_arena_reset(&A);
+    c->qkv = ts_arena_take(&A, c->k.qkv_bytes, 0);
+    c->proj = ts_arena_take(&A, c->k.proj_bytes, 0);
+    c->g = ts_arena_take(&A, c->k.g_bytes, 0);
     ts_k3_views(&c->k, c->qkv, c->proj, c->g, sp_cuda(0), c->in);
     CHECK_OK(sp_pack_workspace_bytes(c->in, 5, &c->wsb));
-    c->ws = arena_take(&A, c->wsb, 2); /* not 256-aligned: the library rounds up */
+    c->ws = ts_arena_take(&A, c->wsb, 2); /* not 256-aligned: the library rounds up */
     c->expect_copied = 0;
     for (int i = 0; i < 5; i++) c->expect_copied += !sp_tensor_is_dense(&c->in[i]);
 }
@@ -62,7 +65,7 @@ static void k3_expect(k3case *c, const char *what) {
         CHECKF(o % SP_PACK_ALIGN == 0 && o >= lo && o < lo + c->wsb,
                "%s: outputs[%d] at %p is not an aligned slot of the workspace", what, i,
                out->data);
-        sp_tensor hi = arena_on_host(&A, *in), ho = arena_on_host(&A, *out);
+        sp_tensor hi = ts_arena_on_image(&A, *in), ho = ts_arena_on_image(&A, *out);
         ts_ref_copy(&hi, &ho);
     }
 }
@@ -74,7 +77,7 @@ static void k3_eager(int64_t T, int64_t H, int beta_kind, int64_t g_extra, ts_rn
              ts_k3_beta_name(beta_kind));
     k3case c;
     k3_make(&c, T, H, beta_kind, g_extra);
-    arena_poison(&A, r);
+    ts_arena_poison(&A, r);
     size_t copied = 99;
     uint64_t before = sp_copy_pass_count();
     sp_status st = sp_pack(c.in, 5, c.ws, c.wsb, c.out, &copied, NULL);
@@ -86,7 +89,7 @@ static void k3_eager(int64_t T, int64_t H, int beta_kind, int64_t g_extra, ts_rn
     CHECKF(launches == (c.expect_copied > 0), "%s: %llu launches", what,
            (unsigned long long)launches);
     k3_expect(&c, what);
-    long diff = arena_first_diff(&A);
+    long diff = ts_arena_first_diff(&A);
     CHECKF(diff < 0, "%s: arena byte %ld differs (qkv %p, proj %p, g %p, ws %p)", what, diff,
            (void *)c.qkv, (void *)c.proj, (void *)c.g, (void *)c.ws);
     printf("%s: %zu copied, %llu launch(es), %.1f MB checked\n", what, copied,
@@ -136,17 +139,17 @@ static void capture_and_replay(const char *what, sp_tensor *in, int n, void *ws,
     for (int round = 0; round < rounds; round++) {
         if (round > 0) /* new contents, same addresses */
             for (int b = 0; b < nbufs; b++) {
-                ts_fill_random(arena_host(&A, bufs[b]), sizes[b], r);
-                arena_upload(&A, bufs[b], sizes[b]);
+                ts_fill_random(ts_arena_image(&A, bufs[b]), sizes[b], r);
+                ts_arena_upload(&A, bufs[b], sizes[b]);
             }
         for (int i = 0; i < n; i++) {
             if (out[i].data == in[i].data) continue;
-            sp_tensor hi = arena_on_host(&A, in[i]), ho = arena_on_host(&A, out[i]);
+            sp_tensor hi = ts_arena_on_image(&A, in[i]), ho = ts_arena_on_image(&A, out[i]);
             ts_ref_copy(&hi, &ho);
         }
         CUDA_OK(cudaGraphLaunch(exec, s));
         CUDA_OK(cudaStreamSynchronize(s));
-        long diff = arena_first_diff(&A);
+        long diff = ts_arena_first_diff(&A);
         CHECKF(diff < 0, "%s: replay %d: arena byte %ld differs", what, round, diff);
     }
     CHECK(sp_copy_pass_count() == before); /* replays do not go through the library */
@@ -162,7 +165,7 @@ static void k3_graph(int64_t T, int64_t H, int beta_kind, ts_rng *r) {
              ts_k3_beta_name(beta_kind));
     k3case c;
     k3_make(&c, T, H, beta_kind, 0);
-    arena_poison(&A, r);
+    ts_arena_poison(&A, r);
     unsigned char *bufs[3] = {c.qkv, c.proj, c.g};
     size_t sizes[3] = {c.k.qkv_bytes, c.k.proj_bytes, c.k.g_bytes};
     capture_and_replay(what, c.in, 5, c.ws, c.wsb, c.expect_copied, bufs, sizes, 3, 3, r);
@@ -173,30 +176,30 @@ static void k3_graph(int64_t T, int64_t H, int beta_kind, ts_rng *r) {
 static void dense_qkv(int64_t T, int64_t H, int beta_dense, ts_rng *r) {
     const int64_t P = H * 128, W = 128 + H;
     const size_t bytes4 = (size_t)(T * P) * 2;
-    arena_reset(&A);
+    ts_arena_reset(&A);
     unsigned char *bufs[5];
     size_t sizes[5];
     sp_tensor in[5];
     int64_t shape4[4] = {1, T, H, 128}, shape3[3] = {1, T, H}, st3[3] = {T * W, W, 1};
     for (int i = 0; i < 4; i++) {
-        bufs[i] = arena_take(&A, bytes4, 0);
+        bufs[i] = ts_arena_take(&A, bytes4, 0);
         sizes[i] = bytes4;
         CHECK_OK(sp_tensor_dense(&in[i], bufs[i], SP_BF16, 4, shape4, sp_cuda(0)));
     }
     if (beta_dense) {
         sizes[4] = (size_t)(T * H) * 2;
-        bufs[4] = arena_take(&A, sizes[4], 0);
+        bufs[4] = ts_arena_take(&A, sizes[4], 0);
         CHECK_OK(sp_tensor_dense(&in[4], bufs[4], SP_BF16, 3, shape3, sp_cuda(0)));
     } else {
         sizes[4] = (size_t)(T * W) * 2;
-        bufs[4] = arena_take(&A, sizes[4], 0);
+        bufs[4] = ts_arena_take(&A, sizes[4], 0);
         CHECK_OK(sp_tensor_view(&in[4], bufs[4], 128, SP_BF16, 3, shape3, st3, sp_cuda(0)));
     }
     size_t wsb = 0;
     CHECK_OK(sp_pack_workspace_bytes(in, 5, &wsb));
     CHECK(beta_dense ? wsb == 0 : wsb > 0);
-    unsigned char *ws = wsb ? arena_take(&A, wsb, 0) : NULL;
-    arena_poison(&A, r);
+    unsigned char *ws = wsb ? ts_arena_take(&A, wsb, 0) : NULL;
+    ts_arena_poison(&A, r);
     char what[96];
     snprintf(what, sizeof what, "dense q,k,v,g, %s beta, T=%lld", beta_dense ? "dense" : "strided",
              (long long)T);
@@ -211,15 +214,15 @@ static void dense_qkv(int64_t T, int64_t H, int beta_dense, ts_rng *r) {
            (unsigned long long)(sp_copy_pass_count() - before));
     for (int i = 0; i < 4; i++) CHECK(out[i].data == in[i].data);
     if (!beta_dense) {
-        sp_tensor hi = arena_on_host(&A, in[4]), ho = arena_on_host(&A, out[4]);
+        sp_tensor hi = ts_arena_on_image(&A, in[4]), ho = ts_arena_on_image(&A, out[4]);
         ts_ref_copy(&hi, &ho);
     }
-    CHECKF(arena_first_diff(&A) < 0, "%s: arena differs", what);
+    CHECKF(ts_arena_first_diff(&A) < 0, "%s: arena differs", what);
     capture_and_replay(what, in, 5, ws, wsb, beta_dense ? 0 : 1, bufs, sizes, 5, 2, r);
 }
 
 int main(void) {
-    gpu_require();
+    const ts_mem *m = ts_mem_or_skip("cuda");
     ts_rng r;
     ts_rng_seed(&r, 0x5ac4ull);
     const int quick = ts_test_small();
@@ -228,7 +231,7 @@ int main(void) {
     /* The largest case (TP1 with the input-projection beta) sizes the arena. */
     ts_k3 big;
     ts_k3_init(&big, T_big, 96, TS_K3_BETA_INPROJ);
-    arena_init(&A, big.qkv_bytes + big.proj_bytes + (big.g_bytes + 64 * big.P * 2) +
+    ts_arena_init(&A, m, big.qkv_bytes + big.proj_bytes + (big.g_bytes + 64 * big.P * 2) +
                        big.dense_bytes + 64 * 1024);
 
     for (int kind = 0; kind < 2; kind++) {
@@ -245,6 +248,6 @@ int main(void) {
     k3_graph(1, 96, TS_K3_BETA_FA, &r); /* T = 1: every input is dense: no node */
     dense_qkv(quick ? 100 : 1000, 96, 0, &r);
     dense_qkv(quick ? 100 : 1000, 96, 1, &r);
-    arena_free(&A);
+    ts_arena_free(&A);
     return sp_test_finish("test_gpu_pack");
 }
