@@ -108,7 +108,7 @@ static void chunked_edge_cases(int32_t kernel, int small) {
         }
         kda_problem p;
         /* 48 pairs (16 when small), then 32: on 132 multiprocessors the two-pass kernel's
-         * state pass then takes blocks of 32 and 16 V rows. */
+         * state pass then takes blocks of 16 and 32 V rows. */
         kp_make(&p, 16, lens, 5, half ? 2 : small ? 1 : 3, half ? SP_BF16 : SP_F32,
                 SP_KDA_GATE_LOWER_BOUND,
                 half ? 64 : 32, 3100 + (uint64_t)half);
