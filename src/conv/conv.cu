@@ -6,9 +6,12 @@
  * thread owns 8 consecutive channels (one 16-byte bf16 vector) and a tile
  * of consecutive tokens; a warp covers 256 channels of a row, so each load
  * and store is a full 512-byte line run. The thread slides a window of the
- * W-1 previous inputs along its tile in registers, loading AHEAD tokens
- * before using the first so that several 16-byte loads are in flight. At
- * the tile's start the window (the halo) is loaded from the W-1 rows
+ * W-1 previous inputs along its tile in registers. Its next inputs are in
+ * flight meanwhile: on the vector path (16-byte rows of x and outputs, the
+ * common layouts) RING of them, copied with cp.async into the thread's own
+ * slots of shared memory, so that what is in flight costs no registers
+ * (0.74 -> 0.91 of the limit at K3 TP1); elsewhere AHEAD of them, loaded
+ * into registers before the first is used. At the tile's start the window (the halo) is loaded from the W-1 rows
  * before it, which the neighbouring tile's block read moments earlier (an
  * L2 hit, mostly): x is read from memory about once.
  *
@@ -29,10 +32,13 @@
  * the same.
  *
  * Instructions per element are the other budget: at the HBM rate an SM must
- * finish about 4.6 elements per clock, some 25 issued instructions each.
- * So the window is kept in fp32 (one conversion per input, not W), SiLU
- * uses the hardware exp2 and reciprocal, and outputs are rounded two at a
- * time with one cvt.
+ * finish about 4.6 elements per clock, at most some 25 issued instructions
+ * each, and the fewer the better. So the layout path and the activation are
+ * compile-time (one instance each: the vector path walks x and the outputs
+ * with pointers, no per-token branches), the window is kept in fp32 (one
+ * conversion per input, not W), SiLU is four instructions (act), and
+ * outputs are rounded two at a time with one cvt: about 13 instructions an
+ * element on the vector path (ncu), from 25.
  *
  * Grid: blockIdx.x the token tile, blockIdx.y the block of 128 threads
  * (1024 channels). Decode is the same kernel with one token per sequence.
@@ -56,6 +62,7 @@
 #define THREADS 128
 #define VEC 8   /* channels per thread: one 16-byte vector of bf16 */
 #define AHEAD 8 /* tokens loaded before the first of them is used */
+#define RING 16 /* tokens in flight per thread on the vector path (device) */
 
 typedef struct conv_params {
     const uint16_t *x;
@@ -229,46 +236,145 @@ static FN void halo_from_x(const conv_params &p, int64_t t, int64_t c0, float (&
     }
 }
 
+/* The activation. On the device SiLU is y * rcp(1 + 2^(-y log2 e)) with
+ * the hardware's exp2 and reciprocal: four instructions and two of the
+ * special-function unit (what __fdividef adds is a range check whose
+ * result is the same 0 for every y that reaches it). The host runs libm. */
+template <int SILU> static FN float act(float y) {
+    if (!SILU) return y;
+#ifdef __CUDA_ARCH__
+    float e, r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(y * -1.4426950408889634f));
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(1.0f + e));
+    return y * r;
+#else
+    return sp_conv_silu_(y);
+#endif
+}
+
+/* One token of 8 channels: x the new input, z the window before it (z
+ * then moves on by one token); returns the 8 outputs rounded to bf16. */
+template <int W, int SILU>
+static FN bf8 step(const float (&w)[VEC][W], const float (&bias)[VEC], float (&z)[W - 1][VEC],
+                   const bf8 &x) {
+    float y[VEC];
+    UNROLL
+    for (int i = 0; i < VEC; i++) {
+        float zz[W];
+        UNROLL
+        for (int j = 0; j < W - 1; j++) zz[j] = z[j][i];
+        zz[W - 1] = widen(get(x, i));
+        y[i] = act<SILU>(sp_conv_sum_(w[i], zz, W, bias[i]));
+        UNROLL
+        for (int j = 0; j < W - 2; j++) z[j][i] = z[j + 1][i];
+        z[W - 2][i] = zz[W - 1];
+    }
+    /* Round to nearest even, two at a time (one instruction). */
+    bf8 out;
+    UNROLL
+    for (int k = 0; k < VEC / 2; k++) {
+#ifdef __CUDA_ARCH__
+        const __nv_bfloat162 h = __floats2bfloat162_rn(y[2 * k], y[2 * k + 1]);
+        out.w[k] = *(const uint32_t *)&h;
+#else
+        out.w[k] = sp_f32_to_bf16_(y[2 * k]) | (uint32_t)sp_f32_to_bf16_(y[2 * k + 1]) << 16;
+#endif
+    }
+    return out;
+}
+
+#ifdef __CUDA_ARCH__
+static __device__ __forceinline__ void cp_async16(uint4 *dst, const uint16_t *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
+                     (unsigned)__cvta_generic_to_shared(dst)),
+                 "l"(src)
+                 : "memory");
+}
+static __device__ __forceinline__ void cp_async_commit(void) {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int younger> static __device__ __forceinline__ void cp_async_wait(void) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(younger) : "memory");
+}
+#endif
+
+static FN bf8 load16(const uint16_t *at) {
+    must_align(at, 16);
+#ifdef __CUDA_ARCH__
+    return from_uint4(__ldg((const uint4 *)at));
+#else
+    return from_uint4(*(const uint4 *)at);
+#endif
+}
+
 /* Tokens [a, b) of one sequence, the window z already holding the W-1
- * inputs before a; z ends holding the W-1 inputs before b. */
-template <int W>
+ * inputs before a; z ends holding the W-1 inputs before b. FAST: x rows
+ * and outputs are 16-byte vectors (the common layouts), walked with
+ * pointers; else each access takes the layout's general path. */
+template <int W, int FAST, int SILU>
 static FN void run_tokens(const conv_params &p, const float (&w)[VEC][W], const float (&bias)[VEC],
                           float (&z)[W - 1][VEC], int64_t a, int64_t b, int64_t c0) {
     const int si = seg_of(p, c0);
-    for (int64_t t = a; t < b; t += AHEAD) {
-        const int64_t m = b - t;
-        bf8 xs[AHEAD];
-        UNROLL
-        for (int u = 0; u < AHEAD; u++)
-            if (u < m) xs[u] = load_x(p, t + u, c0);
-        UNROLL
-        for (int u = 0; u < AHEAD; u++) {
-            if (u >= m) break;
-            float y[VEC];
-            UNROLL
-            for (int i = 0; i < VEC; i++) {
-                float zz[W];
-                UNROLL
-                for (int j = 0; j < W - 1; j++) zz[j] = z[j][i];
-                zz[W - 1] = widen(get(xs[u], i));
-                y[i] = sp_conv_sum_(w[i], zz, W, bias[i]);
-                if (p.silu) y[i] = sp_conv_silu_(y[i]);
-                UNROLL
-                for (int j = 0; j < W - 2; j++) z[j][i] = z[j + 1][i];
-                z[W - 2][i] = zz[W - 1];
-            }
-            /* Round to nearest even, two at a time (one instruction). */
-            bf8 out;
-            UNROLL
-            for (int k = 0; k < VEC / 2; k++) {
+    if (FAST) {
+        const sp_conv_seg &g = p.seg[si];
+        const uint16_t *xp = p.x + a * p.x_row + c0;
+        uint16_t *op = g.data + a * g.row + (c0 - g.first);
+        const int64_t xr = p.x_row, orow = g.row;
 #ifdef __CUDA_ARCH__
-                const __nv_bfloat162 h = __floats2bfloat162_rn(y[2 * k], y[2 * k + 1]);
-                out.w[k] = *(const uint32_t *)&h;
-#else
-                out.w[k] = sp_f32_to_bf16_(y[2 * k]) | (uint32_t)sp_f32_to_bf16_(y[2 * k + 1]) << 16;
-#endif
+        /* Each thread keeps RING of its next inputs in flight, copied
+         * (cp.async) into its own slots of shared memory, so that what is
+         * in flight costs no registers. A slot is read back by the thread
+         * that filled it, once its copy group has completed. */
+        __shared__ uint4 ring[RING][THREADS];
+        const unsigned tid = threadIdx.x;
+        UNROLL
+        for (int u = 0; u < RING; u++) {
+            if (a + u < b) cp_async16(&ring[u][tid], xp + u * xr);
+            cp_async_commit();
+        }
+        for (int64_t base = a; base < b; base += RING, xp += RING * xr, op += RING * orow) {
+            UNROLL
+            for (int u = 0; u < RING; u++) {
+                if (base + u >= b) break;
+                cp_async_wait<RING - 1>();
+                const bf8 x = from_uint4(ring[u][tid]);
+                if (base + u + RING < b) cp_async16(&ring[u][tid], xp + (u + RING) * xr);
+                cp_async_commit();
+                *(uint4 *)(op + u * orow) = to_uint4(step<W, SILU>(w, bias, z, x));
             }
-            store_out(p, si, t + u, c0, out);
+        }
+        cp_async_wait<0>();
+        return;
+#endif
+        int64_t t = a;
+        for (; t + AHEAD <= b; t += AHEAD, xp += AHEAD * xr, op += AHEAD * orow) {
+            bf8 xs[AHEAD];
+            UNROLL
+            for (int u = 0; u < AHEAD; u++) xs[u] = load16(xp + u * xr);
+            UNROLL
+            for (int u = 0; u < AHEAD; u++) {
+                const bf8 y = step<W, SILU>(w, bias, z, xs[u]);
+                must_align(op + u * orow, 16);
+                *(uint4 *)(op + u * orow) = to_uint4(y);
+            }
+        }
+        for (; t < b; t++, xp += xr, op += orow) {
+            const bf8 y = step<W, SILU>(w, bias, z, load16(xp));
+            must_align(op, 16);
+            *(uint4 *)op = to_uint4(y);
+        }
+    } else {
+        for (int64_t t = a; t < b; t += AHEAD) {
+            const int64_t m = b - t;
+            bf8 xs[AHEAD];
+            UNROLL
+            for (int u = 0; u < AHEAD; u++)
+                if (u < m) xs[u] = load_x(p, t + u, c0);
+            UNROLL
+            for (int u = 0; u < AHEAD; u++) {
+                if (u >= m) break;
+                store_out(p, si, t + u, c0, step<W, SILU>(w, bias, z, xs[u]));
+            }
         }
     }
 }
@@ -287,7 +393,7 @@ static FN int64_t lower_bound(const int64_t *v, int64_t n, int64_t key) {
 }
 
 /* One thread of the grid: token tile `bx` of `tiles`, channels from c0. */
-template <int W>
+template <int W, int FAST, int SILU>
 static FN void conv_thread(const conv_params &p, int64_t bx, int64_t tiles, int64_t c0) {
     if (c0 >= p.C) return;
     float w[VEC][W], bias[VEC];
@@ -313,7 +419,7 @@ static FN void conv_thread(const conv_params &p, int64_t bx, int64_t tiles, int6
             const int32_t slot = p.idx[n];
             if (slot < 0 || slot >= p.slots) continue;
             state_io<W>(p, slot, c0, z, false);
-            run_tokens<W>(p, w, bias, z, n, n + 1, c0);
+            run_tokens<W, FAST, SILU>(p, w, bias, z, n, n + 1, c0);
             state_io<W>(p, slot, c0, z, true);
         }
         return;
@@ -328,7 +434,7 @@ static FN void conv_thread(const conv_params &p, int64_t bx, int64_t tiles, int6
         const int64_t a = t0 > s + W - 1 ? t0 : s + W - 1, b = t1 < e ? t1 : e;
         if (s >= 0 && s <= e && e <= p.T && slot >= 0 && slot < p.slots && a < b) {
             halo_from_x<W>(p, a, c0, z);
-            run_tokens<W>(p, w, bias, z, a, b, c0);
+            run_tokens<W, FAST, SILU>(p, w, bias, z, a, b, c0);
         }
     }
     /* Sequences that begin in this tile (the last tile also owns those
@@ -349,20 +455,28 @@ static FN void conv_thread(const conv_params &p, int64_t bx, int64_t tiles, int6
         }
         const int64_t own = t1 > s + W - 1 ? t1 : s + W - 1;
         const int64_t end = e < own ? e : own;
-        run_tokens<W>(p, w, bias, z, s, end, c0);
+        run_tokens<W, FAST, SILU>(p, w, bias, z, s, end, c0);
         if (end < e) halo_from_x<W>(p, e, c0, z);
         state_io<W>(p, slot, c0, z, true);
     }
 }
 
-/* Blocks per multiprocessor to aim for, so that ptxas keeps each width
- * within the registers of 3 (W = 3, 4: 166-168 per thread, a few bytes
- * spilled at W = 4) or 4 blocks (W = 2: 124), sm_90. Unbounded, W = 4 took
- * 226 registers and 2 blocks. */
-template <int W>
+/* Blocks per multiprocessor to aim for, so that ptxas keeps each instance
+ * within the registers of 4 blocks (W = 2) or 3 (W = 3, 4), sm_90. At
+ * W = 4 the vector path at 4 blocks spills a few registers and ran at 0.87
+ * of its limit, against 0.91 at 3 (K3 TP1, docs/PERFORMANCE.md). */
+template <int W, int FAST, int SILU>
 static __global__ void __launch_bounds__(THREADS, W == 2 ? 4 : 3)
     conv_kernel(const conv_params p) {
-    conv_thread<W>(p, blockIdx.x, gridDim.x, ((int64_t)blockIdx.y * THREADS + threadIdx.x) * VEC);
+    conv_thread<W, FAST, SILU>(p, blockIdx.x, gridDim.x,
+                               ((int64_t)blockIdx.y * THREADS + threadIdx.x) * VEC);
+}
+
+/* The instance for a call: width, vector layouts, activation. */
+template <int W> static const void *kernel_of(const conv_params &p) {
+    const bool fast = p.x_vec == 16 && p.out_vec;
+    return fast ? (p.silu ? (const void *)conv_kernel<W, 1, 1> : (const void *)conv_kernel<W, 1, 0>)
+                : (p.silu ? (const void *)conv_kernel<W, 0, 1> : (const void *)conv_kernel<W, 0, 0>);
 }
 
 /* ---- launcher ------------------------------------------------------------ */
@@ -445,9 +559,7 @@ extern "C" sp_status sp_conv_cuda_(const sp_conv_args *a, const sp_conv_dims *d,
     fill_params(a, d, &p);
     int64_t tiles, yblocks;
     grid_of(d, &p, &tiles, &yblocks);
-    const void *kernel = d->W == 2   ? (const void *)conv_kernel<2>
-                         : d->W == 3 ? (const void *)conv_kernel<3>
-                                     : (const void *)conv_kernel<4>;
+    const void *kernel = d->W == 2 ? kernel_of<2>(p) : d->W == 3 ? kernel_of<3>(p) : kernel_of<4>(p);
     sp_cuda_device_guard g;
     SP_FORWARD(sp_cuda_device_enter_(&g, (int)d->dev.ordinal, "x"));
     return sp_cuda_device_leave_(&g, launch(kernel, tiles, yblocks, &p, (cudaStream_t)stream));
@@ -458,15 +570,24 @@ extern "C" sp_status sp_conv_cuda_(const sp_conv_args *a, const sp_conv_dims *d,
  * run first, last to first, then the odd ones, first to last, so that of
  * two neighbouring tiles the earlier runs first at every other boundary
  * and the later one at the rest. For tests. */
-template <int W>
-static void emulate(const conv_params &p, int64_t tiles, int64_t yblocks) {
+template <int W, int FAST, int SILU>
+static void emulate_as(const conv_params &p, int64_t tiles, int64_t yblocks) {
     for (int64_t i = 0; i < tiles; i++) {
         const int64_t even = (tiles - 1) / 2 + 1; /* tiles 0, 2, 4, ... */
         const int64_t bx = i < even ? 2 * (even - 1 - i) : 2 * (i - even) + 1;
         for (int64_t by = 0; by < yblocks; by++)
             for (int64_t tx = 0; tx < THREADS; tx++)
-                conv_thread<W>(p, bx, tiles, (by * THREADS + tx) * VEC);
+                conv_thread<W, FAST, SILU>(p, bx, tiles, (by * THREADS + tx) * VEC);
     }
+}
+
+/* The instance the launcher would pick (kernel_of), run on the host. */
+template <int W> static void emulate(const conv_params &p, int64_t tiles, int64_t yblocks) {
+    const bool fast = p.x_vec == 16 && p.out_vec;
+    if (fast && p.silu) emulate_as<W, 1, 1>(p, tiles, yblocks);
+    if (fast && !p.silu) emulate_as<W, 1, 0>(p, tiles, yblocks);
+    if (!fast && p.silu) emulate_as<W, 0, 1>(p, tiles, yblocks);
+    if (!fast && !p.silu) emulate_as<W, 0, 0>(p, tiles, yblocks);
 }
 
 extern "C" sp_status sp_conv_emulate_(const sp_conv_args *a, int decode, int64_t tile) {
