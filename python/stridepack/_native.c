@@ -81,6 +81,14 @@ static PyObject *call0(PyObject *o, PyObject *name) {
 #endif
 }
 
+static PyObject *call1(PyObject *f, PyObject *arg) {
+#if PY_VERSION_HEX >= 0x03090000
+    return PyObject_CallOneArg(f, arg);
+#else
+    return PyObject_CallFunctionObjArgs(f, arg, NULL);
+#endif
+}
+
 /* torch.Tensor's own getters and methods that the hot path reads, resolved
  * once (init_torch). For a tensor whose type is exactly torch.Tensor a read
  * calls the descriptor found then, without the attribute lookup on every
@@ -98,7 +106,7 @@ static PyObject *t_descr[T_COUNT]; /* NULL: look the name up */
 static PyObject *tget(PyObject *x, int a) {
     PyObject *d = t_descr[a];
     if (d && Py_TYPE(x) == torch_tensor)
-        return t_is_method[a] ? PyObject_Vectorcall(d, &x, 1, NULL)
+        return t_is_method[a] ? call1(d, x)
                               : Py_TYPE(d)->tp_descr_get(d, x, (PyObject *)torch_tensor);
     return t_is_method[a] ? call0(x, *t_names[a]) : PyObject_GetAttr(x, *t_names[a]);
 }
@@ -260,8 +268,9 @@ static int64_t int_of(PyObject *r) {
 }
 
 /* The attributes read are the fewest that describe the view; each is a
- * Python-level call, so every one counts on the eager path. */
-static int read_torch(PyObject *x, view *v) {
+ * Python-level call, so every one counts on the eager path (requires_grad
+ * only when `grad`: a workspace's does not matter). */
+static int read_torch(PyObject *x, view *v, int grad) {
     int b;
     /* A lazy negation or conjugation is a flag on the view, not in its
      * memory: copying bits would drop it. */
@@ -299,7 +308,7 @@ static int read_torch(PyObject *x, view *v) {
         if (!b) return unsupported("%s", "a torch device other than CPU and CUDA");
         v->device = sp_cpu();
     }
-    if ((v->requires_grad = bool_attr(x, T_REQUIRES_GRAD)) < 0) return -1;
+    if (grad && (v->requires_grad = bool_attr(x, T_REQUIRES_GRAD)) < 0) return -1;
     PyObject *st = tget(x, T_STRIDE);
     if (!st) {
         /* Sparse, MKL-DNN and other layouts have no strides. */
@@ -502,13 +511,13 @@ static int read_dlpack(PyObject *x, view *v, uintptr_t stream) {
 }
 
 /* Read x (of framework fw) into v: 0 done, 1 unsupported (reason set),
- * -1 Python error. */
-static int read_view(PyObject *x, int fw, view *v, uintptr_t dl_stream) {
+ * -1 Python error. `grad`: whether v->requires_grad is wanted. */
+static int read_view(PyObject *x, int fw, view *v, uintptr_t dl_stream, int grad) {
     memset(v, 0, offsetof(view, shape)); /* the caller cleared keep and shape_obj */
     v->exact = -1;
     v->fw = fw;
     switch (fw) {
-    case FW_TORCH: return read_torch(x, v);
+    case FW_TORCH: return read_torch(x, v, grad);
     case FW_NUMPY: return read_numpy(x, v);
     default: return read_dlpack(x, v, dl_stream);
     }
@@ -667,7 +676,9 @@ static int stream_of(int fw, sp_device dev, uintptr_t *out) {
     if (dev.type != SP_DEVICE_CUDA) return 0;
     PyObject *r = NULL;
     if (fw == FW_TORCH && torch_raw_stream) {
-        r = PyObject_CallFunction(torch_raw_stream, "i", (int)dev.ordinal);
+        PyObject *ord = PyLong_FromLong((long)dev.ordinal); /* a cached small int */
+        r = ord ? call1(torch_raw_stream, ord) : NULL;
+        Py_XDECREF(ord);
     } else if (fw == FW_TORCH || fw == FW_CUPY) {
         PyObject *h = hook(fw);
         r = h ? PyObject_CallMethod(h, "current_stream", "i", (int)dev.ordinal) : NULL;
@@ -849,7 +860,7 @@ static int read_all(PyObject **items, Py_ssize_t n, view *v, int *fw_out, const 
             return -1;
         }
         fw0 = fw;
-        int r = read_view(items[i], fw, &v[i], dl_stream);
+        int r = read_view(items[i], fw, &v[i], dl_stream, 1);
         if (r < 0) return -1;
         if (r > 0) {
             char msg[640];
@@ -967,7 +978,7 @@ static PyObject *py_pack(PyObject *self, PyObject *args) {
                      fw_names[fw], fw_names[wfw]);
         goto done;
     }
-    int r = read_view(ws, wfw, wv, stream);
+    int r = read_view(ws, wfw, wv, stream, 0);
     if (r < 0) goto done;
     if (r > 0) { char m[600]; snprintf(m, sizeof m, "workspace: %s", reason); raise_sp(SP_ERR_INVALID_ARGUMENT, m); goto done; }
     if (!is_dense(wv) || wv->readonly) {
@@ -1029,7 +1040,7 @@ static PyObject *py_workspace_bytes(PyObject *self, PyObject *xs) {
     for (Py_ssize_t i = 0; i < n; i++) {
         int fw = framework_of(items[i]);
         if (fw < 0) goto done;
-        int r = read_view(items[i], fw, v, 0);
+        int r = read_view(items[i], fw, v, 0, 0);
         if (r == 0) r = to_tensor(v, &in[m]);
         view_clear(v);
         if (r < 0) goto done;
@@ -1069,7 +1080,7 @@ static PyObject *copy_pairs(PyObject **srcs, PyObject **dsts, Py_ssize_t n, PyOb
             PyObject *x = side ? dsts[i] : srcs[i];
             int fw = framework_of(x);
             if (fw < 0) goto done;
-            int r = read_view(x, fw, &v[2 * i + side], stream);
+            int r = read_view(x, fw, &v[2 * i + side], stream, 1);
             if (r < 0) goto done;
             if (r > 0) {
                 char m[640];
@@ -1178,7 +1189,7 @@ static PyObject *py_readable(PyObject *self, PyObject *x) {
     view *v = views_new(1, NULL);
     if (!v) return NULL;
     int fw = framework_of(x);
-    int r = fw < 0 ? -1 : read_view(x, fw, v, 0);
+    int r = fw < 0 ? -1 : read_view(x, fw, v, 0, 0);
     sp_tensor t;
     if (r == 0) r = to_tensor(v, &t);
     views_free(v, 1, NULL);
@@ -1199,7 +1210,7 @@ static PyObject *py_describe(PyObject *self, PyObject *args) {
     view *v = views_new(1, NULL);
     if (!v) return NULL;
     int fw = via_dlpack ? FW_DLPACK : framework_of(x);
-    int r = fw < 0 ? -1 : read_view(x, fw, v, 0);
+    int r = fw < 0 ? -1 : read_view(x, fw, v, 0, 0);
     PyObject *res = NULL;
     if (r > 0) PyErr_Format(PyExc_ValueError, "unsupported: %s", reason);
     if (r == 0) {
@@ -1277,7 +1288,7 @@ static PyObject *py_kda(PyObject *self, PyObject *args) {
         if (x == Py_None) continue;
         int fw = framework_of(x);
         if (fw < 0) goto done;
-        int r = read_view(x, fw, &v[i], 0);
+        int r = read_view(x, fw, &v[i], 0, 0);
         if (r < 0) goto done;
         char m[600];
         if (r > 0) { snprintf(m, sizeof m, "%s: %s", kda_names[i], reason); raise_sp(SP_ERR_UNSUPPORTED, m); goto done; }
