@@ -542,16 +542,13 @@ static int is_dense(const view *v) {
 }
 
 /* Widest power of two <= 8 dividing the element size, the address and
- * every stride that is ever applied. */
+ * every stride that is ever applied: the lowest bit set in any of them (a
+ * negative stride has the low bits of its magnitude). */
 static int best_unit(const view *v) {
-    int64_t n = numel(v);
-    for (int u = 8; u > 1; u /= 2) {
-        if (v->itemsize % u || (v->ptr % (uintptr_t)u && n)) continue;
-        int ok = 1;
-        for (int i = 0; i < v->ndim && ok; i++) ok = v->shape[i] <= 1 || v->strides[i] % u == 0;
-        if (ok) return u;
-    }
-    return 1;
+    uint64_t bits = 8 | (uint64_t)v->itemsize | (numel(v) ? (uint64_t)v->ptr : 0);
+    for (int i = 0; i < v->ndim; i++)
+        if (v->shape[i] > 1) bits |= (uint64_t)v->strides[i];
+    return (int)(bits & (0 - bits));
 }
 
 typedef struct { int ndim; int64_t shape[MAX_READ_DIMS + 1]; int64_t strides[2][MAX_READ_DIMS + 1]; } layout;
