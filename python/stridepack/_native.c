@@ -81,6 +81,46 @@ static PyObject *call0(PyObject *o, PyObject *name) {
 #endif
 }
 
+static PyObject *call1(PyObject *f, PyObject *arg) {
+#if PY_VERSION_HEX >= 0x03090000
+    return PyObject_CallOneArg(f, arg);
+#else
+    return PyObject_CallFunctionObjArgs(f, arg, NULL);
+#endif
+}
+
+/* torch.Tensor's own getters and methods that the hot path reads, resolved
+ * once (init_torch). For a tensor whose type is exactly torch.Tensor a read
+ * calls the descriptor found then, without the attribute lookup on every
+ * read (a pack of four views makes about fifty); a subclass, or a name
+ * torch.Tensor does not define as a C getter or method, takes the lookup. */
+enum { T_DTYPE, T_SHAPE, T_IS_CUDA, T_IS_CPU, T_REQUIRES_GRAD, T_IS_NEG, T_STRIDE, T_DATA_PTR,
+       T_GET_DEVICE, T_IS_CONTIGUOUS, T_COUNT };
+static PyObject **const t_names[T_COUNT] = {&s_dtype, &s_shape, &s_is_cuda, &s_is_cpu,
+                                            &s_requires_grad, &s_is_neg, &s_stride, &s_data_ptr,
+                                            &s_get_device, &s_is_contiguous};
+static const char t_is_method[T_COUNT] = {0, 0, 0, 0, 0, 1, 1, 1, 1, 1};
+static PyObject *t_descr[T_COUNT]; /* NULL: look the name up */
+
+/* x.<attribute a>, or x.<method a>() (a new reference, NULL on error). */
+static PyObject *tget(PyObject *x, int a) {
+    PyObject *d = t_descr[a];
+    if (d && Py_TYPE(x) == torch_tensor)
+        return t_is_method[a] ? call1(d, x)
+                              : Py_TYPE(d)->tp_descr_get(d, x, (PyObject *)torch_tensor);
+    return t_is_method[a] ? call0(x, *t_names[a]) : PyObject_GetAttr(x, *t_names[a]);
+}
+
+static void resolve_tensor_attrs(PyTypeObject *t) {
+    for (int a = 0; a < T_COUNT; a++) {
+        PyObject *d = PyObject_GetAttr((PyObject *)t, *t_names[a]);
+        PyTypeObject *want = t_is_method[a] ? &PyMethodDescr_Type : &PyGetSetDescr_Type;
+        if (d && Py_IS_TYPE(d, want) && Py_TYPE(d)->tp_descr_get) t_descr[a] = d;
+        else Py_XDECREF(d);
+    }
+    PyErr_Clear();
+}
+
 /* The pending exception, taken (PyErr_Fetch is deprecated from 3.12). */
 static PyObject *exc_take(void) {
 #if PY_VERSION_HEX >= 0x030C0000
@@ -145,6 +185,7 @@ static int init_torch(void) {
         torch_dtypes[n_torch_dtypes].size = names[i].size;
         n_torch_dtypes++;
     }
+    resolve_tensor_attrs((PyTypeObject *)t);
     torch_tensor = (PyTypeObject *)t;
     return 0;
 }
@@ -211,8 +252,8 @@ done:
     return r;
 }
 
-static int bool_attr(PyObject *x, PyObject *name, int call) {
-    PyObject *r = call ? call0(x, name) : PyObject_GetAttr(x, name);
+static int bool_attr(PyObject *x, int a) {
+    PyObject *r = tget(x, a);
     if (!r) return -1;
     int b = PyObject_IsTrue(r);
     Py_DECREF(r);
@@ -227,14 +268,15 @@ static int64_t int_of(PyObject *r) {
 }
 
 /* The attributes read are the fewest that describe the view; each is a
- * Python-level call, so every one counts on the eager path. */
-static int read_torch(PyObject *x, view *v) {
+ * Python-level call, so every one counts on the eager path (requires_grad
+ * only when `grad`: a workspace's does not matter). */
+static int read_torch(PyObject *x, view *v, int grad) {
     int b;
     /* A lazy negation or conjugation is a flag on the view, not in its
      * memory: copying bits would drop it. */
-    if ((b = bool_attr(x, s_is_neg, 1)) != 0) return b < 0 ? -1 :
+    if ((b = bool_attr(x, T_IS_NEG)) != 0) return b < 0 ? -1 :
         unsupported("%s", "the view has torch's lazy negation or conjugation bit set");
-    PyObject *dt = PyObject_GetAttr(x, s_dtype);
+    PyObject *dt = tget(x, T_DTYPE);
     if (!dt) return -1;
     Py_DECREF(dt); /* dtypes are module constants */
     v->dtype = dt;
@@ -247,23 +289,27 @@ static int read_torch(PyObject *x, view *v) {
         }
     if (v->exact < 0) {
         /* Only other dtypes (complex ones) can carry the conjugation bit. */
-        if ((b = bool_attr(x, s_is_conj, 1)) != 0) return b < 0 ? -1 :
+        PyObject *conj = call0(x, s_is_conj);
+        if (!conj) return -1;
+        b = PyObject_IsTrue(conj);
+        Py_DECREF(conj);
+        if (b != 0) return b < 0 ? -1 :
             unsupported("%s", "the view has torch's lazy negation or conjugation bit set");
         if ((v->itemsize = int_of(call0(x, s_element_size))) <= 0)
             return PyErr_Occurred() ? -1 : unsupported("%s", "element size 0");
     }
-    if ((b = bool_attr(x, s_is_cuda, 0)) < 0) return -1;
+    if ((b = bool_attr(x, T_IS_CUDA)) < 0) return -1;
     if (b) {
-        int64_t d = int_of(call0(x, s_get_device));
+        int64_t d = int_of(tget(x, T_GET_DEVICE));
         if (d < 0) return -1;
         v->device = sp_cuda((int32_t)d);
     } else {
-        if ((b = bool_attr(x, s_is_cpu, 0)) < 0) return -1;
+        if ((b = bool_attr(x, T_IS_CPU)) < 0) return -1;
         if (!b) return unsupported("%s", "a torch device other than CPU and CUDA");
         v->device = sp_cpu();
     }
-    if ((v->requires_grad = bool_attr(x, s_requires_grad, 0)) < 0) return -1;
-    PyObject *st = call0(x, s_stride);
+    if (grad && (v->requires_grad = bool_attr(x, T_REQUIRES_GRAD)) < 0) return -1;
+    PyObject *st = tget(x, T_STRIDE);
     if (!st) {
         /* Sparse, MKL-DNN and other layouts have no strides. */
         PyObject *e = exc_take();
@@ -275,10 +321,10 @@ static int read_torch(PyObject *x, view *v) {
         Py_XDECREF(e);
         return unsupported("%s", "not a strided tensor");
     }
-    PyObject *p = call0(x, s_data_ptr);
+    PyObject *p = tget(x, T_DATA_PTR);
     v->ptr = p ? (uintptr_t)PyLong_AsUnsignedLongLong(p) : 0;
     Py_XDECREF(p);
-    v->shape_obj = PyErr_Occurred() ? NULL : PyObject_GetAttr(x, s_shape);
+    v->shape_obj = PyErr_Occurred() ? NULL : tget(x, T_SHAPE);
     int r = v->shape_obj ? read_dims(v, v->shape_obj, st, v->itemsize) : -1;
     Py_DECREF(st);
     return r;
@@ -465,13 +511,13 @@ static int read_dlpack(PyObject *x, view *v, uintptr_t stream) {
 }
 
 /* Read x (of framework fw) into v: 0 done, 1 unsupported (reason set),
- * -1 Python error. */
-static int read_view(PyObject *x, int fw, view *v, uintptr_t dl_stream) {
+ * -1 Python error. `grad`: whether v->requires_grad is wanted. */
+static int read_view(PyObject *x, int fw, view *v, uintptr_t dl_stream, int grad) {
     memset(v, 0, offsetof(view, shape)); /* the caller cleared keep and shape_obj */
     v->exact = -1;
     v->fw = fw;
     switch (fw) {
-    case FW_TORCH: return read_torch(x, v);
+    case FW_TORCH: return read_torch(x, v, grad);
     case FW_NUMPY: return read_numpy(x, v);
     default: return read_dlpack(x, v, dl_stream);
     }
@@ -496,16 +542,13 @@ static int is_dense(const view *v) {
 }
 
 /* Widest power of two <= 8 dividing the element size, the address and
- * every stride that is ever applied. */
+ * every stride that is ever applied: the lowest bit set in any of them (a
+ * negative stride has the low bits of its magnitude). */
 static int best_unit(const view *v) {
-    int64_t n = numel(v);
-    for (int u = 8; u > 1; u /= 2) {
-        if (v->itemsize % u || (v->ptr % (uintptr_t)u && n)) continue;
-        int ok = 1;
-        for (int i = 0; i < v->ndim && ok; i++) ok = v->shape[i] <= 1 || v->strides[i] % u == 0;
-        if (ok) return u;
-    }
-    return 1;
+    uint64_t bits = 8 | (uint64_t)v->itemsize | (numel(v) ? (uint64_t)v->ptr : 0);
+    for (int i = 0; i < v->ndim; i++)
+        if (v->shape[i] > 1) bits |= (uint64_t)v->strides[i];
+    return (int)(bits & (0 - bits));
 }
 
 typedef struct { int ndim; int64_t shape[MAX_READ_DIMS + 1]; int64_t strides[2][MAX_READ_DIMS + 1]; } layout;
@@ -630,7 +673,9 @@ static int stream_of(int fw, sp_device dev, uintptr_t *out) {
     if (dev.type != SP_DEVICE_CUDA) return 0;
     PyObject *r = NULL;
     if (fw == FW_TORCH && torch_raw_stream) {
-        r = PyObject_CallFunction(torch_raw_stream, "i", (int)dev.ordinal);
+        PyObject *ord = PyLong_FromLong((long)dev.ordinal); /* a cached small int */
+        r = ord ? call1(torch_raw_stream, ord) : NULL;
+        Py_XDECREF(ord);
     } else if (fw == FW_TORCH || fw == FW_CUPY) {
         PyObject *h = hook(fw);
         r = h ? PyObject_CallMethod(h, "current_stream", "i", (int)dev.ordinal) : NULL;
@@ -740,10 +785,10 @@ static PyObject *cached_out(ws_cache *c, uintptr_t ptr, const view *x) {
         if (c->e[i].dtype != x->dtype || !same_obj(c->e[i].shape, x->shape_obj)) return NULL;
         /* Each read only while the previous ones agree. */
         PyObject *od = NULL, *os = NULL, *ot = NULL, *op = NULL;
-        int ok = (od = PyObject_GetAttr(o, s_dtype)) == x->dtype &&
-                 (os = PyObject_GetAttr(o, s_shape)) && same_obj(os, x->shape_obj) &&
-                 (ot = call0(o, s_stride)) && same_obj(ot, c->e[i].stride) &&
-                 (op = call0(o, s_data_ptr)) && PyLong_AsUnsignedLongLong(op) == ptr;
+        int ok = (od = tget(o, T_DTYPE)) == x->dtype &&
+                 (os = tget(o, T_SHAPE)) && same_obj(os, x->shape_obj) &&
+                 (ot = tget(o, T_STRIDE)) && same_obj(ot, c->e[i].stride) &&
+                 (op = tget(o, T_DATA_PTR)) && PyLong_AsUnsignedLongLong(op) == ptr;
         Py_XDECREF(od); Py_XDECREF(os); Py_XDECREF(ot); Py_XDECREF(op);
         PyErr_Clear();
         if (ok) { Py_INCREF(o); return o; }
@@ -756,7 +801,7 @@ static void cache_put(ws_cache *c, uintptr_t ptr, const view *x, PyObject *out) 
     Py_ssize_t i;
     for (i = 0; i < c->n && c->e[i].ptr != ptr; i++) {}
     if (i == SP_MAX_PAIRS_PER_LAUNCH) return;
-    PyObject *st = call0(out, s_stride);
+    PyObject *st = tget(out, T_STRIDE);
     if (!st) { PyErr_Clear(); return; }
     if (i == c->n) { c->n++; c->e[i].shape = c->e[i].stride = c->e[i].out = NULL; }
     c->e[i].ptr = ptr;
@@ -769,18 +814,21 @@ static void cache_put(ws_cache *c, uintptr_t ptr, const view *x, PyObject *out) 
 /* ---- pack ------------------------------------------------------------------ */
 
 /* n views ready for read_view (only their head cleared: the dim arrays
- * are filled by the read, and zeroing them would cost on every call). */
-static view *views_new(Py_ssize_t n) {
-    view *v = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(view));
+ * are filled by the read, and zeroing them would cost on every call): the
+ * caller's `local` array when n fits it (the usual few tensors, with no
+ * allocation on the per-call path), else allocated. */
+#define N_LOCAL_VIEWS 8
+static view *views_new(Py_ssize_t n, view *local) {
+    view *v = local && n <= N_LOCAL_VIEWS ? local : PyMem_Malloc((size_t)(n ? n : 1) * sizeof(view));
     if (!v) return (view *)PyErr_NoMemory();
     for (Py_ssize_t i = 0; i < n; i++) memset(&v[i], 0, offsetof(view, shape));
     return v;
 }
 
-static void views_free(view *v, Py_ssize_t n) {
+static void views_free(view *v, Py_ssize_t n, view *local) {
     if (!v) return;
     for (Py_ssize_t i = 0; i < n; i++) view_clear(&v[i]);
-    PyMem_Free(v);
+    if (v != local) PyMem_Free(v);
 }
 
 static PyObject *as_fast_list(PyObject *xs, const char *what) {
@@ -809,7 +857,7 @@ static int read_all(PyObject **items, Py_ssize_t n, view *v, int *fw_out, const 
             return -1;
         }
         fw0 = fw;
-        int r = read_view(items[i], fw, &v[i], dl_stream);
+        int r = read_view(items[i], fw, &v[i], dl_stream, 1);
         if (r < 0) return -1;
         if (r > 0) {
             char msg[640];
@@ -851,7 +899,7 @@ static int all_torch_contiguous(PyObject **items, Py_ssize_t n) {
     if (!torch_tensor) return 0; /* torch not seen yet: the general path sets it up */
     for (Py_ssize_t i = 0; i < n; i++) {
         if (!PyObject_TypeCheck(items[i], torch_tensor)) return 0;
-        PyObject *r = call0(items[i], s_is_contiguous);
+        PyObject *r = tget(items[i], T_IS_CONTIGUOUS);
         if (!r) { /* e.g. sparse layouts: leave them to the general path */
             PyErr_Clear();
             return 0;
@@ -872,7 +920,7 @@ static PyObject *py_pack(PyObject *self, PyObject *args) {
     Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
     PyObject **items = PySequence_Fast_ITEMS(fast);
     PyObject *result = NULL, *own_ws = NULL;
-    view *v = views_new(n + 1), *wv = v ? &v[n] : NULL;
+    view local[N_LOCAL_VIEWS], *v = views_new(n + 1, local), *wv = v ? &v[n] : NULL;
     sp_tensor in[SP_MAX_PAIRS_PER_LAUNCH], out[SP_MAX_PAIRS_PER_LAUNCH];
     int fw = -1;
     uintptr_t stream = 0;
@@ -927,7 +975,7 @@ static PyObject *py_pack(PyObject *self, PyObject *args) {
                      fw_names[fw], fw_names[wfw]);
         goto done;
     }
-    int r = read_view(ws, wfw, wv, stream);
+    int r = read_view(ws, wfw, wv, stream, 0);
     if (r < 0) goto done;
     if (r > 0) { char m[600]; snprintf(m, sizeof m, "workspace: %s", reason); raise_sp(SP_ERR_INVALID_ARGUMENT, m); goto done; }
     if (!is_dense(wv) || wv->readonly) {
@@ -970,7 +1018,7 @@ static PyObject *py_pack(PyObject *self, PyObject *args) {
         PyList_SET_ITEM(result, i, o);
     }
 done:
-    views_free(v, n + 1);
+    views_free(v, n + 1, local);
     Py_XDECREF(own_ws);
     Py_DECREF(fast);
     return result;
@@ -983,13 +1031,13 @@ static PyObject *py_workspace_bytes(PyObject *self, PyObject *xs) {
     if (!fast) return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(fast), m = 0;
     PyObject **items = PySequence_Fast_ITEMS(fast), *result = NULL;
-    view *v = views_new(1);
+    view *v = views_new(1, NULL);
     sp_tensor *in = PyMem_Calloc((size_t)(n ? n : 1), sizeof(sp_tensor));
     if (!v || !in) goto done;
     for (Py_ssize_t i = 0; i < n; i++) {
         int fw = framework_of(items[i]);
         if (fw < 0) goto done;
-        int r = read_view(items[i], fw, v, 0);
+        int r = read_view(items[i], fw, v, 0, 0);
         if (r == 0) r = to_tensor(v, &in[m]);
         view_clear(v);
         if (r < 0) goto done;
@@ -999,7 +1047,7 @@ static PyObject *py_workspace_bytes(PyObject *self, PyObject *xs) {
     int st = sp_pack_workspace_bytes(in, (size_t)m, &need);
     result = st == SP_OK ? PyLong_FromSize_t(need) : raise_status(st);
 done:
-    views_free(v, 1);
+    views_free(v, 1, NULL);
     PyMem_Free(in);
     Py_DECREF(fast);
     return result;
@@ -1010,13 +1058,16 @@ done:
 /* Copy srcs[i] into dsts[i], i < n, in one library call. */
 static PyObject *copy_pairs(PyObject **srcs, PyObject **dsts, Py_ssize_t n, PyObject *stream_arg,
                             const char *what) {
-    view *v = views_new(2 * n);
-    sp_copy_pair *pairs = PyMem_Calloc((size_t)(n ? n : 1), sizeof(sp_copy_pair));
+    view local[N_LOCAL_VIEWS], *v = views_new(2 * n, local);
+    sp_copy_pair local_pairs[N_LOCAL_VIEWS / 2]; /* each filled whole by pair_tensors */
+    sp_copy_pair *pairs = n <= N_LOCAL_VIEWS / 2 ? local_pairs
+                                                 : PyMem_Malloc((size_t)(n ? n : 1) * sizeof(sp_copy_pair));
     PyObject *result = NULL;
     int stream_fw = -1;
     sp_device stream_dev = sp_cpu();
     uintptr_t stream = 0;
-    if (!v || !pairs) goto done;
+    if (!v) goto done;
+    if (!pairs) { PyErr_NoMemory(); goto done; }
     if (stream_arg != Py_None) {
         stream = (uintptr_t)PyLong_AsUnsignedLongLong(stream_arg);
         if (PyErr_Occurred()) goto done;
@@ -1026,7 +1077,7 @@ static PyObject *copy_pairs(PyObject **srcs, PyObject **dsts, Py_ssize_t n, PyOb
             PyObject *x = side ? dsts[i] : srcs[i];
             int fw = framework_of(x);
             if (fw < 0) goto done;
-            int r = read_view(x, fw, &v[2 * i + side], stream);
+            int r = read_view(x, fw, &v[2 * i + side], stream, 1);
             if (r < 0) goto done;
             if (r > 0) {
                 char m[640];
@@ -1070,8 +1121,8 @@ static PyObject *copy_pairs(PyObject **srcs, PyObject **dsts, Py_ssize_t n, PyOb
     result = Py_None;
     Py_INCREF(result);
 done:
-    views_free(v, 2 * n);
-    PyMem_Free(pairs);
+    views_free(v, 2 * n, local);
+    if (pairs != local_pairs) PyMem_Free(pairs);
     return result;
 }
 
@@ -1132,13 +1183,13 @@ static PyObject *py_pack_into(PyObject *self, PyObject *args) {
 /* readable(x): None when the binding can hand x to the library, else why not. */
 static PyObject *py_readable(PyObject *self, PyObject *x) {
     (void)self;
-    view *v = views_new(1);
+    view *v = views_new(1, NULL);
     if (!v) return NULL;
     int fw = framework_of(x);
-    int r = fw < 0 ? -1 : read_view(x, fw, v, 0);
+    int r = fw < 0 ? -1 : read_view(x, fw, v, 0, 0);
     sp_tensor t;
     if (r == 0) r = to_tensor(v, &t);
-    views_free(v, 1);
+    views_free(v, 1, NULL);
     if (r < 0) return NULL;
     if (r == 0) Py_RETURN_NONE;
     return PyUnicode_FromString(reason);
@@ -1153,10 +1204,10 @@ static PyObject *py_describe(PyObject *self, PyObject *args) {
     PyObject *x;
     int via_dlpack = 0;
     if (!PyArg_ParseTuple(args, "O|p", &x, &via_dlpack)) return NULL;
-    view *v = views_new(1);
+    view *v = views_new(1, NULL);
     if (!v) return NULL;
     int fw = via_dlpack ? FW_DLPACK : framework_of(x);
-    int r = fw < 0 ? -1 : read_view(x, fw, v, 0);
+    int r = fw < 0 ? -1 : read_view(x, fw, v, 0, 0);
     PyObject *res = NULL;
     if (r > 0) PyErr_Format(PyExc_ValueError, "unsupported: %s", reason);
     if (r == 0) {
@@ -1172,7 +1223,7 @@ static PyObject *py_describe(PyObject *self, PyObject *args) {
         Py_XDECREF(shape);
         Py_XDECREF(strides);
     }
-    views_free(v, 1);
+    views_free(v, 1, NULL);
     return res;
 }
 
@@ -1223,7 +1274,7 @@ static PyObject *py_kda(PyObject *self, PyObject *args) {
         a.workspace = (void *)(uintptr_t)addr;
         a.workspace_bytes = (size_t)bytes;
     }
-    view *v = views_new(N_KDA);
+    view *v = views_new(N_KDA, NULL);
     PyObject *result = NULL;
     int fw0 = -1;
     sp_device dev = sp_cpu();
@@ -1234,7 +1285,7 @@ static PyObject *py_kda(PyObject *self, PyObject *args) {
         if (x == Py_None) continue;
         int fw = framework_of(x);
         if (fw < 0) goto done;
-        int r = read_view(x, fw, &v[i], 0);
+        int r = read_view(x, fw, &v[i], 0, 0);
         if (r < 0) goto done;
         char m[600];
         if (r > 0) { snprintf(m, sizeof m, "%s: %s", kda_names[i], reason); raise_sp(SP_ERR_UNSUPPORTED, m); goto done; }
@@ -1283,7 +1334,7 @@ static PyObject *py_kda(PyObject *self, PyObject *args) {
     result = Py_None;
     Py_INCREF(result);
 done:
-    views_free(v, N_KDA);
+    views_free(v, N_KDA, NULL);
     return result;
 }
 

@@ -3,8 +3,9 @@ GPU: the extension's direct read of torch tensors (checked against their
 DLPack export), repeated calls into one workspace (a repeat copies what the
 inputs hold now, reuses untouched outputs, notices a caller's change to an
 output's metadata, and keeps no dropped workspace alive), pack_into, the
-autograd and lazy negation / conjugation fallbacks, and, with torch >= 2.4,
-the custom ops under torch.compile (backend aot_eager: no compiler needed).
+autograd and lazy negation / conjugation fallbacks, tensor subclasses, and,
+with torch >= 2.4, the custom ops under torch.compile (backend aot_eager: no
+compiler needed).
 Exits 77 when torch is not importable."""
 
 import gc
@@ -246,6 +247,24 @@ class Reading(unittest.TestCase):
             self.assertEqual(a[1], b[1])
             self.assertEqual([s for s, n in zip(a[2], a[1]) if n > 1],
                              [s for s, n in zip(b[2], b[1]) if n > 1])
+
+    def test_subclasses_read_as_plain_tensors(self):
+        # A plain torch.Tensor is read through the getters and methods the
+        # extension resolved once; any other type through the attribute
+        # lookup. Both reads must agree, and a pack of either is the same.
+        class Sub(torch.Tensor):
+            pass
+        gen = torch.Generator().manual_seed(9)
+        xs, _ = k3_like(gen, T=16, H=2)
+        for wrap in (lambda x: x.as_subclass(Sub),
+                     lambda x: torch.nn.Parameter(x, requires_grad=False)):
+            ys = [wrap(x) for x in xs]
+            for x, y in zip(xs, ys):
+                self.assertIsNot(type(y), torch.Tensor)
+                self.assertEqual(_native.describe(y), _native.describe(x))
+            ws = torch.empty(sp.workspace_bytes(ys), dtype=torch.uint8)
+            for x, o in zip(xs, sp.pack(ys, workspace=ws)):
+                self.assertTrue(bits_equal(o, x))
 
     def test_complex_moves_as_words(self):
         c = torch.randn(6, 10, dtype=torch.complex64)[:, ::3]
