@@ -69,6 +69,14 @@ static inline const ts_mem *ts_mem_or_skip(const char *name) {
     return m;
 }
 
+/* The name ctest knows a test body by: `base` on host memory, `base`_gpu on
+ * the device (sp_add_backend_test builds both). */
+static inline const char *ts_mem_test_name(const ts_mem *m, const char *base) {
+    static char name[96];
+    snprintf(name, sizeof name, "%s%s", base, m->device.type == SP_DEVICE_CUDA ? "_gpu" : "");
+    return name;
+}
+
 /* ---- the arena --------------------------------------------------------------- */
 #define TS_ARENA_GAP 256 /* poisoned bytes before and after every buffer */
 

@@ -190,6 +190,5 @@ int main(void) {
         test_scalars(&r, &a, &ts_float_patterns[i]);
     }
     ts_arena_free(&a);
-    return sp_test_finish(M->device.type == SP_DEVICE_CUDA ? "test_bitpatterns_gpu"
-                                                           : "test_bitpatterns");
+    return sp_test_finish(ts_mem_test_name(M, "test_bitpatterns"));
 }

@@ -295,6 +295,5 @@ int main(void) {
     test_fixed(&r, &a);
     test_random(&r, &a);
     ts_arena_free(&a);
-    return sp_test_finish(M->device.type == SP_DEVICE_CUDA ? "test_copy_batch_gpu"
-                                                           : "test_copy_batch");
+    return sp_test_finish(ts_mem_test_name(M, "test_copy_batch"));
 }

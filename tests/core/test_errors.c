@@ -489,5 +489,5 @@ int main(void) {
     test_pack_errors(&r);
     test_null_data(&r);
     ts_arena_free(&A);
-    return sp_test_finish(M->device.type == SP_DEVICE_CUDA ? "test_errors_gpu" : "test_errors");
+    return sp_test_finish(ts_mem_test_name(M, "test_errors"));
 }

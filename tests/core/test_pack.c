@@ -224,5 +224,5 @@ int main(void) {
     test_fixed(&r, &a);
     test_random(&r, &a);
     ts_arena_free(&a);
-    return sp_test_finish(M->device.type == SP_DEVICE_CUDA ? "test_pack_gpu" : "test_pack");
+    return sp_test_finish(ts_mem_test_name(M, "test_pack"));
 }
