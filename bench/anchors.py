@@ -10,13 +10,17 @@ projection). Arms:
   torch4       four .copy_ into preallocated dense tensors
   torch4_graph the same four copies captured in a CUDA graph
   sp_eager     stridepack.pack through the Python binding (one launch; none
-               when every input is already dense, as at T=1); its host
-               time per call is reported as sp_eager_host_us
+               when every input is already dense, as at T=1)
   sp_graph     the same pack captured in a CUDA graph
   triton       a one-launch Triton kernel written for this comparison
 Each arm is checked bit for bit (int16 views) against .contiguous() on
 poisoned outputs first, then timed: CUDA events around each call, median of
 --reps after --warmup calls. Bandwidth counts bytes read + written.
+Host time per call (host_us of each arm): the wall time of one call with
+the GPU idle (synchronized before each), i.e. where the GPU is not the
+bottleneck: the least of the medians of 5 blocks of --host-calls / 5 calls. sp_eager_host_us repeats
+the sp_eager arm's; sp_eager_host_us_in_a_row is the wall time of 200
+pack calls issued back to back, divided by 200 (the GPU works meanwhile).
 
 Run: PYTHONPATH=build/python python3 bench/anchors.py --json results.json
      (PYTHONPATH=python also works: the package then takes the extension
@@ -102,6 +106,23 @@ def time_ms(fn, warmup, reps):
     return statistics.median(a.elapsed_time(b) for a, b in zip(starts, ends))
 
 
+def host_us(fn, calls, blocks=5):
+    """Host wall time of one call of fn with the GPU idle before it: the
+    median of each of `blocks` blocks of calls // blocks calls, the least
+    of those medians (a block that met other work on the host is dropped)."""
+    medians = []
+    for _ in range(blocks):
+        us = []
+        for _ in range(max(calls // blocks, 1)):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            fn()
+            us.append((time.perf_counter() - t0) * 1e6)
+        medians.append(statistics.median(us))
+    torch.cuda.synchronize()
+    return min(medians)
+
+
 def capture(fn):
     """(graph, what fn returned during capture); fn warmed up first on a
     side stream, as torch asks."""
@@ -120,7 +141,7 @@ def bits_equal(a, b):
     return a.shape == b.shape and torch.equal(a.view(torch.int16), b.view(torch.int16))
 
 
-def run_layout(name, T, H, warmup, reps):
+def run_layout(name, T, H, warmup, reps, host_calls):
     P = H * 128
     gen = torch.Generator(device=DEV).manual_seed(T * 1000 + H)
 
@@ -178,13 +199,13 @@ def run_layout(name, T, H, warmup, reps):
     passes = stridepack.copy_pass_count()
     sp_pack()
     launches = stridepack.copy_pass_count() - passes
-    # Host time of one eager pack call (the binding's Python plus the
-    # library's launch), apart from the GPU time the events measure.
+    # Host time of pack calls issued back to back (the binding's Python plus
+    # the library's launch, the GPU working meanwhile).
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     for _ in range(200):
         sp_pack()
-    host_us = (time.perf_counter() - t0) / 200 * 1e6
+    in_a_row_us = (time.perf_counter() - t0) / 200 * 1e6
     torch.cuda.synchronize()
     results = {}
     for arm, (fn, once) in prepare().items():
@@ -194,7 +215,8 @@ def run_layout(name, T, H, warmup, reps):
                 torch.cuda.synchronize()
                 if not all(bits_equal(o, r) for o, r in zip(outs, refs)):
                     raise RuntimeError("output differs from .contiguous()")
-            results[arm] = {"ms": time_ms(fn, warmup, reps)}
+            results[arm] = {"ms": time_ms(fn, warmup, reps),
+                            "host_us": round(host_us(fn, host_calls), 2)}
         except Exception as e:  # one broken arm must not hide the others
             results[arm] = {"error": f"{type(e).__name__}: {e}"}
     limit = results["limit"]["ms"]
@@ -206,7 +228,8 @@ def run_layout(name, T, H, warmup, reps):
     return {"layout": name, "T": T, "H": H,
             "inputs": "q,k,v column slices of [T,3P]; beta column 128 of [T,128+H]; bf16",
             "payload_bytes": payload, "sp_launches_per_pack": launches,
-            "sp_eager_host_us": round(host_us, 1), "arms": results}
+            "sp_eager_host_us": results["sp_eager"].get("host_us"),
+            "sp_eager_host_us_in_a_row": round(in_a_row_us, 2), "arms": results}
 
 
 def main():
@@ -214,27 +237,38 @@ def main():
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--reps", type=int, default=100)
+    ap.add_argument("--host-calls", type=int, default=1000)
     args = ap.parse_args()
     if not torch.cuda.is_available() or not stridepack.cuda_available():
         sys.exit("anchors.py needs a CUDA device and a libstridepack with CUDA")
     meta = {"device": torch.cuda.get_device_name(), "date": datetime.date.today().isoformat(),
             "torch": torch.__version__, "triton": triton.__version__ if triton else None,
             "stridepack": stridepack.version(),
-            "timing": f"CUDA events per call, median of {args.reps} after {args.warmup} warm-up"}
+            "timing": f"CUDA events per call, median of {args.reps} after {args.warmup} warm-up; "
+                      f"host_us: least median of 5 blocks of {args.host_calls // 5} single calls, "
+                      "GPU idle before each"}
     results = []
     for name, T, H in LAYOUTS:
-        r = run_layout(name, T, H, args.warmup, args.reps)
+        r = run_layout(name, T, H, args.warmup, args.reps, args.host_calls)
         r.update(meta)
         results.append(r)
         torch.cuda.empty_cache()
     arms = list(results[0]["arms"])
-    print(f"{meta['device']}, {meta['date']}, {meta['timing']}; ms (share of the limit)")
+    print(f"{meta['device']}, {meta['date']}, {meta['timing']}")
+    print("GPU ms per call (share of the limit)")
     print("| layout | MB | " + " | ".join(arms) + " |")
     print("|---|---:|" + "---:|" * len(arms))
     for r in results:
         cells = [f"{r['arms'][a]['ms']:.4f} ({r['arms'][a]['share_of_limit']:.2f})"
                  if "ms" in r["arms"].get(a, {}) else "error" for a in arms]
         print(f"| {r['layout']} | {r['payload_bytes'] / 1e6:.2f} | " + " | ".join(cells) + " |")
+    print("host us per call (GPU idle before each call); sp_eager back to back last")
+    print("| layout | " + " | ".join(arms) + " | sp_eager in a row |")
+    print("|---|" + "---:|" * (len(arms) + 1))
+    for r in results:
+        cells = [f"{r['arms'][a]['host_us']:.1f}" if "host_us" in r["arms"].get(a, {}) else "error"
+                 for a in arms]
+        print(f"| {r['layout']} | " + " | ".join(cells) + f" | {r['sp_eager_host_us_in_a_row']:.1f} |")
     text = json.dumps(results, indent=1)
     print(text)
     if args.json:

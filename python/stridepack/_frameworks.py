@@ -59,6 +59,19 @@ class Torch:
         return u8.view(like.dtype).view(like.shape).detach(), True
 
     @staticmethod
+    def probes():
+        """CPU tensors on which the extension checks, once, that its direct
+        reads of torch's C shim agree with the attribute reads: several
+        dtypes, storage offsets, negative-free but permuted and sliced
+        strides, sizes of 0 and 1."""
+        torch = sys.modules["torch"]
+        base = torch.zeros(4, 6, 10, dtype=torch.bfloat16)
+        return [base, base[1:, 2:, ::3], base.transpose(0, 2)[:, 1:],
+                torch.zeros(3, 5, dtype=torch.float32)[:, 1:4].t(),
+                torch.zeros(7, dtype=torch.int64)[2:], torch.zeros(0, 3, dtype=torch.uint8),
+                torch.zeros(1, 9, 1, dtype=torch.float16)[:, 1::2]]
+
+    @staticmethod
     def empty_bytes(n, device):
         torch = sys.modules["torch"]
         dev = torch.device("cuda", device[1]) if device[0] == 1 else "cpu"

@@ -19,6 +19,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* The binding exposes the test hooks (copy pass count, boundary copies) to
@@ -28,6 +29,8 @@
 #endif
 #include "stridepack.h"
 #include "stridepack_kda.h"
+
+#include "_torch_direct.h"
 
 #define MAX_READ_DIMS 64 /* NumPy allows 64; more is refused as unsupported */
 #define N_CACHES 4       /* workspaces whose torch outputs are kept */
@@ -45,9 +48,8 @@ typedef struct view {
     int readonly;
     int requires_grad;
     int fw;
-    PyObject *keep;      /* a DLPack capsule to hold while in use, or NULL */
-    PyObject *dtype;     /* torch: the dtype object (a module constant) */
-    PyObject *shape_obj; /* torch: the torch.Size, owned */
+    PyObject *keep;  /* a DLPack capsule to hold while in use, or NULL */
+    PyObject *dtype; /* torch: the dtype object (a module constant) */
     /* last: read_view clears only what comes before */
     int64_t shape[MAX_READ_DIMS];
     int64_t strides[MAX_READ_DIMS];
@@ -64,13 +66,18 @@ static char reason[512];          /* why the last read was unsupported */
 static PyObject *s_dtype, *s_layout, *s_is_neg, *s_is_conj, *s_is_cuda, *s_is_cpu,
     *s_get_device, *s_data_ptr, *s_shape, *s_stride, *s_requires_grad, *s_element_size,
     *s_array_interface, *s_data, *s_strides, *s_typestr, *s_dlpack, *s_dlpack_device,
-    *s_stream, *s_name, *s_out, *s_is_contiguous;
+    *s_stream, *s_name, *s_out, *s_is_contiguous, *s_cdata, *s_probes;
 
 /* torch, found in sys.modules when first seen (never imported here). */
 static PyTypeObject *torch_tensor;
 static PyObject *torch_strided, *torch_grad_enabled, *torch_raw_stream;
-static struct { PyObject *dtype; int sp; int size; } torch_dtypes[16];
+static struct { PyObject *dtype; int sp; int size; int32_t code; } torch_dtypes[16];
 static int n_torch_dtypes;
+/* Whether torch tensors are read through libtorch's C shim (_torch_direct.h)
+ * rather than attribute by attribute: set when torch is first seen, after
+ * both ways agreed on the probe tensors; STRIDEPACK_TORCH_DIRECT=0 keeps it
+ * off. */
+static int direct;
 static PyTypeObject *numpy_ndarray, *cupy_ndarray;
 
 static PyObject *call0(PyObject *o, PyObject *name) {
@@ -94,12 +101,12 @@ static PyObject *call1(PyObject *f, PyObject *arg) {
  * calls the descriptor found then, without the attribute lookup on every
  * read (a pack of four views makes about fifty); a subclass, or a name
  * torch.Tensor does not define as a C getter or method, takes the lookup. */
-enum { T_DTYPE, T_SHAPE, T_IS_CUDA, T_IS_CPU, T_REQUIRES_GRAD, T_IS_NEG, T_STRIDE, T_DATA_PTR,
-       T_GET_DEVICE, T_IS_CONTIGUOUS, T_COUNT };
+enum { T_DTYPE, T_SHAPE, T_IS_CUDA, T_IS_CPU, T_REQUIRES_GRAD, T_CDATA, T_IS_NEG, T_STRIDE,
+       T_DATA_PTR, T_GET_DEVICE, T_IS_CONTIGUOUS, T_COUNT };
 static PyObject **const t_names[T_COUNT] = {&s_dtype, &s_shape, &s_is_cuda, &s_is_cpu,
-                                            &s_requires_grad, &s_is_neg, &s_stride, &s_data_ptr,
-                                            &s_get_device, &s_is_contiguous};
-static const char t_is_method[T_COUNT] = {0, 0, 0, 0, 0, 1, 1, 1, 1, 1};
+                                            &s_requires_grad, &s_cdata, &s_is_neg, &s_stride,
+                                            &s_data_ptr, &s_get_device, &s_is_contiguous};
+static const char t_is_method[T_COUNT] = {0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1};
 static PyObject *t_descr[T_COUNT]; /* NULL: look the name up */
 
 /* x.<attribute a>, or x.<method a>() (a new reference, NULL on error). */
@@ -156,6 +163,50 @@ static PyObject *find_type(const char *mod, const char *attr) {
     return m ? PyObject_GetAttrString(m, attr) : NULL;
 }
 
+/* What read_torch reads: RD_GRAD requires_grad too (the inputs of a copy;
+ * a workspace's does not matter), RD_NO_NEG not the lazy negation and
+ * conjugation bits (a tensor the binding built itself), RD_ATTRS the
+ * attributes even where the direct reads are on (the probe check). */
+enum { RD_GRAD = 1, RD_NO_NEG = 2, RD_ATTRS = 4 };
+
+static int read_torch(PyObject *x, view *v, int flags);
+static PyObject *hook(int fw);
+
+static int same_view(const view *a, const view *b) {
+    return a->ptr == b->ptr && a->ndim == b->ndim && a->itemsize == b->itemsize &&
+           a->exact == b->exact && a->dtype == b->dtype && a->device.type == b->device.type &&
+           a->device.ordinal == b->device.ordinal &&
+           !memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim) &&
+           !memcmp(a->strides, b->strides, sizeof(int64_t) * (size_t)a->ndim);
+}
+
+/* 1 when the direct reads give what the attribute reads give for each of
+ * the torch hook's probe tensors (views of several dtypes, offsets and
+ * stride orders), so that they may replace them; 0 otherwise, or when
+ * STRIDEPACK_TORCH_DIRECT=0 or there are no probes. Runs once. */
+static int direct_agrees(void) {
+    const char *env = getenv("STRIDEPACK_TORCH_DIRECT");
+    if ((env && !strcmp(env, "0")) || !t_descr[T_CDATA] || !frameworks) return 0;
+    PyObject *h = hook(FW_TORCH);
+    PyObject *probes = h ? PyObject_CallMethodNoArgs(h, s_probes) : NULL;
+    PyObject *fast = probes ? PySequence_Fast(probes, "probes") : NULL;
+    int ok = fast && PySequence_Fast_GET_SIZE(fast) > 0;
+    for (Py_ssize_t i = 0; ok && i < PySequence_Fast_GET_SIZE(fast); i++) {
+        PyObject *x = PySequence_Fast_GET_ITEM(fast, i);
+        view a, b;
+        memset(&a, 0, offsetof(view, shape));
+        memset(&b, 0, offsetof(view, shape));
+        direct = 1;
+        ok = Py_TYPE(x) == torch_tensor && read_torch(x, &a, RD_GRAD) == 0 &&
+             read_torch(x, &b, RD_GRAD | RD_ATTRS) == 0 && same_view(&a, &b);
+        direct = 0;
+    }
+    Py_XDECREF(fast);
+    Py_XDECREF(probes);
+    PyErr_Clear();
+    return ok;
+}
+
 static int init_torch(void) {
     static const struct { const char *name; int sp, size; } names[] = {
         {"bool", SP_BOOL, 1},      {"uint8", SP_U8, 1},      {"int8", SP_I8, 1},
@@ -177,16 +228,19 @@ static int init_torch(void) {
     torch_raw_stream = cc ? PyObject_GetAttrString(cc, "_cuda_getCurrentRawStream") : NULL;
     Py_XDECREF(cc);
     PyErr_Clear();
+    const int shim = td_load();
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         PyObject *d = PyObject_GetAttrString(torch, names[i].name);
         if (!d) { PyErr_Clear(); continue; }
         torch_dtypes[n_torch_dtypes].dtype = d;
         torch_dtypes[n_torch_dtypes].sp = names[i].sp;
         torch_dtypes[n_torch_dtypes].size = names[i].size;
+        torch_dtypes[n_torch_dtypes].code = shim ? td_dtype_code(names[i].name) : -1;
         n_torch_dtypes++;
     }
     resolve_tensor_attrs((PyTypeObject *)t);
     torch_tensor = (PyTypeObject *)t;
+    direct = shim && direct_agrees();
     return 0;
 }
 
@@ -214,7 +268,6 @@ static int framework_of(PyObject *x) {
 
 static void view_clear(view *v) {
     Py_CLEAR(v->keep);
-    Py_CLEAR(v->shape_obj);
     v->dtype = NULL;
 }
 
@@ -268,14 +321,9 @@ static int64_t int_of(PyObject *r) {
 }
 
 /* The attributes read are the fewest that describe the view; each is a
- * Python-level call, so every one counts on the eager path (requires_grad
- * only when `grad`: a workspace's does not matter). */
-static int read_torch(PyObject *x, view *v, int grad) {
+ * Python-level call, so every one counts on the eager path. */
+static int read_torch_attrs(PyObject *x, view *v, int flags) {
     int b;
-    /* A lazy negation or conjugation is a flag on the view, not in its
-     * memory: copying bits would drop it. */
-    if ((b = bool_attr(x, T_IS_NEG)) != 0) return b < 0 ? -1 :
-        unsupported("%s", "the view has torch's lazy negation or conjugation bit set");
     PyObject *dt = tget(x, T_DTYPE);
     if (!dt) return -1;
     Py_DECREF(dt); /* dtypes are module constants */
@@ -289,7 +337,7 @@ static int read_torch(PyObject *x, view *v, int grad) {
         }
     if (v->exact < 0) {
         /* Only other dtypes (complex ones) can carry the conjugation bit. */
-        PyObject *conj = call0(x, s_is_conj);
+        PyObject *conj = flags & RD_NO_NEG ? (Py_INCREF(Py_False), Py_False) : call0(x, s_is_conj);
         if (!conj) return -1;
         b = PyObject_IsTrue(conj);
         Py_DECREF(conj);
@@ -308,7 +356,7 @@ static int read_torch(PyObject *x, view *v, int grad) {
         if (!b) return unsupported("%s", "a torch device other than CPU and CUDA");
         v->device = sp_cpu();
     }
-    if (grad && (v->requires_grad = bool_attr(x, T_REQUIRES_GRAD)) < 0) return -1;
+    if ((flags & RD_GRAD) && (v->requires_grad = bool_attr(x, T_REQUIRES_GRAD)) < 0) return -1;
     PyObject *st = tget(x, T_STRIDE);
     if (!st) {
         /* Sparse, MKL-DNN and other layouts have no strides. */
@@ -324,10 +372,57 @@ static int read_torch(PyObject *x, view *v, int grad) {
     PyObject *p = tget(x, T_DATA_PTR);
     v->ptr = p ? (uintptr_t)PyLong_AsUnsignedLongLong(p) : 0;
     Py_XDECREF(p);
-    v->shape_obj = PyErr_Occurred() ? NULL : tget(x, T_SHAPE);
-    int r = v->shape_obj ? read_dims(v, v->shape_obj, st, v->itemsize) : -1;
+    PyObject *shape = PyErr_Occurred() ? NULL : tget(x, T_SHAPE);
+    int r = shape ? read_dims(v, shape, st, v->itemsize) : -1;
+    Py_XDECREF(shape);
     Py_DECREF(st);
     return r;
+}
+
+/* The same through libtorch's C shim: one attribute read (the TensorImpl's
+ * address) and requires_grad where autograd records. 0 done, -1 error, 1
+ * when the attribute reads must do it (a dtype or device the table lacks,
+ * a layout without strides: they also give the right error). */
+static int read_torch_direct(PyObject *x, view *v, int flags) {
+    PyObject *c = tget(x, T_CDATA);
+    uintptr_t impl = c ? (uintptr_t)PyLong_AsVoidPtr(c) : 0;
+    Py_XDECREF(c);
+    td_meta m;
+    if (!impl || td_describe(impl, &m) < 0 || m.device == TD_OTHER || m.ndim > MAX_READ_DIMS) {
+        PyErr_Clear();
+        return 1;
+    }
+    int k = 0;
+    while (k < n_torch_dtypes && torch_dtypes[k].code != m.dtype) k++;
+    if (k == n_torch_dtypes) return 1;
+    v->dtype = torch_dtypes[k].dtype;
+    v->exact = torch_dtypes[k].sp;
+    v->itemsize = torch_dtypes[k].size;
+    v->device = m.device == TD_CUDA ? sp_cuda(m.device_index) : sp_cpu();
+    v->ptr = m.data;
+    v->ndim = (int)m.ndim;
+    for (int i = 0; i < v->ndim; i++) {
+        v->shape[i] = m.sizes[i];
+        v->strides[i] = m.strides[i] * v->itemsize;
+    }
+    /* Autograd records nothing with grad mode off (no_grad, inference_mode). */
+    if ((flags & RD_GRAD) && td_grad_enabled() != 0 &&
+        (v->requires_grad = bool_attr(x, T_REQUIRES_GRAD)) < 0)
+        return -1;
+    return 0;
+}
+
+static int read_torch(PyObject *x, view *v, int flags) {
+    int b;
+    /* A lazy negation or conjugation is a flag on the view, not in its
+     * memory: copying bits would drop it. */
+    if (!(flags & RD_NO_NEG) && (b = bool_attr(x, T_IS_NEG)) != 0) return b < 0 ? -1 :
+        unsupported("%s", "the view has torch's lazy negation or conjugation bit set");
+    if (direct && !(flags & RD_ATTRS) && Py_TYPE(x) == torch_tensor) {
+        int r = read_torch_direct(x, v, flags);
+        if (r <= 0) return r;
+    }
+    return read_torch_attrs(x, v, flags);
 }
 
 static int exact_of_typestr(PyObject *x, const char *ts, int64_t size) {
@@ -511,13 +606,13 @@ static int read_dlpack(PyObject *x, view *v, uintptr_t stream) {
 }
 
 /* Read x (of framework fw) into v: 0 done, 1 unsupported (reason set),
- * -1 Python error. `grad`: whether v->requires_grad is wanted. */
-static int read_view(PyObject *x, int fw, view *v, uintptr_t dl_stream, int grad) {
-    memset(v, 0, offsetof(view, shape)); /* the caller cleared keep and shape_obj */
+ * -1 Python error. `flags`: RD_* (torch only). */
+static int read_view(PyObject *x, int fw, view *v, uintptr_t dl_stream, int flags) {
+    memset(v, 0, offsetof(view, shape)); /* the caller cleared keep */
     v->exact = -1;
     v->fw = fw;
     switch (fw) {
-    case FW_TORCH: return read_torch(x, v, grad);
+    case FW_TORCH: return read_torch(x, v, flags);
     case FW_NUMPY: return read_numpy(x, v);
     default: return read_dlpack(x, v, dl_stream);
     }
@@ -672,6 +767,7 @@ static int stream_of(int fw, sp_device dev, uintptr_t *out) {
     *out = 0;
     if (dev.type != SP_DEVICE_CUDA) return 0;
     PyObject *r = NULL;
+    if (fw == FW_TORCH && direct && td_cuda_stream((int)dev.ordinal, out) == 0) return 0;
     if (fw == FW_TORCH && torch_raw_stream) {
         PyObject *ord = PyLong_FromLong((long)dev.ordinal); /* a cached small int */
         r = ord ? call1(torch_raw_stream, ord) : NULL;
@@ -729,21 +825,23 @@ static const char *device_name(sp_device d, char *buf, size_t n) {
  * the torch hook built directly on the workspace's storage (no reference to
  * the workspace tensor itself), and dropped when the workspace tensor dies
  * (a weak reference), so a dropped workspace is freed. */
+#define CACHE_DIMS 8 /* outputs of more dims are built anew each call */
 typedef struct {
     PyObject *ref; /* weakref to the workspace, NULL when the slot is free */
     Py_ssize_t n;
-    struct { uintptr_t ptr; PyObject *dtype, *shape, *stride, *out; } e[SP_MAX_PAIRS_PER_LAUNCH];
+    struct {
+        uintptr_t ptr;
+        PyObject *dtype, *out;
+        int ndim;
+        int64_t shape[CACHE_DIMS], strides[CACHE_DIMS]; /* the output's, strides in bytes */
+    } e[SP_MAX_PAIRS_PER_LAUNCH];
 } ws_cache;
 static ws_cache caches[N_CACHES];
 static int next_cache;
 static PyObject *cache_drop_fn;
 
 static void cache_clear(ws_cache *c) {
-    for (Py_ssize_t i = 0; i < c->n; i++) {
-        Py_CLEAR(c->e[i].shape);
-        Py_CLEAR(c->e[i].stride);
-        Py_CLEAR(c->e[i].out);
-    }
+    for (Py_ssize_t i = 0; i < c->n; i++) Py_CLEAR(c->e[i].out);
     c->n = 0;
     Py_CLEAR(c->ref);
 }
@@ -776,22 +874,28 @@ static ws_cache *cache_for(PyObject *ws) {
     return c;
 }
 
-static int same_obj(PyObject *a, PyObject *b) { return a == b || PyObject_RichCompareBool(a, b, Py_EQ) == 1; }
+/* out's layout, read as an input's (without the negation bits: the torch
+ * hook built it); 0 when read, else nothing is left pending. */
+static int read_out(PyObject *out, view *o) {
+    memset(o, 0, offsetof(view, shape));
+    int r = read_torch(out, o, RD_NO_NEG); /* holds no reference: nothing to clear */
+    PyErr_Clear();
+    return r;
+}
 
 static PyObject *cached_out(ws_cache *c, uintptr_t ptr, const view *x) {
     for (Py_ssize_t i = 0; i < c->n; i++) {
         if (c->e[i].ptr != ptr) continue;
-        PyObject *o = c->e[i].out;
-        if (c->e[i].dtype != x->dtype || !same_obj(c->e[i].shape, x->shape_obj)) return NULL;
-        /* Each read only while the previous ones agree. */
-        PyObject *od = NULL, *os = NULL, *ot = NULL, *op = NULL;
-        int ok = (od = tget(o, T_DTYPE)) == x->dtype &&
-                 (os = tget(o, T_SHAPE)) && same_obj(os, x->shape_obj) &&
-                 (ot = tget(o, T_STRIDE)) && same_obj(ot, c->e[i].stride) &&
-                 (op = tget(o, T_DATA_PTR)) && PyLong_AsUnsignedLongLong(op) == ptr;
-        Py_XDECREF(od); Py_XDECREF(os); Py_XDECREF(ot); Py_XDECREF(op);
-        PyErr_Clear();
-        if (ok) { Py_INCREF(o); return o; }
+        const size_t dims = sizeof(int64_t) * (size_t)x->ndim;
+        if (c->e[i].dtype != x->dtype || c->e[i].ndim != x->ndim || memcmp(c->e[i].shape, x->shape, dims))
+            return NULL;
+        view o;
+        if (read_out(c->e[i].out, &o) == 0 && o.ptr == ptr && o.dtype == x->dtype &&
+            o.ndim == x->ndim && !memcmp(o.shape, x->shape, dims) &&
+            !memcmp(o.strides, c->e[i].strides, dims)) {
+            Py_INCREF(c->e[i].out);
+            return c->e[i].out;
+        }
         return NULL;
     }
     return NULL;
@@ -799,16 +903,18 @@ static PyObject *cached_out(ws_cache *c, uintptr_t ptr, const view *x) {
 
 static void cache_put(ws_cache *c, uintptr_t ptr, const view *x, PyObject *out) {
     Py_ssize_t i;
+    view o;
+    if (x->ndim > CACHE_DIMS || read_out(out, &o) != 0 || o.ndim > CACHE_DIMS) return;
     for (i = 0; i < c->n && c->e[i].ptr != ptr; i++) {}
     if (i == SP_MAX_PAIRS_PER_LAUNCH) return;
-    PyObject *st = tget(out, T_STRIDE);
-    if (!st) { PyErr_Clear(); return; }
-    if (i == c->n) { c->n++; c->e[i].shape = c->e[i].stride = c->e[i].out = NULL; }
+    if (i == c->n) { c->n++; c->e[i].out = NULL; }
     c->e[i].ptr = ptr;
     c->e[i].dtype = x->dtype;
-    Py_INCREF(x->shape_obj); Py_XSETREF(c->e[i].shape, x->shape_obj);
-    Py_XSETREF(c->e[i].stride, st);
-    Py_INCREF(out); Py_XSETREF(c->e[i].out, out);
+    c->e[i].ndim = o.ndim;
+    memcpy(c->e[i].shape, o.shape, sizeof(int64_t) * (size_t)o.ndim);
+    memcpy(c->e[i].strides, o.strides, sizeof(int64_t) * (size_t)o.ndim);
+    Py_INCREF(out);
+    Py_XSETREF(c->e[i].out, out);
 }
 
 /* ---- pack ------------------------------------------------------------------ */
@@ -1396,6 +1502,24 @@ static PyObject *py_copy_pass_count(PyObject *self, PyObject *unused) {
     (void)self; (void)unused;
     return PyLong_FromUnsignedLongLong(sp_copy_pass_count());
 }
+/* direct_reads(on=None) -> whether torch tensors are read through the C
+ * shim; on=False/True turns that off, or back on where the probe check
+ * passed (for tests that compare both ways). */
+static PyObject *py_direct_reads(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *on = Py_None;
+    if (!PyArg_ParseTuple(args, "|O", &on)) return NULL;
+    if (!torch_tensor && init_torch() < 0) return NULL;
+    static int agreed = -1;
+    if (agreed < 0) agreed = direct;
+    if (on != Py_None) {
+        int b = PyObject_IsTrue(on);
+        if (b < 0) return NULL;
+        direct = b && agreed;
+    }
+    return PyBool_FromLong(direct);
+}
+
 static PyObject *py_configure(PyObject *self, PyObject *fws) {
     (void)self;
     if (!PyList_Check(fws) || PyList_GET_SIZE(fws) != FW_COUNT)
@@ -1423,6 +1547,8 @@ static PyMethodDef methods[] = {
     METH("cuda_available", py_cuda_available, METH_NOARGS, "sp_cuda_available()"),
     METH("copy_pass_count", py_copy_pass_count, METH_NOARGS, "sp_copy_pass_count()"),
     METH("configure", py_configure, METH_O, "configure(frameworks): the framework hooks"),
+    METH("direct_reads", py_direct_reads, METH_VARARGS,
+         "direct_reads(on=None) -> whether torch tensors are read through torch's C shim"),
     {NULL, NULL, 0, NULL}};
 
 static PyMethodDef cache_drop_def = METH("_cache_drop", cache_drop, METH_O, "weakref callback");
@@ -1445,7 +1571,7 @@ PyMODINIT_FUNC PyInit__native(void) {
         {&s_data, "data"}, {&s_strides, "strides"}, {&s_typestr, "typestr"},
         {&s_dlpack, "__dlpack__"}, {&s_dlpack_device, "__dlpack_device__"},
         {&s_stream, "stream"}, {&s_name, "name"}, {&s_out, "out"},
-        {&s_is_contiguous, "is_contiguous"}};
+        {&s_is_contiguous, "is_contiguous"}, {&s_cdata, "_cdata"}, {&s_probes, "probes"}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!(*names[i].slot = PyUnicode_InternFromString(names[i].text))) return NULL;
     PyObject *errors = PyImport_ImportModule("stridepack._errors");

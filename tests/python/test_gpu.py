@@ -257,6 +257,41 @@ class DLPackPath(unittest.TestCase):
         self.assertTrue(bits_equal(dst.contiguous(), src.contiguous()))
 
 
+class DirectReads(unittest.TestCase):
+    def test_on_and_equal_to_attribute_reads(self):
+        # torch 2.6 and later export the C shim the binding reads tensors
+        # through; the eager host cost measured in bench/ depends on it.
+        major, minor = (int(p) for p in torch.__version__.split(".")[:2])
+        if (major, minor) < (2, 6):
+            self.skipTest(f"torch {torch.__version__}: the shim is not required before 2.6")
+        self.assertTrue(_native.direct_reads(), "torch's C shim was not taken into use")
+        gen = torch.Generator().manual_seed(12)
+        xs = sp_unittest.torch_views(torch, gen, 300, device=DEV)
+        xs += k3_views(torch.Generator(device=DEV).manual_seed(13), 33, 4)[0]
+        try:
+            for x in xs:
+                _native.direct_reads(True)
+                a = _native.describe(x)
+                _native.direct_reads(False)
+                self.assertEqual(a, _native.describe(x), f"{x.dtype} {x.shape} {x.stride()}")
+        finally:
+            _native.direct_reads(True)
+
+    def test_pack_the_same_both_ways(self):
+        gen = torch.Generator(device=DEV).manual_seed(14)
+        xs, _ = k3_views(gen, 77, 4)
+        ws = torch.empty(sp.workspace_bytes(xs), dtype=torch.uint8, device=DEV)
+        try:
+            for on in (True, False, True):
+                _native.direct_reads(on)
+                outs = sp.pack(xs, workspace=ws)
+                torch.cuda.synchronize()
+                for o, x in zip(outs, xs):
+                    self.assertTrue(bits_equal(o, x.contiguous()))
+        finally:
+            _native.direct_reads(True)
+
+
 class Errors(unittest.TestCase):
     def test_device_mismatch(self):
         a = torch.zeros(8, 16, device=DEV)

@@ -61,15 +61,30 @@ class Cache(unittest.TestCase):
             self.assertTrue(bits_equal(o, x), "a repeat returned the previous contents")
 
     def test_repeat_returns_new_objects(self):
+        # Each change a caller can make in place to an output's metadata
+        # (some leave torch's version counter alone) makes the next call
+        # build a new output.
         gen = torch.Generator().manual_seed(2)
         xs, _ = k3_like(gen)
         ws = torch.empty(sp.workspace_bytes(xs), dtype=torch.uint8)
-        o1 = sp.pack(xs, workspace=ws)[0]
-        o1.unsqueeze_(0)  # the caller's own view, changed in place
-        o2 = sp.pack(xs, workspace=ws)[0]
-        self.assertIsNot(o1, o2)
-        self.assertEqual(tuple(o2.shape), tuple(xs[0].shape))
-        self.assertTrue(bits_equal(o2, xs[0]))
+        changes = {
+            "unsqueeze_": lambda o: o.unsqueeze_(0),
+            "as_strided_ (same shape)": lambda o: o.as_strided_(o.shape, o.stride()[:-1] + (2,)),
+            "resize_ (same size)": lambda o: o.resize_(o.shape[1], o.shape[0], *o.shape[2:]),
+            "data = (same shape)": lambda o: setattr(o, "data", torch.empty_like(o)),
+            "data = (same memory, other strides)": lambda o: setattr(
+                o, "data", o.as_strided(o.shape, (7,) + o.stride()[1:])),
+        }
+        for name, change in changes.items():
+            with self.subTest(change=name):
+                o1 = sp.pack(xs, workspace=ws)[0]
+                self.assertIs(sp.pack(xs, workspace=ws)[0], o1)
+                change(o1)
+                o2 = sp.pack(xs, workspace=ws)[0]
+                self.assertIsNot(o1, o2)
+                self.assertEqual(tuple(o2.shape), tuple(xs[0].shape))
+                self.assertTrue(o2.is_contiguous())
+                self.assertTrue(bits_equal(o2, xs[0]))
 
     def test_dropped_workspace_is_freed(self):
         gen = torch.Generator().manual_seed(3)
@@ -236,6 +251,22 @@ class CustomOps(unittest.TestCase):
 
 
 class Reading(unittest.TestCase):
+    def test_direct_reads_match_attribute_reads(self):
+        # Where the torch in the process exports its C shim (torch 2), plain
+        # tensors are read through it; every view must read the same as
+        # through its attributes.
+        if not _native.direct_reads():
+            self.skipTest(f"torch {torch.__version__}: no usable C shim, attribute reads only")
+        gen = torch.Generator().manual_seed(11)
+        try:
+            for x in sp_unittest.torch_views(torch, gen, 400):
+                _native.direct_reads(True)
+                a = _native.describe(x)
+                _native.direct_reads(False)
+                self.assertEqual(a, _native.describe(x), f"{x.dtype} {x.shape} {x.stride()}")
+        finally:
+            _native.direct_reads(True)
+
     def test_direct_read_matches_dlpack(self):
         # Plain tensors are read through their own attributes; the DLPack
         # export of the same tensor must describe the same view.
