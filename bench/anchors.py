@@ -18,7 +18,10 @@ poisoned outputs first, then timed: CUDA events around each call, median of
 --reps after --warmup calls. Bandwidth counts bytes read + written.
 Host time per call (host_us of each arm): the wall time of one call with
 the GPU idle (synchronized before each), i.e. where the GPU is not the
-bottleneck: the least of the medians of 5 blocks of --host-calls / 5 calls. sp_eager_host_us repeats
+bottleneck. Measured after the GPU timing, in --host-rounds rounds over
+every layout and arm in turn (a host's speed drifts over seconds, so arms
+are interleaved): each round takes the median of --host-calls single calls
+of an arm; host_us is the least of its rounds' medians. sp_eager_host_us repeats
 the sp_eager arm's; sp_eager_host_us_in_a_row is the wall time of 200
 pack calls issued back to back, divided by 200 (the GPU works meanwhile).
 
@@ -106,21 +109,16 @@ def time_ms(fn, warmup, reps):
     return statistics.median(a.elapsed_time(b) for a, b in zip(starts, ends))
 
 
-def host_us(fn, calls, blocks=5):
-    """Host wall time of one call of fn with the GPU idle before it: the
-    median of each of `blocks` blocks of calls // blocks calls, the least
-    of those medians (a block that met other work on the host is dropped)."""
-    medians = []
-    for _ in range(blocks):
-        us = []
-        for _ in range(max(calls // blocks, 1)):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            fn()
-            us.append((time.perf_counter() - t0) * 1e6)
-        medians.append(statistics.median(us))
+def host_median_us(fn, calls):
+    """Median host wall time of one call of fn, the GPU idle before each."""
+    us = []
+    for _ in range(calls):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        us.append((time.perf_counter() - t0) * 1e6)
     torch.cuda.synchronize()
-    return min(medians)
+    return statistics.median(us)
 
 
 def capture(fn):
@@ -141,7 +139,9 @@ def bits_equal(a, b):
     return a.shape == b.shape and torch.equal(a.view(torch.int16), b.view(torch.int16))
 
 
-def run_layout(name, T, H, warmup, reps, host_calls):
+def run_layout(name, T, H, warmup, reps):
+    """(the layout's record without host times, {arm: callable} of the arms
+    that ran): its buffers stay alive through the callables."""
     P = H * 128
     gen = torch.Generator(device=DEV).manual_seed(T * 1000 + H)
 
@@ -207,7 +207,7 @@ def run_layout(name, T, H, warmup, reps, host_calls):
         sp_pack()
     in_a_row_us = (time.perf_counter() - t0) / 200 * 1e6
     torch.cuda.synchronize()
-    results = {}
+    results, timed = {}, {}
     for arm, (fn, once) in prepare().items():
         try:
             if once is not None:
@@ -215,8 +215,8 @@ def run_layout(name, T, H, warmup, reps, host_calls):
                 torch.cuda.synchronize()
                 if not all(bits_equal(o, r) for o, r in zip(outs, refs)):
                     raise RuntimeError("output differs from .contiguous()")
-            results[arm] = {"ms": time_ms(fn, warmup, reps),
-                            "host_us": round(host_us(fn, host_calls), 2)}
+            results[arm] = {"ms": time_ms(fn, warmup, reps)}
+            timed[arm] = fn
         except Exception as e:  # one broken arm must not hide the others
             results[arm] = {"error": f"{type(e).__name__}: {e}"}
     limit = results["limit"]["ms"]
@@ -228,8 +228,7 @@ def run_layout(name, T, H, warmup, reps, host_calls):
     return {"layout": name, "T": T, "H": H,
             "inputs": "q,k,v column slices of [T,3P]; beta column 128 of [T,128+H]; bf16",
             "payload_bytes": payload, "sp_launches_per_pack": launches,
-            "sp_eager_host_us": results["sp_eager"].get("host_us"),
-            "sp_eager_host_us_in_a_row": round(in_a_row_us, 2), "arms": results}
+            "sp_eager_host_us_in_a_row": round(in_a_row_us, 2), "arms": results}, timed
 
 
 def main():
@@ -237,7 +236,8 @@ def main():
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--reps", type=int, default=100)
-    ap.add_argument("--host-calls", type=int, default=1000)
+    ap.add_argument("--host-calls", type=int, default=100)
+    ap.add_argument("--host-rounds", type=int, default=5)
     args = ap.parse_args()
     if not torch.cuda.is_available() or not stridepack.cuda_available():
         sys.exit("anchors.py needs a CUDA device and a libstridepack with CUDA")
@@ -245,14 +245,23 @@ def main():
             "torch": torch.__version__, "triton": triton.__version__ if triton else None,
             "stridepack": stridepack.version(),
             "timing": f"CUDA events per call, median of {args.reps} after {args.warmup} warm-up; "
-                      f"host_us: least median of 5 blocks of {args.host_calls // 5} single calls, "
-                      "GPU idle before each"}
-    results = []
+                      f"host_us: least of {args.host_rounds} interleaved rounds' medians of "
+                      f"{args.host_calls} single calls, GPU idle before each"}
+    results, timed = [], []
     for name, T, H in LAYOUTS:
-        r = run_layout(name, T, H, args.warmup, args.reps, args.host_calls)
+        r, fns = run_layout(name, T, H, args.warmup, args.reps)
         r.update(meta)
         results.append(r)
+        timed.append(fns)
         torch.cuda.empty_cache()
+    for _ in range(args.host_rounds):
+        for r, fns in zip(results, timed):
+            for arm, fn in fns.items():
+                us = host_median_us(fn, args.host_calls)
+                a = r["arms"][arm]
+                a["host_us"] = round(min(a.get("host_us", us), us), 2)
+    for r in results:
+        r["sp_eager_host_us"] = r["arms"]["sp_eager"].get("host_us")
     arms = list(results[0]["arms"])
     print(f"{meta['device']}, {meta['date']}, {meta['timing']}")
     print("GPU ms per call (share of the limit)")

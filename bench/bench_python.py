@@ -7,7 +7,7 @@ column 128 of a [T, 128+H] one (defaults T=64, H=96: a short prefill, where
 the host cost is what matters). Two host times per arm: host_us, the
 wall time of one call with the device idle before it (synchronized before
 each call: where the GPU is not the bottleneck), the least of the medians
-of 5 blocks of --calls / 5 calls, and
+of 5 interleaved rounds of --calls / 5 calls, and
 in_a_row_us, the wall time of --calls calls issued back to back divided by
 --calls (synchronized at both ends: where the GPU's own time per call is
 the longer, this is the GPU's time). Arms:
@@ -59,19 +59,23 @@ def in_a_row_us(fn, calls, warmup, sync):
     return (time.perf_counter() - t0) / calls * 1e6
 
 
-def single_us(fn, calls, sync, blocks=5):
-    """The least of the medians of `blocks` blocks of single calls."""
-    medians = []
-    for _ in range(blocks):
-        us = []
-        for _ in range(max(calls // blocks, 1)):
-            sync()
-            t0 = time.perf_counter()
-            fn()
-            us.append((time.perf_counter() - t0) * 1e6)
-        medians.append(statistics.median(us))
+def single_us(arms, calls, sync, rounds=5):
+    """{arm: host time of one call}: in each of `rounds` rounds over the arms
+    in turn, the median of calls // rounds single calls of an arm; the least
+    of an arm's rounds (a host's speed drifts over seconds: arms are
+    interleaved so that each meets the same drift)."""
+    best = {}
+    for _ in range(rounds):
+        for name, fn in arms.items():
+            us = []
+            for _ in range(max(calls // rounds, 1)):
+                sync()
+                t0 = time.perf_counter()
+                fn()
+                us.append((time.perf_counter() - t0) * 1e6)
+            best[name] = min(best.get(name, float("inf")), statistics.median(us))
     sync()
-    return min(medians)
+    return {name: round(us, 2) for name, us in best.items()}
 
 
 def main():
@@ -112,7 +116,7 @@ def main():
     arms["pack_dense"]()
     if stridepack.copy_pass_count() != passes:
         sys.exit("pack_dense launched a copy")
-    single = {name: round(single_us(fn, args.calls, sync), 2) for name, fn in arms.items()}
+    single = single_us(arms, args.calls, sync)
     row = {name: round(in_a_row_us(fn, args.calls, args.warmup, sync), 2)
            for name, fn in arms.items()}
     meta = {"device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
@@ -120,7 +124,7 @@ def main():
             "python": sys.version.split()[0], "stridepack": stridepack.version(),
             "T": T, "H": H, "calls": args.calls,
             "direct_reads": stridepack._native.direct_reads(),
-            "timing": "host_us: least median of 5 blocks of single calls, the device idle "
+            "timing": "host_us: least median of 5 interleaved rounds of single calls, the device idle "
                       "before each; "
                       "in_a_row_us: calls back to back, synchronized at both ends"}
     print(f"{meta['device']}, T={T}, H={H}, {args.calls} calls; us per call")
