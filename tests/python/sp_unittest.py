@@ -45,3 +45,16 @@ def torch_views(torch, gen, count, device="cpu"):
             x = x.expand(*[3 if s == 1 and r(2) else s for s in x.shape])
         views.append(x)
     return views
+
+
+def check_direct_reads(test, native, xs):
+    """Each torch tensor of xs reads the same through torch's C shim as
+    through its attributes (native: stridepack._native, the shim in use)."""
+    try:
+        for x in xs:
+            native.direct_reads(True)
+            direct = native.describe(x)
+            native.direct_reads(False)
+            test.assertEqual(direct, native.describe(x), f"{x.dtype} {tuple(x.shape)} {x.stride()}")
+    finally:
+        native.direct_reads(True)

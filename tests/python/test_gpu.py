@@ -268,14 +268,7 @@ class DirectReads(unittest.TestCase):
         gen = torch.Generator().manual_seed(12)
         xs = sp_unittest.torch_views(torch, gen, 300, device=DEV)
         xs += k3_views(torch.Generator(device=DEV).manual_seed(13), 33, 4)[0]
-        try:
-            for x in xs:
-                _native.direct_reads(True)
-                a = _native.describe(x)
-                _native.direct_reads(False)
-                self.assertEqual(a, _native.describe(x), f"{x.dtype} {x.shape} {x.stride()}")
-        finally:
-            _native.direct_reads(True)
+        sp_unittest.check_direct_reads(self, _native, xs)
 
     def test_pack_the_same_both_ways(self):
         gen = torch.Generator(device=DEV).manual_seed(14)

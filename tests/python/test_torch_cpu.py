@@ -258,14 +258,7 @@ class Reading(unittest.TestCase):
         if not _native.direct_reads():
             self.skipTest(f"torch {torch.__version__}: no usable C shim, attribute reads only")
         gen = torch.Generator().manual_seed(11)
-        try:
-            for x in sp_unittest.torch_views(torch, gen, 400):
-                _native.direct_reads(True)
-                a = _native.describe(x)
-                _native.direct_reads(False)
-                self.assertEqual(a, _native.describe(x), f"{x.dtype} {x.shape} {x.stride()}")
-        finally:
-            _native.direct_reads(True)
+        sp_unittest.check_direct_reads(self, _native, sp_unittest.torch_views(torch, gen, 400))
 
     def test_direct_read_matches_dlpack(self):
         # Plain tensors are read through their own attributes; the DLPack
