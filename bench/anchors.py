@@ -29,7 +29,7 @@ Run: PYTHONPATH=build/python python3 bench/anchors.py --json results.json
      (PYTHONPATH=python also works: the package then takes the extension
      module of the checkout's newest CMake build). The host cost of the
      binding per call is measured in detail by bench/bench_python.py.
-Prints a table, then the JSON (one object per layout).
+Prints the tables, then the JSON (one object per layout) unless --json takes it.
 """
 
 import argparse
@@ -279,7 +279,8 @@ def main():
                  for a in arms]
         print(f"| {r['layout']} | " + " | ".join(cells) + f" | {r['sp_eager_host_us_in_a_row']:.1f} |")
     text = json.dumps(results, indent=1)
-    print(text)
+    if not args.json:
+        print(text)
     if args.json:
         with open(args.json, "w") as f:
             f.write(text + "\n")

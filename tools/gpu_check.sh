@@ -82,7 +82,7 @@ grep -hE "tests passed|tests failed|Not Run|\(Failed\)|Skipped" "$logs"/ctest*.l
 grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$logs"/san_*.log 2>/dev/null | sort | uniq -c
 tail -6 "$logs/demo.log" 2>/dev/null
 for f in bench_kda bench_pack bench_boundary bench_conv anchors bench_python; do
-  [ -f "$logs/$f.log" ] && { echo "== $f"; grep -vE '^\{' "$logs/$f.log" | tail -14; }
+  [ -f "$logs/$f.log" ] && { echo "== $f"; grep -vE '^\{' "$logs/$f.log" | tail -16; }
 done
 printf '%s\n' "${summary[@]}"
 tar -czf "$out/logs.tar.gz" -C "$out" logs && rm -rf "$logs"
