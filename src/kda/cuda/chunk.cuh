@@ -314,6 +314,41 @@ static __device__ __forceinline__ void scale_columns(float S[][4], const float *
     }
 }
 
+/* The V side's products over the K columns d0 .. d0 + 8 nds - 1 that S
+ * holds (all of them in the one-pass kernel, a range in the two-pass
+ * state pass): S' = S diag(c), then P^T += S' Lk^T and O^T += S' Lq^T (the
+ * inter-chunk part of o^T). */
+static __device__ __forceinline__ void state_products(float S[][4], int nds, int d0, int lane,
+                                                           const chunk_ops &s,
+                                                           float P[CT / 8][4], float O[CT / 8][4]) {
+    const int r = lane >> 2, q = lane & 3;
+    scale_columns(S, s.c, d0, q, nds);
+#pragma unroll
+    for (int nd = 0; nd < nds; nd++) {
+        uint32_t a[4];
+        acc_as_a(S[nd], a);
+#pragma unroll
+        for (int t8 = 0; t8 < CT / 8; t8++) {
+            uint32_t b0, b1;
+            pair(&s.lk[8 * t8 + r][d0 + 8 * nd + 2 * q], &b0, &b1);
+            mma_tf32(P[t8], a, b0, b1);
+            pair(&s.lq[8 * t8 + r][d0 + 8 * nd + 2 * q], &b0, &b1);
+            mma_tf32(O[t8], a, b0, b1);
+        }
+    }
+}
+
+/* S' += W^T R over the same K columns, for k-step kt of W^T (given as the
+ * A fragment a). */
+static __device__ __forceinline__ void state_add_wr(float S[][4], int nds, int d0, int lane,
+                                                    const chunk_ops &s, int kt, const uint32_t a[4]) {
+    const int r = lane >> 2, q = lane & 3;
+#pragma unroll
+    for (int nd = 0; nd < nds; nd++)
+        mma_tf32(S[nd], a, __float_as_uint(s.r[8 * kt + 2 * q][d0 + 8 * nd + r]),
+                 __float_as_uint(s.r[8 * kt + 2 * q + 1][d0 + 8 * nd + r]));
+}
+
 /* For this warp's 16 V rows (P^T = S' Lk^T summed over K, as accumulator
  * tiles): X^T = diag(b) (V - P)^T in place of P, then W^T = X^T T^T. v
  * holds the chunk's V rows (token t at v + t * pitch), this warp's first

@@ -41,27 +41,6 @@
  */
 #include "kda/cuda/chunk.cuh"
 
-/* S' = S diag(c) (in place), then P^T = S' Lk^T and the inter-chunk part of
- * o^T, S' Lq^T. */
-static __device__ void state_products(float S[D / 8][4], int lane, const chunk_ops &s,
-                                      float P[4][4], float O[4][4]) {
-    const int r = lane >> 2, q = lane & 3;
-    scale_columns(S, s.c, 0, q, D / 8);
-#pragma unroll
-    for (int nd = 0; nd < D / 8; nd++) {
-        uint32_t a[4];
-        acc_as_a(S[nd], a);
-#pragma unroll
-        for (int nt = 0; nt < CT / 8; nt++) {
-            uint32_t b0, b1;
-            pair(&s.lk[8 * nt + r][8 * nd + 2 * q], &b0, &b1);
-            mma_tf32(P[nt], a, b0, b1);
-            pair(&s.lq[8 * nt + r][8 * nd + 2 * q], &b0, &b1);
-            mma_tf32(O[nt], a, b0, b1);
-        }
-    }
-}
-
 /* The rest, for this warp's 16 V rows (v_local: the first, relative to the
  * block's columns): X^T = diag(b) (V - P)^T in place of P; W^T = X^T T^T;
  * o^T += W^T QK^T; S = diag(e) (S' + W^T R). */
@@ -81,10 +60,7 @@ static __device__ void state_update(float S[D / 8][4], float P[4][4], float O[4]
             pair(&s.qk[8 * nt + r][8 * kt + 2 * q], &b0, &b1);
             mma_tf32(O[nt], a, b0, b1);
         }
-#pragma unroll
-        for (int nd = 0; nd < D / 8; nd++)
-            mma_tf32(S[nd], a, __float_as_uint(s.r[8 * kt + 2 * q][8 * nd + r]),
-                     __float_as_uint(s.r[8 * kt + 2 * q + 1][8 * nd + r]));
+        state_add_wr(S, D / 8, 0, lane, s, kt, a);
     }
     scale_columns(S, s.e, 0, q, D / 8);
 }
@@ -150,7 +126,7 @@ static __global__ void __launch_bounds__(THREADS, 1) kda_chunked_kernel(kda_para
 
         float P[4][4] = {}, O[4][4] = {};
         if (w == T_WARP) solve_t(lane, s.work);
-        if (is_v) state_products(S, lane, s.work.ops, P, O);
+        if (is_v) state_products(S, D / 8, 0, lane, s.work.ops, P, O);
         __syncthreads();
         if (!is_v) continue;
 

@@ -39,7 +39,9 @@ static_assert(sizeof(chunk_ops) % 16 == 0, "records are copied in 16-byte pieces
 static_assert(offsetof(chunk_ops, t) % 16 == 0 && offsetof(chunk_ops, b) % 16 == 0,
               "T's rows are stored in 16-byte pieces of their own");
 
-static __device__ __forceinline__ chunk_ops *record_of(void *ws, int64_t slot, int64_t H,
+/* The record of (slot, head h): written by the prepare kernel, read by
+ * the state pass. */
+static __device__ __forceinline__ chunk_ops *record_of(const void *ws, int64_t slot, int64_t H,
                                                        int64_t h) {
     return (chunk_ops *)ws + (slot * H + h);
 }
@@ -227,7 +229,7 @@ static __global__ void __launch_bounds__(32 * KW * G, 1)
     kda_seq sq;
     if (!kda_seq_of(p, n, h, &sq)) return;
     const int64_t L = sq.len, HD = p.H * D;
-    const chunk_ops *rec = (const chunk_ops *)ws + (first_slot(sq.bos, n) * p.H + h);
+    const chunk_ops *rec = record_of(ws, first_slot(sq.bos, n), p.H, h);
     const int v0 = split * ROWS, vl = 16 * rg + r, vrow = v0 + vl, d0 = KC * kq;
     /* V: thread tid < 2 ROWS copies token vt's 8 columns from vc. */
     const int vt = tid / (ROWS / 8), vc = tid % (ROWS / 8) * 8, copies_v = tid < CT * ROWS / 8;
@@ -277,21 +279,8 @@ static __global__ void __launch_bounds__(32 * KW * G, 1)
         cp_async_commit();
 
         /* S' = S diag(c); partial P^T = S' Lk^T and S' Lq^T over our columns. */
-        scale_columns(S, o.c, d0, q, NDS);
         float P[4][4] = {}, O[4][4] = {};
-#pragma unroll
-        for (int nd = 0; nd < NDS; nd++) {
-            uint32_t a[4];
-            acc_as_a(S[nd], a);
-#pragma unroll
-            for (int t8 = 0; t8 < CT / 8; t8++) {
-                uint32_t b0, b1;
-                pair(&o.lk[8 * t8 + r][d0 + 8 * nd + 2 * q], &b0, &b1);
-                mma_tf32(P[t8], a, b0, b1);
-                pair(&o.lq[8 * t8 + r][d0 + 8 * nd + 2 * q], &b0, &b1);
-                mma_tf32(O[t8], a, b0, b1);
-            }
-        }
+        state_products(S, NDS, d0, lane, o, P, O);
 #pragma unroll
         for (int t8 = 0; t8 < CT / 8; t8++) {
             put_tile(s.part_p[rg][kq], t8, r, q, P[t8]);
@@ -320,10 +309,7 @@ static __global__ void __launch_bounds__(32 * KW * G, 1)
                 pair(&o.qk[8 * kq + r][8 * kt + 2 * q], &b0, &b1);
                 mma_tf32(Ow, a, b0, b1);
             }
-#pragma unroll
-            for (int nd = 0; nd < NDS; nd++)
-                mma_tf32(S[nd], a, __float_as_uint(o.r[8 * kt + 2 * q][d0 + 8 * nd + r]),
-                         __float_as_uint(o.r[8 * kt + 2 * q + 1][d0 + 8 * nd + r]));
+            state_add_wr(S, NDS, d0, lane, o, kt, a);
         }
         scale_columns(S, o.e, d0, q, NDS);
         if (outputs) { /* the 8 x 16 outputs through shared memory, as 16-byte rows */
