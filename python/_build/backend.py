@@ -99,7 +99,8 @@ def _write_wheel(wheel_directory, package_dir, version):
     dist_info = f"{NAME}-{version}.dist-info"
     files = []
     for entry in sorted(os.listdir(package_dir)):
-        if entry.endswith(".py") or (entry.startswith("_native.") and entry.endswith(".so")):
+        if (entry.endswith(".py") or entry == "py.typed"
+                or (entry.startswith("_native.") and entry.endswith(".so"))):
             with open(os.path.join(package_dir, entry), "rb") as f:
                 files.append((f"{NAME}/{entry}", f.read()))
     if not any(p.startswith(f"{NAME}/_native.") for p, _ in files):

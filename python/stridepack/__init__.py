@@ -88,17 +88,17 @@ def _status_table():
 STATUS = _status_table()
 
 
-def version():
+def version() -> str:
     """Version string of the library linked ("0.1.0")."""
     return _native.version()
 
 
-def cuda_available():
+def cuda_available() -> bool:
     """True when the library has its CUDA backend and a device is usable."""
     return _native.cuda_available()
 
 
-def copy_pass_count():
+def copy_pass_count() -> int:
     """Copy passes (kernel launches on CUDA) issued by this process so far."""
     return _native.copy_pass_count()
 

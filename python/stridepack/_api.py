@@ -7,13 +7,19 @@ the work between the library and the framework's own copy, warning once.
 Under torch.compile the calls become the custom ops of _torch_ops.
 """
 
+from __future__ import annotations
+
 import os
 import sys
 import warnings
+from typing import Any, Iterable, List, Optional, Sequence, Tuple
 
 from . import _native
 from ._errors import FallbackWarning
 from ._frameworks import autograd_recording, framework_of
+
+Array = Any
+"""A NumPy array, a PyTorch tensor, a CuPy array or any object with __dlpack__."""
 
 Fallback = _native.Fallback
 _warned = set()
@@ -65,13 +71,13 @@ def _listed(items, what):
     return list(items)
 
 
-def workspace_bytes(tensors):
+def workspace_bytes(tensors: Sequence[Array]) -> int:
     """Bytes of workspace that pack(tensors) needs: 0 when every input is
     already dense. Inputs the library cannot take count nothing."""
     return _native.workspace_bytes(tensors)
 
 
-def pack(tensors, workspace=None):
+def pack(tensors: Sequence[Array], workspace: Optional[Array] = None) -> List[Array]:
     """Dense versions of `tensors`, a list of arrays of one framework.
 
     Each output is the input itself when that is already dense, otherwise a
@@ -122,7 +128,7 @@ def _pack_general(xs, workspace, why):
     return outs
 
 
-def pack_into(inputs, outputs):
+def pack_into(inputs: Sequence[Array], outputs: Sequence[Array]) -> Sequence[Array]:
     """Copy inputs[i] into outputs[i] (arrays the caller owns: same shape
     and dtype, writable, any strides, overlapping nothing else), all in one
     library call; returns outputs. The form for callers that keep their
@@ -140,7 +146,7 @@ def pack_into(inputs, outputs):
     return outputs
 
 
-def copy_batch(pairs):
+def copy_batch(pairs: Iterable[Tuple[Array, Array]]) -> None:
     """Copy each (src, dst) pair, bits not values, all in one library call
     (one kernel launch per 64 pairs on CUDA, on the current stream of the
     framework of the first CUDA array). Arrays may come from any DLPack

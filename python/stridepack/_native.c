@@ -57,7 +57,7 @@ typedef struct view {
 
 /* ---- module state (one interpreter) -------------------------------------- */
 
-static PyObject *StridepackError; /* stridepack._errors.StridepackError */
+static PyObject *error_for; /* stridepack._errors.error: the exception for a status */
 static PyObject *Fallback;        /* raised to ask for the general path */
 static PyObject *frameworks;      /* list of FW_COUNT hook objects, or None */
 static char reason[512];          /* why the last read was unsupported */
@@ -740,8 +740,8 @@ static PyObject *raise_sp(int code, const char *message) {
     const char *s = sp_status_string((sp_status)code);
     size_t n = strcspn(s, ":");
     snprintf(name, sizeof name, "%.*s", (int)n, s);
-    PyObject *e = PyObject_CallFunction(StridepackError, "sis", name, code, message);
-    if (e) { PyErr_SetObject(StridepackError, e); Py_DECREF(e); }
+    PyObject *e = PyObject_CallFunction(error_for, "sis", name, code, message);
+    if (e) { PyErr_SetObject((PyObject *)Py_TYPE(e), e); Py_DECREF(e); }
     return NULL;
 }
 
@@ -798,7 +798,7 @@ static int autograd_check(view *v, Py_ssize_t n) {
 
 /* After a library call: 0 for SP_OK; else -1 with Fallback raised for
  * SP_ERR_UNSUPPORTED (nothing was written: the framework's copy can do it)
- * or StridepackError for any other error. */
+ * or a StridepackError for any other error. */
 static int library_failed(int st) {
     if (st == SP_OK) return 0;
     if (st == SP_ERR_UNSUPPORTED) {
@@ -1576,9 +1576,9 @@ PyMODINIT_FUNC PyInit__native(void) {
         if (!(*names[i].slot = PyUnicode_InternFromString(names[i].text))) return NULL;
     PyObject *errors = PyImport_ImportModule("stridepack._errors");
     if (!errors) return NULL;
-    StridepackError = PyObject_GetAttrString(errors, "StridepackError");
+    error_for = PyObject_GetAttrString(errors, "error");
     Py_DECREF(errors);
-    if (!StridepackError) return NULL;
+    if (!error_for) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     Fallback = PyErr_NewExceptionWithDoc(

@@ -33,7 +33,7 @@ def _copy_eager(srcs, dsts):
         _api._copy_general(list(zip(srcs, dsts)), f.args)
 
 
-def register():
+def register() -> bool:
     """Register the ops once torch is imported; True when they are there."""
     global _torch, _copy_op, _pack_op
     if _torch is not None:

@@ -233,25 +233,44 @@ class CopyBatch(unittest.TestCase):
         src = rng.standard_normal((6, 8)).astype(np.float32)
         good = np.full((8, 6), -1.0, np.float32)
         cases = [
-            ("SP_ERR_SHAPE_MISMATCH", [(src.T, good), (src, np.empty((6, 9), np.float32))]),
-            ("SP_ERR_DTYPE_MISMATCH", [(src.T, good), (src, np.empty((6, 8), np.int32))]),
-            ("SP_ERR_OVERLAP", [(src.T, good), (src[:, :4], src[:, 4:][::-1])]),
-            ("SP_ERR_OVERLAP", [(src.T, good), (src[:3], good.T[:3])]),
-            ("SP_ERR_OVERLAP", [(src.T, good), (src[:3], as_strided(good[0], (3, 8), (0, 0)))]),
+            ("SP_ERR_SHAPE_MISMATCH", ValueError,
+             [(src.T, good), (src, np.empty((6, 9), np.float32))]),
+            ("SP_ERR_DTYPE_MISMATCH", TypeError,
+             [(src.T, good), (src, np.empty((6, 8), np.int32))]),
+            ("SP_ERR_OVERLAP", ValueError, [(src.T, good), (src[:, :4], src[:, 4:][::-1])]),
+            ("SP_ERR_OVERLAP", ValueError, [(src.T, good), (src[:3], good.T[:3])]),
+            ("SP_ERR_OVERLAP", ValueError,
+             [(src.T, good), (src[:3], as_strided(good[0], (3, 8), (0, 0)))]),
         ]
-        for status, pairs in cases:
+        for status, python_error, pairs in cases:
             with self.subTest(status=status):
                 snapshot = src.copy()
                 good[...] = -1.0
-                with self.assertRaises(sp.StridepackError) as cm:
+                with self.assertRaises(python_error) as cm:  # also the Python error
                     sp.copy_batch(pairs)
                 e = cm.exception
+                self.assertIsInstance(e, sp.StridepackError)
                 self.assertEqual(e.status, status)
                 self.assertEqual(e.code, sp.STATUS[status])
                 self.assertTrue(e.message, "no sp_last_error text")
                 self.assertIn(status, str(e))
                 self.assertTrue((good == -1.0).all(), "a failing call wrote")
                 self.assertTrue(np.array_equal(src, snapshot))
+
+    def test_every_status_is_a_python_error(self):
+        # Each status the library reports raises a StridepackError that is
+        # also ValueError, TypeError or RuntimeError, as its kind.
+        from stridepack import _errors
+        kinds = {"SP_ERR_DTYPE_MISMATCH": TypeError, "SP_ERR_NO_DEVICE": RuntimeError,
+                 "SP_ERR_CUDA": RuntimeError, "SP_ERR_OUT_OF_MEMORY": RuntimeError}
+        for status, code in sp.STATUS.items():
+            if status == "SP_OK":
+                continue
+            e = _errors.error(status, code, "why")
+            self.assertIsInstance(e, sp.StridepackError)
+            self.assertIsInstance(e, kinds.get(status, ValueError), status)
+            self.assertEqual(sum(isinstance(e, k) for k in (ValueError, TypeError, RuntimeError)),
+                             1, status)
 
     def test_binding_errors(self):
         a = np.arange(12.0).reshape(3, 4)

@@ -85,7 +85,8 @@ class Wheel(unittest.TestCase):
         with zipfile.ZipFile(self.wheel()) as z:
             names = z.namelist()
             self.assertTrue(any(re.match(r"stridepack/_native\..*\.so$", n) for n in names), names)
-            self.assertFalse(any(n.endswith(".c") for n in names), names)
+            self.assertFalse(any(n.endswith(".c") or n.endswith(".h") for n in names), names)
+            self.assertIn("stridepack/py.typed", names)  # PEP 561: the package's hints count
             wheel_meta = z.read(next(n for n in names if n.endswith("dist-info/WHEEL"))).decode()
             self.assertIn("Root-Is-Purelib: false", wheel_meta)
             record = z.read(next(n for n in names if n.endswith("dist-info/RECORD"))).decode()
