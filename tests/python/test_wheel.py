@@ -1,8 +1,10 @@
 """The wheel, built and installed the way a user does it, offline: `pip wheel`
 of python/ with no package index (pip's default build isolation included),
-then `pip install --target` of that wheel into a scratch directory, then
-stridepack imported from there in a fresh interpreter that has no path to
-this build (no PYTHONPATH into the checkout, no library path). The library
+then `pip install` of that wheel into a fresh virtual environment (made with
+--system-site-packages, for NumPy and the system's pip, and --without-pip:
+no index needed), then stridepack imported by that environment's interpreter
+from outside the checkout, with no path to this build (no PYTHONPATH into
+the checkout, no library path). The library
 is built CPU-only here to keep the test quick; the CUDA build is the same
 recipe with nvcc found. Run by ctest with SP_SOURCE_DIR and SP_WHEEL_SCRATCH
 set."""
@@ -36,9 +38,13 @@ print(sp.__version__, sp.version(), _native.HEADER_VERSION)
 """
 
 
-def pip(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "pip", *args], env=env, text=True,
+def run(*args, env=None, cwd=None):
+    return subprocess.run(list(args), env=env, cwd=cwd, text=True,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def pip(*args, env=None, python=sys.executable):
+    return run(python, "-m", "pip", *args, env=env)
 
 
 def header_version():
@@ -65,11 +71,15 @@ class Wheel(unittest.TestCase):
         cls.build_log = r.stdout
         if r.returncode != 0:
             raise RuntimeError("pip wheel failed:\n" + r.stdout)
-        cls.target = os.path.join(SCRATCH, "site")
-        r = pip("install", "--no-deps", "--target", cls.target,
-                *glob.glob(os.path.join(cls.dist, "*.whl")), env=env)
+        cls.target = os.path.join(SCRATCH, "venv")
+        r = run(sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", cls.target)
         if r.returncode != 0:
-            raise RuntimeError("pip install --target failed:\n" + r.stdout)
+            raise RuntimeError("python -m venv failed:\n" + r.stdout)
+        cls.python = os.path.join(cls.target, "bin", "python")
+        r = pip("install", "--no-deps", *glob.glob(os.path.join(cls.dist, "*.whl")), env=env,
+                python=cls.python)
+        if r.returncode != 0:
+            raise RuntimeError("pip install into the virtual environment failed:\n" + r.stdout)
 
     def wheel(self):
         wheels = glob.glob(os.path.join(self.dist, "*.whl"))
@@ -102,9 +112,7 @@ class Wheel(unittest.TestCase):
     def test_imports_and_packs_from_the_install(self):
         env = {k: v for k, v in os.environ.items()
                if k not in ("PYTHONPATH", "LD_LIBRARY_PATH", "STRIDEPACK_LIBRARY")}
-        env["PYTHONPATH"] = self.target
-        r = subprocess.run([sys.executable, "-c", CHECK, self.target], env=env, cwd=SCRATCH,
-                           text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        r = run(self.python, "-c", CHECK, os.path.abspath(self.target), env=env, cwd=SCRATCH)
         self.assertEqual(r.returncode, 0, r.stdout)
         v = header_version()
         self.assertEqual(r.stdout.split(), [v, v, v])
