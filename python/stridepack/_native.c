@@ -73,11 +73,12 @@ static PyTypeObject *torch_tensor;
 static PyObject *torch_strided, *torch_grad_enabled, *torch_raw_stream;
 static struct { PyObject *dtype; int sp; int size; int32_t code; } torch_dtypes[16];
 static int n_torch_dtypes;
-/* Whether torch tensors are read through libtorch's C shim (_torch_direct.h)
- * rather than attribute by attribute: set when torch is first seen, after
- * both ways agreed on the probe tensors; STRIDEPACK_TORCH_DIRECT=0 keeps it
- * off. */
-static int direct;
+/* Whether torch tensors may be read through libtorch's C shim
+ * (_torch_direct.h) rather than attribute by attribute: set when torch is
+ * first seen, when both ways agreed on the probe tensors
+ * (STRIDEPACK_TORCH_DIRECT=0 keeps it 0); and whether they are (the tests
+ * turn it off and on: direct_reads()). */
+static int direct_ok, direct;
 static PyTypeObject *numpy_ndarray, *cupy_ndarray;
 
 static PyObject *call0(PyObject *o, PyObject *name) {
@@ -165,11 +166,11 @@ static PyObject *find_type(const char *mod, const char *attr) {
 
 /* What read_torch reads: RD_GRAD requires_grad too (the inputs of a copy;
  * a workspace's does not matter), RD_NO_NEG not the lazy negation and
- * conjugation bits (a tensor the binding built itself), RD_ATTRS the
- * attributes even where the direct reads are on (the probe check). */
-enum { RD_GRAD = 1, RD_NO_NEG = 2, RD_ATTRS = 4 };
+ * conjugation bits (a tensor the binding built itself). */
+enum { RD_GRAD = 1, RD_NO_NEG = 2 };
 
-static int read_torch(PyObject *x, view *v, int flags);
+static int read_torch_attrs(PyObject *x, view *v, int flags);
+static int read_torch_direct(PyObject *x, view *v, int flags);
 static PyObject *hook(int fw);
 
 static int same_view(const view *a, const view *b) {
@@ -196,10 +197,8 @@ static int direct_agrees(void) {
         view a, b;
         memset(&a, 0, offsetof(view, shape));
         memset(&b, 0, offsetof(view, shape));
-        direct = 1;
-        ok = Py_TYPE(x) == torch_tensor && read_torch(x, &a, RD_GRAD) == 0 &&
-             read_torch(x, &b, RD_GRAD | RD_ATTRS) == 0 && same_view(&a, &b);
-        direct = 0;
+        ok = Py_TYPE(x) == torch_tensor && read_torch_direct(x, &a, RD_GRAD) == 0 &&
+             read_torch_attrs(x, &b, RD_GRAD) == 0 && same_view(&a, &b);
     }
     Py_XDECREF(fast);
     Py_XDECREF(probes);
@@ -240,7 +239,7 @@ static int init_torch(void) {
     }
     resolve_tensor_attrs((PyTypeObject *)t);
     torch_tensor = (PyTypeObject *)t;
-    direct = shim && direct_agrees();
+    direct = direct_ok = shim && direct_agrees();
     return 0;
 }
 
@@ -305,13 +304,15 @@ done:
     return r;
 }
 
-static int bool_attr(PyObject *x, int a) {
-    PyObject *r = tget(x, a);
+/* The truth of a new reference r (consumed): 1, 0, or -1 on error. */
+static int truth(PyObject *r) {
     if (!r) return -1;
     int b = PyObject_IsTrue(r);
     Py_DECREF(r);
     return b;
 }
+
+static int bool_attr(PyObject *x, int a) { return truth(tget(x, a)); }
 
 static int64_t int_of(PyObject *r) {
     if (!r) return -1;
@@ -337,11 +338,7 @@ static int read_torch_attrs(PyObject *x, view *v, int flags) {
         }
     if (v->exact < 0) {
         /* Only other dtypes (complex ones) can carry the conjugation bit. */
-        PyObject *conj = flags & RD_NO_NEG ? (Py_INCREF(Py_False), Py_False) : call0(x, s_is_conj);
-        if (!conj) return -1;
-        b = PyObject_IsTrue(conj);
-        Py_DECREF(conj);
-        if (b != 0) return b < 0 ? -1 :
+        if (!(flags & RD_NO_NEG) && (b = truth(call0(x, s_is_conj))) != 0) return b < 0 ? -1 :
             unsupported("%s", "the view has torch's lazy negation or conjugation bit set");
         if ((v->itemsize = int_of(call0(x, s_element_size))) <= 0)
             return PyErr_Occurred() ? -1 : unsupported("%s", "element size 0");
@@ -418,7 +415,7 @@ static int read_torch(PyObject *x, view *v, int flags) {
      * memory: copying bits would drop it. */
     if (!(flags & RD_NO_NEG) && (b = bool_attr(x, T_IS_NEG)) != 0) return b < 0 ? -1 :
         unsupported("%s", "the view has torch's lazy negation or conjugation bit set");
-    if (direct && !(flags & RD_ATTRS) && Py_TYPE(x) == torch_tensor) {
+    if (direct && Py_TYPE(x) == torch_tensor) {
         int r = read_torch_direct(x, v, flags);
         if (r <= 0) return r;
     }
@@ -787,9 +784,7 @@ static int stream_of(int fw, sp_device dev, uintptr_t *out) {
 /* Fallback("autograd") when torch records autograd for any of v[0..n). */
 static int autograd_check(view *v, Py_ssize_t n) {
     for (Py_ssize_t i = 0; i < n; i++) if (v[i].requires_grad) {
-        PyObject *r = PyObject_CallObject(torch_grad_enabled, NULL);
-        int on = r ? PyObject_IsTrue(r) : -1;
-        Py_XDECREF(r);
+        const int on = truth(PyObject_CallObject(torch_grad_enabled, NULL));
         if (on) { if (on > 0) raise_fallback("autograd", i, "autograd is recording"); return -1; }
         return 0;
     }
@@ -1510,12 +1505,10 @@ static PyObject *py_direct_reads(PyObject *self, PyObject *args) {
     PyObject *on = Py_None;
     if (!PyArg_ParseTuple(args, "|O", &on)) return NULL;
     if (!torch_tensor && init_torch() < 0) return NULL;
-    static int agreed = -1;
-    if (agreed < 0) agreed = direct;
     if (on != Py_None) {
         int b = PyObject_IsTrue(on);
         if (b < 0) return NULL;
-        direct = b && agreed;
+        direct = b && direct_ok;
     }
     return PyBool_FromLong(direct);
 }
