@@ -2,9 +2,10 @@
 of python/ with no package index (pip's default build isolation included),
 then `pip install` of that wheel into a fresh virtual environment (made with
 --system-site-packages, for NumPy and the system's pip, and --without-pip:
-no index needed), then stridepack imported by that environment's interpreter
-from outside the checkout, with no path to this build (no PYTHONPATH into
-the checkout, no library path). The library
+no index needed; when the tests themselves run in a virtual environment,
+that environment's packages are made visible too), then stridepack imported
+by that environment's interpreter from outside the checkout, with no path to
+this build (no PYTHONPATH into the checkout, no library path). The library
 is built CPU-only here to keep the test quick; the CUDA build is the same
 recipe with nvcc found. Run by ctest with SP_SOURCE_DIR and SP_WHEEL_SCRATCH
 set."""
@@ -15,6 +16,7 @@ import hashlib
 import os
 import re
 import shutil
+import site
 import subprocess
 import sys
 import unittest
@@ -76,6 +78,13 @@ class Wheel(unittest.TestCase):
         if r.returncode != 0:
             raise RuntimeError("python -m venv failed:\n" + r.stdout)
         cls.python = os.path.join(cls.target, "bin", "python")
+        if sys.prefix != sys.base_prefix:
+            # This interpreter runs in a virtual environment itself, so the
+            # new one's "system" packages are the base interpreter's, without
+            # NumPy: name this environment's site directories after its own.
+            r = run(cls.python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+            with open(os.path.join(r.stdout.strip(), "outer_site.pth"), "w") as f:
+                f.writelines(d + "\n" for d in site.getsitepackages() if os.path.isdir(d))
         r = pip("install", "--no-deps", *glob.glob(os.path.join(cls.dist, "*.whl")), env=env,
                 python=cls.python)
         if r.returncode != 0:
