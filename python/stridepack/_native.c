@@ -181,6 +181,49 @@ static int same_view(const view *a, const view *b) {
            !memcmp(a->strides, b->strides, sizeof(int64_t) * (size_t)a->ndim);
 }
 
+/* Where a torch.Tensor object holds its at::Tensor, the one pointer that
+ * Tensor._cdata returns: torch's THPVariable keeps it right after the object
+ * header, either as the tensor itself or inside a MaybeOwned whose first byte
+ * says whether it is borrowed (then the getter is read). Found on the probe
+ * tensors, never assumed; impl_at 0: not found, every read takes _cdata. */
+static Py_ssize_t impl_at, borrowed_at = -1, impl_found;
+
+static uintptr_t cdata_of(PyObject *x) {
+    PyObject *c = tget(x, T_CDATA);
+    uintptr_t impl = c ? (uintptr_t)PyLong_AsVoidPtr(c) : 0;
+    Py_XDECREF(c);
+    return impl;
+}
+
+static uintptr_t impl_of(PyObject *x) {
+    uintptr_t impl = 0;
+    const char *o = (const char *)x;
+    if (impl_at && (borrowed_at < 0 || !o[borrowed_at])) memcpy(&impl, o + impl_at, sizeof impl);
+    return impl ? impl : cdata_of(x);
+}
+
+static void find_impl_slot(PyObject *fast) {
+    static const struct { Py_ssize_t at, flag; } slot[] = {
+        {sizeof(PyObject), -1}, {sizeof(PyObject) + sizeof(void *), sizeof(PyObject)}};
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    for (size_t k = 0; k < sizeof slot / sizeof slot[0]; k++) {
+        int ok = n > 0 && torch_tensor->tp_basicsize >= slot[k].at + (Py_ssize_t)sizeof(void *);
+        for (Py_ssize_t i = 0; ok && i < n; i++) {
+            PyObject *x = PySequence_Fast_GET_ITEM(fast, i);
+            const char *o = (const char *)x;
+            uintptr_t got, want = Py_TYPE(x) == torch_tensor ? cdata_of(x) : 0;
+            if (want) memcpy(&got, o + slot[k].at, sizeof got);
+            ok = want && got == want && (slot[k].flag < 0 || !o[slot[k].flag]);
+        }
+        if (ok) {
+            impl_found = impl_at = slot[k].at;
+            borrowed_at = slot[k].flag;
+            break;
+        }
+    }
+    PyErr_Clear();
+}
+
 /* 1 when the direct reads give what the attribute reads give for each of
  * the torch hook's probe tensors (views of several dtypes, offsets and
  * stride orders), so that they may replace them; 0 otherwise, or when
@@ -192,6 +235,7 @@ static int direct_agrees(void) {
     PyObject *probes = h ? PyObject_CallMethodNoArgs(h, s_probes) : NULL;
     PyObject *fast = probes ? PySequence_Fast(probes, "probes") : NULL;
     int ok = fast && PySequence_Fast_GET_SIZE(fast) > 0;
+    if (ok) find_impl_slot(fast);
     for (Py_ssize_t i = 0; ok && i < PySequence_Fast_GET_SIZE(fast); i++) {
         PyObject *x = PySequence_Fast_GET_ITEM(fast, i);
         view a, b;
@@ -381,9 +425,7 @@ static int read_torch_attrs(PyObject *x, view *v, int flags) {
  * when the attribute reads must do it (a dtype or device the table lacks,
  * a layout without strides: they also give the right error). */
 static int read_torch_direct(PyObject *x, view *v, int flags) {
-    PyObject *c = tget(x, T_CDATA);
-    uintptr_t impl = c ? (uintptr_t)PyLong_AsVoidPtr(c) : 0;
-    Py_XDECREF(c);
+    uintptr_t impl = impl_of(x);
     td_meta m;
     if (!impl || td_describe(impl, &m) < 0 || m.device == TD_OTHER || m.ndim > MAX_READ_DIMS) {
         PyErr_Clear();
@@ -1513,6 +1555,22 @@ static PyObject *py_direct_reads(PyObject *self, PyObject *args) {
     return PyBool_FromLong(direct);
 }
 
+/* impl_slot(on=None) -> the offset in a torch.Tensor object where the
+ * direct reads find its TensorImpl address (0: they call _cdata); on=False
+ * makes them call _cdata, on=True restores the slot found (for tests). */
+static PyObject *py_impl_slot(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *on = Py_None;
+    if (!PyArg_ParseTuple(args, "|O", &on)) return NULL;
+    if (!torch_tensor && init_torch() < 0) return NULL;
+    if (on != Py_None) {
+        int b = PyObject_IsTrue(on);
+        if (b < 0) return NULL;
+        impl_at = b ? impl_found : 0;
+    }
+    return PyLong_FromSsize_t(impl_at);
+}
+
 static PyObject *py_configure(PyObject *self, PyObject *fws) {
     (void)self;
     if (!PyList_Check(fws) || PyList_GET_SIZE(fws) != FW_COUNT)
@@ -1542,6 +1600,8 @@ static PyMethodDef methods[] = {
     METH("configure", py_configure, METH_O, "configure(frameworks): the framework hooks"),
     METH("direct_reads", py_direct_reads, METH_VARARGS,
          "direct_reads(on=None) -> whether torch tensors are read through torch's C shim"),
+    METH("impl_slot", py_impl_slot, METH_VARARGS,
+         "impl_slot(on=None) -> where the direct reads find a tensor's TensorImpl (0: _cdata)"),
     {NULL, NULL, 0, NULL}};
 
 static PyMethodDef cache_drop_def = METH("_cache_drop", cache_drop, METH_O, "weakref callback");

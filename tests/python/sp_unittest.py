@@ -49,12 +49,21 @@ def torch_views(torch, gen, count, device="cpu"):
 
 def check_direct_reads(test, native, xs):
     """Each torch tensor of xs reads the same through torch's C shim as
-    through its attributes (native: stridepack._native, the shim in use)."""
+    through its attributes (native: stridepack._native, the shim in use),
+    with the TensorImpl address taken from the object's slot where one was
+    found and from Tensor._cdata."""
+    slot = native.impl_slot()
     try:
         for x in xs:
+            what = f"{x.dtype} {tuple(x.shape)} {x.stride()}"
             native.direct_reads(True)
             direct = native.describe(x)
+            native.impl_slot(False)
+            test.assertEqual(direct, native.describe(x), what)
+            native.impl_slot(True)
             native.direct_reads(False)
-            test.assertEqual(direct, native.describe(x), f"{x.dtype} {tuple(x.shape)} {x.stride()}")
+            test.assertEqual(direct, native.describe(x), what)
     finally:
         native.direct_reads(True)
+        native.impl_slot(True)
+    test.assertEqual(native.impl_slot(), slot)
