@@ -1539,19 +1539,23 @@ static PyObject *py_copy_pass_count(PyObject *self, PyObject *unused) {
     (void)self; (void)unused;
     return PyLong_FromUnsignedLongLong(sp_copy_pass_count());
 }
+/* The optional `on` of the test switches below: -1 error, 0 False, 1 True,
+ * 2 not given; torch is looked up first. */
+static int switch_arg(PyObject *args) {
+    PyObject *on = Py_None;
+    if (!PyArg_ParseTuple(args, "|O", &on)) return -1;
+    if (!torch_tensor && init_torch() < 0) return -1;
+    return on == Py_None ? 2 : PyObject_IsTrue(on);
+}
+
 /* direct_reads(on=None) -> whether torch tensors are read through the C
  * shim; on=False/True turns that off, or back on where the probe check
  * passed (for tests that compare both ways). */
 static PyObject *py_direct_reads(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *on = Py_None;
-    if (!PyArg_ParseTuple(args, "|O", &on)) return NULL;
-    if (!torch_tensor && init_torch() < 0) return NULL;
-    if (on != Py_None) {
-        int b = PyObject_IsTrue(on);
-        if (b < 0) return NULL;
-        direct = b && direct_ok;
-    }
+    const int on = switch_arg(args);
+    if (on < 0) return NULL;
+    if (on < 2) direct = on && direct_ok;
     return PyBool_FromLong(direct);
 }
 
@@ -1560,14 +1564,9 @@ static PyObject *py_direct_reads(PyObject *self, PyObject *args) {
  * makes them call _cdata, on=True restores the slot found (for tests). */
 static PyObject *py_impl_slot(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *on = Py_None;
-    if (!PyArg_ParseTuple(args, "|O", &on)) return NULL;
-    if (!torch_tensor && init_torch() < 0) return NULL;
-    if (on != Py_None) {
-        int b = PyObject_IsTrue(on);
-        if (b < 0) return NULL;
-        impl_at = b ? impl_found : 0;
-    }
+    const int on = switch_arg(args);
+    if (on < 0) return NULL;
+    if (on < 2) impl_at = on ? impl_found : 0;
     return PyLong_FromSsize_t(impl_at);
 }
 
