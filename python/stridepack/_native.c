@@ -213,6 +213,7 @@ static void find_impl_slot(PyObject *fast) {
             const char *o = (const char *)x;
             uintptr_t got, want = Py_TYPE(x) == torch_tensor ? cdata_of(x) : 0;
             if (want) memcpy(&got, o + slot[k].at, sizeof got);
+            else PyErr_Clear(); /* no getter left running with an exception set */
             ok = want && got == want && (slot[k].flag < 0 || !o[slot[k].flag]);
         }
         if (ok) {
@@ -247,6 +248,7 @@ static int direct_agrees(void) {
     Py_XDECREF(fast);
     Py_XDECREF(probes);
     PyErr_Clear();
+    if (!ok) impl_at = impl_found = 0; /* the direct reads stay off: nothing is read there */
     return ok;
 }
 
@@ -1570,6 +1572,19 @@ static PyObject *py_impl_slot(PyObject *self, PyObject *args) {
     return PyLong_FromSsize_t(impl_at);
 }
 
+/* impl_address(x) -> the TensorImpl address the direct reads use for the
+ * torch.Tensor x (from the slot when one was found, else _cdata), to hold
+ * against x._cdata in the tests. */
+static PyObject *py_impl_address(PyObject *self, PyObject *x) {
+    (void)self;
+    if (!torch_tensor && init_torch() < 0) return NULL;
+    if (!torch_tensor || Py_TYPE(x) != torch_tensor)
+        return PyErr_Format(PyExc_TypeError, "impl_address takes a torch.Tensor, not %s",
+                            Py_TYPE(x)->tp_name);
+    const uintptr_t impl = impl_of(x);
+    return !impl && PyErr_Occurred() ? NULL : PyLong_FromVoidPtr((void *)impl);
+}
+
 static PyObject *py_configure(PyObject *self, PyObject *fws) {
     (void)self;
     if (!PyList_Check(fws) || PyList_GET_SIZE(fws) != FW_COUNT)
@@ -1599,6 +1614,8 @@ static PyMethodDef methods[] = {
     METH("configure", py_configure, METH_O, "configure(frameworks): the framework hooks"),
     METH("direct_reads", py_direct_reads, METH_VARARGS,
          "direct_reads(on=None) -> whether torch tensors are read through torch's C shim"),
+    METH("impl_address", py_impl_address, METH_O,
+         "impl_address(x) -> the TensorImpl address the direct reads use for a torch.Tensor"),
     METH("impl_slot", py_impl_slot, METH_VARARGS,
          "impl_slot(on=None) -> where the direct reads find a tensor's TensorImpl (0: _cdata)"),
     {NULL, NULL, 0, NULL}};

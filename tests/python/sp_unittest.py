@@ -56,6 +56,7 @@ def check_direct_reads(test, native, xs):
     try:
         for x in xs:
             what = f"{x.dtype} {tuple(x.shape)} {x.stride()}"
+            test.assertEqual(native.impl_address(x), x._cdata, what)
             native.direct_reads(True)
             direct = native.describe(x)
             native.impl_slot(False)
