@@ -63,13 +63,17 @@ class Torch:
         """CPU tensors on which the extension checks, once, that its direct
         reads of torch's C shim agree with the attribute reads: several
         dtypes, storage offsets, negative-free but permuted and sliced
-        strides, sizes of 0 and 1."""
+        strides, sizes of 0 and 1. The device is named: under a default
+        device context (`with torch.device("meta")`) the check would otherwise
+        fail and leave the direct reads off for the process."""
         torch = sys.modules["torch"]
-        base = torch.zeros(4, 6, 10, dtype=torch.bfloat16)
+        cpu = torch.device("cpu")
+        base = torch.zeros(4, 6, 10, dtype=torch.bfloat16, device=cpu)
         return [base, base[1:, 2:, ::3], base.transpose(0, 2)[:, 1:],
-                torch.zeros(3, 5, dtype=torch.float32)[:, 1:4].t(),
-                torch.zeros(7, dtype=torch.int64)[2:], torch.zeros(0, 3, dtype=torch.uint8),
-                torch.zeros(1, 9, 1, dtype=torch.float16)[:, 1::2]]
+                torch.zeros(3, 5, dtype=torch.float32, device=cpu)[:, 1:4].t(),
+                torch.zeros(7, dtype=torch.int64, device=cpu)[2:],
+                torch.zeros(0, 3, dtype=torch.uint8, device=cpu),
+                torch.zeros(1, 9, 1, dtype=torch.float16, device=cpu)[:, 1::2]]
 
     @staticmethod
     def empty_bytes(n, device):
