@@ -3,8 +3,9 @@
  * (chunked.cu, one pass; chunked_two_pass.cu) share: tensor-core helpers,
  * loading a chunk, its K side (gates, norms, the operands Lk, Lq, R, the
  * products A and QK, T = (I + A)^-1), and the state's fragments. The math
- * is described in chunked.cu. Every function here is written for blocks of
- * THREADS threads.
+ * is described in chunked.cu. The K side's functions take NT, the number of
+ * threads that run them together (threads 0 .. NT - 1 of the block, NT a
+ * multiple of 128 that divides 32 x 128); the V side's are per warp.
  */
 #ifndef SP_KDA_CUDA_CHUNK_CUH
 #define SP_KDA_CUDA_CHUNK_CUH
@@ -13,12 +14,9 @@
 
 #define CT 32      /* tokens per chunk */
 #define MID 15     /* reference token of the factorization */
-#define THREADS 256
-#define WARPS (THREADS / 32)
 #define D SP_KDA_D
 #define SO (D + 8)  /* lk, lq, r: 8 mod 32, for float2 fragment loads */
 #define SA (CT + 8) /* a, qk, t: likewise */
-#define T_WARP (WARPS - 1) /* the warp that solves for T */
 
 /* A chunk's k, q and g as they arrive (bf16); v comes separately, only the
  * columns a block owns. */
@@ -36,12 +34,11 @@ typedef struct chunk_ops {
     float c[D], e[D]; /* exp(gam_m), exp(gam_31 - gam_m) */
 } chunk_ops;
 
-/* The K side's shared memory: its intermediates, and the operands. */
+/* The K side's intermediates (its operands go to a chunk_ops). */
 typedef struct chunk_work {
-    float gam[CT][D]; /* cumulative gate, per half chunk (see gates_and_norms) */
+    float gam[CT][D]; /* cumulative gate, per segment (see gates_and_norms) */
     float a[CT][SA];
     float rk[CT], rq[CT];
-    chunk_ops ops;
 } chunk_work;
 
 /* ---- small device helpers ---------------------------------------------- */
@@ -103,14 +100,15 @@ static __device__ __forceinline__ void cp_async_wait_all(void) {
 /* ---- loading a chunk --------------------------------------------------------- */
 
 /* Start copying tokens c0 .. c0+31 of k, q and g into dst: thread tid the
- * 16-byte piece tid % 16 of rows tid / 16 and tid / 16 + 16. Rows past the
- * sequence's end are zero-filled (the copy reads no byte for them). */
+ * 16-byte piece tid % 16 of rows tid / 16, tid / 16 + NT / 16, ... Rows past
+ * the sequence's end are zero-filled (the copy reads no byte for them). */
+template <int NT>
 static __device__ __forceinline__ void load_kqg(const kda_params &p, const kda_seq &sq, int64_t h,
                                                 int64_t c0, int tid, raw_chunk &dst) {
     const int row0 = tid >> 4, col = (tid & 15) * 8;
 #pragma unroll
-    for (int i = 0; i < 2; i++) {
-        const int t = row0 + 16 * i, ok = c0 + t < sq.len;
+    for (int i = 0; i < CT * 16 / NT; i++) {
+        const int t = row0 + (NT / 16) * i, ok = c0 + t < sq.len;
         const int64_t at = ((sq.bos + (ok ? c0 + t : 0)) * p.H + h) * D + col;
         cp_async16(&dst.k[t][col], p.k + at, ok ? 16 : 0);
         cp_async16(&dst.q[t][col], p.q + at, ok ? 16 : 0);
@@ -120,15 +118,12 @@ static __device__ __forceinline__ void load_kqg(const kda_params &p, const kda_s
 
 /* Start copying columns v0 .. v0+bv-1 of v's tokens c0 .. c0+31 into
  * dst[t][0 .. bv) (row pitch `pitch` elements), zero-filled past the end;
- * with `threads` threads, each at most two 16-byte pieces. */
+ * `threads` threads, each every threads-th 16-byte piece. */
 static __device__ __forceinline__ void load_v(const kda_params &p, const kda_seq &sq, int64_t h,
                                               int64_t c0, int v0, int bv, int tid, int threads,
                                               uint16_t *dst, int pitch) {
     const int per_row = bv / 8;
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        const int piece = tid + i * threads;
-        if (piece >= CT * per_row) break;
+    for (int piece = tid; piece < CT * per_row; piece += threads) {
         const int t = piece / per_row, col = piece % per_row * 8, ok = c0 + t < sq.len;
         const int64_t at = ((sq.bos + (ok ? c0 + t : 0)) * p.H + h) * D + v0 + col;
         cp_async16(dst + t * pitch + col, p.v + at, ok ? 16 : 0);
@@ -137,28 +132,32 @@ static __device__ __forceinline__ void load_v(const kda_params &p, const kda_seq
 
 /* ---- the K side of a chunk (every warp) ---------------------------------------- */
 
-/* Thread (d, half): channel d's gates over tokens 16 half .. +15 and their
- * running sum from the half's start (operands() adds the first half's total
- * to the second half). Tokens past the end get gate 0 (no decay). Then
- * warp w: the norms of k and q of tokens 4w .. 4w+3, and warp 0 the beta
- * gates (lane t holds token t's logit, loaded a chunk ahead). */
+/* Thread (d, seg): channel d's gates over the tokens of segment seg (NT / D
+ * segments of SEG tokens) and their running sum from the segment's start
+ * (operands() adds the earlier segment's total). Tokens past the end get
+ * gate 0 (no decay). Then warp w: the norms of k and q of its CT / (NT / 32)
+ * tokens, and warp 0 the beta gates (lane t holds token t's logit, loaded
+ * a chunk ahead). */
+template <int NT>
 static __device__ void gates_and_norms(const kda_params &p, const raw_chunk &raw, int nt,
                                        int tid, float expA, float bias, float beta_logit,
-                                       chunk_work &s) {
-    const int d = tid % D, t0 = (tid / D) * (CT / 2);
+                                       chunk_work &s, chunk_ops &ops) {
+    constexpr int SEG = CT / (NT / D), TPW = CT / (NT / 32);
+    static_assert(SEG == CT || SEG == MID + 1, "a segment ends at the reference token or the chunk");
+    const int d = tid % D, t0 = (tid / D) * SEG;
     float sum = 0.0f;
 #pragma unroll
-    for (int t = t0; t < t0 + CT / 2; t++) {
+    for (int t = t0; t < t0 + SEG; t++) {
         const float x = sp_bf16_to_f32_(raw.g[t][d]) + bias;
         const float g = __fdividef(p.lower_bound, 1.0f + __expf(-expA * x));
         sum += t < nt ? g : 0.0f;
         s.gam[t][d] = sum;
     }
     const int w = tid >> 5, lane = tid & 31;
-    float sk[4], sq[4];
+    float sk[TPW], sq[TPW];
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const int t = 4 * w + i;
+    for (int i = 0; i < TPW; i++) {
+        const int t = TPW * w + i;
         const uint2 kk = *(const uint2 *)&raw.k[t][4 * lane];
         const uint2 qq = *(const uint2 *)&raw.q[t][4 * lane];
         const float k0 = sp_bf16_to_f32_((uint16_t)kk.x), k1 = sp_bf16_to_f32_((uint16_t)(kk.x >> 16));
@@ -171,83 +170,92 @@ static __device__ void gates_and_norms(const kda_params &p, const raw_chunk &raw
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1)
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < TPW; i++) {
             sk[i] += __shfl_xor_sync(SP_KDA_FULL_MASK, sk[i], off);
             sq[i] += __shfl_xor_sync(SP_KDA_FULL_MASK, sq[i], off);
         }
-    if (lane < 4) {
+    if (lane < TPW) {
         float k = sk[0], q = sq[0];
 #pragma unroll
-        for (int i = 1; i < 4; i++)
+        for (int i = 1; i < TPW; i++)
             if (lane == i) k = sk[i], q = sq[i];
-        s.rk[4 * w + lane] = rsqrtf(k + (float)SP_KDA_EPS);
-        s.rq[4 * w + lane] = p.scale * rsqrtf(q + (float)SP_KDA_EPS);
+        s.rk[TPW * w + lane] = rsqrtf(k + (float)SP_KDA_EPS);
+        s.rq[TPW * w + lane] = p.scale * rsqrtf(q + (float)SP_KDA_EPS);
     }
-    if (w == 0) s.ops.b[lane] = lane < nt ? 1.0f / (1.0f + __expf(-beta_logit)) : 0.0f;
+    if (w == 0) ops.b[lane] = lane < nt ? 1.0f / (1.0f + __expf(-beta_logit)) : 0.0f;
 }
 
 /* Every thread, channel d: Lk, Lq, R for its tokens (rounded to tf32 once
  * here), and the channel's two state scalings. */
-static __device__ void operands(const raw_chunk &raw, int tid, chunk_work &s) {
+template <int NT>
+static __device__ void operands(const raw_chunk &raw, int tid, const chunk_work &s,
+                                chunk_ops &ops) {
+    constexpr int SEG = CT / (NT / D);
     const int d = tid % D;
-    const float gmid = s.gam[MID][d], glast = gmid + s.gam[CT - 1][d];
+    const float gmid = s.gam[MID][d];
+    const float glast = SEG == CT ? s.gam[CT - 1][d] : gmid + s.gam[CT - 1][d];
     if (tid < D) {
-        s.ops.c[d] = __expf(gmid);
-        s.ops.e[d] = __expf(glast - gmid);
+        ops.c[d] = __expf(gmid);
+        ops.e[d] = __expf(glast - gmid);
     }
 #pragma unroll 4
-    for (int t = tid / D; t < CT; t += THREADS / D) {
+    for (int t = tid / D; t < CT; t += NT / D) {
         const float kh = sp_bf16_to_f32_(raw.k[t][d]) * s.rk[t];
         const float qh = sp_bf16_to_f32_(raw.q[t][d]) * s.rq[t];
-        const float gt = s.gam[t][d] + (t > MID ? gmid : 0.0f);
+        const float gt = s.gam[t][d] + (SEG != CT && t > MID ? gmid : 0.0f);
         const float to_mid = __expf(gt - gmid), from_mid = __expf(gmid - gt);
-        s.ops.lk[t][d] = tf32_round(kh * to_mid);
-        s.ops.lq[t][d] = tf32_round(qh * to_mid);
-        s.ops.r[t][d] = tf32_round(kh * from_mid);
+        ops.lk[t][d] = tf32_round(kh * to_mid);
+        ops.lq[t][d] = tf32_round(qh * to_mid);
+        ops.r[t][d] = tf32_round(kh * from_mid);
     }
 }
 
-/* Warp w: two 16x8 tiles of A (warps 0..3) or QK (4..7), masked to the
- * lower triangle (strictly, for A) and A's rows scaled by beta. The two
- * tiles right of the diagonal block of rows 0..15 are zero: the warps that
- * own them write zeros without multiplying. */
-static __device__ void intra_products(int w, int lane, chunk_work &s) {
-    const int is_qk = w >> 2, mi = (w >> 1) & 1, nb = (w & 1) * 2;
+/* Eight roles, role w for warp w (and w + 4 with four warps): two 16x8
+ * tiles of A (roles 0..3) or QK (4..7), masked to the lower triangle
+ * (strictly, for A) and A's rows scaled by beta. The two tiles right of the
+ * diagonal block of rows 0..15 are zero: their role writes zeros without
+ * multiplying. */
+template <int NT>
+static __device__ void intra_products(int w, int lane, chunk_work &s, chunk_ops &ops) {
     const int r = lane >> 2, q = lane & 3;
-    float(*dst)[SA] = is_qk ? s.ops.qk : s.a;
-    float acc[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
-    const int zero_only = mi == 0 && nb == 2;
-    if (!zero_only) {
-        const float(*L)[SO] = is_qk ? s.ops.lq : s.ops.lk;
+#pragma unroll 1
+    for (int role = w; role < 8; role += NT / 32) {
+        const int is_qk = role >> 2, mi = (role >> 1) & 1, nb = (role & 1) * 2;
+        float(*dst)[SA] = is_qk ? ops.qk : s.a;
+        float acc[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+        const int zero_only = mi == 0 && nb == 2;
+        if (!zero_only) {
+            const float(*L)[SO] = is_qk ? ops.lq : ops.lk;
 #pragma unroll 4
-        for (int ks = 0; ks < D / 8; ks++) {
-            const int dk = ks * 8 + 2 * q;
-            uint32_t a[4];
-            pair(&L[16 * mi + r][dk], &a[0], &a[2]);
-            pair(&L[16 * mi + r + 8][dk], &a[1], &a[3]);
+            for (int ks = 0; ks < D / 8; ks++) {
+                const int dk = ks * 8 + 2 * q;
+                uint32_t a[4];
+                pair(&L[16 * mi + r][dk], &a[0], &a[2]);
+                pair(&L[16 * mi + r + 8][dk], &a[1], &a[3]);
 #pragma unroll
-            for (int j = 0; j < 2; j++) {
-                uint32_t b0, b1;
-                pair(&s.ops.r[8 * (nb + j) + r][dk], &b0, &b1);
-                mma_tf32(acc[j], a, b0, b1);
+                for (int j = 0; j < 2; j++) {
+                    uint32_t b0, b1;
+                    pair(&ops.r[8 * (nb + j) + r][dk], &b0, &b1);
+                    mma_tf32(acc[j], a, b0, b1);
+                }
             }
         }
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int i = 16 * mi + r + 8 * (e >> 1), jj = 8 * (nb + j) + 2 * q + (e & 1);
+                float x = 0.0f;
+                if (!zero_only && (jj < i || (is_qk && jj == i)))
+                    x = is_qk ? tf32_round(acc[j][e]) : ops.b[i] * acc[j][e];
+                dst[i][jj] = x;
+            }
     }
-#pragma unroll
-    for (int j = 0; j < 2; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int i = 16 * mi + r + 8 * (e >> 1), jj = 8 * (nb + j) + 2 * q + (e & 1);
-            float x = 0.0f;
-            if (!zero_only && (jj < i || (is_qk && jj == i)))
-                x = is_qk ? tf32_round(acc[j][e]) : s.ops.b[i] * acc[j][e];
-            dst[i][jj] = x;
-        }
 }
 
 /* One warp, lane c: column c of T = (I + A)^-1 by forward substitution,
  * in fp32, four partial sums per row for instruction-level parallelism. */
-static __device__ void solve_t(int lane, chunk_work &s) {
+static __device__ void solve_t(int lane, const chunk_work &s, chunk_ops &ops) {
     float x[CT];
 #pragma unroll
     for (int i = 0; i < CT; i++) {
@@ -257,7 +265,7 @@ static __device__ void solve_t(int lane, chunk_work &s) {
         x[i] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
     }
 #pragma unroll
-    for (int i = 0; i < CT; i++) s.ops.t[i][lane] = tf32_round(x[i]);
+    for (int i = 0; i < CT; i++) ops.t[i][lane] = tf32_round(x[i]);
 }
 
 /* ---- the V side of a chunk (each V-warp: 16 V rows, registers only) ---------- */

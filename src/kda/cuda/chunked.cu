@@ -67,83 +67,120 @@ static __device__ void state_update(float S[D / 8][4], float P[4][4], float O[4]
 
 /* ---- the kernel ------------------------------------------------------------ */
 
+/* Warp specialization: the block's first warpgroup (the K warps) computes
+ * each chunk's K side into one of two operand buffers while the other two
+ * warpgroups (the V warps, 16 V rows each) run the previous chunk's V side
+ * from the other buffer, so the serial walk over the chunks pays only the V
+ * side. The K warps also copy in each chunk's k, q, g (their own two
+ * buffers) and v (three buffers: the V warps may still read chunk c - 1's
+ * while chunk c + 1's arrives). Two named barriers per operand buffer hand
+ * it over: FULL (K warps arrive, V warps wait) and EMPTY (the reverse). */
+#define K_THREADS 128
+#define V_WARPS 8
+#define BLOCK (K_THREADS + 32 * V_WARPS)
+#define K_SOLVER (K_THREADS / 32 - 1) /* the K warp that solves for T */
+enum { BAR_K = 1, BAR_FULL = 2, BAR_EMPTY = 4 }; /* named barriers; + buffer */
+
+static __device__ __forceinline__ void bar_sync(int id, int count) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+static __device__ __forceinline__ void bar_arrive(int id, int count) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
 typedef struct fused_smem {
-    raw_chunk raw[2]; /* this chunk's and, arriving, the next one's */
-    uint16_t v[2][CT][D]; /* the block's columns first */
+    raw_chunk raw[2];     /* k, q, g of this chunk and, arriving, the next one's */
+    uint16_t v[3][CT][D]; /* v, the block's columns first */
+    chunk_ops ops[2];
     chunk_work work;
 } fused_smem;
 
-static __global__ void __launch_bounds__(THREADS, 1) kda_chunked_kernel(kda_params p, int splits) {
+static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params p, int splits) {
     extern __shared__ __align__(16) unsigned char smem_bytes[];
     fused_smem &s = *(fused_smem *)smem_bytes;
 
     const int split = (int)(blockIdx.x % (unsigned)splits);
     const int64_t nh = blockIdx.x / (unsigned)splits, h = nh % p.H, n = nh / p.H;
-    const int bv = D / splits, v0 = split * bv, vwarps = bv / 16;
+    const int bv = D / splits, v0 = split * bv;
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
-    const int r = lane >> 2, q = lane & 3;
 
     kda_seq sq;
     if (!kda_seq_of(p, n, h, &sq)) return;
-    const int64_t L = sq.len;
-    const int is_v = w < vwarps;
-    const int vrow = v0 + 16 * w + r; /* this lane's first V row (V-warps) */
+    const int64_t L = sq.len, chunks = (L + CT - 1) / CT;
 
-    const float expA = expf(p.A_log[h]);
-    const float bias = p.dt_bias[h * D + tid % D];
-    float beta_logit = 0.0f;
-    if (w == 0 && lane < L) beta_logit = sp_bf16_to_f32_(p.beta[(sq.bos + lane) * p.H + h]);
-
-    float S[D / 8][4];
-    if (is_v) state_load(p.state, p.state_bf16, sq.slot_base, vrow, 0, q, S, D / 8);
-
-    if (L > 0) {
-        load_kqg(p, sq, h, 0, tid, s.raw[0]);
-        load_v(p, sq, h, 0, v0, bv, tid, THREADS, &s.v[0][0][0], D);
-    }
-    cp_async_commit();
-    int64_t crow = sq.crow;
-    const int64_t chunks_per_ckpt = p.interval / CT;
-    for (int64_t c0 = 0, ci = 0; c0 < L; c0 += CT, ci++) {
-        const raw_chunk &raw = s.raw[ci & 1];
-        const int nt = (int)(L - c0 < CT ? L - c0 : CT);
-        cp_async_wait_all();
-        __syncthreads(); /* raw landed; every warp is done with the last chunk */
-        if (c0 + CT < L) {
-            load_kqg(p, sq, h, c0 + CT, tid, s.raw[(ci + 1) & 1]);
-            load_v(p, sq, h, c0 + CT, v0, bv, tid, THREADS, &s.v[(ci + 1) & 1][0][0], D);
+    if (w < K_THREADS / 32) { /* ---- the K warps ---- */
+        const float expA = expf(p.A_log[h]);
+        const float bias = p.dt_bias[h * D + tid];
+        float beta_logit = 0.0f;
+        if (w == 0 && lane < L) beta_logit = sp_bf16_to_f32_(p.beta[(sq.bos + lane) * p.H + h]);
+        if (L > 0) {
+            load_kqg<K_THREADS>(p, sq, h, 0, tid, s.raw[0]);
+            load_v(p, sq, h, 0, v0, bv, tid, K_THREADS, &s.v[0][0][0], D);
         }
         cp_async_commit();
-
-        gates_and_norms(p, raw, nt, tid, expA, bias, beta_logit, s.work);
-        if (w == 0 && c0 + CT + lane < L)
-            beta_logit = sp_bf16_to_f32_(p.beta[(sq.bos + c0 + CT + lane) * p.H + h]);
-        __syncthreads();
-        operands(raw, tid, s.work);
-        __syncthreads();
-        intra_products(w, lane, s.work);
-        __syncthreads();
-
-        float P[4][4] = {}, O[4][4] = {};
-        if (w == T_WARP) solve_t(lane, s.work);
-        if (is_v) state_products(S, D / 8, 0, lane, s.work.ops, P, O);
-        __syncthreads();
-        if (!is_v) continue;
-
-        state_update(S, P, O, s.v[ci & 1], 16 * w + r, lane, s.work.ops);
-#pragma unroll
-        for (int nt8 = 0; nt8 < CT / 8; nt8++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int t = 8 * nt8 + 2 * q + (e & 1);
-                if (t < nt)
-                    p.o[((sq.bos + c0 + t) * p.H + h) * D + vrow + 8 * (e >> 1)] =
-                        sp_f32_to_bf16_(O[nt8][e]);
+        for (int64_t ci = 0; ci < chunks; ci++) {
+            const int b = (int)(ci & 1);
+            const int64_t c0 = ci * CT;
+            const int nt = (int)(L - c0 < CT ? L - c0 : CT);
+            if (ci >= 2) bar_sync(BAR_EMPTY + b, BLOCK); /* chunk ci - 2 is done with */
+            cp_async_wait_all();
+            bar_sync(BAR_K, K_THREADS); /* this chunk landed; the K warps are done with the last */
+            if (c0 + CT < L) {
+                load_kqg<K_THREADS>(p, sq, h, c0 + CT, tid, s.raw[b ^ 1]);
+                load_v(p, sq, h, c0 + CT, v0, bv, tid, K_THREADS, &s.v[(ci + 1) % 3][0][0], D);
             }
-        if (chunks_per_ckpt > 0 && nt == CT && (ci + 1) % chunks_per_ckpt == 0)
-            state_store(p.ckpt, p.state_bf16, kda_ckpt_base(p, crow++, h), vrow, 0, q, S, D / 8);
+            cp_async_commit();
+            gates_and_norms<K_THREADS>(p, s.raw[b], nt, tid, expA, bias, beta_logit, s.work,
+                                       s.ops[b]);
+            if (w == 0 && c0 + CT + lane < L)
+                beta_logit = sp_bf16_to_f32_(p.beta[(sq.bos + c0 + CT + lane) * p.H + h]);
+            bar_sync(BAR_K, K_THREADS);
+            operands<K_THREADS>(s.raw[b], tid, s.work, s.ops[b]);
+            bar_sync(BAR_K, K_THREADS);
+            intra_products<K_THREADS>(w, lane, s.work, s.ops[b]);
+            bar_sync(BAR_K, K_THREADS);
+            if (w == K_SOLVER) solve_t(lane, s.work, s.ops[b]);
+            bar_arrive(BAR_FULL + b, BLOCK);
+        }
+        cp_async_wait_all();
+        return;
     }
-    if (is_v) state_store(p.state, p.state_bf16, sq.slot_base, vrow, 0, q, S, D / 8);
+
+    /* ---- the V warps ---- */
+    const int vw = w - K_THREADS / 32, r = lane >> 2, q = lane & 3;
+    const int is_v = vw < bv / 16;
+    const int vrow = v0 + 16 * vw + r; /* this lane's first V row */
+    float S[D / 8][4];
+    /* A sequence without tokens leaves its slot as it was, bit for bit. */
+    if (is_v && L > 0) state_load(p.state, p.state_bf16, sq.slot_base, vrow, 0, q, S, D / 8);
+    int64_t crow = sq.crow;
+    const int64_t chunks_per_ckpt = p.interval / CT;
+    for (int64_t ci = 0; ci < chunks; ci++) {
+        const int b = (int)(ci & 1);
+        const int64_t c0 = ci * CT;
+        const int nt = (int)(L - c0 < CT ? L - c0 : CT);
+        bar_sync(BAR_FULL + b, BLOCK);
+        if (is_v) {
+            float P[4][4] = {}, O[4][4] = {};
+            state_products(S, D / 8, 0, lane, s.ops[b], P, O);
+            state_update(S, P, O, s.v[ci % 3], 16 * vw + r, lane, s.ops[b]);
+#pragma unroll
+            for (int nt8 = 0; nt8 < CT / 8; nt8++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int t = 8 * nt8 + 2 * q + (e & 1);
+                    if (t < nt)
+                        p.o[((sq.bos + c0 + t) * p.H + h) * D + vrow + 8 * (e >> 1)] =
+                            sp_f32_to_bf16_(O[nt8][e]);
+                }
+            if (chunks_per_ckpt > 0 && nt == CT && (ci + 1) % chunks_per_ckpt == 0)
+                state_store(p.ckpt, p.state_bf16, kda_ckpt_base(p, crow++, h), vrow, 0, q, S,
+                            D / 8);
+        }
+        /* The K warps wait for this buffer only when a later chunk needs it. */
+        if (ci + 2 < chunks) bar_arrive(BAR_EMPTY + b, BLOCK);
+    }
+    if (is_v && L > 0) state_store(p.state, p.state_bf16, sq.slot_base, vrow, 0, q, S, D / 8);
 }
 
 extern "C" size_t sp_kda_chunked_one_pass_smem_bytes_(void) { return sizeof(fused_smem); }
@@ -156,6 +193,6 @@ extern "C" cudaError_t sp_kda_launch_chunked_(const kda_params *p, int splits,
     if (e != cudaSuccess) return e;
     void *params[] = {(void *)p, &splits};
     return cudaLaunchKernel((const void *)kda_chunked_kernel,
-                            dim3((unsigned)(p->N * p->H * splits)), dim3(THREADS), params,
+                            dim3((unsigned)(p->N * p->H * splits)), dim3(BLOCK), params,
                             (size_t)smem, stream);
 }

@@ -69,12 +69,16 @@ static __device__ int chunk_at(const kda_params &p, int64_t slot, int64_t *n, in
 
 /* ---- 1. prepare ------------------------------------------------------------ */
 
+#define PREP_THREADS 256
+#define PREP_T_WARP (PREP_THREADS / 32 - 1) /* the warp that solves for T */
+
 typedef struct prepare_smem {
     raw_chunk raw;
     chunk_work work;
+    chunk_ops ops;
 } prepare_smem;
 
-static __global__ void __launch_bounds__(THREADS, 2) kda_prepare_kernel(kda_params p, void *ws) {
+static __global__ void __launch_bounds__(PREP_THREADS, 2) kda_prepare_kernel(kda_params p, void *ws) {
     extern __shared__ __align__(16) unsigned char smem_bytes[];
     prepare_smem &s = *(prepare_smem *)smem_bytes;
     const int64_t slot = blockIdx.x, h = blockIdx.y;
@@ -85,7 +89,7 @@ static __global__ void __launch_bounds__(THREADS, 2) kda_prepare_kernel(kda_para
     const int64_t c0 = c * CT;
     const int nt = (int)(sq.len - c0 < CT ? sq.len - c0 : CT);
 
-    load_kqg(p, sq, h, c0, tid, s.raw);
+    load_kqg<PREP_THREADS>(p, sq, h, c0, tid, s.raw);
     cp_async_commit();
     const float expA = expf(p.A_log[h]);
     const float bias = p.dt_bias[h * D + tid % D];
@@ -93,23 +97,23 @@ static __global__ void __launch_bounds__(THREADS, 2) kda_prepare_kernel(kda_para
         w == 0 && lane < nt ? sp_bf16_to_f32_(p.beta[(sq.bos + c0 + lane) * p.H + h]) : 0.0f;
     cp_async_wait_all();
     __syncthreads();
-    gates_and_norms(p, s.raw, nt, tid, expA, bias, beta_logit, s.work);
+    gates_and_norms<PREP_THREADS>(p, s.raw, nt, tid, expA, bias, beta_logit, s.work, s.ops);
     __syncthreads();
-    operands(s.raw, tid, s.work);
+    operands<PREP_THREADS>(s.raw, tid, s.work, s.ops);
     __syncthreads();
-    intra_products(w, lane, s.work);
+    intra_products<PREP_THREADS>(w, lane, s.work, s.ops);
     __syncthreads();
     /* The record: T's rows by the warp that solves for them, the rest by the
      * other warps meanwhile. */
-    const float4 *from = (const float4 *)&s.work.ops;
+    const float4 *from = (const float4 *)&s.ops;
     float4 *to = (float4 *)record_of(ws, first_slot(sq.bos, n) + c, p.H, h);
     const int t_lo = (int)(offsetof(chunk_ops, t) / 16), t_hi = (int)(offsetof(chunk_ops, b) / 16);
-    if (w == T_WARP) {
-        solve_t(lane, s.work);
+    if (w == PREP_T_WARP) {
+        solve_t(lane, s.work, s.ops);
         __syncwarp();
         for (int i = t_lo + lane; i < t_hi; i += 32) to[i] = from[i];
     } else {
-        const int n16 = (int)(sizeof(chunk_ops) / 16), others = THREADS - 32;
+        const int n16 = (int)(sizeof(chunk_ops) / 16), others = PREP_THREADS - 32;
         for (int i = tid; i < n16 - (t_hi - t_lo); i += others) {
             const int j = i < t_lo ? i : i + (t_hi - t_lo);
             to[j] = from[j];
@@ -358,7 +362,7 @@ extern "C" cudaError_t sp_kda_launch_chunked_two_pass_(const kda_params *p, void
     const int64_t slots = sp_kda_two_pass_slots_(p->T, p->N);
     void *prep_args[] = {(void *)p, &workspace};
     e = cudaLaunchKernel((const void *)kda_prepare_kernel, dim3((unsigned)slots, (unsigned)p->H),
-                         dim3(THREADS), prep_args, (size_t)prep_smem, stream);
+                         dim3(PREP_THREADS), prep_args, (size_t)prep_smem, stream);
     if (e != cudaSuccess) return e;
     /* One row group: three records in flight (what the pass waits on is the
      * record's arrival); two groups: room for two. */
