@@ -269,9 +269,14 @@ SP_API sp_status sp_copy_batch(const sp_copy_pair *pairs, size_t n, struct CUstr
 /* Workspace bytes that sp_pack needs for these inputs, whatever the
  * workspace's address: each non-dense input's bytes rounded up to
  * SP_PACK_ALIGN, plus SP_PACK_ALIGN - 1 for aligning the base; 0 when every
- * input is dense. Only shapes, strides and dtypes are looked at (not
- * alignment, devices or the count limit of sp_pack).
- * @return SP_OK, or an error for a malformed input (as sp_tensor_numel). */
+ * input is dense. Only shapes, strides and dtypes are looked at: not data
+ * (it may be NULL, for sizing before the buffers exist), alignment, the
+ * device, or the count limit of sp_pack.
+ * @return SP_OK; SP_ERR_INVALID_ARGUMENT for NULL bytes, NULL inputs with
+ *         n > 0, or a malformed layout (ndim, dtype, a negative size);
+ *         SP_ERR_OVERFLOW when an element count or a byte offset overflows
+ *         int64, or the bytes needed overflow size_t. On error *bytes is
+ *         left unchanged. */
 SP_API sp_status sp_pack_workspace_bytes(const sp_tensor *inputs, size_t n, size_t *bytes);
 
 /* Make a dense view of each input. outputs[i] is inputs[i] itself when that

@@ -4,6 +4,7 @@
 #include "internal.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int64_t abs64(int64_t x) { return x < 0 ? -x : x; }
@@ -117,25 +118,98 @@ static sp_status check_pair(const sp_copy_pair *p, size_t i, sp_device dev) {
     return check_pair_named(p, i, dev, sn, dn);
 }
 
-/* Byte extent of pairs[i].src (which 0) or .dst (which 1): from `cache`
- * when the batch is small enough to have one, else computed. */
-#define SP_EXTENT_CACHE 64
-static void extent_of(const sp_copy_pair *pairs, size_t i, int which,
-                      const uintptr_t (*cache)[4], uintptr_t *lo, uintptr_t *hi) {
-    if (cache) {
-        *lo = cache[i][2 * which];
-        *hi = cache[i][2 * which + 1];
-    } else {
-        sp_tensor_extent_(which ? &pairs[i].dst : &pairs[i].src, lo, hi);
-    }
+/* ---- the overlap policy ----------------------------------------------------
+ * A written view may share no byte with any other view of the call. Byte
+ * extents are sorted, written and read views apart, so that only the pairs
+ * whose extents intersect are walked (never two read views) and tested
+ * element by element: n log n plus those pairs, whatever n is. Each pair is
+ * keyed (a, b), a written; the smallest failing key is the answer, so the
+ * message does not depend on the order of the walk. */
+typedef struct extent {
+    uintptr_t lo, hi;
+    size_t i; /* index into the views */
+} extent;
+
+static int by_lo(const void *x, const void *y) {
+    const extent *a = x, *b = y;
+    if (a->lo != b->lo) return a->lo < b->lo ? -1 : 1;
+    return a->i < b->i ? -1 : a->i > b->i;
 }
 
-/* pairs[i].dst against `other`, which is pairs[j].src or .dst (`side`). */
-static sp_status check_disjoint(const sp_copy_pair *pairs, size_t i, const sp_tensor *other,
-                                size_t j, const char *side) {
-    int o = sp_tensors_overlap_(&pairs[i].dst, other);
-    if (o == 0) return SP_OK;
-    if (o > 0)
+typedef struct overlap_walk {
+    const sp_view_ref_ *views;
+    sp_overlap_hit_ *hit;
+} overlap_walk;
+
+/* Test the pair (a written, b) unless a smaller key has failed already. */
+static void test_pair(overlap_walk *w, size_t a, size_t b) {
+    sp_overlap_hit_ *h = w->hit;
+    if (h->found && (a > h->a || (a == h->a && b >= h->b))) return;
+    int o = sp_tensors_overlap_(w->views[a].t, w->views[b].t);
+    if (o == 0) return;
+    h->found = o;
+    h->a = a;
+    h->b = b;
+}
+
+enum { SP_OVERLAP_STACK = 2 * SP_MAX_PAIRS_PER_LAUNCH };
+
+sp_status sp_find_overlap_(const sp_view_ref_ *views, size_t n, sp_overlap_hit_ *hit) {
+    hit->found = 0;
+    hit->a = hit->b = 0;
+    extent stack[SP_OVERLAP_STACK], *e = stack;
+    if (n > SP_OVERLAP_STACK) {
+        e = n <= SIZE_MAX / sizeof *e ? malloc(n * sizeof *e) : NULL;
+        SP_REQUIRE(e != NULL, SP_ERR_OUT_OF_MEMORY,
+                   "no host memory for the overlap check of %zu views", n);
+    }
+    /* Written views from the front, read views from the back; empty ones
+     * touch nothing and are left out. */
+    size_t nw = 0, nr = 0;
+    for (size_t i = 0; i < n; i++) {
+        uintptr_t lo, hi;
+        sp_tensor_extent_(views[i].t, &lo, &hi);
+        if (lo == hi) continue;
+        e[views[i].written ? nw++ : n - 1 - nr++] = (extent){lo, hi, i};
+    }
+    extent *W = e, *R = e + n - nr;
+    qsort(W, nw, sizeof *W, by_lo);
+    qsort(R, nr, sizeof *R, by_lo);
+    overlap_walk w = {views, hit};
+    /* Written against written: each later extent that starts inside. */
+    for (size_t x = 0; x < nw; x++)
+        for (size_t y = x + 1; y < nw && W[y].lo < W[x].hi; y++)
+            test_pair(&w, W[x].i < W[y].i ? W[x].i : W[y].i, W[x].i < W[y].i ? W[y].i : W[x].i);
+    /* Written against read: the read extents that start inside a written
+     * one (at or after its start), then the written extents that start
+     * inside a read one (strictly after its start): every intersecting
+     * pair once. */
+    for (size_t x = 0, y0 = 0; x < nw; x++) {
+        while (y0 < nr && R[y0].lo < W[x].lo) y0++;
+        for (size_t y = y0; y < nr && R[y].lo < W[x].hi; y++) test_pair(&w, W[x].i, R[y].i);
+    }
+    for (size_t y = 0, x0 = 0; y < nr; y++) {
+        while (x0 < nw && W[x0].lo <= R[y].lo) x0++;
+        for (size_t x = x0; x < nw && W[x].lo < R[y].hi; x++) test_pair(&w, W[x].i, R[y].i);
+    }
+    if (e != stack) free(e);
+    return SP_OK;
+}
+
+/* No destination may share a byte with another destination or any source.
+ * The views are pairs[j].src at 2j and pairs[j].dst at 2j + 1, so the
+ * first failing key is the first (i, j, src before dst) in pair order. */
+static sp_status check_overlaps(const sp_copy_pair *pairs, size_t n, sp_view_ref_ *views) {
+    for (size_t j = 0; j < n; j++) {
+        views[2 * j] = (sp_view_ref_){&pairs[j].src, 0};
+        views[2 * j + 1] = (sp_view_ref_){&pairs[j].dst, 1};
+    }
+    sp_overlap_hit_ h;
+    SP_FORWARD(sp_find_overlap_(views, 2 * n, &h));
+    if (h.found == 0) return SP_OK;
+    const size_t i = h.a / 2, j = h.b / 2;
+    const char *side = h.b % 2 ? "dst" : "src";
+    if (h.found > 0)
         return sp_set_error_(SP_ERR_OVERLAP, "pairs[%zu].dst: shares memory with pairs[%zu].%s", i,
                             j, side);
     return sp_set_error_(SP_ERR_OVERLAP,
@@ -145,57 +219,52 @@ static sp_status check_disjoint(const sp_copy_pair *pairs, size_t i, const sp_te
                         i, j, side);
 }
 
-/* No destination may share a byte with another destination or any source.
- * Byte extents are compared first (computed once for batches of up to
- * SP_EXTENT_CACHE pairs; nothing is allocated); the element-exact test runs
- * only for pairs whose extents meet. */
-static sp_status check_overlaps(const sp_copy_pair *pairs, size_t n) {
-    uintptr_t cache[SP_EXTENT_CACHE][4];
-    const uintptr_t(*c)[4] = NULL;
-    if (n <= SP_EXTENT_CACHE) {
-        for (size_t i = 0; i < n; i++) {
-            sp_tensor_extent_(&pairs[i].src, &cache[i][0], &cache[i][1]);
-            sp_tensor_extent_(&pairs[i].dst, &cache[i][2], &cache[i][3]);
-        }
-        c = (const uintptr_t(*)[4])cache;
-    }
-    for (size_t i = 0; i < n; i++) {
-        uintptr_t dlo, dhi, lo, hi;
-        extent_of(pairs, i, 1, c, &dlo, &dhi);
-        for (size_t j = 0; j < n; j++) {
-            extent_of(pairs, j, 0, c, &lo, &hi);
-            if (sp_extents_overlap_(dlo, dhi, lo, hi))
-                SP_FORWARD(check_disjoint(pairs, i, &pairs[j].src, j, "src"));
-            if (j <= i) continue;
-            extent_of(pairs, j, 1, c, &lo, &hi);
-            if (sp_extents_overlap_(dlo, dhi, lo, hi))
-                SP_FORWARD(check_disjoint(pairs, i, &pairs[j].dst, j, "dst"));
-        }
+/* Plan every non-empty pair, then run the descriptors, SP_MAX_PAIRS_PER_LAUNCH
+ * per pass: nothing is read from `pairs` once a byte has moved. */
+static sp_status plan_and_run(const sp_copy_pair *pairs, size_t n, sp_copy_desc *descs,
+                              struct CUstream_st *stream) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (sp_numel_(&pairs[i].src) != 0) sp_plan_pair_(&pairs[i], &descs[k++]);
+    const sp_device dev = pairs[0].src.device;
+    for (size_t at = 0; at < k; at += SP_MAX_PAIRS_PER_LAUNCH) {
+        const int m = (int)(k - at < SP_MAX_PAIRS_PER_LAUNCH ? k - at : SP_MAX_PAIRS_PER_LAUNCH);
+        SP_FORWARD(dev.type == SP_DEVICE_CUDA ? sp_cuda_copy_(descs + at, m, dev.ordinal, stream)
+                                              : sp_cpu_copy_(descs + at, m));
+        sp_count_pass_();
     }
     return SP_OK;
 }
 
-sp_status sp_copy_validated_(const sp_copy_pair *pairs, size_t n, struct CUstream_st *stream) {
+/* Host scratch of a batch: on the stack up to one pass, else one malloc. */
+typedef struct batch_scratch {
     sp_copy_desc descs[SP_MAX_PAIRS_PER_LAUNCH];
-    int k = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (sp_numel_(&pairs[i].src) == 0) continue;
-        sp_plan_pair_(&pairs[i], &descs[k++]);
-        if (k == SP_MAX_PAIRS_PER_LAUNCH || i + 1 == n) {
-            sp_device dev = pairs[i].src.device;
-            SP_FORWARD(dev.type == SP_DEVICE_CUDA ? sp_cuda_copy_(descs, k, dev.ordinal, stream)
-                                                  : sp_cpu_copy_(descs, k));
-            sp_count_pass_();
-            k = 0;
-        }
-    }
-    if (k > 0) { /* trailing empty pairs ended the loop before the flush */
-        sp_device dev = pairs[0].src.device;
-        SP_FORWARD(dev.type == SP_DEVICE_CUDA ? sp_cuda_copy_(descs, k, dev.ordinal, stream)
-                                              : sp_cpu_copy_(descs, k));
-        sp_count_pass_();
-    }
+    sp_view_ref_ views[2 * SP_MAX_PAIRS_PER_LAUNCH];
+    sp_copy_desc *d;
+    sp_view_ref_ *v;
+    void *heap;
+} batch_scratch;
+
+static sp_status scratch_get(batch_scratch *s, size_t n) {
+    s->heap = NULL;
+    s->d = s->descs;
+    s->v = s->views;
+    if (n <= SP_MAX_PAIRS_PER_LAUNCH) return SP_OK;
+    const size_t per = sizeof *s->d + 2 * sizeof *s->v;
+    s->heap = n <= SIZE_MAX / per ? malloc(n * per) : NULL;
+    SP_REQUIRE(s->heap != NULL, SP_ERR_OUT_OF_MEMORY,
+               "pairs: no host memory to plan %zu pairs", n);
+    s->d = s->heap;
+    s->v = (sp_view_ref_ *)(s->d + n);
     return SP_OK;
+}
+
+sp_status sp_copy_validated_(const sp_copy_pair *pairs, size_t n, struct CUstream_st *stream) {
+    batch_scratch s;
+    SP_FORWARD(scratch_get(&s, n));
+    sp_status st = plan_and_run(pairs, n, s.d, stream);
+    free(s.heap);
+    return st;
 }
 
 sp_status sp_copy_batch(const sp_copy_pair *pairs, size_t n, struct CUstream_st *stream) {
@@ -203,7 +272,11 @@ sp_status sp_copy_batch(const sp_copy_pair *pairs, size_t n, struct CUstream_st 
     SP_REQUIRE(pairs != NULL, SP_ERR_INVALID_ARGUMENT, "pairs: NULL with n = %zu", n);
     const sp_device dev = pairs[0].src.device;
     for (size_t i = 0; i < n; i++) SP_FORWARD(check_pair(&pairs[i], i, dev));
-    SP_FORWARD(check_overlaps(pairs, n));
-    SP_FORWARD(sp_check_device_usable_(dev));
-    return sp_copy_validated_(pairs, n, stream);
+    batch_scratch s;
+    SP_FORWARD(scratch_get(&s, n));
+    sp_status st = check_overlaps(pairs, n, s.v);
+    if (st == SP_OK) st = sp_check_device_usable_(dev);
+    if (st == SP_OK) st = plan_and_run(pairs, n, s.d, stream);
+    free(s.heap);
+    return st;
 }

@@ -48,6 +48,11 @@ sp_status sp_set_error_(sp_status s, const char *fmt, ...)
  * UINTPTR_MAX. `name` prefixes the message ("beta", "inputs[2]"). */
 sp_status sp_tensor_check_(const sp_tensor *t, const char *name);
 
+/* The layout part of sp_tensor_check_ only: ndim, dtype, sizes, element
+ * count and byte offsets; neither the device nor data is looked at (for
+ * sizing before the data exists). */
+sp_status sp_tensor_check_layout_(const sp_tensor *t, const char *name);
+
 /* Same as sp_tensor_check_, and the data pointer is aligned to the element
  * size (not checked for an empty tensor). */
 sp_status sp_tensor_check_aligned_(const sp_tensor *t, const char *name);
@@ -119,7 +124,29 @@ void sp_plan_pair_(const sp_copy_pair *p, sp_copy_desc *d);
 sp_status sp_check_same_device_(const sp_tensor *t, sp_device want, const char *name);
 /* SP_ERR_NO_DEVICE when `dev` is CUDA and this build or machine has none. */
 sp_status sp_check_device_usable_(sp_device dev);
-/* sp_copy_batch without the checks: for callers that validated already. */
+/* The one overlap policy: a view that a call writes may share no byte with
+ * any other view of the call, decided per element (sp_tensors_overlap_).
+ * views[i].written says which views are written. Pairs (a, b) have a
+ * written and b != a, with a < b when b is written too; *hit gets the
+ * first failing pair in (a, b) order: found 1 (they share memory) or -1
+ * (they could not be proven disjoint), or found 0 when none fails. Byte
+ * extents are sorted, so only pairs whose extents intersect are tested,
+ * and two read views are never compared: n log n plus those pairs.
+ * @return SP_OK; SP_ERR_OUT_OF_MEMORY when more than
+ * 2 * SP_MAX_PAIRS_PER_LAUNCH views need host scratch and none is left. */
+typedef struct sp_view_ref_ {
+    const sp_tensor *t; /* passed sp_tensor_check_ */
+    int written;
+} sp_view_ref_;
+typedef struct sp_overlap_hit_ {
+    int found;
+    size_t a, b;
+} sp_overlap_hit_;
+sp_status sp_find_overlap_(const sp_view_ref_ *views, size_t n, sp_overlap_hit_ *hit);
+
+/* sp_copy_batch without the checks: for callers that validated already.
+ * Every pair is planned before the first byte moves; more than
+ * SP_MAX_PAIRS_PER_LAUNCH pairs take host scratch (SP_ERR_OUT_OF_MEMORY). */
 sp_status sp_copy_validated_(const sp_copy_pair *pairs, size_t n, struct CUstream_st *stream);
 
 /* ---- backends ----------------------------------------------------------- */

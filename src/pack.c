@@ -19,23 +19,21 @@ static uint64_t dense_bytes(const sp_tensor *t, int *ovf) {
     return b;
 }
 
-/* check(t, "") and, only once it has failed, again with the argument's
- * name for the message: this is the per-call path, and snprintf costs more
- * than the checks. */
-typedef sp_status (*tensor_check_fn)(const sp_tensor *t, const char *name);
-
-static sp_status check_named(tensor_check_fn check, const sp_tensor *t, size_t i) {
-    if (check(t, "") == SP_OK) return SP_OK;
-    char name[32];
-    snprintf(name, sizeof name, "inputs[%zu]", i);
-    return check(t, name);
+/* The checks of inputs[i] (the layout only, or everything sp_pack needs:
+ * aligned, well placed, on inputs[0]'s device) with no name and, only once
+ * they have failed, again with the argument's name for the message: this is
+ * the per-call path, and snprintf costs more than the checks. */
+static sp_status check_input_as(const sp_tensor *inputs, size_t i, int placed, const char *name) {
+    if (!placed) return sp_tensor_check_layout_(&inputs[i], name);
+    SP_FORWARD(sp_tensor_check_aligned_(&inputs[i], name));
+    return sp_check_same_device_(&inputs[i], inputs[0].device, name);
 }
 
-static sp_status check_device(const sp_tensor *t, size_t i, sp_device dev) {
-    if (sp_check_same_device_(t, dev, "") == SP_OK) return SP_OK;
+static sp_status check_input(const sp_tensor *inputs, size_t i, int placed) {
+    if (check_input_as(inputs, i, placed, "") == SP_OK) return SP_OK;
     char name[32];
     snprintf(name, sizeof name, "inputs[%zu]", i);
-    return sp_check_same_device_(t, dev, name);
+    return check_input_as(inputs, i, placed, name);
 }
 
 /* The workspace the non-dense inputs (valid views) need, and which inputs
@@ -61,7 +59,7 @@ static sp_status workspace_need(const sp_tensor *inputs, size_t n, uint64_t *nee
 sp_status sp_pack_workspace_bytes(const sp_tensor *inputs, size_t n, size_t *bytes) {
     SP_REQUIRE(bytes != NULL, SP_ERR_INVALID_ARGUMENT, "bytes: output pointer is NULL");
     SP_REQUIRE(n == 0 || inputs != NULL, SP_ERR_INVALID_ARGUMENT, "inputs: NULL with n = %zu", n);
-    for (size_t i = 0; i < n; i++) SP_FORWARD(check_named(sp_tensor_check_, &inputs[i], i));
+    for (size_t i = 0; i < n; i++) SP_FORWARD(check_input(inputs, i, 0));
     uint64_t need = 0;
     SP_FORWARD(workspace_need(inputs, n, &need, NULL));
     *bytes = (size_t)need;
@@ -74,10 +72,7 @@ sp_status sp_pack(const sp_tensor *inputs, size_t n, void *workspace, size_t wor
     SP_REQUIRE(n <= SP_PACK_STACK, SP_ERR_UNSUPPORTED, "inputs: %zu tensors, at most %d per sp_pack",
                n, SP_PACK_STACK);
     SP_REQUIRE(n == 0 || inputs != NULL, SP_ERR_INVALID_ARGUMENT, "inputs: NULL with n = %zu", n);
-    for (size_t i = 0; i < n; i++) {
-        SP_FORWARD(check_named(sp_tensor_check_aligned_, &inputs[i], i));
-        SP_FORWARD(check_device(&inputs[i], i, inputs[0].device));
-    }
+    for (size_t i = 0; i < n; i++) SP_FORWARD(check_input(inputs, i, 1));
     uint64_t need = 0;
     unsigned char dense[SP_PACK_STACK];
     SP_FORWARD(workspace_need(inputs, n, &need, dense));

@@ -34,16 +34,22 @@ static int byte_reach(const sp_tensor *t, int64_t es, int64_t *neg, int64_t *pos
     return 0;
 }
 
-sp_status sp_tensor_check_(const sp_tensor *t, const char *name) {
+/* The structural checks; `placed` adds those on where the view lies (its
+ * device, its data pointer, its bytes in the address space), in the order
+ * the messages have always come in. */
+static sp_status check_view(const sp_tensor *t, const char *name, int placed) {
     SP_REQUIRE(t != NULL, SP_ERR_INVALID_ARGUMENT, "%s: tensor pointer is NULL", name);
     SP_REQUIRE(t->ndim >= 0 && t->ndim <= SP_MAX_DIMS, SP_ERR_INVALID_ARGUMENT,
                "%s: ndim %d is outside 0..%d", name, (int)t->ndim, SP_MAX_DIMS);
     size_t es = sp_dtype_size((sp_dtype)t->dtype);
     SP_REQUIRE(es != 0, SP_ERR_INVALID_ARGUMENT, "%s: unknown dtype %d", name, (int)t->dtype);
-    SP_REQUIRE(t->device.type == SP_DEVICE_CPU || t->device.type == SP_DEVICE_CUDA,
-               SP_ERR_INVALID_ARGUMENT, "%s: unknown device type %d", name, (int)t->device.type);
-    SP_REQUIRE(t->device.ordinal >= 0, SP_ERR_INVALID_ARGUMENT, "%s: device ordinal %d is negative",
-               name, (int)t->device.ordinal);
+    if (placed) {
+        SP_REQUIRE(t->device.type == SP_DEVICE_CPU || t->device.type == SP_DEVICE_CUDA,
+                   SP_ERR_INVALID_ARGUMENT, "%s: unknown device type %d", name,
+                   (int)t->device.type);
+        SP_REQUIRE(t->device.ordinal >= 0, SP_ERR_INVALID_ARGUMENT,
+                   "%s: device ordinal %d is negative", name, (int)t->device.ordinal);
+    }
     int empty = 0;
     for (int d = 0; d < t->ndim; d++) {
         SP_REQUIRE(t->shape[d] >= 0, SP_ERR_INVALID_ARGUMENT, "%s: shape[%d] = %lld is negative",
@@ -59,6 +65,7 @@ sp_status sp_tensor_check_(const sp_tensor *t, const char *name) {
     SP_REQUIRE(!byte_reach(t, (int64_t)es, &neg, &pos, &bad), SP_ERR_OVERFLOW,
                "%s: byte offsets overflow int64 at dim %d (stride %lld)", name, bad,
                (long long)t->strides[bad]);
+    if (!placed) return SP_OK;
     SP_REQUIRE(t->data != NULL, SP_ERR_INVALID_ARGUMENT,
                "%s: data is NULL for a tensor of %lld elements", name, (long long)numel);
     /* [data + neg, data + pos) must be addresses: no wrap below 0 or past
@@ -69,6 +76,12 @@ sp_status sp_tensor_check_(const sp_tensor *t, const char *name) {
                "%s: bytes [%p - %lld, %p + %lld) do not fit the address space", name, t->data,
                (long long)-neg, t->data, (long long)pos);
     return SP_OK;
+}
+
+sp_status sp_tensor_check_(const sp_tensor *t, const char *name) { return check_view(t, name, 1); }
+
+sp_status sp_tensor_check_layout_(const sp_tensor *t, const char *name) {
+    return check_view(t, name, 0);
 }
 
 sp_status sp_tensor_check_aligned_(const sp_tensor *t, const char *name) {

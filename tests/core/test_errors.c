@@ -238,6 +238,42 @@ static void test_long_batch(ts_rng *r) {
     CHECK(untouched());
 }
 
+/* More than one pass, and pairs[0].dst is the pairs array itself: pass one
+ * overwrites it with a forged array whose last pair writes a buffer nobody
+ * validated. Every pair is planned before a byte moves, so the last pair is
+ * still copied as it was given and the forged destination stays untouched.
+ * Host memory only: the array is host memory. */
+static void test_pairs_in_a_destination(ts_rng *r) {
+    if (M->device.type != SP_DEVICE_CPU) return;
+    enum { N = SP_MAX_PAIRS_PER_LAUNCH + 1, ROW = 64 };
+    static sp_copy_pair p[N], forged[N];
+    ts_arena_reset(&A);
+    unsigned char *img = ts_arena_take(&A, sizeof p, 0);
+    unsigned char *src = ts_arena_take(&A, (size_t)ROW * N, 0);
+    unsigned char *dst = ts_arena_take(&A, (size_t)ROW * N, 0);
+    unsigned char *victim = ts_arena_take(&A, ROW, 0);
+    poison(r);
+    const int64_t row[1] = {ROW}, all[1] = {(int64_t)sizeof p};
+    for (int i = 1; i < N; i++) {
+        sp_tensor_dense(&p[i].src, src + ROW * i, SP_U8, 1, row, M->device);
+        sp_tensor_dense(&p[i].dst, dst + ROW * i, SP_U8, 1, row, M->device);
+    }
+    sp_tensor_dense(&p[0].src, img, SP_U8, 1, all, M->device);
+    sp_tensor_dense(&p[0].dst, p, SP_U8, 1, all, M->device);
+    memcpy(forged, p, sizeof p);
+    forged[N - 1].dst.data = victim;
+    memcpy(ts_arena_image(&A, img), forged, sizeof p);
+    ts_arena_upload(&A, img, sizeof p);
+    for (int i = 1; i < N; i++) expect_copies(&p[i], 1);
+    uint64_t before = sp_copy_pass_count();
+    CHECK_OK(sp_copy_batch(p, N, NULL));
+    CHECK(sp_copy_pass_count() - before == 2);
+    CHECK(memcmp(p, forged, sizeof p) == 0);
+    long diff = ts_arena_first_diff(&A);
+    CHECKF(diff < 0, "65 pairs over their own array: arena byte %ld (victim at %ld) differs", diff,
+           (long)(victim - A.base));
+}
+
 /* ---- sp_pack ---------------------------------------------------------------- */
 
 enum { NI = 4 };
@@ -379,6 +415,28 @@ static void test_pack_errors(ts_rng *r) {
         CHECK(ts_arena_first_diff(&A) < 0);
     }
 
+    /* sp_pack_workspace_bytes looks at layouts only: views with no data yet
+     * (NULL) or on any device, even one it does not know, size as the placed
+     * views do; a malformed layout is still refused. */
+    {
+        pscene s;
+        pscene_make(&s, r);
+        sp_tensor in[NI];
+        memcpy(in, s.in, sizeof in);
+        for (int i = 0; i < NI; i++) in[i].data = NULL;
+        in[1].device.type = 7;
+        in[2].device.ordinal = -3;
+        size_t b = 42;
+        CHECK_OK(sp_pack_workspace_bytes(in, NI, &b));
+        CHECK(b == s.wsb);
+        in[3].shape[0] = -1;
+        b = 42;
+        reset_last_error();
+        CHECK_STATUS(sp_pack_workspace_bytes(in, NI, &b), SP_ERR_INVALID_ARGUMENT);
+        check_message("workspace bytes, no data, negative size", "inputs[3]");
+        CHECK(b == 42);
+    }
+
     /* sp_pack_workspace_bytes. */
     pscene s;
     pscene_make(&s, r);
@@ -486,6 +544,7 @@ int main(void) {
     ts_arena_init(&A, M, (size_t)1 << 20);
     test_copy_errors(&r);
     test_long_batch(&r);
+    test_pairs_in_a_destination(&r);
     test_pack_errors(&r);
     test_null_data(&r);
     ts_arena_free(&A);

@@ -2,7 +2,8 @@
  * paint every byte each view covers, and compare "some byte painted twice"
  * with sp_tensors_overlap_ over many random small views of one buffer. Then
  * the cases that matter: column slices of one fused buffer never overlap, and
- * sp_copy_batch accepts scattering into them. */
+ * sp_copy_batch accepts scattering into them. And the overlap policy over
+ * many views (sp_find_overlap_) against the plain pairwise loop. */
 #include "check.h"
 #include "internal.h"
 #include "test_support.h"
@@ -147,9 +148,48 @@ static void test_search_gives_up(void) {
     }
 }
 
+/* sp_find_overlap_ against the pairwise rule it replaces: random sets of up
+ * to 300 views (the stack and the heap path) in one small buffer, each
+ * written or read at random, many of them overlapping; the first failing
+ * (a, b) of the plain double loop is the answer, found or not. */
+static void test_find_overlap(ts_rng *r) {
+    enum { MAXV = 300 };
+    static sp_tensor v[MAXV];
+    static sp_view_ref_ refs[MAXV];
+    int found = 0;
+    for (int it = 0; it < 400; it++) {
+        const size_t n = (size_t)ts_rng_range(r, 0, it % 4 == 0 ? MAXV : 40);
+        const int wfrac = (int)ts_rng_range(r, 0, 8), sparse = (int)ts_rng_range(r, 0, 3) == 0;
+        for (size_t i = 0; i < n; i++) {
+            v[i] = random_view(r);
+            if (sparse && sp_numel_(&v[i]) > 0) /* mostly apart: few intersecting extents */
+                v[i].data = (unsigned char *)v[i].data + (ts_rng_range(r, -30, 30) * 64) /
+                                                             (int64_t)sp_dtype_size((sp_dtype)v[i].dtype) *
+                                                             (int64_t)sp_dtype_size((sp_dtype)v[i].dtype);
+            refs[i] = (sp_view_ref_){&v[i], ts_rng_range(r, 0, 7) < wfrac};
+        }
+        sp_overlap_hit_ want = {0, 0, 0}, got;
+        for (size_t a = 0; a < n && !want.found; a++) {
+            if (!refs[a].written) continue;
+            for (size_t b = 0; b < n && !want.found; b++) {
+                if (b == a || (refs[b].written && b < a)) continue;
+                int o = sp_tensors_overlap_(&v[a], &v[b]);
+                if (o) want = (sp_overlap_hit_){o, a, b};
+            }
+        }
+        CHECK_OK(sp_find_overlap_(refs, n, &got));
+        CHECKF(got.found == want.found && (!want.found || (got.a == want.a && got.b == want.b)),
+               "set %d of %zu views: found %d (%zu, %zu), the pairwise rule %d (%zu, %zu)", it, n,
+               got.found, got.a, got.b, want.found, want.a, want.b);
+        found += want.found != 0;
+    }
+    CHECK(found > 50 && found < 350); /* both outcomes well represented */
+}
+
 int main(void) {
     ts_rng r;
     ts_rng_seed(&r, 11);
+    test_find_overlap(&r);
     long agree = 0, both = 0;
     for (int it = 0; it < 100000; it++) {
         sp_tensor a = random_view(&r), b = random_view(&r);

@@ -174,6 +174,41 @@ static void noop_cases(void) {
     kp_free(&p);
 }
 
+/* A sequence of length 0 leaves its slot's bits as they are, in the prefill
+ * and in the reference: a bf16 slot full of signalling NaNs (0x7f81, which a
+ * read to fp32 and a rounding back would quiet to 0x7fc1) and other bit
+ * patterns comes back byte for byte, while the sequences around it run. */
+static void empty_sequence_case(sp_dtype sdt) {
+    static const int64_t lens[] = {5, 0, 9};
+    kda_problem p;
+    kp_make(&p, 3, lens, 2, 2, sdt, SP_KDA_GATE_LOWER_BOUND, 4, 31 + (uint64_t)sdt);
+    const int64_t slot = ((const int32_t *)p.host[KB_IDX])[1];
+    const size_t es = sp_dtype_size(sdt), at = (size_t)(slot * p.pitch) * es;
+    const size_t bytes = (size_t)(p.H * D * D) * es;
+    unsigned char *s0 = (unsigned char *)p.host[KB_STATE] + at;
+    static const uint16_t pat[] = {0x7f81, 0xff81, 0x7fbf, 0x0001, 0x8000, 0x7f80};
+    for (size_t i = 0; i < bytes / 2; i++) memcpy(s0 + 2 * i, &pat[i % 6], 2);
+    for (int run = 0; run < 2; run++) {
+        void *b[KB_COUNT];
+        kp_copy(&p, b);
+        sp_kda_args a;
+        kp_args(&p, b, sp_cpu(), &a);
+        CHECK_OK(run ? sp_kda_prefill_reference(&a) : sp_kda_prefill(&a, NULL));
+        const unsigned char *s1 = (const unsigned char *)b[KB_STATE] + at;
+        size_t diff = 0;
+        while (diff < bytes && s1[diff] == s0[diff]) diff++;
+        CHECKF(diff == bytes, "%s, %s state: empty sequence's slot byte %zu changed (%02x -> %02x)",
+               run ? "reference" : "prefill", sp_dtype_name(sdt), diff, s0[diff % bytes],
+               s1[diff % bytes]);
+        /* The other sequences did run: their slots moved. */
+        const int64_t other = ((const int32_t *)p.host[KB_IDX])[2];
+        CHECK(memcmp((const char *)b[KB_STATE] + (size_t)(other * p.pitch) * es,
+                     (const char *)p.host[KB_STATE] + (size_t)(other * p.pitch) * es, bytes) != 0);
+        kp_free_copy(b);
+    }
+    kp_free(&p);
+}
+
 /* Each mutation breaks one rule; the call must return its status and leave
  * o, the pool and the checkpoints as they were. */
 typedef void (*mutate_fn)(sp_kda_args *a, void *const b[KB_COUNT], kda_problem *p);
@@ -344,6 +379,8 @@ int main(void) {
         for (int gi = 0; gi < 2; gi++)
             for (int ii = 0; ii < 4; ii++) batch_case(dts[di], gates[gi], intervals[ii], L, N, 2);
     noop_cases();
+    empty_sequence_case(SP_BF16);
+    empty_sequence_case(SP_F32);
     bad_argument_cases();
     return sp_test_finish("test_kda_cpu");
 }
