@@ -12,7 +12,7 @@ With torch imported first, the calls are also torch custom ops under
 torch.compile (see _torch_ops.py).
 """
 
-import sys
+import sys as _sys
 
 from ._version import __version__
 
@@ -105,5 +105,5 @@ def copy_pass_count() -> int:
 
 # Engines import torch first; then the custom ops are there before anything
 # is compiled. Otherwise call register_torch_ops() after importing torch.
-if "torch" in sys.modules:
+if "torch" in _sys.modules:
     register_torch_ops()

@@ -68,7 +68,12 @@ def _listed(items, what):
     general path can read it again); one array is refused."""
     if hasattr(items, "__dlpack__") or hasattr(items, "__array_interface__"):
         raise TypeError(f"stridepack: {what} must be a list, not one array")
-    return list(items)
+    try:
+        it = iter(items)
+    except TypeError:
+        raise TypeError(f"stridepack: {what} must be a list of arrays, "
+                        f"not {type(items).__name__}") from None
+    return list(it)
 
 
 def workspace_bytes(tensors: Sequence[Array]) -> int:

@@ -10,42 +10,31 @@ from . import _native
 from ._api import Array
 from ._errors import error
 
-GATES = {"lower_bound": 0, "softplus": 1}  # sp_kda_gate
-KERNELS = {"auto": 0, "recurrent": 1, "chunked": 2, "chunked_two_pass": 3}  # sp_kda_kernel
-_PREFILL, _REFERENCE, _BOUNDARY, _WORKSPACE_BYTES = 0, 1, 2, 3
+# sp_kda_gate and sp_kda_kernel: the values from the header the extension
+# was compiled with, the kernel names from sp_kda_kernel_name().
+GATES = {"lower_bound": _native.KDA_GATE_LOWER_BOUND, "softplus": _native.KDA_GATE_SOFTPLUS}
+KERNELS = {_native.kda_kernel_name(k): k
+           for k in (_native.KDA_KERNEL_AUTO, _native.KDA_KERNEL_RECURRENT,
+                     _native.KDA_KERNEL_CHUNKED, _native.KDA_KERNEL_CHUNKED_TWO_PASS)}
 
 
 def available() -> bool:
-    """True: the extension links the whole library, KDA part included."""
-    return True
+    """True when the linked library's KDA prefill runs: the extension runs
+    a one-token CPU prefill once and says whether it succeeded."""
+    return _native.kda_available()
 
 
-def _workspace(ws):
-    """(address, bytes) of a workspace array (torch tensor or NumPy array)."""
-    if ws is None:
-        return None
-    if hasattr(ws, "data_ptr"):
-        return (ws.data_ptr(), ws.numel() * ws.element_size())
-    return (ws.__array_interface__["data"][0], ws.nbytes)
-
-
-def _run(mode, boundary, q, k, v, g, beta, A_log, dt_bias, cu_seqlens, state, state_indices, o,
-         gate, lower_bound, scale, checkpoint_interval, checkpoint_cu_starts, checkpoints,
-         kernel="auto", workspace=None):
+def _codes(gate, kernel):
     if gate not in GATES:
-        raise error("SP_ERR_INVALID_ARGUMENT", 1,
-                              f"gate: {gate!r} is not one of {sorted(GATES)}")
+        raise error("SP_ERR_INVALID_ARGUMENT", 1, f"gate: {gate!r} is not one of {sorted(GATES)}")
     if kernel not in KERNELS:
         raise error("SP_ERR_INVALID_ARGUMENT", 1,
-                              f"kernel: {kernel!r} is not one of {sorted(KERNELS)}")
-    tensors = (q, k, v, g, beta, A_log, dt_bias, cu_seqlens, state, state_indices, o,
-               checkpoint_cu_starts, checkpoints)
-    return _native.kda(mode, boundary, tensors, GATES[gate], lower_bound, scale,
-                       checkpoint_interval, None, KERNELS[kernel], _workspace(workspace))
+                    f"kernel: {kernel!r} is not one of {sorted(KERNELS)}")
+    return GATES[gate], KERNELS[kernel]
 
 
 def kda_prefill(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Array,
-                dt_bias: Array, cu_seqlens: Array, state: Array, state_indices: Optional[Array],
+                dt_bias: Array, cu_seqlens: Array, state: Array, state_indices: Array,
                 o: Array, *, gate: str = "lower_bound", lower_bound: float = -5.0,
                 scale: float = 0.0, checkpoint_interval: int = 0,
                 checkpoint_cu_starts: Optional[Array] = None, checkpoints: Optional[Array] = None,
@@ -58,22 +47,28 @@ def kda_prefill(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Arra
     (sp_kda_kernel); workspace: a device array of at least
     kda_workspace_bytes(...) bytes, which lets "auto" pick the two-pass
     kernel where it is faster and "chunked_two_pass" run."""
-    _run(_REFERENCE if reference else _PREFILL, None, q, k, v, g, beta, A_log, dt_bias,
-         cu_seqlens, state, state_indices, o, gate, lower_bound, scale, checkpoint_interval,
-         checkpoint_cu_starts, checkpoints, kernel, workspace)
+    gate_code, kernel_code = _codes(gate, kernel)
+    arrays = (q, k, v, g, beta, A_log, dt_bias, cu_seqlens, state, state_indices, o,
+              checkpoint_cu_starts, checkpoints)
+    if reference:
+        _native.kda_reference(arrays, gate_code, lower_bound, scale, checkpoint_interval)
+    else:
+        _native.kda_prefill(arrays, gate_code, lower_bound, scale, checkpoint_interval,
+                            kernel_code, workspace)
 
 
 def kda_workspace_bytes(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Array,
                         dt_bias: Array, cu_seqlens: Array, state: Array,
-                        state_indices: Optional[Array], o: Array, *, gate: str = "lower_bound",
+                        state_indices: Array, o: Array, *, gate: str = "lower_bound",
                         lower_bound: float = -5.0, scale: float = 0.0,
                         checkpoint_interval: int = 0, checkpoint_cu_starts: Optional[Array] = None,
                         checkpoints: Optional[Array] = None) -> int:
     """sp_kda_prefill_workspace_bytes: the workspace the two-pass kernel
     needs for these arguments (0 when no kernel that needs one serves them)."""
-    return _run(_WORKSPACE_BYTES, None, q, k, v, g, beta, A_log, dt_bias, cu_seqlens, state,
-                state_indices, o, gate, lower_bound, scale, checkpoint_interval,
-                checkpoint_cu_starts, checkpoints)
+    gate_code, _ = _codes(gate, "auto")
+    return _native.kda_workspace_bytes(
+        (q, k, v, g, beta, A_log, dt_bias, cu_seqlens, state, state_indices, o,
+         checkpoint_cu_starts, checkpoints), gate_code, lower_bound, scale, checkpoint_interval)
 
 
 class KdaBoundary:
@@ -87,7 +82,7 @@ class KdaBoundary:
         self._b = _native.boundary_create(_parse_device(device), max_tokens, max_heads)
 
     def run(self, q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Array,
-            dt_bias: Array, cu_seqlens: Array, state: Array, state_indices: Optional[Array],
+            dt_bias: Array, cu_seqlens: Array, state: Array, state_indices: Array,
             o: Array, *, gate: str = "lower_bound", lower_bound: float = -5.0,
             scale: float = 0.0, checkpoint_interval: int = 0,
             checkpoint_cu_starts: Optional[Array] = None, checkpoints: Optional[Array] = None,
@@ -96,9 +91,11 @@ class KdaBoundary:
         (without a workspace, the boundary's own serves the two-pass kernel)."""
         if self._b is None:
             raise error("SP_ERR_INVALID_ARGUMENT", 1, "boundary: already closed")
-        _run(_BOUNDARY, self._b, q, k, v, g, beta, A_log, dt_bias, cu_seqlens, state,
-             state_indices, o, gate, lower_bound, scale, checkpoint_interval,
-             checkpoint_cu_starts, checkpoints, kernel, workspace)
+        gate_code, kernel_code = _codes(gate, kernel)
+        _native.kda_boundary_run(
+            self._b, (q, k, v, g, beta, A_log, dt_bias, cu_seqlens, state, state_indices, o,
+                      checkpoint_cu_starts, checkpoints),
+            gate_code, lower_bound, scale, checkpoint_interval, kernel_code, workspace)
 
     @property
     def last_copied(self) -> int:
@@ -123,8 +120,8 @@ class KdaBoundary:
 
 
 def _parse_device(device):
-    if isinstance(device, int):
-        return 1, device
+    if isinstance(device, int) and not isinstance(device, bool):
+        return 1, device  # a negative ordinal is refused by the extension, named
     s = str(device)  # torch.device prints as "cuda:0" / "cpu"
     if s == "cpu":
         return 0, 0

@@ -181,48 +181,14 @@ static int same_view(const view *a, const view *b) {
            !memcmp(a->strides, b->strides, sizeof(int64_t) * (size_t)a->ndim);
 }
 
-/* Where a torch.Tensor object holds its at::Tensor, the one pointer that
- * Tensor._cdata returns: torch's THPVariable keeps it right after the object
- * header, either as the tensor itself or inside a MaybeOwned whose first byte
- * says whether it is borrowed (then the getter is read). Found on the probe
- * tensors, never assumed; impl_at 0: not found, every read takes _cdata. */
-static Py_ssize_t impl_at, borrowed_at = -1, impl_found;
-
+/* The TensorImpl address, from torch's own getter Tensor._cdata (0 with
+ * an exception set when it fails). Never read out of the object's memory:
+ * only torch knows its layout. */
 static uintptr_t cdata_of(PyObject *x) {
     PyObject *c = tget(x, T_CDATA);
     uintptr_t impl = c ? (uintptr_t)PyLong_AsVoidPtr(c) : 0;
     Py_XDECREF(c);
     return impl;
-}
-
-static uintptr_t impl_of(PyObject *x) {
-    uintptr_t impl = 0;
-    const char *o = (const char *)x;
-    if (impl_at && (borrowed_at < 0 || !o[borrowed_at])) memcpy(&impl, o + impl_at, sizeof impl);
-    return impl ? impl : cdata_of(x);
-}
-
-static void find_impl_slot(PyObject *fast) {
-    static const struct { Py_ssize_t at, flag; } slot[] = {
-        {sizeof(PyObject), -1}, {sizeof(PyObject) + sizeof(void *), sizeof(PyObject)}};
-    const Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
-    for (size_t k = 0; k < sizeof slot / sizeof slot[0]; k++) {
-        int ok = n > 0 && torch_tensor->tp_basicsize >= slot[k].at + (Py_ssize_t)sizeof(void *);
-        for (Py_ssize_t i = 0; ok && i < n; i++) {
-            PyObject *x = PySequence_Fast_GET_ITEM(fast, i);
-            const char *o = (const char *)x;
-            uintptr_t got, want = Py_TYPE(x) == torch_tensor ? cdata_of(x) : 0;
-            if (want) memcpy(&got, o + slot[k].at, sizeof got);
-            else PyErr_Clear(); /* no getter left running with an exception set */
-            ok = want && got == want && (slot[k].flag < 0 || !o[slot[k].flag]);
-        }
-        if (ok) {
-            impl_found = impl_at = slot[k].at;
-            borrowed_at = slot[k].flag;
-            break;
-        }
-    }
-    PyErr_Clear();
 }
 
 /* 1 when the direct reads give what the attribute reads give for each of
@@ -236,7 +202,6 @@ static int direct_agrees(void) {
     PyObject *probes = h ? PyObject_CallMethodNoArgs(h, s_probes) : NULL;
     PyObject *fast = probes ? PySequence_Fast(probes, "probes") : NULL;
     int ok = fast && PySequence_Fast_GET_SIZE(fast) > 0;
-    if (ok) find_impl_slot(fast);
     for (Py_ssize_t i = 0; ok && i < PySequence_Fast_GET_SIZE(fast); i++) {
         PyObject *x = PySequence_Fast_GET_ITEM(fast, i);
         view a, b;
@@ -248,7 +213,6 @@ static int direct_agrees(void) {
     Py_XDECREF(fast);
     Py_XDECREF(probes);
     PyErr_Clear();
-    if (!ok) impl_at = impl_found = 0; /* the direct reads stay off: nothing is read there */
     return ok;
 }
 
@@ -427,7 +391,7 @@ static int read_torch_attrs(PyObject *x, view *v, int flags) {
  * when the attribute reads must do it (a dtype or device the table lacks,
  * a layout without strides: they also give the right error). */
 static int read_torch_direct(PyObject *x, view *v, int flags) {
-    uintptr_t impl = impl_of(x);
+    uintptr_t impl = cdata_of(x);
     td_meta m;
     if (!impl || td_describe(impl, &m) < 0 || m.device == TD_OTHER || m.ndim > MAX_READ_DIMS) {
         PyErr_Clear();
@@ -856,6 +820,95 @@ static const char *device_name(sp_device d, char *buf, size_t n) {
     return buf;
 }
 
+/* "(64, 33)": the shape of v, for messages. */
+static const char *shape_text(const view *v, char *buf, size_t n) {
+    size_t at = (size_t)snprintf(buf, n, "(");
+    for (int i = 0; i < v->ndim && at < n; i++)
+        at += (size_t)snprintf(buf + at, n - at, i ? ", %lld" : "%lld", (long long)v->shape[i]);
+    if (at < n) snprintf(buf + at, n - at, v->ndim == 1 ? ",)" : ")");
+    return buf;
+}
+
+static const char *strides_text(const view *v, char *buf, size_t n) {
+    size_t at = (size_t)snprintf(buf, n, "(");
+    for (int i = 0; i < v->ndim && at < n; i++)
+        at += (size_t)snprintf(buf + at, n - at, i ? ", %lld" : "%lld", (long long)v->strides[i]);
+    if (at < n) snprintf(buf + at, n - at, v->ndim == 1 ? ",)" : ")");
+    return buf;
+}
+
+/* The element type of v, for messages. */
+static const char *dtype_text(const view *v, char *buf, size_t n) {
+    if (v->exact >= 0) snprintf(buf, n, "%s", sp_dtype_name((sp_dtype)v->exact));
+    else snprintf(buf, n, "a %lld-byte type without a stridepack dtype", (long long)v->itemsize);
+    return buf;
+}
+
+/* An array the library fills as raw bytes (a workspace), read into wv and
+ * checked before any call: readable, writable, dense (only then are its
+ * numel x itemsize bytes from its address its own: an expanded view covers
+ * a few bytes many times, a strided one skips bytes that belong to others)
+ * and on `dev`, where the call runs. 0 with *ptr and *bytes set; -1 with
+ * the error raised, nothing written. */
+static int scratch_of(PyObject *x, int fw, view *wv, sp_device dev, uintptr_t dl_stream,
+                      const char *name, void **ptr, size_t *bytes) {
+    char m[800], a[256], b[256];
+    const int r = read_view(x, fw, wv, dl_stream, 0);
+    if (r < 0) return -1;
+    if (r > 0) {
+        snprintf(m, sizeof m, "%s: %s", name, reason);
+        raise_sp(SP_ERR_INVALID_ARGUMENT, m);
+        return -1;
+    }
+    if (wv->readonly) {
+        snprintf(m, sizeof m, "%s: read-only, and the call writes it", name);
+        raise_sp(SP_ERR_INVALID_ARGUMENT, m);
+        return -1;
+    }
+    if (!is_dense(wv)) {
+        snprintf(m, sizeof m,
+                 "%s: not contiguous (shape %s, byte strides %s): the call writes every byte "
+                 "of it, so it must own them (an expanded or strided view does not)",
+                 name, shape_text(wv, a, sizeof a), strides_text(wv, b, sizeof b));
+        raise_sp(SP_ERR_INVALID_ARGUMENT, m);
+        return -1;
+    }
+    if (wv->device.type != dev.type || wv->device.ordinal != dev.ordinal) {
+        snprintf(m, sizeof m, "%s: on %s, but the call runs on %s", name,
+                 device_name(wv->device, a, sizeof a), device_name(dev, b, sizeof b));
+        raise_sp(SP_ERR_DEVICE_MISMATCH, m);
+        return -1;
+    }
+    int64_t n = 1;
+    for (int i = 0; i < wv->ndim; i++)
+        if (__builtin_mul_overflow(n, wv->shape[i], &n)) break;
+    uint64_t total;
+    if (n < 0 || __builtin_mul_overflow((uint64_t)n, (uint64_t)wv->itemsize, &total) ||
+        total > SIZE_MAX) {
+        snprintf(m, sizeof m, "%s: its size in bytes overflows", name);
+        raise_sp(SP_ERR_OVERFLOW, m);
+        return -1;
+    }
+    *ptr = (void *)wv->ptr;
+    *bytes = (size_t)total;
+    return 0;
+}
+
+/* v as an sp_tensor of its own element type (the KDA arrays): strides in
+ * whole elements, at most SP_MAX_DIMS dims. 0, or 1 with `reason` set. */
+static int elements_tensor(const view *v, sp_tensor *t) {
+    int whole = v->ndim <= SP_MAX_DIMS;
+    for (int d = 0; d < v->ndim && whole; d++) whole = v->strides[d] % v->itemsize == 0;
+    if (!whole) {
+        snprintf(reason, sizeof reason, "strides not whole elements, or more than %d dims",
+                 SP_MAX_DIMS);
+        return 1;
+    }
+    layout l;
+    unit_layout(v, (int)v->itemsize, &l, 0);
+    return fill(t, v, v->exact, &l, 0);
+}
+
 /* ---- torch outputs of pack, kept per workspace ------------------------------ */
 /* A repeated eager pack into the same workspace gets the output tensors of
  * the previous call again when they still are what it would build (same
@@ -985,7 +1038,13 @@ static PyObject *as_fast_list(PyObject *xs, const char *what) {
         PyErr_Format(PyExc_TypeError, "stridepack: %s must be a list, not one array", what);
         return NULL;
     }
-    return PySequence_Fast(xs, "stridepack: expected a list of arrays");
+    PyObject *fast = PySequence_Fast(xs, "not a list");
+    if (!fast && PyErr_ExceptionMatches(PyExc_TypeError)) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "stridepack: %s must be a list of arrays, not %s", what,
+                     Py_TYPE(xs)->tp_name);
+    }
+    return fast;
 }
 
 /* Read xs[0..n) of one framework into v; *fw_out gets it. */
@@ -1069,7 +1128,6 @@ static PyObject *py_pack(PyObject *self, PyObject *args) {
     sp_tensor in[SP_MAX_PAIRS_PER_LAUNCH], out[SP_MAX_PAIRS_PER_LAUNCH];
     int fw = -1;
     uintptr_t stream = 0;
-    char d1[32], d2[32];
     if (!v) goto done;
     if (n == 0) { result = PyList_New(0); goto done; }
     if (all_torch_contiguous(items, n)) { /* nothing to move: each input is its output */
@@ -1120,29 +1178,17 @@ static PyObject *py_pack(PyObject *self, PyObject *args) {
                      fw_names[fw], fw_names[wfw]);
         goto done;
     }
-    int r = read_view(ws, wfw, wv, stream, 0);
-    if (r < 0) goto done;
-    if (r > 0) { char m[600]; snprintf(m, sizeof m, "workspace: %s", reason); raise_sp(SP_ERR_INVALID_ARGUMENT, m); goto done; }
-    if (!is_dense(wv) || wv->readonly) {
-        raise_sp(SP_ERR_INVALID_ARGUMENT, "workspace: must be contiguous and writable");
-        goto done;
-    }
-    if (wv->device.type != dev.type || wv->device.ordinal != dev.ordinal) {
-        char m[128];
-        snprintf(m, sizeof m, "workspace: on %s, inputs to copy on %s",
-                 device_name(wv->device, d1, sizeof d1), device_name(dev, d2, sizeof d2));
-        raise_sp(SP_ERR_DEVICE_MISMATCH, m);
-        goto done;
-    }
+    void *ws_ptr;
+    size_t ws_bytes;
+    if (scratch_of(ws, wfw, wv, dev, stream, "workspace", &ws_ptr, &ws_bytes) < 0) goto done;
     if (stream_arg == Py_None && stream_of(fw, dev, &stream) < 0) goto done;
     int st;
     if (dev.type == SP_DEVICE_CPU) { /* a CPU pass may be long: let other threads run */
         Py_BEGIN_ALLOW_THREADS
-        st = sp_pack(in, (size_t)n, (void *)wv->ptr, (size_t)(numel(wv) * wv->itemsize), out, NULL, NULL);
+        st = sp_pack(in, (size_t)n, ws_ptr, ws_bytes, out, NULL, NULL);
         Py_END_ALLOW_THREADS
     } else {
-        st = sp_pack(in, (size_t)n, (void *)wv->ptr, (size_t)(numel(wv) * wv->itemsize), out, NULL,
-                     (struct CUstream_st *)stream);
+        st = sp_pack(in, (size_t)n, ws_ptr, ws_bytes, out, NULL, (struct CUstream_st *)stream);
     }
     if (library_failed(st)) goto done;
     /* A workspace allocated here dies with this call: nothing to keep. */
@@ -1200,9 +1246,49 @@ done:
 
 /* ---- copy_batch / pack_into ------------------------------------------------ */
 
+/* How a call names its arrays: copy_batch's pairs[i].src and pairs[i].dst,
+ * pack_into's inputs[i] and outputs[i]. */
+typedef enum { NAMES_PAIRS, NAMES_INPUTS_OUTPUTS } names_style;
+
+static const char *side_name(names_style style, Py_ssize_t i, int dst, char *buf, size_t n) {
+    if (style == NAMES_PAIRS) snprintf(buf, n, "pairs[%zd].%s", i, dst ? "dst" : "src");
+    else snprintf(buf, n, "%s[%zd]", dst ? "outputs" : "inputs", i);
+    return buf;
+}
+
+/* The library's message in the call's own names: sp_copy_batch names its
+ * arguments pairs[i].src / pairs[i].dst (and pairs[i] for both). */
+static void rename_pairs(names_style style, const char *text, char *out, size_t n) {
+    size_t at = 0;
+    while (*text && at + 1 < n) {
+        unsigned long long i;
+        int used = 0;
+        if (style == NAMES_INPUTS_OUTPUTS && !strncmp(text, "pairs[", 6) &&
+            sscanf(text + 6, "%llu]%n", &i, &used) == 1 && used > 0) {
+            const char *rest = text + 6 + used;
+            int w;
+            if (!strncmp(rest, ".src", 4)) {
+                w = snprintf(out + at, n - at, "inputs[%llu]", i);
+                rest += 4;
+            } else if (!strncmp(rest, ".dst", 4)) {
+                w = snprintf(out + at, n - at, "outputs[%llu]", i);
+                rest += 4;
+            } else {
+                w = snprintf(out + at, n - at, "inputs[%llu]/outputs[%llu]", i, i);
+            }
+            at += w > 0 ? (size_t)w : 0;
+            if (at >= n) at = n - 1;
+            text = rest;
+            continue;
+        }
+        out[at++] = *text++;
+    }
+    out[at < n ? at : n - 1] = 0;
+}
+
 /* Copy srcs[i] into dsts[i], i < n, in one library call. */
 static PyObject *copy_pairs(PyObject **srcs, PyObject **dsts, Py_ssize_t n, PyObject *stream_arg,
-                            const char *what) {
+                            names_style style) {
     view local[N_LOCAL_VIEWS], *v = views_new(2 * n, local);
     sp_copy_pair local_pairs[N_LOCAL_VIEWS / 2]; /* each filled whole by pair_tensors */
     sp_copy_pair *pairs = n <= N_LOCAL_VIEWS / 2 ? local_pairs
@@ -1211,6 +1297,7 @@ static PyObject *copy_pairs(PyObject **srcs, PyObject **dsts, Py_ssize_t n, PyOb
     int stream_fw = -1;
     sp_device stream_dev = sp_cpu();
     uintptr_t stream = 0;
+    char m[900], sn[64], dn[64], a[256], b[256];
     if (!v) goto done;
     if (!pairs) { PyErr_NoMemory(); goto done; }
     if (stream_arg != Py_None) {
@@ -1225,8 +1312,7 @@ static PyObject *copy_pairs(PyObject **srcs, PyObject **dsts, Py_ssize_t n, PyOb
             int r = read_view(x, fw, &v[2 * i + side], stream, 1);
             if (r < 0) goto done;
             if (r > 0) {
-                char m[640];
-                snprintf(m, sizeof m, "%s[%zd]%s: %s", what, i, side ? ".dst" : ".src", reason);
+                snprintf(m, sizeof m, "%s: %s", side_name(style, i, side, sn, sizeof sn), reason);
                 raise_fallback("unsupported", i, m);
                 goto done;
             }
@@ -1238,15 +1324,30 @@ static PyObject *copy_pairs(PyObject **srcs, PyObject **dsts, Py_ssize_t n, PyOb
     }
     if (torch_tensor && autograd_check(v, 2 * n) < 0) goto done;
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (v[2 * i + 1].readonly) {
-            char m[64];
-            snprintf(m, sizeof m, "%s[%zd].dst: read-only", what, i);
+        const view *s = &v[2 * i], *d = &v[2 * i + 1];
+        side_name(style, i, 0, sn, sizeof sn);
+        side_name(style, i, 1, dn, sizeof dn);
+        if (d->readonly) {
+            snprintf(m, sizeof m, "%s: read-only", dn);
             raise_sp(SP_ERR_INVALID_ARGUMENT, m);
             goto done;
         }
-        if (pair_tensors(&v[2 * i], &v[2 * i + 1], &pairs[i])) {
-            char m[640];
-            snprintf(m, sizeof m, "%s[%zd]: %s", what, i, reason);
+        /* In the caller's terms, before the views become words of a unit. */
+        if (s->ndim != d->ndim ||
+            memcmp(s->shape, d->shape, sizeof(int64_t) * (size_t)s->ndim)) {
+            snprintf(m, sizeof m, "%s: shape %s differs from %s %s", dn,
+                     shape_text(d, a, sizeof a), sn, shape_text(s, b, sizeof b));
+            raise_sp(SP_ERR_SHAPE_MISMATCH, m);
+            goto done;
+        }
+        if (s->exact != d->exact || s->itemsize != d->itemsize) {
+            snprintf(m, sizeof m, "%s: dtype %s differs from %s %s", dn, dtype_text(d, a, sizeof a),
+                     sn, dtype_text(s, b, sizeof b));
+            raise_sp(SP_ERR_DTYPE_MISMATCH, m);
+            goto done;
+        }
+        if (pair_tensors(s, d, &pairs[i])) {
+            snprintf(m, sizeof m, "%s: %s", sn, reason);
             raise_fallback("unsupported", i, m);
             goto done;
         }
@@ -1261,6 +1362,11 @@ static PyObject *copy_pairs(PyObject **srcs, PyObject **dsts, Py_ssize_t n, PyOb
         Py_END_ALLOW_THREADS
     } else {
         st = sp_copy_batch(pairs, (size_t)n, (struct CUstream_st *)stream);
+    }
+    if (st != SP_OK && st != SP_ERR_UNSUPPORTED && style != NAMES_PAIRS) {
+        rename_pairs(style, sp_last_error(), m, sizeof m);
+        raise_sp(st, m);
+        goto done;
     }
     if (library_failed(st)) goto done;
     result = Py_None;
@@ -1296,7 +1402,7 @@ static PyObject *py_copy_batch(PyObject *self, PyObject *args) {
         srcs[i] = PySequence_Fast_GET_ITEM(p, 0);
         dsts[i] = PySequence_Fast_GET_ITEM(p, 1);
     }
-    result = copy_pairs(srcs, dsts, n, stream, "pairs");
+    result = copy_pairs(srcs, dsts, n, stream, NAMES_PAIRS);
 done:
     for (Py_ssize_t i = 0; i < held; i++) Py_DECREF(fasts[i]);
     PyMem_Free(fasts);
@@ -1318,7 +1424,8 @@ static PyObject *py_pack_into(PyObject *self, PyObject *args) {
         PyErr_Format(PyExc_ValueError, "stridepack: %zd inputs but %zd outputs", n,
                      PySequence_Fast_GET_SIZE(fo));
     } else {
-        result = copy_pairs(PySequence_Fast_ITEMS(fx), PySequence_Fast_ITEMS(fo), n, stream, "inputs");
+        result = copy_pairs(PySequence_Fast_ITEMS(fx), PySequence_Fast_ITEMS(fo), n, stream,
+                            NAMES_INPUTS_OUTPUTS);
     }
     Py_DECREF(fx);
     Py_DECREF(fo);
@@ -1378,6 +1485,9 @@ static const char *const kda_names[] = {"q", "k", "v", "g", "beta", "A_log", "dt
                                         "cu_seqlens", "state", "state_indices", "o",
                                         "checkpoint_cu_starts", "checkpoints"};
 #define N_KDA 13
+#define N_KDA_REQUIRED 11 /* all but the two checkpoint arrays */
+/* The arrays the prefill writes: state (8), o (10), checkpoints (12). */
+static int kda_written(int i) { return i == 8 || i == 10 || i == 12; }
 
 static sp_tensor *kda_field(sp_kda_args *a, int i) {
     sp_tensor *f[N_KDA] = {&a->q, &a->k, &a->v, &a->g, &a->beta, &a->A_log, &a->dt_bias,
@@ -1393,19 +1503,23 @@ static void boundary_capsule_free(PyObject *cap) {
     if (box) { sp_kda_boundary_destroy(box->b); PyMem_Free(box); }
 }
 
-/* kda(mode, boundary, tensors (13, None for absent), gate, lower_bound, scale,
- * checkpoint_interval, stream, kernel, workspace (None or (address, bytes)));
- * mode 0 prefill, 1 reference, 2 boundary run, 3 workspace bytes (returned). */
-static PyObject *py_kda(PyObject *self, PyObject *args) {
-    (void)self;
-    int mode, gate, kernel;
-    float lb, scale;
-    long long interval;
-    PyObject *bcap, *ts, *stream_arg, *ws_arg;
-    if (!PyArg_ParseTuple(args, "iOO!iffLOiO", &mode, &bcap, &PyTuple_Type, &ts, &gate, &lb, &scale,
-                          &interval, &stream_arg, &kernel, &ws_arg))
-        return NULL;
-    if (PyTuple_GET_SIZE(ts) != N_KDA) return PyErr_Format(PyExc_ValueError, "need %d tensors", N_KDA);
+typedef enum { KDA_PREFILL, KDA_REFERENCE, KDA_BOUNDARY_RUN, KDA_WORKSPACE_BYTES } kda_op;
+
+/* One KDA call: read the 13 arrays (None for an absent checkpoint array),
+ * check what the binding alone can see (a None where an array is needed,
+ * a read-only array the call writes, the workspace's bytes), then fill
+ * sp_kda_args and call the library. */
+static PyObject *kda_call(kda_op op, PyObject *bcap, PyObject *ts, int gate, float lb, float scale,
+                          long long interval, int kernel, PyObject *ws) {
+    if (!PyTuple_Check(ts) || PyTuple_GET_SIZE(ts) != N_KDA)
+        return PyErr_Format(PyExc_TypeError, "stridepack: the KDA calls take a tuple of %d arrays",
+                            N_KDA);
+    boundary_box *box = NULL;
+    if (op == KDA_BOUNDARY_RUN) {
+        box = PyCapsule_GetPointer(bcap, "stridepack.boundary");
+        if (!box) return NULL;
+        if (!box->b) return raise_sp(SP_ERR_INVALID_ARGUMENT, "boundary: already closed");
+    }
     sp_kda_args a;
     sp_kda_args_init(&a);
     a.gate = gate;
@@ -1413,74 +1527,158 @@ static PyObject *py_kda(PyObject *self, PyObject *args) {
     a.scale = scale;
     a.checkpoint_interval = interval;
     a.kernel = kernel;
-    if (ws_arg != Py_None) {
-        unsigned long long addr, bytes;
-        if (!PyArg_ParseTuple(ws_arg, "KK", &addr, &bytes)) return NULL;
-        a.workspace = (void *)(uintptr_t)addr;
-        a.workspace_bytes = (size_t)bytes;
-    }
-    view *v = views_new(N_KDA, NULL);
+    view *v = views_new(N_KDA + 1, NULL), *wv = v ? &v[N_KDA] : NULL;
     PyObject *result = NULL;
     int fw0 = -1;
     sp_device dev = sp_cpu();
     uintptr_t stream = 0;
+    char m[700];
     if (!v) return NULL;
     for (int i = 0; i < N_KDA; i++) {
         PyObject *x = PyTuple_GET_ITEM(ts, i);
-        if (x == Py_None) continue;
+        if (x == Py_None) {
+            if (i < N_KDA_REQUIRED) {
+                snprintf(m, sizeof m, "%s: None, but every KDA call needs it (%s)", kda_names[i],
+                         i == 9 ? "int32 [N]: the state slot of each sequence"
+                                : "see stridepack_kda.h");
+                raise_sp(SP_ERR_INVALID_ARGUMENT, m);
+                goto done;
+            }
+            continue;
+        }
         int fw = framework_of(x);
         if (fw < 0) goto done;
         int r = read_view(x, fw, &v[i], 0, 0);
         if (r < 0) goto done;
-        char m[600];
         if (r > 0) { snprintf(m, sizeof m, "%s: %s", kda_names[i], reason); raise_sp(SP_ERR_UNSUPPORTED, m); goto done; }
+        if (op != KDA_WORKSPACE_BYTES && kda_written(i) && v[i].readonly) {
+            snprintf(m, sizeof m, "%s: read-only, and the prefill writes it", kda_names[i]);
+            raise_sp(SP_ERR_INVALID_ARGUMENT, m);
+            goto done;
+        }
         if (v[i].exact < 0) {
             snprintf(m, sizeof m, "%s: element type has no stridepack dtype", kda_names[i]);
             raise_sp(SP_ERR_DTYPE_MISMATCH, m);
             goto done;
         }
-        layout l;
-        int whole = v[i].ndim <= SP_MAX_DIMS;
-        for (int d = 0; d < v[i].ndim && whole; d++) whole = v[i].strides[d] % v[i].itemsize == 0;
-        if (!whole) {
-            snprintf(m, sizeof m, "%s: strides not whole elements, or too many dims", kda_names[i]);
+        if (elements_tensor(&v[i], kda_field(&a, i))) {
+            snprintf(m, sizeof m, "%s: %s", kda_names[i], reason);
             raise_sp(SP_ERR_UNSUPPORTED, m);
             goto done;
         }
-        unit_layout(&v[i], (int)v[i].itemsize, &l, 0);
-        fill(kda_field(&a, i), &v[i], v[i].exact, &l, 0);
         if (fw0 < 0) { fw0 = fw; dev = v[i].device; }
     }
-    if (stream_arg != Py_None) {
-        stream = (uintptr_t)PyLong_AsUnsignedLongLong(stream_arg);
-        if (PyErr_Occurred()) goto done;
-    } else if (fw0 >= 0 && stream_of(fw0, dev, &stream) < 0) {
-        goto done;
-    }
-    int st;
-    if (mode == 3) {
+    if (op == KDA_WORKSPACE_BYTES) {
         size_t bytes = 0;
-        st = sp_kda_prefill_workspace_bytes(&a, &bytes);
-        if (st != SP_OK) { raise_status(st); goto done; }
-        result = PyLong_FromSize_t(bytes);
+        const int st = sp_kda_prefill_workspace_bytes(&a, &bytes);
+        result = st == SP_OK ? PyLong_FromSize_t(bytes) : raise_status(st);
         goto done;
     }
-    if (mode == 2) {
-        boundary_box *box = PyCapsule_GetPointer(bcap, "stridepack.boundary");
-        if (!box) goto done;
-        if (!box->b) { raise_sp(SP_ERR_INVALID_ARGUMENT, "boundary: already closed"); goto done; }
-        st = sp_kda_boundary_run(box->b, &a, (struct CUstream_st *)stream);
-    } else if (mode == 1) {
-        st = sp_kda_prefill_reference(&a);
-    } else {
-        st = sp_kda_prefill(&a, (struct CUstream_st *)stream);
+    if (ws != Py_None) {
+        const int wfw = framework_of(ws);
+        if (wfw < 0 || scratch_of(ws, wfw, wv, dev, 0, "workspace", &a.workspace,
+                                  &a.workspace_bytes) < 0)
+            goto done;
+        if (a.workspace_bytes == 0) a.workspace = NULL; /* an empty one is none */
     }
+    if (fw0 >= 0 && stream_of(fw0, dev, &stream) < 0) goto done;
+    int st;
+    if (op == KDA_BOUNDARY_RUN) st = sp_kda_boundary_run(box->b, &a, (struct CUstream_st *)stream);
+    else if (op == KDA_REFERENCE) st = sp_kda_prefill_reference(&a);
+    else st = sp_kda_prefill(&a, (struct CUstream_st *)stream);
     if (st != SP_OK) { raise_status(st); goto done; }
     result = Py_None;
     Py_INCREF(result);
 done:
-    views_free(v, N_KDA, NULL);
+    views_free(v, N_KDA + 1, NULL);
     return result;
+}
+
+/* kda_prefill(arrays, gate, lower_bound, scale, checkpoint_interval, kernel, workspace) */
+static PyObject *py_kda_prefill(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *ts, *ws;
+    int gate, kernel;
+    float lb, scale;
+    long long interval;
+    if (!PyArg_ParseTuple(args, "OiffLiO", &ts, &gate, &lb, &scale, &interval, &kernel, &ws))
+        return NULL;
+    return kda_call(KDA_PREFILL, NULL, ts, gate, lb, scale, interval, kernel, ws);
+}
+
+/* kda_reference(arrays, gate, lower_bound, scale, checkpoint_interval) */
+static PyObject *py_kda_reference(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *ts;
+    int gate;
+    float lb, scale;
+    long long interval;
+    if (!PyArg_ParseTuple(args, "OiffL", &ts, &gate, &lb, &scale, &interval)) return NULL;
+    return kda_call(KDA_REFERENCE, NULL, ts, gate, lb, scale, interval, 0, Py_None);
+}
+
+/* kda_boundary_run(boundary, arrays, gate, lower_bound, scale, checkpoint_interval, kernel,
+ * workspace) */
+static PyObject *py_kda_boundary_run(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *cap, *ts, *ws;
+    int gate, kernel;
+    float lb, scale;
+    long long interval;
+    if (!PyArg_ParseTuple(args, "OOiffLiO", &cap, &ts, &gate, &lb, &scale, &interval, &kernel, &ws))
+        return NULL;
+    return kda_call(KDA_BOUNDARY_RUN, cap, ts, gate, lb, scale, interval, kernel, ws);
+}
+
+/* kda_workspace_bytes(arrays, gate, lower_bound, scale, checkpoint_interval) */
+static PyObject *py_kda_workspace_bytes(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *ts;
+    int gate;
+    float lb, scale;
+    long long interval;
+    if (!PyArg_ParseTuple(args, "OiffL", &ts, &gate, &lb, &scale, &interval)) return NULL;
+    return kda_call(KDA_WORKSPACE_BYTES, NULL, ts, gate, lb, scale, interval, 0, Py_None);
+}
+
+/* kda_available() -> whether the linked library's KDA prefill runs: one
+ * CPU prefill of one token and one head, tried once. */
+static PyObject *py_kda_available(PyObject *self, PyObject *unused) {
+    (void)self; (void)unused;
+    static int known = -1;
+    if (known < 0) {
+        enum { D = SP_KDA_HEAD_DIM };
+        static uint16_t qkvg[4][D], beta[1], o[D];
+        static float A_log[1], dt_bias[D], state[D * D];
+        static int64_t cu[2] = {0, 1};
+        static int32_t slot[1];
+        const int64_t tok[4] = {1, 1, 1, D}, bt[3] = {1, 1, 1}, one[1] = {1}, d1[1] = {D},
+                      two[1] = {2}, st[4] = {1, 1, D, D};
+        sp_kda_args a;
+        int ok = sp_kda_args_init(&a) == SP_OK;
+        sp_tensor *in[4] = {&a.q, &a.k, &a.v, &a.g};
+        for (int i = 0; i < 4 && ok; i++)
+            ok = sp_tensor_dense(in[i], qkvg[i], SP_BF16, 4, tok, sp_cpu()) == SP_OK;
+        ok = ok && sp_tensor_dense(&a.beta, beta, SP_BF16, 3, bt, sp_cpu()) == SP_OK &&
+             sp_tensor_dense(&a.A_log, A_log, SP_F32, 1, one, sp_cpu()) == SP_OK &&
+             sp_tensor_dense(&a.dt_bias, dt_bias, SP_F32, 1, d1, sp_cpu()) == SP_OK &&
+             sp_tensor_dense(&a.cu_seqlens, cu, SP_I64, 1, two, sp_cpu()) == SP_OK &&
+             sp_tensor_dense(&a.state, state, SP_F32, 4, st, sp_cpu()) == SP_OK &&
+             sp_tensor_dense(&a.state_indices, slot, SP_I32, 1, one, sp_cpu()) == SP_OK &&
+             sp_tensor_dense(&a.o, o, SP_BF16, 4, tok, sp_cpu()) == SP_OK &&
+             sp_kda_prefill(&a, NULL) == SP_OK;
+        known = ok;
+    }
+    return PyBool_FromLong(known);
+}
+
+/* kda_kernel_name(k) -> sp_kda_kernel_name(k): "auto", "recurrent", ...,
+ * "unknown" past the last; the package builds its table from it. */
+static PyObject *py_kda_kernel_name(PyObject *self, PyObject *k) {
+    (void)self;
+    const long c = PyLong_AsLong(k);
+    if (c == -1 && PyErr_Occurred()) return NULL;
+    return PyUnicode_FromString(sp_kda_kernel_name((sp_kda_kernel)c));
 }
 
 static PyObject *py_boundary_create(PyObject *self, PyObject *args) {
@@ -1488,6 +1686,12 @@ static PyObject *py_boundary_create(PyObject *self, PyObject *args) {
     int type, ordinal;
     long long max_tokens, max_heads;
     if (!PyArg_ParseTuple(args, "(ii)LL", &type, &ordinal, &max_tokens, &max_heads)) return NULL;
+    if (type == SP_DEVICE_CUDA && ordinal < 0) {
+        char m[128];
+        snprintf(m, sizeof m, "device: CUDA ordinal %d is negative (devices are numbered from 0)",
+                 ordinal);
+        return raise_sp(SP_ERR_INVALID_ARGUMENT, m);
+    }
     sp_device d = {type, ordinal};
     sp_kda_boundary *b = NULL;
     int st = sp_kda_boundary_create(&b, d, max_tokens, max_heads);
@@ -1561,30 +1765,6 @@ static PyObject *py_direct_reads(PyObject *self, PyObject *args) {
     return PyBool_FromLong(direct);
 }
 
-/* impl_slot(on=None) -> the offset in a torch.Tensor object where the
- * direct reads find its TensorImpl address (0: they call _cdata); on=False
- * makes them call _cdata, on=True restores the slot found (for tests). */
-static PyObject *py_impl_slot(PyObject *self, PyObject *args) {
-    (void)self;
-    const int on = switch_arg(args);
-    if (on < 0) return NULL;
-    if (on < 2) impl_at = on ? impl_found : 0;
-    return PyLong_FromSsize_t(impl_at);
-}
-
-/* impl_address(x) -> the TensorImpl address the direct reads use for the
- * torch.Tensor x (from the slot when one was found, else _cdata), to hold
- * against x._cdata in the tests. */
-static PyObject *py_impl_address(PyObject *self, PyObject *x) {
-    (void)self;
-    if (!torch_tensor && init_torch() < 0) return NULL;
-    if (!torch_tensor || Py_TYPE(x) != torch_tensor)
-        return PyErr_Format(PyExc_TypeError, "impl_address takes a torch.Tensor, not %s",
-                            Py_TYPE(x)->tp_name);
-    const uintptr_t impl = impl_of(x);
-    return !impl && PyErr_Occurred() ? NULL : PyLong_FromVoidPtr((void *)impl);
-}
-
 static PyObject *py_configure(PyObject *self, PyObject *fws) {
     (void)self;
     if (!PyList_Check(fws) || PyList_GET_SIZE(fws) != FW_COUNT)
@@ -1602,8 +1782,18 @@ static PyMethodDef methods[] = {
     METH("workspace_bytes", py_workspace_bytes, METH_O, "workspace_bytes(tensors) -> int"),
     METH("readable", py_readable, METH_O, "readable(x) -> None or the reason it is not"),
     METH("describe", py_describe, METH_VARARGS, "describe(x, via_dlpack=False) -> the view read"),
-    METH("kda", py_kda, METH_VARARGS,
-         "kda(mode, boundary, tensors, gate, lb, scale, interval, stream, kernel, workspace)"),
+    METH("kda_prefill", py_kda_prefill, METH_VARARGS,
+         "kda_prefill(arrays, gate, lower_bound, scale, interval, kernel, workspace)"),
+    METH("kda_reference", py_kda_reference, METH_VARARGS,
+         "kda_reference(arrays, gate, lower_bound, scale, interval)"),
+    METH("kda_boundary_run", py_kda_boundary_run, METH_VARARGS,
+         "kda_boundary_run(boundary, arrays, gate, lower_bound, scale, interval, kernel, "
+         "workspace)"),
+    METH("kda_workspace_bytes", py_kda_workspace_bytes, METH_VARARGS,
+         "kda_workspace_bytes(arrays, gate, lower_bound, scale, interval) -> int"),
+    METH("kda_available", py_kda_available, METH_NOARGS,
+         "kda_available() -> whether the library's KDA prefill runs (one CPU token, tried once)"),
+    METH("kda_kernel_name", py_kda_kernel_name, METH_O, "sp_kda_kernel_name(k)"),
     METH("boundary_create", py_boundary_create, METH_VARARGS, "boundary_create(device, T, H)"),
     METH("boundary_close", py_boundary_close, METH_O, "boundary_close(capsule)"),
     METH("boundary_last_copied", py_boundary_last_copied, METH_O, "boundary_last_copied(capsule)"),
@@ -1614,10 +1804,6 @@ static PyMethodDef methods[] = {
     METH("configure", py_configure, METH_O, "configure(frameworks): the framework hooks"),
     METH("direct_reads", py_direct_reads, METH_VARARGS,
          "direct_reads(on=None) -> whether torch tensors are read through torch's C shim"),
-    METH("impl_address", py_impl_address, METH_O,
-         "impl_address(x) -> the TensorImpl address the direct reads use for a torch.Tensor"),
-    METH("impl_slot", py_impl_slot, METH_VARARGS,
-         "impl_slot(on=None) -> where the direct reads find a tensor's TensorImpl (0: _cdata)"),
     {NULL, NULL, 0, NULL}};
 
 static PyMethodDef cache_drop_def = METH("_cache_drop", cache_drop, METH_O, "weakref callback");
@@ -1667,5 +1853,13 @@ PyMODINIT_FUNC PyInit__native(void) {
     PyModule_AddIntConstant(m, "MAX_DIMS", SP_MAX_DIMS);
     PyModule_AddIntConstant(m, "PACK_ALIGN", SP_PACK_ALIGN);
     PyModule_AddIntConstant(m, "MAX_PAIRS_PER_LAUNCH", SP_MAX_PAIRS_PER_LAUNCH);
+    /* sp_kda_gate and sp_kda_kernel, from the header: the package's tables
+     * are built from these (and sp_kda_kernel_name), never typed in twice. */
+    PyModule_AddIntConstant(m, "KDA_GATE_LOWER_BOUND", SP_KDA_GATE_LOWER_BOUND);
+    PyModule_AddIntConstant(m, "KDA_GATE_SOFTPLUS", SP_KDA_GATE_SOFTPLUS);
+    PyModule_AddIntConstant(m, "KDA_KERNEL_AUTO", SP_KDA_KERNEL_AUTO);
+    PyModule_AddIntConstant(m, "KDA_KERNEL_RECURRENT", SP_KDA_KERNEL_RECURRENT);
+    PyModule_AddIntConstant(m, "KDA_KERNEL_CHUNKED", SP_KDA_KERNEL_CHUNKED);
+    PyModule_AddIntConstant(m, "KDA_KERNEL_CHUNKED_TWO_PASS", SP_KDA_KERNEL_CHUNKED_TWO_PASS);
     return m;
 }

@@ -1,12 +1,14 @@
 /*
  * _torch_direct.c — see _torch_direct.h. Calls the C shim of the libtorch
- * already loaded in the process (found with RTLD_NOLOAD: nothing is loaded
- * here, and a process without torch never gets this far).
+ * already loaded in the process. The libraries are found by the symbols
+ * they export, among the objects loaded already, whatever their file names
+ * (nothing is loaded here, and a process without torch never gets this far).
  */
-#define _GNU_SOURCE /* RTLD_NOLOAD */
+#define _GNU_SOURCE /* RTLD_NOLOAD, dl_iterate_phdr */
 #include "_torch_direct.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -37,10 +39,38 @@ static struct {
 
 static void *sym(void *lib, const char *name) { return lib ? dlsym(lib, name) : NULL; }
 
+/* The loaded object that defines `name` itself (not one that only imports
+ * it): a handle from dlopen(RTLD_NOLOAD), or NULL. */
+typedef struct { const char *name; void *lib; } lib_search;
+
+static int find_definer(struct dl_phdr_info *info, size_t size, void *arg) {
+    (void)size;
+    lib_search *s = arg;
+    if (!info->dlpi_name || !info->dlpi_name[0]) return 0; /* the executable */
+    void *h = dlopen(info->dlpi_name, RTLD_LAZY | RTLD_NOLOAD);
+    if (!h) return 0;
+    void *f = dlsym(h, s->name);
+    Dl_info where;
+    /* dlsym searches the object's dependencies too: keep the handle only
+     * of the object the symbol lies in. */
+    if (f && dladdr(f, &where) && where.dli_fname && !strcmp(where.dli_fname, info->dlpi_name)) {
+        s->lib = h;
+        return 1;
+    }
+    dlclose(h);
+    return 0;
+}
+
+static void *loaded_library_with(const char *name) {
+    lib_search s = {name, NULL};
+    dl_iterate_phdr(find_definer, &s);
+    return s.lib;
+}
+
 int td_load(void) {
     if (T.state) return T.state > 0;
     T.state = -1;
-    T.lib = dlopen("libtorch_cpu.so", RTLD_LAZY | RTLD_NOLOAD);
+    T.lib = loaded_library_with("aoti_torch_get_dim");
     if (!T.lib) return 0;
     T.dim = (get_i64_fn)sym(T.lib, "aoti_torch_get_dim");
     T.sizes = (get_arr_fn)sym(T.lib, "aoti_torch_get_sizes");
@@ -61,7 +91,7 @@ int td_load(void) {
     T.cpu = cpu();
     T.cuda = cuda();
     /* In libtorch_cuda, present only in CUDA builds of torch. */
-    void *cuda_lib = dlopen("libtorch_cuda.so", RTLD_LAZY | RTLD_NOLOAD);
+    void *cuda_lib = loaded_library_with("aoti_torch_get_current_cuda_stream");
     T.cuda_stream = (stream_fn)sym(cuda_lib, "aoti_torch_get_current_cuda_stream");
     T.state = 1;
     return 1;

@@ -4,10 +4,11 @@
  * data pointer, dtype, device), instead of one Python-level call per field.
  *
  * The extension reads a tensor's TensorImpl address with one attribute read
- * (Tensor._cdata) and passes it here; everything else is plain C calls.
- * Whether this holds for the torch in the process is not assumed: the
- * extension compares what these reads give with the attribute reads on a
- * few probe tensors before it relies on them (see _native.c, direct_init),
+ * (Tensor._cdata, torch's own getter) and passes it here; everything else is
+ * plain C calls. Whether this holds for the torch in the process is not
+ * assumed: the extension compares what these reads give with the attribute
+ * reads on a few probe tensors before it relies on them (direct_agrees in
+ * the torch reader),
  * and takes the attribute reads whenever anything here is missing or fails.
  */
 #ifndef SP_TORCH_DIRECT_H
@@ -28,8 +29,9 @@ typedef struct td_meta {
 } td_meta;
 
 /* 1 when every function used here resolved in the loaded libtorch, else 0.
- * Looks the functions up once (later calls return the same answer); never
- * loads a library that is not loaded already. */
+ * Looks the functions up once (later calls return the same answer), in the
+ * loaded object that defines them whatever its file name; never loads a
+ * library that is not loaded already. */
 int td_load(void);
 
 /* The layout of the tensor whose TensorImpl is at `impl`: 0 done, -1 when

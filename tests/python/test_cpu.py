@@ -520,7 +520,7 @@ class PackInto(unittest.TestCase):
         with self.assertRaises(sp.StridepackError) as cm:
             sp.pack_into([a.T], [ro])
         self.assertEqual(cm.exception.status, "SP_ERR_INVALID_ARGUMENT")
-        self.assertIn("inputs[0].dst: read-only", cm.exception.message)
+        self.assertEqual(cm.exception.message, "outputs[0]: read-only")
 
     def test_object_arrays_fall_back(self):
         _api._reset_warnings()
@@ -552,7 +552,9 @@ class Messages(unittest.TestCase):
         with self.assertRaises(sp.StridepackError) as cm:
             sp.pack([a.T], workspace=ws)
         self.assertEqual(str(cm.exception),
-                         "SP_ERR_INVALID_ARGUMENT: workspace: must be contiguous and writable")
+                         f"SP_ERR_INVALID_ARGUMENT: workspace: not contiguous (shape ({ws.size},), byte "
+                         "strides (2,)): the call writes every byte of it, so it must own them "
+                         "(an expanded or strided view does not)")
 
     def test_library_messages_name_the_argument(self):
         a = np.arange(64.0).reshape(8, 8)
@@ -560,7 +562,7 @@ class Messages(unittest.TestCase):
             sp.copy_batch([(a.T, np.empty((8, 8))), (a, np.empty((8, 7)))])
         e = cm.exception
         self.assertEqual((e.status, e.code), ("SP_ERR_SHAPE_MISMATCH", 2))
-        self.assertRegex(e.message, r"^pairs\[1\]: .*shape")  # the library's sp_last_error()
+        self.assertEqual(e.message, "pairs[1].dst: shape (8, 7) differs from pairs[1].src (8, 8)")
         self.assertEqual(str(e), f"SP_ERR_SHAPE_MISMATCH: {e.message}")
 
     def test_fallback_reason_names_the_input(self):
