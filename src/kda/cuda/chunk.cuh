@@ -36,7 +36,7 @@ typedef struct chunk_ops {
 
 /* The K side's intermediates (its operands go to a chunk_ops). */
 typedef struct chunk_work {
-    float gam[CT][D]; /* cumulative gate, per segment (see gates_and_norms) */
+    float seg_end[2][D]; /* each segment's cumulative gate at its end (see gates_and_norms) */
     float a[CT][SA];
     float rk[CT], rq[CT];
 } chunk_work;
@@ -46,8 +46,27 @@ typedef struct chunk_work {
 /* fp32 -> tf32 bits, rounded to nearest (ties away from zero): what the
  * tensor cores read of an operand is its top 19 bits. */
 static __device__ __forceinline__ uint32_t to_tf32(float x) {
-    return (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+    uint32_t u;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(u) : "f"(x));
+    return u;
 }
+
+/* 2^x and 1/x, one special-function instruction each; results below the
+ * smallest normal float flush to zero. The K side's factors stay within
+ * e^(+-80) (16 tokens at the lower bound -5), far above that. */
+static __device__ __forceinline__ float ex2_ftz(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+static __device__ __forceinline__ float rcp_ftz(float x) {
+    float y;
+    asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+#define SP_LOG2E 1.4426950408889634f
 
 static __device__ __forceinline__ float tf32_round(float x) { return __uint_as_float(to_tf32(x)); }
 
@@ -122,9 +141,9 @@ static __device__ __forceinline__ void load_kqg(const kda_params &p, const kda_s
 static __device__ __forceinline__ void load_v(const kda_params &p, const kda_seq &sq, int64_t h,
                                               int64_t c0, int v0, int bv, int tid, int threads,
                                               uint16_t *dst, int pitch) {
-    const int per_row = bv / 8;
-    for (int piece = tid; piece < CT * per_row; piece += threads) {
-        const int t = piece / per_row, col = piece % per_row * 8, ok = c0 + t < sq.len;
+    const int lg = __ffs(bv / 8) - 1; /* bv / 8 pieces a row, a power of two */
+    for (int piece = tid; piece < CT << lg; piece += threads) {
+        const int t = piece >> lg, col = (piece & ((1 << lg) - 1)) * 8, ok = c0 + t < sq.len;
         const int64_t at = ((sq.bos + (ok ? c0 + t : 0)) * p.H + h) * D + v0 + col;
         cp_async16(dst + t * pitch + col, p.v + at, ok ? 16 : 0);
     }
@@ -133,26 +152,30 @@ static __device__ __forceinline__ void load_v(const kda_params &p, const kda_seq
 /* ---- the K side of a chunk (every warp) ---------------------------------------- */
 
 /* Thread (d, seg): channel d's gates over the tokens of segment seg (NT / D
- * segments of SEG tokens) and their running sum from the segment's start
- * (operands() adds the earlier segment's total). Tokens past the end get
- * gate 0 (no decay). Then warp w: the norms of k and q of its CT / (NT / 32)
- * tokens, and warp 0 the beta gates (lane t holds token t's logit, loaded
- * a chunk ahead). */
+ * segments of SEG tokens; SEG = 16 or 32) and their running sum from the
+ * segment's start, in gam (registers: operands() takes them on); the sum
+ * at the segment's end also goes to s.seg_end. Tokens past the end get gate
+ * 0 (no decay). Then warp w: the norms of k and q of its CT / (NT / 32)
+ * tokens, and warp 0 the beta gates (lane t holds token t's logit, loaded a
+ * chunk ahead). */
 template <int NT>
-static __device__ void gates_and_norms(const kda_params &p, const raw_chunk &raw, int nt,
-                                       int tid, float expA, float bias, float beta_logit,
-                                       chunk_work &s, chunk_ops &ops) {
+static __device__ __forceinline__ void gates_and_norms(const kda_params &p, const raw_chunk &raw,
+                                                       int nt, int tid, float expA, float bias,
+                                                       float beta_logit, chunk_work &s,
+                                                       chunk_ops &ops, float gam[CT / (NT / D)]) {
     constexpr int SEG = CT / (NT / D), TPW = CT / (NT / 32);
     static_assert(SEG == CT || SEG == MID + 1, "a segment ends at the reference token or the chunk");
     const int d = tid % D, t0 = (tid / D) * SEG;
+    const float nl = -expA * SP_LOG2E; /* sigmoid(expA x) = 1 / (1 + 2^(nl x)) */
     float sum = 0.0f;
 #pragma unroll
-    for (int t = t0; t < t0 + SEG; t++) {
-        const float x = sp_bf16_to_f32_(raw.g[t][d]) + bias;
-        const float g = __fdividef(p.lower_bound, 1.0f + __expf(-expA * x));
-        sum += t < nt ? g : 0.0f;
-        s.gam[t][d] = sum;
+    for (int i = 0; i < SEG; i++) {
+        const float x = sp_bf16_to_f32_(raw.g[t0 + i][d]) + bias;
+        const float g = p.lower_bound * rcp_ftz(1.0f + ex2_ftz(nl * x));
+        sum += t0 + i < nt ? g : 0.0f;
+        gam[i] = sum;
     }
+    s.seg_end[tid / D][d] = sum;
     const int w = tid >> 5, lane = tid & 31;
     float sk[TPW], sq[TPW];
 #pragma unroll
@@ -185,25 +208,35 @@ static __device__ void gates_and_norms(const kda_params &p, const raw_chunk &raw
     if (w == 0) ops.b[lane] = lane < nt ? 1.0f / (1.0f + __expf(-beta_logit)) : 0.0f;
 }
 
-/* Every thread, channel d: Lk, Lq, R for its tokens (rounded to tf32 once
- * here), and the channel's two state scalings. */
+/* After gates_and_norms and a barrier, the same thread (d, seg): Lk, Lq, R
+ * for its tokens (rounded to tf32 once here) from its gam, and thread d <
+ * 128 the channel's two state scalings. */
 template <int NT>
-static __device__ void operands(const raw_chunk &raw, int tid, const chunk_work &s,
-                                chunk_ops &ops) {
+static __device__ __forceinline__ void operands(const raw_chunk &raw, int tid, const chunk_work &s,
+                                                const float gam[CT / (NT / D)], chunk_ops &ops) {
     constexpr int SEG = CT / (NT / D);
-    const int d = tid % D;
-    const float gmid = s.gam[MID][d];
-    const float glast = SEG == CT ? s.gam[CT - 1][d] : gmid + s.gam[CT - 1][d];
-    if (tid < D) {
-        ops.c[d] = __expf(gmid);
-        ops.e[d] = __expf(glast - gmid);
+    const int d = tid % D, seg = tid / D, t0 = seg * SEG;
+    float gmid, glast;
+    if (SEG == CT) {
+        gmid = gam[MID];
+        glast = gam[CT - 1];
+    } else {
+        gmid = s.seg_end[0][d];
+        glast = gmid + s.seg_end[1][d];
     }
-#pragma unroll 4
-    for (int t = tid / D; t < CT; t += NT / D) {
+    if (tid < D) {
+        ops.c[d] = ex2_ftz(gmid * SP_LOG2E);
+        ops.e[d] = ex2_ftz((glast - gmid) * SP_LOG2E);
+    }
+    /* gam is relative to the segment's start: token t's offset from the
+     * reference is gam - gmid in segment 0 and gam in segment 1. */
+    const float base = SEG != CT && seg == 1 ? 0.0f : -gmid;
+#pragma unroll
+    for (int i = 0; i < SEG; i++) {
+        const int t = t0 + i;
         const float kh = sp_bf16_to_f32_(raw.k[t][d]) * s.rk[t];
         const float qh = sp_bf16_to_f32_(raw.q[t][d]) * s.rq[t];
-        const float gt = s.gam[t][d] + (SEG != CT && t > MID ? gmid : 0.0f);
-        const float to_mid = __expf(gt - gmid), from_mid = __expf(gmid - gt);
+        const float to_mid = ex2_ftz((gam[i] + base) * SP_LOG2E), from_mid = rcp_ftz(to_mid);
         ops.lk[t][d] = tf32_round(kh * to_mid);
         ops.lq[t][d] = tf32_round(qh * to_mid);
         ops.r[t][d] = tf32_round(kh * from_mid);

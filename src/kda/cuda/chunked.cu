@@ -118,6 +118,7 @@ static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params
             load_v(p, sq, h, 0, v0, bv, tid, K_THREADS, &s.v[0][0][0], D);
         }
         cp_async_commit();
+        float gam[CT];
         for (int64_t ci = 0; ci < chunks; ci++) {
             const int b = (int)(ci & 1);
             const int64_t c0 = ci * CT;
@@ -131,11 +132,11 @@ static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params
             }
             cp_async_commit();
             gates_and_norms<K_THREADS>(p, s.raw[b], nt, tid, expA, bias, beta_logit, s.work,
-                                       s.ops[b]);
+                                       s.ops[b], gam);
             if (w == 0 && c0 + CT + lane < L)
                 beta_logit = sp_bf16_to_f32_(p.beta[(sq.bos + c0 + CT + lane) * p.H + h]);
             bar_sync(BAR_K, K_THREADS);
-            operands<K_THREADS>(s.raw[b], tid, s.work, s.ops[b]);
+            operands<K_THREADS>(s.raw[b], tid, s.work, gam, s.ops[b]);
             bar_sync(BAR_K, K_THREADS);
             intra_products<K_THREADS>(w, lane, s.work, s.ops[b]);
             bar_sync(BAR_K, K_THREADS);

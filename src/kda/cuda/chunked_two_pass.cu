@@ -97,9 +97,10 @@ static __global__ void __launch_bounds__(PREP_THREADS, 2) kda_prepare_kernel(kda
         w == 0 && lane < nt ? sp_bf16_to_f32_(p.beta[(sq.bos + c0 + lane) * p.H + h]) : 0.0f;
     cp_async_wait_all();
     __syncthreads();
-    gates_and_norms<PREP_THREADS>(p, s.raw, nt, tid, expA, bias, beta_logit, s.work, s.ops);
+    float gam[CT / (PREP_THREADS / D)];
+    gates_and_norms<PREP_THREADS>(p, s.raw, nt, tid, expA, bias, beta_logit, s.work, s.ops, gam);
     __syncthreads();
-    operands<PREP_THREADS>(s.raw, tid, s.work, s.ops);
+    operands<PREP_THREADS>(s.raw, tid, s.work, gam, s.ops);
     __syncthreads();
     intra_products<PREP_THREADS>(w, lane, s.work, s.ops);
     __syncthreads();
