@@ -35,17 +35,38 @@ typedef struct demo_mem {
     const char *name;
 } demo_mem;
 
+/* Why the demo failed: each call records one line ("what: what differed"),
+ * printed under the final FAILED (printf format). */
+void demo_fail(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+
+/* The views among the n that are not dense, the ones a pack must copy:
+ * their count, and their names (names[i]) separated by spaces in buf. */
+int demo_strided(const sp_tensor *views, const char *const *names, int n, char *buf, size_t len);
+
+/* Times of one end-to-end layout: medians, and the spread of the runs
+ * (the larger max - min of the two arms), in ms. */
+typedef struct demo_kda_times {
+    double boundary_ms, prefill_ms, spread_ms;
+    size_t copied; /* inputs the boundary copied */
+} demo_kda_times;
+
 /* Strided K3 inputs -> KDA boundary -> prefill, compared bit for bit with
  * the prefill on dense copies, each timed as the median of `reps` runs;
- * prints one KDA_ROW. @return 0 when equal. */
-int demo_kda(const demo_mem *m, int64_t T, int64_t H, int beta_kind, int reps, uint64_t seed);
+ * prints one KDA_ROW, fills *t. @return 0 when equal and the boundary
+ * copied exactly the strided inputs (demo_fail says otherwise). */
+int demo_kda(const demo_mem *m, int64_t T, int64_t H, int beta_kind, int reps, uint64_t seed,
+             demo_kda_times *t);
 #define KDA_HEAD "%-18s %6s %8s %11s %10s  %-9s %-9s %s\n"
 #define KDA_ROW "%-18s %6zu %8llu %11.3f %10.3f  %-9s %-9s %s\n"
 
 /* Projection x -> causal convolution (token-major, then the boundary packs
  * q, k, v, beta; or split, then it copies beta only) -> boundary ->
  * prefill; prints two PRODUCER_ROWs, the second with the comparison.
- * @return 0 when both give the same bits. */
+ * @return 0 when both give the same bits (demo_fail says otherwise). */
 int demo_producer(const demo_mem *m, int64_t T, int64_t H, int reps, uint64_t seed);
 #define PRODUCER_HEAD "%-20s %6s %9s  %-9s %-9s %s\n"
 #define PRODUCER_ROW "%-20s %6zu %9.3f  %-9s %-9s %s\n"
@@ -61,15 +82,23 @@ typedef struct k3_bufs k3_bufs;
 typedef struct ts_rng ts_rng;
 void demo_problem(int64_t T, int64_t H, int beta_kind, uint64_t seed, kda_problem *p, k3_bufs *kb,
                   ts_rng *r);
-/* 1 when n bytes at a and b (device memory of m) are equal. */
-int demo_same_bytes(const demo_mem *m, const void *a, const void *b, size_t n);
+/* The bytes that differ between n bytes at a and b (device memory of m),
+ * *first the offset of the first (-1 when none); -1 when they could not be
+ * read. */
+int64_t demo_diff_bytes(const demo_mem *m, const void *a, const void *b, size_t n,
+                        int64_t *first);
+/* "bit-equal", else records with demo_fail what differs ("<what>: <n> of
+ * <bytes> bytes differ, the first at byte <i>") and returns "DIFFER". */
+const char *demo_compare(const demo_mem *m, const void *a, const void *b, size_t n,
+                         const char *what);
 
 /* 0 and *m filled when the CUDA memory calls are usable. */
 int demo_cuda_mem(demo_mem *m);
 
 /* Whether CUDA is usable, and if not which of the reasons: a build without
- * the CUDA backend, no device (or no driver), or devices older than the
- * architectures the build has code for. Written into buf. */
+ * the CUDA backend, no NVIDIA driver, a driver older than the CUDA runtime
+ * needs, no device, or devices older than the architectures the build has
+ * code for. Written into buf. */
 void demo_cuda_describe(char *buf, size_t n);
 
 #endif
