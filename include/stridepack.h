@@ -253,10 +253,16 @@ typedef struct sp_copy_pair {
  *     runs out; for intricate layouts where it does (many dims of unrelated
  *     strides in one buffer) the answer is a conservative SP_ERR_OVERLAP
  *     whose message says the views could not be proven disjoint.
- * CUDA: asynchronous on `stream`, allocates nothing, copies nothing between
- * host and device and never synchronizes, so it can be captured into a CUDA
- * graph; it runs on the tensors' device and restores the caller's current
- * device.
+ * Every pair is checked and planned before the first byte moves, so the
+ * pairs array itself may lie in a destination. The checks cost n log n plus
+ * the element-exact tests of the pairs whose byte extents intersect.
+ * CUDA: asynchronous on `stream`, allocates no device memory, copies nothing
+ * between host and device and never synchronizes, so it can be captured
+ * into a CUDA graph; it runs on the tensors' device and restores the
+ * caller's current device.
+ * Up to SP_MAX_PAIRS_PER_LAUNCH pairs nothing is allocated at all; a larger
+ * batch takes host scratch for its checks and plan (SP_ERR_OUT_OF_MEMORY
+ * when there is none).
  * @return SP_OK, or the error above. n == 0 is SP_OK with nothing done. */
 SP_API sp_status sp_copy_batch(const sp_copy_pair *pairs, size_t n, struct CUstream_st *stream);
 

@@ -64,7 +64,12 @@ unsigned char *ts_arena_take(ts_arena *a, size_t bytes, size_t shift) {
 }
 
 void *ts_arena_image(const ts_arena *a, const void *p) {
-    return a->expect + ((const unsigned char *)p - a->base);
+    const uintptr_t at = (uintptr_t)p, base = (uintptr_t)a->base;
+    if (at >= base && at - base <= a->cap) return a->expect + (at - base);
+    /* Outside the arena: only an empty view's data (NULL, anywhere), which
+     * nothing reads. Moved in integers, since pointer arithmetic may not
+     * leave its object. */
+    return (void *)((uintptr_t)a->expect + (at - base));
 }
 
 sp_tensor ts_arena_on_image(const ts_arena *a, sp_tensor t) {

@@ -96,7 +96,8 @@ void ts_arena_reset(ts_arena *a);
  * picks the alignment the library sees), after a gap; returns its address
  * in mem's memory. A full arena is the test's bug: exit 1. */
 unsigned char *ts_arena_take(ts_arena *a, size_t bytes, size_t shift);
-/* Address on the host image of an address in the arena. */
+/* Address on the host image of an address in the arena (an address
+ * outside it, as an empty view may have, maps to one nothing may read). */
 void *ts_arena_image(const ts_arena *a, const void *p);
 /* The same view, moved onto the host image (device: the CPU). */
 sp_tensor ts_arena_on_image(const ts_arena *a, sp_tensor t);
