@@ -5,8 +5,11 @@ through a minimal producer; error cases; workspace reuse; fallbacks.
 Run by ctest (label python) with STRIDEPACK_LIBRARY and PYTHONPATH set."""
 
 import ctypes
+import gc
+import mmap
 import os
 import re
+import tempfile
 import unittest
 import warnings
 
@@ -471,6 +474,179 @@ class Kda(unittest.TestCase):
         with self.assertRaises(ValueError):
             sp.KdaBoundary("tpu", 1, 1)
 
+    def prefill_calls(self, boundary):
+        """The three calls that write o, the state and the checkpoints, each
+        taking keyword arrays: dense inputs for the prefill and the
+        reference, the strided views for the boundary."""
+        return [("kda_prefill", sp.kda_prefill, True),
+                ("reference", lambda **a: sp.kda_prefill(**a, reference=True), True),
+                ("boundary", boundary.run, False)]
+
+    def arrays(self, views, dense):
+        return {n: Bf16View(np.ascontiguousarray(a) if dense else a) for n, a in views.items()}
+
+    def assert_refused(self, call, status, message, o, state_bytes, state):
+        o[...] = 0xA5A5
+        with self.assertRaises(sp.StridepackError) as cm:
+            call()
+        self.assertEqual(cm.exception.status, status)
+        self.assertEqual(cm.exception.message, message)
+        self.assertTrue((o == 0xA5A5).all(), "o written by a refused call")
+        self.assertEqual(state.tobytes(), state_bytes, "state written by a refused call")
+
+    def test_read_only_arrays_are_refused_and_left_unwritten(self):
+        # The prefill writes o, the state pool and the checkpoints: a
+        # read-only one (over bytes, over a read-only mapping: the call once
+        # wrote the first and crashed on the second) is refused first.
+        rng = np.random.default_rng(13)
+        views, params, state = self.inputs(rng)
+        o = np.full((1, self.T, self.H, 128), 0xA5A5, np.uint16)
+        original = state.tobytes()
+        payload = bytes(original)
+        from_bytes = np.frombuffer(payload, np.float32).reshape(state.shape)
+        self.assertFalse(from_bytes.flags.writeable)
+        b = sp.KdaBoundary("cpu", self.T, self.H)
+        with tempfile.TemporaryFile() as f:
+            f.write(original)
+            f.flush()
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                mapped = np.frombuffer(mm, np.float32).reshape(state.shape)
+                try:
+                    for name, fn, dense in self.prefill_calls(b):
+                        for kind, st in (("bytes", from_bytes), ("mmap", mapped)):
+                            with self.subTest(call=name, state=kind):
+                                self.assert_refused(
+                                    lambda: fn(**self.arrays(views, dense), **params, state=st,
+                                               o=Bf16View(o)),
+                                    "SP_ERR_INVALID_ARGUMENT",
+                                    "state: read-only, and the prefill writes it", o, original,
+                                    st)
+                finally:
+                    st = mapped = None  # no view of the mapping left when it closes
+                    gc.collect()
+        self.assertEqual(payload, original)
+        # Read-only checkpoints (interval 8: one per sequence) and o.
+        ck = np.zeros((2, self.H, 128, 128), np.float32)
+        ck.flags.writeable = False
+        starts = np.array([0, 1, 2], np.int64)
+        ro_o = np.zeros_like(o)
+        ro_o.flags.writeable = False
+        for name, fn, dense in self.prefill_calls(b):
+            with self.subTest(call=name, array="checkpoints"):
+                st = state.copy()
+                self.assert_refused(
+                    lambda: fn(**self.arrays(views, dense), **params, state=st, o=Bf16View(o),
+                               checkpoint_interval=8, checkpoint_cu_starts=starts,
+                               checkpoints=ck),
+                    "SP_ERR_INVALID_ARGUMENT", "checkpoints: read-only, and the prefill writes it",
+                    o, original, st)
+                self.assertTrue((ck == 0).all())
+            with self.subTest(call=name, array="o"):
+                st = state.copy()
+                self.assert_refused(
+                    lambda: fn(**self.arrays(views, dense), **params, state=st, o=ro_o),
+                    "SP_ERR_INVALID_ARGUMENT", "o: read-only, and the prefill writes it",
+                    o, original, st)
+        b.close()
+
+    def test_workspace_is_checked_as_an_array(self):
+        # The workspace is handed over as the array itself: its bytes are
+        # what a dense, writable array on the call's device holds, never
+        # numel x itemsize of a view that does not own them.
+        rng = np.random.default_rng(14)
+        views, params, state = self.inputs(rng)
+        original = state.tobytes()
+        o = np.full((1, self.T, self.H, 128), 0xA5A5, np.uint16)
+        expanded = as_strided(np.zeros(16, np.uint8), (1 << 30,), (0,))  # 1 GiB "of" 16 bytes
+        self.assertTrue(expanded.flags.writeable)
+        ro = np.zeros(4096, np.uint8)
+        ro.flags.writeable = False
+        rows = np.zeros((16, 256), np.uint8)[:, :64]  # 1 KiB of a 4 KiB buffer
+        b = sp.KdaBoundary("cpu", self.T, self.H)
+        cases = [(expanded, "SP_ERR_INVALID_ARGUMENT",
+                  "workspace: not contiguous (shape (1073741824,), byte strides (0,)): the call "
+                  "writes every byte of it, so it must own them (an expanded or strided view "
+                  "does not)"),
+                 (rows, "SP_ERR_INVALID_ARGUMENT",
+                  "workspace: not contiguous (shape (16, 64), byte strides (256, 1)): the call "
+                  "writes every byte of it, so it must own them (an expanded or strided view "
+                  "does not)"),
+                 (ro, "SP_ERR_INVALID_ARGUMENT", "workspace: read-only, and the call writes it"),
+                 (np.zeros((2, 2), object), "SP_ERR_INVALID_ARGUMENT",
+                  "workspace: object arrays hold references, not plain bits")]
+        for name, fn, dense in self.prefill_calls(b)[::2]:  # the reference takes none
+            for ws, status, message in cases:
+                with self.subTest(call=name, message=message):
+                    st = state.copy()
+                    self.assert_refused(
+                        lambda: fn(**self.arrays(views, dense), **params, state=st,
+                                   o=Bf16View(o), workspace=ws),
+                        status, message, o, original, st)
+        self.assertTrue((expanded == 0).all() and (rows == 0).all())
+        b.close()
+
+    def test_workspace_extent_is_the_views_own(self):
+        # A workspace that is a short view of a buffer holding o right after
+        # it: the extent handed over ends where the view ends (no overlap
+        # with o), and one byte more overlaps o.
+        rng = np.random.default_rng(15)
+        views, params, state = self.inputs(rng)
+        o_bytes = self.T * self.H * 128 * 2
+        buf = np.full(256 + o_bytes + 64, POISON, np.uint8)
+        o = buf[256:256 + o_bytes].view(np.uint16).reshape(1, self.T, self.H, 128)
+        dense = self.arrays(views, True)
+        st = state.copy()
+        sp.kda_prefill(**dense, **params, state=st, o=Bf16View(o), workspace=buf[:256])
+        self.assertFalse((o.view(np.uint8) == POISON).all(), "o not written")
+        self.assertTrue((buf[256 + o_bytes:] == POISON).all(), "written past o")
+        o_first = o.copy()
+        with self.assertRaises(sp.StridepackError) as cm:
+            sp.kda_prefill(**dense, **params, state=state.copy(), o=Bf16View(o),
+                           workspace=buf[:257])
+        self.assertEqual(cm.exception.status, "SP_ERR_OVERLAP")
+        self.assertEqual(cm.exception.message, "workspace: memory overlaps o")
+        self.assertTrue(np.array_equal(o, o_first))
+        # The two-pass kernel serves CUDA calls only: forcing it here is
+        # refused whatever the workspace, and nothing is written.
+        with self.assertRaises(sp.StridepackError) as cm:
+            sp.kda_prefill(**dense, **params, state=st, o=Bf16View(o), kernel="chunked_two_pass",
+                           workspace=buf[:16])
+        self.assertEqual(cm.exception.status, "SP_ERR_UNSUPPORTED")
+        self.assertTrue(np.array_equal(o, o_first))
+
+    def test_call_messages(self):
+        rng = np.random.default_rng(16)
+        views, params, state = self.inputs(rng)
+        o = np.full((1, self.T, self.H, 128), 0xA5A5, np.uint16)
+        with self.assertRaises(sp.StridepackError) as cm:
+            sp.kda_prefill(**self.arrays(views, True), **dict(params, state_indices=None),
+                           state=state.copy(), o=Bf16View(o))
+        self.assertEqual(cm.exception.message, "state_indices: None, but every KDA call needs "
+                         "it (int32 [N]: the state slot of each sequence)")
+        self.assertTrue((o == 0xA5A5).all())
+        for device in (-1, "cuda:-1"):
+            with self.subTest(device=device):
+                if device == -1:
+                    with self.assertRaises(sp.StridepackError) as cm:
+                        sp.KdaBoundary(device, 8, 1)
+                    self.assertEqual(cm.exception.message,
+                                     "device: CUDA ordinal -1 is negative (devices are "
+                                     "numbered from 0)")
+                else:
+                    with self.assertRaisesRegex(ValueError, "is not cpu, cuda or cuda:N"):
+                        sp.KdaBoundary(device, 8, 1)
+
+    def test_entry_points_and_enums_from_the_library(self):
+        from stridepack import _kda
+        for name in ("kda_prefill", "kda_reference", "kda_boundary_run", "kda_workspace_bytes"):
+            self.assertTrue(callable(getattr(_native, name)), name)
+        self.assertFalse(hasattr(_native, "kda"), "the mode-integer entry point is back")
+        self.assertEqual(_kda.KERNELS, {"auto": 0, "recurrent": 1, "chunked": 2,
+                                        "chunked_two_pass": 3})
+        self.assertEqual(_kda.GATES, {"lower_bound": 0, "softplus": 1})
+        self.assertEqual(_native.kda_kernel_name(4), "unknown")
+        self.assertIs(sp.kda_available(), True)
+
 
 class PackInto(unittest.TestCase):
     def test_random_views_into_dense_and_strided_outputs(self):
@@ -555,6 +731,37 @@ class Messages(unittest.TestCase):
                          f"SP_ERR_INVALID_ARGUMENT: workspace: not contiguous (shape ({ws.size},), byte "
                          "strides (2,)): the call writes every byte of it, so it must own them "
                          "(an expanded or strided view does not)")
+
+    def test_calls_name_their_own_arguments(self):
+        a = np.arange(64.0 * 64).reshape(64, 64)
+        out = np.full((64, 33), -1.0)
+        with self.assertRaises(sp.StridepackError) as cm:
+            sp.pack_into([a[:, :32]], [out])
+        self.assertEqual(cm.exception.status, "SP_ERR_SHAPE_MISMATCH")
+        self.assertEqual(cm.exception.message,
+                         "outputs[0]: shape (64, 33) differs from inputs[0] (64, 32)")
+        with self.assertRaises(sp.StridepackError) as cm:
+            sp.pack_into([a[:, :32], a[:2, :3]], [np.empty((64, 32)), np.empty((2, 3), np.int64)])
+        self.assertEqual(cm.exception.status, "SP_ERR_DTYPE_MISMATCH")
+        self.assertEqual(cm.exception.message, "outputs[1]: dtype i64 differs from inputs[1] f64")
+        # The library's own messages (here its overlap check), renamed.
+        buf = np.zeros((8, 8))
+        with self.assertRaises(sp.StridepackError) as cm:
+            sp.pack_into([a[:8, :8], a[8:16, :8]], [buf, buf.T])
+        self.assertEqual(cm.exception.status, "SP_ERR_OVERLAP")
+        self.assertEqual(cm.exception.message, "outputs[0]: shares memory with outputs[1]")
+        self.assertNotIn("pairs", cm.exception.message)
+        self.assertTrue((out == -1.0).all() and (buf == 0).all())
+        for call in (lambda x: sp.pack(x), lambda x: sp.workspace_bytes(x),
+                     lambda x: sp.pack_into(x, []), lambda x: sp.pack_into([], x),
+                     lambda x: sp.copy_batch(x)):
+            with self.assertRaisesRegex(TypeError, r"^stridepack: \w+ must be a list of arrays, "
+                                                   r"not int$"):
+                call(5)
+
+    def test_namespace(self):
+        self.assertNotIn("sys", dir(sp))
+        self.assertTrue(set(sp.__all__) <= set(dir(sp)))
 
     def test_library_messages_name_the_argument(self):
         a = np.arange(64.0).reshape(8, 8)

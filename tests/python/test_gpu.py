@@ -480,6 +480,74 @@ class KdaBoundary(unittest.TestCase):
         b.close()
 
 
+@unittest.skipUnless(sp.kda_available(), "this libstridepack build has no KDA part")
+class KdaWorkspace(unittest.TestCase):
+    """The KDA workspace on CUDA is read as an array and checked before the
+    call: dense, writable, on the tensors' device; its extent is the view's
+    own, so a short view of a larger buffer is too small, and the bytes
+    past it are never written."""
+
+    def setUp(self):
+        gen = torch.Generator(device=DEV).manual_seed(30)
+        T, H = 256, 4
+        self.args = dict(
+            q=(torch.rand(1, T, H, 128, device=DEV, generator=gen) * 2 - 1).bfloat16(),
+            k=(torch.rand(1, T, H, 128, device=DEV, generator=gen) * 2 - 1).bfloat16(),
+            v=(torch.rand(1, T, H, 128, device=DEV, generator=gen) * 2 - 1).bfloat16(),
+            g=(torch.rand(1, T, H, 128, device=DEV, generator=gen) * 4 - 2).bfloat16(),
+            beta=(torch.rand(1, T, H, device=DEV, generator=gen) * 6 - 3).bfloat16(),
+            A_log=torch.rand(H, device=DEV, generator=gen) - 0.5,
+            dt_bias=torch.rand(H * 128, device=DEV, generator=gen) - 0.5,
+            cu_seqlens=torch.tensor([0, T], dtype=torch.int64, device=DEV),
+            state_indices=torch.tensor([0], dtype=torch.int32, device=DEV))
+        self.state = 0.1 * torch.randn(1, H, 128, 128, device=DEV, generator=gen)
+        self.o = torch.full((1, T, H, 128), 7.0, dtype=torch.bfloat16, device=DEV)
+        self.need = sp.kda_workspace_bytes(**self.args, state=self.state, o=self.o)
+        self.assertGreater(self.need, 0)
+
+    def refused(self, fn, ws, status, message, kernel="auto"):
+        s = self.state.clone()
+        with self.assertRaises(sp.StridepackError) as cm:
+            fn(**self.args, state=s, o=self.o, workspace=ws, kernel=kernel)
+        torch.cuda.synchronize()
+        self.assertEqual(cm.exception.status, status)
+        if message:
+            self.assertEqual(cm.exception.message, message)
+        self.assertTrue(torch.equal(s, self.state), "state written")
+        self.assertTrue((self.o == 7.0).all(), "o written")
+
+    def test_refused_before_the_call(self):
+        with sp.KdaBoundary(DEV, 256, 4) as b:
+            for name, fn in (("kda_prefill", sp.kda_prefill), ("boundary", b.run)):
+                with self.subTest(call=name, ws="cpu"):
+                    self.refused(fn, torch.empty(self.need, dtype=torch.uint8),
+                                 "SP_ERR_DEVICE_MISMATCH",
+                                 "workspace: on cpu, but the call runs on cuda:0")
+                with self.subTest(call=name, ws="expanded"):
+                    self.refused(fn, torch.empty(1, dtype=torch.uint8, device=DEV).expand(1 << 30),
+                                 "SP_ERR_INVALID_ARGUMENT",
+                                 "workspace: not contiguous (shape (1073741824,), byte strides "
+                                 "(0,)): the call writes every byte of it, so it must own them "
+                                 "(an expanded or strided view does not)",
+                                 kernel="chunked_two_pass")
+
+    def test_short_view_is_too_small_and_nothing_past_a_view_is_written(self):
+        full = torch.full((self.need + 4096,), POISON, dtype=torch.uint8, device=DEV)
+        with sp.KdaBoundary(DEV, 256, 4) as b:
+            for name, fn in (("kda_prefill", sp.kda_prefill), ("boundary", b.run)):
+                with self.subTest(call=name):
+                    self.refused(fn, full[:self.need // 2], "SP_ERR_WORKSPACE_TOO_SMALL", None,
+                                 kernel="chunked_two_pass")
+                    self.assertTrue((full == POISON).all(), "workspace written")
+                    s = self.state.clone()
+                    fn(**self.args, state=s, o=self.o, workspace=full[:self.need],
+                       kernel="chunked_two_pass")
+                    torch.cuda.synchronize()
+                    self.assertTrue((full[self.need:] == POISON).all(), "written past the view")
+                    self.assertFalse((self.o == 7.0).all(), "o not written")
+                    self.o.fill_(7.0)
+
+
 @unittest.skipUnless(torch.cuda.device_count() >= 2, "needs two CUDA devices")
 class SecondGpu(unittest.TestCase):
     def test_pack_on_cuda1_while_cuda0_is_current(self):

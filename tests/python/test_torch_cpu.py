@@ -328,5 +328,73 @@ class Views(unittest.TestCase):
         self.assertTrue(bits_equal(o, x))
 
 
+def kda_inputs(gen, T=24, H=2, device="cpu"):
+    """Dense K3-shaped KDA arguments (two sequences) as keyword arrays, and
+    the state pool."""
+    def bf16(*shape, scale=1.0):
+        return ((torch.rand(*shape, generator=gen) * 2 - 1) * scale).bfloat16().to(device)
+    args = dict(q=bf16(1, T, H, 128), k=bf16(1, T, H, 128), v=bf16(1, T, H, 128),
+                g=bf16(1, T, H, 128, scale=2.0), beta=bf16(1, T, H, scale=3.0),
+                A_log=(torch.rand(H, generator=gen) - 0.5).to(device),
+                dt_bias=(torch.rand(H * 128, generator=gen) - 0.5).to(device),
+                cu_seqlens=torch.tensor([0, 10, T], dtype=torch.int64, device=device),
+                state_indices=torch.tensor([1, 0], dtype=torch.int32, device=device))
+    state = (0.1 * torch.randn(2, H, 128, 128, generator=gen)).to(device)
+    return args, state
+
+
+@unittest.skipUnless(sp.kda_available(), "this libstridepack build has no KDA part")
+class KdaWorkspace(unittest.TestCase):
+    def test_views_that_do_not_own_their_bytes_are_refused(self):
+        # torch.empty(1).expand(1 << 30) was once taken for a 1 GiB
+        # workspace (numel x element size); now the workspace is read as an
+        # array and must be dense, so its bytes are its own.
+        gen = torch.Generator().manual_seed(20)
+        args, state = kda_inputs(gen)
+        o = torch.full((1, 24, 2, 128), 7.0, dtype=torch.bfloat16)
+        expanded = torch.empty(1, dtype=torch.uint8).expand(1 << 30)
+        strided = torch.zeros(64, 64, dtype=torch.int32)[:, ::2]
+        cases = [(expanded, "workspace: not contiguous (shape (1073741824,), byte strides (0,)): "
+                  "the call writes every byte of it, so it must own them (an expanded or "
+                  "strided view does not)"),
+                 (strided, "workspace: not contiguous (shape (64, 32), byte strides (256, 8)): "
+                  "the call writes every byte of it, so it must own them (an expanded or "
+                  "strided view does not)")]
+        with sp.KdaBoundary("cpu", 24, 2) as b:
+            for name, fn in (("kda_prefill", sp.kda_prefill), ("boundary", b.run)):
+                for ws, message in cases:
+                    with self.subTest(call=name, ws=tuple(ws.shape)):
+                        s = state.clone()
+                        with self.assertRaises(sp.StridepackError) as cm:
+                            fn(**args, state=s, o=o, workspace=ws)
+                        self.assertEqual(cm.exception.status, "SP_ERR_INVALID_ARGUMENT")
+                        self.assertEqual(cm.exception.message, message)
+                        self.assertTrue(torch.equal(s, state), "state written")
+                        self.assertTrue((o == 7.0).all(), "o written")
+            # A dense workspace of any dtype is taken: on the CPU no kernel
+            # needs one, the call runs as without.
+            s1, s2, o1 = state.clone(), state.clone(), torch.empty_like(o)
+            sp.kda_prefill(**args, state=s1, o=o1)
+            sp.kda_prefill(**args, state=s2, o=o, workspace=torch.zeros(64, dtype=torch.int32))
+            self.assertTrue(bits_equal(o1, o))
+            self.assertTrue(torch.equal(s1, s2))
+
+    def test_pack_workspace_is_checked_the_same_way(self):
+        x = torch.arange(64.0).view(8, 8).t()
+        with self.assertRaises(sp.StridepackError) as cm:
+            sp.pack([x], workspace=torch.empty(1, dtype=torch.uint8).expand(1 << 20))
+        self.assertEqual(cm.exception.status, "SP_ERR_INVALID_ARGUMENT")
+        self.assertTrue(cm.exception.message.startswith("workspace: not contiguous"))
+
+
+class NoObjectMemoryReads(unittest.TestCase):
+    def test_hooks_are_gone(self):
+        # The TensorImpl address comes from Tensor._cdata, never from the
+        # tensor object's memory at a probed offset.
+        for name in ("impl_slot", "impl_address"):
+            self.assertFalse(hasattr(_native, name), name)
+        self.assertIsInstance(_native.direct_reads(), bool)
+
+
 if __name__ == "__main__":
     sp_unittest.main(__name__)
