@@ -38,7 +38,8 @@ typedef struct chunk_ops {
 typedef struct chunk_work {
     float seg_end[2][D]; /* each segment's cumulative gate at its end (see gates_and_norms) */
     float a[CT][SA];
-    float rk[CT], rq[CT];
+    alignas(16) float rk[CT];
+    alignas(16) float rq[CT];
 } chunk_work;
 
 /* ---- small device helpers ---------------------------------------------- */
@@ -46,9 +47,7 @@ typedef struct chunk_work {
 /* fp32 -> tf32 bits, rounded to nearest (ties away from zero): what the
  * tensor cores read of an operand is its top 19 bits. */
 static __device__ __forceinline__ uint32_t to_tf32(float x) {
-    uint32_t u;
-    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(u) : "f"(x));
-    return u;
+    return (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
 }
 
 /* 2^x and 1/x, one special-function instruction each; results below the
@@ -231,15 +230,31 @@ static __device__ __forceinline__ void operands(const raw_chunk &raw, int tid, c
     /* gam is relative to the segment's start: token t's offset from the
      * reference is gam - gmid in segment 0 and gam in segment 1. */
     const float base = SEG != CT && seg == 1 ? 0.0f : -gmid;
+    /* Eight tokens at a time, every load before the first store: the
+     * compiler may not move a shared-memory load above a store that might
+     * alias it, and one warp per scheduler has no other work to hide the
+     * latencies with. */
 #pragma unroll
-    for (int i = 0; i < SEG; i++) {
-        const int t = t0 + i;
-        const float kh = sp_bf16_to_f32_(raw.k[t][d]) * s.rk[t];
-        const float qh = sp_bf16_to_f32_(raw.q[t][d]) * s.rq[t];
-        const float to_mid = ex2_ftz((gam[i] + base) * SP_LOG2E), from_mid = rcp_ftz(to_mid);
-        ops.lk[t][d] = tf32_round(kh * to_mid);
-        ops.lq[t][d] = tf32_round(qh * to_mid);
-        ops.r[t][d] = tf32_round(kh * from_mid);
+    for (int i0 = 0; i0 < SEG; i0 += 8) {
+        const int t = t0 + i0;
+        float kh[8], qh[8];
+        const float4 rk0 = *(const float4 *)&s.rk[t], rk1 = *(const float4 *)&s.rk[t + 4];
+        const float4 rq0 = *(const float4 *)&s.rq[t], rq1 = *(const float4 *)&s.rq[t + 4];
+        const float rk[8] = {rk0.x, rk0.y, rk0.z, rk0.w, rk1.x, rk1.y, rk1.z, rk1.w};
+        const float rq[8] = {rq0.x, rq0.y, rq0.z, rq0.w, rq1.x, rq1.y, rq1.z, rq1.w};
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            kh[j] = sp_bf16_to_f32_(raw.k[t + j][d]) * rk[j];
+            qh[j] = sp_bf16_to_f32_(raw.q[t + j][d]) * rq[j];
+        }
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const float to_mid = ex2_ftz((gam[i0 + j] + base) * SP_LOG2E);
+            const float from_mid = rcp_ftz(to_mid);
+            ops.lk[t + j][d] = tf32_round(kh[j] * to_mid);
+            ops.lq[t + j][d] = tf32_round(qh[j] * to_mid);
+            ops.r[t + j][d] = tf32_round(kh[j] * from_mid);
+        }
     }
 }
 
