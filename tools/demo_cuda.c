@@ -53,8 +53,26 @@ int demo_cuda_mem(demo_mem *m) {
 }
 
 void demo_cuda_describe(char *buf, size_t n) {
-    int count = 0;
+    int count = 0, driver = 0, runtime = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) (void)cudaGetLastError();
+    /* The runtime reports a missing driver as an old one ("CUDA driver
+     * version is insufficient"); the driver version, 0 without a driver,
+     * tells the two apart. */
+    if (cudaDriverGetVersion(&driver) != cudaSuccess) driver = 0;
+    cudaRuntimeGetVersion(&runtime);
+    if (e == cudaErrorInsufficientDriver && driver == 0) {
+        snprintf(buf, n, "no NVIDIA driver was found (libcuda.so.1 is not installed or cannot be "
+                         "loaded), so no GPU can be used");
+        return;
+    }
+    if (e == cudaErrorInsufficientDriver) {
+        snprintf(buf, n,
+                 "the NVIDIA driver supports CUDA %d.%d, older than the CUDA %d.%d runtime this "
+                 "build links: update the driver",
+                 driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
+        return;
+    }
     if (e != cudaSuccess || count < 1) {
         snprintf(buf, n, "no device (the CUDA runtime says: %s)",
                  e != cudaSuccess ? cudaGetErrorString(e) : "the driver lists none");

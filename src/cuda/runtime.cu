@@ -11,9 +11,15 @@ sp_status sp_cuda_fail_(cudaError_t err, const char *stmt, const char *func, con
                        int line) {
     (void)cudaGetLastError();
     const char *base = strrchr(file, '/'); /* the file name, not the build path */
+    /* The runtime names a missing driver "CUDA driver version is
+     * insufficient"; a driver version of 0 means there is none at all. */
+    int driver = -1;
+    const char *what = cudaGetErrorString(err);
+    if (err == cudaErrorInsufficientDriver && cudaDriverGetVersion(&driver) == cudaSuccess &&
+        driver == 0)
+        what = "no NVIDIA driver was found";
     return sp_set_error_(SP_ERR_CUDA, "%s failed in %s (%s:%d): %s (%s)", stmt, func,
-                        base ? base + 1 : file, line, cudaGetErrorString(err),
-                        cudaGetErrorName(err));
+                        base ? base + 1 : file, line, what, cudaGetErrorName(err));
 }
 
 /* ---- devices --------------------------------------------------------------- */
