@@ -1,7 +1,9 @@
-# Install rules: libraries, public headers, the license, a CMake package
-# (find_package(stridepack) -> stridepack::stridepack; with COMPONENTS static,
-# also stridepack::stridepack_static) and a pkg-config file
-# (pkg-config --cflags --libs stridepack).
+# Install rules: libraries, public headers, the README, CHANGELOG and
+# license (share/doc/stridepack), a CMake package (find_package(stridepack)
+# -> stridepack::stridepack; with COMPONENTS static, also
+# stridepack::stridepack_static) and two pkg-config files
+# (pkg-config --cflags --libs stridepack: the shared library;
+# stridepack-static: the static one).
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
@@ -17,7 +19,8 @@ install(TARGETS stridepack_static EXPORT stridepackStaticTargets
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
   FILES_MATCHING PATTERN "stridepack*.h")
-install(FILES ${PROJECT_SOURCE_DIR}/LICENSE DESTINATION ${CMAKE_INSTALL_DOCDIR})
+install(FILES ${PROJECT_SOURCE_DIR}/README.md ${PROJECT_SOURCE_DIR}/CHANGELOG.md
+  ${PROJECT_SOURCE_DIR}/LICENSE DESTINATION ${CMAKE_INSTALL_DOCDIR})
 
 set(SP_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/stridepack)
 install(EXPORT stridepackTargets NAMESPACE stridepack:: DESTINATION ${SP_CMAKE_DIR})
@@ -36,5 +39,8 @@ if(SP_HAVE_CUDA)
 endif()
 # Relocatable: the prefix is found from where the .pc file lies.
 string(REGEX REPLACE "[^/]+" ".." SP_PC_UP "${CMAKE_INSTALL_LIBDIR}/pkgconfig")
-configure_file(${PROJECT_SOURCE_DIR}/cmake/stridepack.pc.in ${PROJECT_BINARY_DIR}/stridepack.pc @ONLY)
-install(FILES ${PROJECT_BINARY_DIR}/stridepack.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+set(SP_PC_ARCHIVE ${CMAKE_STATIC_LIBRARY_PREFIX}stridepack${CMAKE_STATIC_LIBRARY_SUFFIX})
+foreach(pc stridepack stridepack-static)
+  configure_file(${PROJECT_SOURCE_DIR}/cmake/${pc}.pc.in ${PROJECT_BINARY_DIR}/${pc}.pc @ONLY)
+  install(FILES ${PROJECT_BINARY_DIR}/${pc}.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+endforeach()
