@@ -167,12 +167,20 @@ static __device__ __forceinline__ void gates_and_norms(const kda_params &p, cons
     const int d = tid % D, t0 = (tid / D) * SEG;
     const float nl = -expA * SP_LOG2E; /* sigmoid(expA x) = 1 / (1 + 2^(nl x)) */
     float sum = 0.0f;
+    /* Sixteen tokens' gates loaded before the first is used (the compiler
+     * kept only two loads in flight). */
 #pragma unroll
-    for (int i = 0; i < SEG; i++) {
-        const float x = sp_bf16_to_f32_(raw.g[t0 + i][d]) + bias;
-        const float g = p.lower_bound * rcp_ftz(1.0f + ex2_ftz(nl * x));
-        sum += t0 + i < nt ? g : 0.0f;
-        gam[i] = sum;
+    for (int i0 = 0; i0 < SEG; i0 += 16) {
+        uint16_t graw[16];
+#pragma unroll
+        for (int j = 0; j < 16; j++) graw[j] = raw.g[t0 + i0 + j][d];
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            const float x = sp_bf16_to_f32_(graw[j]) + bias;
+            const float g = p.lower_bound * rcp_ftz(1.0f + ex2_ftz(nl * x));
+            sum += t0 + i0 + j < nt ? g : 0.0f;
+            gam[i0 + j] = sum;
+        }
     }
     s.seg_end[tid / D][d] = sum;
     const int w = tid >> 5, lane = tid & 31;
@@ -258,36 +266,42 @@ static __device__ __forceinline__ void operands(const raw_chunk &raw, int tid, c
     }
 }
 
-/* Eight roles, role w for warp w (and w + 4 with four warps): two 16x8
- * tiles of A (roles 0..3) or QK (4..7), masked to the lower triangle
- * (strictly, for A) and A's rows scaled by beta. The two tiles right of the
- * diagonal block of rows 0..15 are zero: their role writes zeros without
- * multiplying. */
+/* The 16x8 tile pairs of A (strictly lower, rows scaled by beta) and QK
+ * (lower): four tile-pair positions (mi, nb), warp w taking position w % 4
+ * of A (w < 4) or QK (w >= 4) with eight warps, or both of position w with
+ * four (they share the R operand, and four independent accumulations hide
+ * the tensor cores' latency better than two). The pair right of the
+ * diagonal block of rows 0..15 is zero: written without multiplying. */
 template <int NT>
 static __device__ void intra_products(int w, int lane, chunk_work &s, chunk_ops &ops) {
-    const int r = lane >> 2, q = lane & 3;
-#pragma unroll 1
-    for (int role = w; role < 8; role += NT / 32) {
-        const int is_qk = role >> 2, mi = (role >> 1) & 1, nb = (role & 1) * 2;
-        float(*dst)[SA] = is_qk ? ops.qk : s.a;
-        float acc[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
-        const int zero_only = mi == 0 && nb == 2;
-        if (!zero_only) {
-            const float(*L)[SO] = is_qk ? ops.lq : ops.lk;
+    constexpr int BOTH = NT / 32 == 4;
+    static_assert(NT / 32 == 4 || NT / 32 == 8, "four or eight warps");
+    const int r = lane >> 2, q = lane & 3, pos = w & 3, mi = pos >> 1, nb = (pos & 1) * 2;
+    const int zero_only = mi == 0 && nb == 2;
+    const int first = BOTH ? 0 : w >> 2; /* 0: A, 1: QK */
+    float acc[2][2][4] = {};             /* [A or QK (BOTH) / the one][tile] */
+    if (!zero_only) {
 #pragma unroll 4
-            for (int ks = 0; ks < D / 8; ks++) {
-                const int dk = ks * 8 + 2 * q;
+        for (int ks = 0; ks < D / 8; ks++) {
+            const int dk = ks * 8 + 2 * q;
+            uint32_t b[2][2];
+#pragma unroll
+            for (int j = 0; j < 2; j++) pair(&ops.r[8 * (nb + j) + r][dk], &b[j][0], &b[j][1]);
+#pragma unroll
+            for (int m = 0; m < 1 + BOTH; m++) {
+                const float(*L)[SO] = (first + m) ? ops.lq : ops.lk;
                 uint32_t a[4];
                 pair(&L[16 * mi + r][dk], &a[0], &a[2]);
                 pair(&L[16 * mi + r + 8][dk], &a[1], &a[3]);
 #pragma unroll
-                for (int j = 0; j < 2; j++) {
-                    uint32_t b0, b1;
-                    pair(&ops.r[8 * (nb + j) + r][dk], &b0, &b1);
-                    mma_tf32(acc[j], a, b0, b1);
-                }
+                for (int j = 0; j < 2; j++) mma_tf32(acc[m][j], a, b[j][0], b[j][1]);
             }
         }
+    }
+#pragma unroll
+    for (int m = 0; m < 1 + BOTH; m++) {
+        const int is_qk = first + m;
+        float(*dst)[SA] = is_qk ? ops.qk : s.a;
 #pragma unroll
         for (int j = 0; j < 2; j++)
 #pragma unroll
@@ -295,7 +309,7 @@ static __device__ void intra_products(int w, int lane, chunk_work &s, chunk_ops 
                 const int i = 16 * mi + r + 8 * (e >> 1), jj = 8 * (nb + j) + 2 * q + (e & 1);
                 float x = 0.0f;
                 if (!zero_only && (jj < i || (is_qk && jj == i)))
-                    x = is_qk ? tf32_round(acc[j][e]) : ops.b[i] * acc[j][e];
+                    x = is_qk ? tf32_round(acc[m][j][e]) : ops.b[i] * acc[m][j][e];
                 dst[i][jj] = x;
             }
     }

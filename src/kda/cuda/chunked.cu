@@ -68,18 +68,19 @@ static __device__ void state_update(float S[D / 8][4], float P[4][4], float O[4]
 /* ---- the kernel ------------------------------------------------------------ */
 
 /* Warp specialization: the block's first warpgroup (the K warps) computes
- * each chunk's K side into one of two operand buffers while the other two
- * warpgroups (the V warps, 16 V rows each) run the previous chunk's V side
- * from the other buffer, so the serial walk over the chunks pays only the V
- * side. The K warps also copy in each chunk's k, q, g (their own two
+ * each chunk's K side (gates, norms, Lk, Lq, R, A and QK) into one of two
+ * operand buffers while the other two warpgroups (the V warps, 16 V rows
+ * each) run the previous chunk's V side from the other buffer, one of them
+ * first solving for T while the others start the state's products; so the
+ * serial walk over the chunks pays only the V side. The K warps also copy in each chunk's k, q, g (their own two
  * buffers) and v (three buffers: the V warps may still read chunk c - 1's
  * while chunk c + 1's arrives). Two named barriers per operand buffer hand
  * it over: FULL (K warps arrive, V warps wait) and EMPTY (the reverse). */
 #define K_THREADS 128
 #define V_WARPS 8
 #define BLOCK (K_THREADS + 32 * V_WARPS)
-#define K_SOLVER (K_THREADS / 32 - 1) /* the K warp that solves for T */
-enum { BAR_K = 1, BAR_FULL = 2, BAR_EMPTY = 4 }; /* named barriers; + buffer */
+#define V_SOLVER (V_WARPS - 1) /* the V warp that solves for T */
+enum { BAR_K = 1, BAR_FULL = 2, BAR_EMPTY = 4, BAR_V = 6 }; /* named barriers; + buffer */
 
 static __device__ __forceinline__ void bar_sync(int id, int count) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
@@ -92,7 +93,7 @@ typedef struct fused_smem {
     raw_chunk raw[2];     /* k, q, g of this chunk and, arriving, the next one's */
     uint16_t v[3][CT][D]; /* v, the block's columns first */
     chunk_ops ops[2];
-    chunk_work work;
+    chunk_work work[2]; /* its A is read by the V warps' solver */
 } fused_smem;
 
 static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params p, int splits) {
@@ -131,16 +132,14 @@ static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params
                 load_v(p, sq, h, c0 + CT, v0, bv, tid, K_THREADS, &s.v[(ci + 1) % 3][0][0], D);
             }
             cp_async_commit();
-            gates_and_norms<K_THREADS>(p, s.raw[b], nt, tid, expA, bias, beta_logit, s.work,
+            gates_and_norms<K_THREADS>(p, s.raw[b], nt, tid, expA, bias, beta_logit, s.work[b],
                                        s.ops[b], gam);
             if (w == 0 && c0 + CT + lane < L)
                 beta_logit = sp_bf16_to_f32_(p.beta[(sq.bos + c0 + CT + lane) * p.H + h]);
             bar_sync(BAR_K, K_THREADS);
-            operands<K_THREADS>(s.raw[b], tid, s.work, gam, s.ops[b]);
+            operands<K_THREADS>(s.raw[b], tid, s.work[b], gam, s.ops[b]);
             bar_sync(BAR_K, K_THREADS);
-            intra_products<K_THREADS>(w, lane, s.work, s.ops[b]);
-            bar_sync(BAR_K, K_THREADS);
-            if (w == K_SOLVER) solve_t(lane, s.work, s.ops[b]);
+            intra_products<K_THREADS>(w, lane, s.work[b], s.ops[b]);
             bar_arrive(BAR_FULL + b, BLOCK);
         }
         cp_async_wait_all();
@@ -161,9 +160,13 @@ static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params
         const int64_t c0 = ci * CT;
         const int nt = (int)(L - c0 < CT ? L - c0 : CT);
         bar_sync(BAR_FULL + b, BLOCK);
+        /* T is needed from solve_w on; the other V warps start on the
+         * state's products meanwhile. */
+        if (vw == V_SOLVER) solve_t(lane, s.work[b], s.ops[b]);
+        float P[4][4] = {}, O[4][4] = {};
+        if (is_v) state_products(S, D / 8, 0, lane, s.ops[b], P, O);
+        bar_sync(BAR_V, 32 * V_WARPS);
         if (is_v) {
-            float P[4][4] = {}, O[4][4] = {};
-            state_products(S, D / 8, 0, lane, s.ops[b], P, O);
             state_update(S, P, O, s.v[ci % 3], 16 * vw + r, lane, s.ops[b]);
 #pragma unroll
             for (int nt8 = 0; nt8 < CT / 8; nt8++)
