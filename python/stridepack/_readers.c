@@ -493,6 +493,31 @@ static int dl_device_of(int32_t type, int32_t id, sp_device *d) {
     return 1;
 }
 
+/* x.__dlpack__(max_version=(1, 0)[, stream]): producers of DLPack 1.0 and
+ * later then give a versioned capsule, which carries the read-only flag;
+ * one that does not take max_version (TypeError) is asked again without.
+ * On CUDA `stream` is the stream the work will run on (DLPack names the
+ * legacy default 1). */
+static PyObject *export_dlpack(PyObject *x, int cuda, uintptr_t stream) {
+    PyObject *f = PyObject_GetAttr(x, s_dlpack);
+    PyObject *none = f ? PyTuple_New(0) : NULL, *cap = NULL;
+    for (int versioned = 1; none && versioned >= 0; versioned--) {
+        PyObject *kw = cuda ? Py_BuildValue("{s:K}", "stream",
+                                            (unsigned long long)(stream ? stream : 1))
+                            : PyDict_New();
+        PyObject *ver = versioned && kw ? Py_BuildValue("(ii)", 1, 0) : NULL;
+        const int ok = kw && (!versioned || (ver && PyDict_SetItemString(kw, "max_version", ver) == 0));
+        Py_XDECREF(ver);
+        cap = ok ? PyObject_Call(f, none, kw) : NULL;
+        Py_XDECREF(kw);
+        if (cap || !ok || !versioned || !PyErr_ExceptionMatches(PyExc_TypeError)) break;
+        PyErr_Clear(); /* a producer from before DLPack 1.0 */
+    }
+    Py_XDECREF(none);
+    Py_XDECREF(f);
+    return cap;
+}
+
 /* Export x with __dlpack__ and read the capsule without consuming it: the
  * capsule's own destructor calls the producer's deleter when it is dropped.
  * `stream` is the stream the work will run on (0: the legacy default). */
@@ -508,17 +533,7 @@ static int read_dlpack(PyObject *x, view *v, uintptr_t stream) {
         if (PyErr_Occurred()) { PyErr_Clear(); type = DL_CPU; }
         cuda = type == DL_CUDA || type == DL_CUDA_MANAGED;
     }
-    PyObject *cap;
-    if (cuda) {
-        /* DLPack names the legacy default stream 1. */
-        PyObject *kw = Py_BuildValue("{s:K}", "stream", (unsigned long long)(stream ? stream : 1));
-        PyObject *f = kw ? PyObject_GetAttr(x, s_dlpack) : NULL;
-        cap = f ? PyObject_Call(f, PyTuple_New(0), kw) : NULL;
-        Py_XDECREF(f);
-        Py_XDECREF(kw);
-    } else {
-        cap = call0(x, s_dlpack);
-    }
+    PyObject *cap = export_dlpack(x, cuda, stream);
     if (!cap) {
         if (PyErr_ExceptionMatches(PyExc_BufferError) || PyErr_ExceptionMatches(PyExc_RuntimeError) ||
             PyErr_ExceptionMatches(PyExc_TypeError) || PyErr_ExceptionMatches(PyExc_ValueError)) {

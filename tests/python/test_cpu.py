@@ -329,17 +329,27 @@ class _DLManagedTensor(ctypes.Structure):  # no deleter: the producer owns every
                 ("deleter", ctypes.c_void_p)]
 
 
+class _DLManagedTensorVersioned(ctypes.Structure):  # DLPack 1.0, with flags
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32),
+                ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p),
+                ("flags", ctypes.c_uint64), ("dl_tensor", _DLTensor)]
+
+
+DLPACK_FLAG_READ_ONLY = 1
 _capsule_new = ctypes.pythonapi.PyCapsule_New
 _capsule_new.restype = ctypes.py_object
 _capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
 _CAPSULE_NAME = b"dltensor"  # the capsule keeps this pointer: module lifetime
+_CAPSULE_NAME_VERSIONED = b"dltensor_versioned"
 
 
 class Bf16View:
     """A DLPack producer (kDLBfloat, 16 bits) over uint16 NumPy memory; data
-    is the buffer start and the view begins at byte_offset."""
+    is the buffer start and the view begins at byte_offset. versioned: it
+    takes max_version and exports DLPack 1.0, flagged read-only when the
+    array is."""
 
-    def __init__(self, u16, dense_null_strides=False):
+    def __init__(self, u16, dense_null_strides=False, versioned=False):
         self.arr = u16
         n = u16.ndim
         self._shape = (ctypes.c_int64 * max(n, 1))(*u16.shape)
@@ -357,12 +367,23 @@ class Bf16View:
         if not dense_null_strides:
             t.strides = ctypes.cast(self._strides, ctypes.POINTER(ctypes.c_int64))
         self._m = m
+        if versioned:
+            mv = _DLManagedTensorVersioned()
+            mv.major, mv.minor, mv.dl_tensor = 1, 0, t
+            mv.flags = 0 if u16.flags.writeable else DLPACK_FLAG_READ_ONLY
+            self._mv = mv
+            self.__dlpack__ = self._dlpack_versioned
 
     def __dlpack_device__(self):
         return (KDL_CPU, 0)
 
     def __dlpack__(self, stream=None):
         return _capsule_new(ctypes.addressof(self._m), _CAPSULE_NAME, None)
+
+    def _dlpack_versioned(self, stream=None, max_version=None):
+        if max_version is None or tuple(max_version) < (1, 0):
+            return _capsule_new(ctypes.addressof(self._m), _CAPSULE_NAME, None)
+        return _capsule_new(ctypes.addressof(self._mv), _CAPSULE_NAME_VERSIONED, None)
 
 
 class NumpyDLPack:
@@ -393,6 +414,23 @@ class DLPack(unittest.TestCase):
         with self.assertRaises(sp.StridepackError) as cm:
             sp.copy_batch([(Bf16View(src), np.empty(src.shape, np.uint16))])
         self.assertEqual(cm.exception.status, "SP_ERR_DTYPE_MISMATCH")
+
+    def test_read_only_flag_of_dlpack_1(self):
+        # A producer of DLPack 1.0 is asked for a versioned capsule, whose
+        # read-only flag the binding honours: nothing is written into it.
+        src = np.arange(48, dtype=np.uint16).reshape(6, 8)
+        ro = np.full((8, 6), 0xA5A5, np.uint16)
+        ro.flags.writeable = False
+        with self.assertRaises(sp.StridepackError) as cm:
+            sp.copy_batch([(Bf16View(src.T), Bf16View(ro, versioned=True))])
+        self.assertEqual(cm.exception.message, "pairs[0].dst: read-only")
+        self.assertTrue((ro == 0xA5A5).all())
+        dst = np.full((8, 6), 0xA5A5, np.uint16)
+        sp.copy_batch([(Bf16View(src.T, versioned=True), Bf16View(dst, versioned=True))])
+        self.assertTrue(np.array_equal(dst, src.T))
+        # The binding reads the versioned export, and only because it asked.
+        v = Bf16View(dst, versioned=True)
+        self.assertEqual(_native.describe(v, True)[1], (8, 6))
 
     def test_unknown_producer(self):
         a = np.arange(48, dtype=np.float32).reshape(6, 8)
@@ -541,12 +579,14 @@ class Kda(unittest.TestCase):
                     "SP_ERR_INVALID_ARGUMENT", "checkpoints: read-only, and the prefill writes it",
                     o, original, st)
                 self.assertTrue((ck == 0).all())
-            with self.subTest(call=name, array="o"):
-                st = state.copy()
-                self.assert_refused(
-                    lambda: fn(**self.arrays(views, dense), **params, state=st, o=ro_o),
-                    "SP_ERR_INVALID_ARGUMENT", "o: read-only, and the prefill writes it",
-                    o, original, st)
+            for kind, ro in (("numpy", ro_o), ("dlpack 1.0", Bf16View(ro_o, versioned=True))):
+                with self.subTest(call=name, array="o", kind=kind):
+                    st = state.copy()
+                    self.assert_refused(
+                        lambda: fn(**self.arrays(views, dense), **params, state=st, o=ro),
+                        "SP_ERR_INVALID_ARGUMENT", "o: read-only, and the prefill writes it",
+                        o, original, st)
+                    self.assertTrue((ro_o == 0).all())
         b.close()
 
     def test_workspace_is_checked_as_an_array(self):
