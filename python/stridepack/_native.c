@@ -59,9 +59,9 @@ static PyObject *py_configure(PyObject *self, PyObject *fws) {
 
 #define METH(name, fn, flags, doc) {name, (PyCFunction)(void (*)(void))(fn), flags, PyDoc_STR(doc)}
 static PyMethodDef methods[] = {
-    METH("pack", py_pack, METH_VARARGS, "pack(tensors, workspace=None, stream=None) -> list"),
-    METH("pack_into", py_pack_into, METH_VARARGS, "pack_into(inputs, outputs, stream=None)"),
-    METH("copy_batch", py_copy_batch, METH_VARARGS, "copy_batch(pairs, stream=None)"),
+    METH("pack", py_pack, METH_VARARGS, "pack(tensors, workspace=None) -> list"),
+    METH("pack_into", py_pack_into, METH_VARARGS, "pack_into(inputs, outputs)"),
+    METH("copy_batch", py_copy_batch, METH_VARARGS, "copy_batch(pairs)"),
     METH("workspace_bytes", py_workspace_bytes, METH_O, "workspace_bytes(tensors) -> int"),
     METH("readable", py_readable, METH_O, "readable(x) -> None or the reason it is not"),
     METH("describe", py_describe, METH_VARARGS, "describe(x, via_dlpack=False) -> the view read"),

@@ -327,7 +327,7 @@ static PyObject *new_output(int fw, PyObject *ws, uintptr_t ws_ptr, uintptr_t sl
     return o;
 }
 
-/* pack(tensors, workspace=None, stream=None) */
+/* pack(tensors, workspace=None): on CUDA, on the framework's current stream */
 /* 1 when every item is a torch tensor that torch calls contiguous (sizes
  * of 1 may have any stride, as the library's density): one method call
  * each, where the general read takes every attribute. Such inputs are
@@ -350,8 +350,8 @@ static int all_torch_contiguous(PyObject **items, Py_ssize_t n) {
 
 PyObject *py_pack(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *xs, *ws = Py_None, *stream_arg = Py_None;
-    if (!PyArg_ParseTuple(args, "O|OO", &xs, &ws, &stream_arg)) return NULL;
+    PyObject *xs, *ws = Py_None;
+    if (!PyArg_ParseTuple(args, "O|O", &xs, &ws)) return NULL;
     PyObject *fast = as_fast_list(xs, "tensors");
     if (!fast) return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
@@ -367,10 +367,6 @@ PyObject *py_pack(PyObject *self, PyObject *args) {
         result = PyList_New(n);
         for (Py_ssize_t i = 0; result && i < n; i++) { Py_INCREF(items[i]); PyList_SET_ITEM(result, i, items[i]); }
         goto done;
-    }
-    if (stream_arg != Py_None) {
-        stream = (uintptr_t)PyLong_AsUnsignedLongLong(stream_arg);
-        if (PyErr_Occurred()) goto done;
     }
     if (read_all(items, n, v, &fw, "tensors", stream) < 0) goto done;
     if (fw == FW_TORCH && autograd_check(v, n) < 0) goto done;
@@ -414,7 +410,7 @@ PyObject *py_pack(PyObject *self, PyObject *args) {
     void *ws_ptr;
     size_t ws_bytes;
     if (scratch_of(ws, wfw, wv, dev, stream, "workspace", &ws_ptr, &ws_bytes) < 0) goto done;
-    if (stream_arg == Py_None && stream_of(fw, dev, &stream) < 0) goto done;
+    if (stream_of(fw, dev, &stream) < 0) goto done;
     int st;
     if (dev.type == SP_DEVICE_CPU) { /* a CPU pass may be long: let other threads run */
         Py_BEGIN_ALLOW_THREADS
@@ -520,8 +516,7 @@ static void rename_pairs(names_style style, const char *text, char *out, size_t 
 }
 
 /* Copy srcs[i] into dsts[i], i < n, in one library call. */
-static PyObject *copy_pairs(PyObject **srcs, PyObject **dsts, Py_ssize_t n, PyObject *stream_arg,
-                            names_style style) {
+static PyObject *copy_pairs(PyObject **srcs, PyObject **dsts, Py_ssize_t n, names_style style) {
     view local[N_LOCAL_VIEWS], *v = views_new(2 * n, local);
     sp_copy_pair local_pairs[N_LOCAL_VIEWS / 2]; /* each filled whole by pair_tensors */
     sp_copy_pair *pairs = n <= N_LOCAL_VIEWS / 2 ? local_pairs
@@ -533,10 +528,6 @@ static PyObject *copy_pairs(PyObject **srcs, PyObject **dsts, Py_ssize_t n, PyOb
     char m[900], sn[64], dn[64], a[256], b[256];
     if (!v) goto done;
     if (!pairs) { PyErr_NoMemory(); goto done; }
-    if (stream_arg != Py_None) {
-        stream = (uintptr_t)PyLong_AsUnsignedLongLong(stream_arg);
-        if (PyErr_Occurred()) goto done;
-    }
     for (Py_ssize_t i = 0; i < n; i++) {
         for (int side = 0; side < 2; side++) {
             PyObject *x = side ? dsts[i] : srcs[i];
@@ -585,7 +576,7 @@ static PyObject *copy_pairs(PyObject **srcs, PyObject **dsts, Py_ssize_t n, PyOb
             goto done;
         }
     }
-    if (stream_arg == Py_None && stream_fw >= 0 && stream_of(stream_fw, stream_dev, &stream) < 0)
+    if (stream_fw >= 0 && stream_of(stream_fw, stream_dev, &stream) < 0)
         goto done;
     int cpu = 1, st;
     for (Py_ssize_t i = 0; i < 2 * n && cpu; i++) cpu = v[i].device.type == SP_DEVICE_CPU;
@@ -610,11 +601,11 @@ done:
     return result;
 }
 
-/* copy_batch(pairs, stream=None) */
+/* copy_batch(pairs) */
 PyObject *py_copy_batch(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *ps, *stream = Py_None;
-    if (!PyArg_ParseTuple(args, "O|O", &ps, &stream)) return NULL;
+    PyObject *ps;
+    if (!PyArg_ParseTuple(args, "O", &ps)) return NULL;
     PyObject *fast = as_fast_list(ps, "pairs");
     if (!fast) return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
@@ -635,7 +626,7 @@ PyObject *py_copy_batch(PyObject *self, PyObject *args) {
         srcs[i] = PySequence_Fast_GET_ITEM(p, 0);
         dsts[i] = PySequence_Fast_GET_ITEM(p, 1);
     }
-    result = copy_pairs(srcs, dsts, n, stream, NAMES_PAIRS);
+    result = copy_pairs(srcs, dsts, n, NAMES_PAIRS);
 done:
     for (Py_ssize_t i = 0; i < held; i++) Py_DECREF(fasts[i]);
     PyMem_Free(fasts);
@@ -644,11 +635,11 @@ done:
     return result;
 }
 
-/* pack_into(inputs, outputs, stream=None) */
+/* pack_into(inputs, outputs) */
 PyObject *py_pack_into(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *xs, *os, *stream = Py_None, *result = NULL;
-    if (!PyArg_ParseTuple(args, "OO|O", &xs, &os, &stream)) return NULL;
+    PyObject *xs, *os, *result = NULL;
+    if (!PyArg_ParseTuple(args, "OO", &xs, &os)) return NULL;
     PyObject *fx = as_fast_list(xs, "inputs");
     PyObject *fo = fx ? as_fast_list(os, "outputs") : NULL;
     if (!fo) { Py_XDECREF(fx); return NULL; }
@@ -657,7 +648,7 @@ PyObject *py_pack_into(PyObject *self, PyObject *args) {
         PyErr_Format(PyExc_ValueError, "stridepack: %zd inputs but %zd outputs", n,
                      PySequence_Fast_GET_SIZE(fo));
     } else {
-        result = copy_pairs(PySequence_Fast_ITEMS(fx), PySequence_Fast_ITEMS(fo), n, stream,
+        result = copy_pairs(PySequence_Fast_ITEMS(fx), PySequence_Fast_ITEMS(fo), n,
                             NAMES_INPUTS_OUTPUTS);
     }
     Py_DECREF(fx);
