@@ -9,10 +9,21 @@ into a platform-tagged wheel (cpXY-cpXY-<platform>). The version is read
 from include/stridepack.h and must equal stridepack/_version.py and
 pyproject.toml's.
 
-Settings (environment): STRIDEPACK_BUILD_DIR keeps the CMake build there
-(default: a temporary directory, removed afterwards); STRIDEPACK_CMAKE_ARGS
-adds arguments to the configure step (e.g. -DSP_ENABLE_CUDA=OFF). The CUDA
-backend is built when CMake finds nvcc (also /usr/local/cuda/bin/nvcc).
+What it builds: by default what this machine can run (SP_CUDA_ARCHS=auto,
+cmake/cuda_arch.cmake): machine code for the GPUs nvidia-smi shows, or no
+CUDA backend at all when it shows none. Settings (environment):
+STRIDEPACK_CUDA_ARCHS=all builds every architecture from sm_80 on (for a
+wheel to run elsewhere), =none the CPU only, =90 (any CMAKE_CUDA_ARCHITECTURES
+list) those; STRIDEPACK_CMAKE_ARGS adds arguments to the configure step;
+STRIDEPACK_BUILD_DIR keeps the CMake build there (default: a temporary
+directory, removed afterwards). The CUDA backend needs nvcc (also found at
+/usr/local/cuda/bin/nvcc).
+
+Progress: pip shows a build backend's output only with -v, so each build
+step ("[12/40] Building C object ...") and the configure summary also go to
+the stderr of the process that started this one (pip's own, where the user
+sees "Building wheel ..."), when that is a different file from ours.
+STRIDEPACK_PROGRESS=0 turns that off; everything always goes to our stderr.
 """
 
 import base64
@@ -66,18 +77,81 @@ def _tool_env():
     return env
 
 
-def _cmake_build(build_dir):
+class _Progress:
+    """Where the progress lines go besides our stderr: the parent's stderr
+    (Linux, /proc), when it is not the same file as ours."""
+
+    def __init__(self):
+        self.out = None
+        if os.environ.get("STRIDEPACK_PROGRESS", "1") == "0":
+            return
+        path = f"/proc/{os.getppid()}/fd/2"
+        try:
+            theirs, ours = os.stat(path), os.fstat(sys.stderr.fileno())
+            if (theirs.st_dev, theirs.st_ino) != (ours.st_dev, ours.st_ino):
+                self.out = open(path, "w", buffering=1)
+        except (OSError, ValueError):
+            self.out = None
+
+    def line(self, text):
+        print(text, file=sys.stderr, flush=True)
+        if self.out:
+            try:
+                self.out.write(f"  stridepack: {text}\n")
+            except OSError:
+                self.out = None
+
+    def close(self):
+        if self.out:
+            self.out.close()
+
+
+# Lines of CMake's output worth showing while pip waits: the build steps
+# (Ninja's "[12/40] ...", Make's "[ 30%] ..."), and the configure summary.
+_STEP = re.compile(r"^\[ *\d+(/\d+|%)\]|^-- stridepack |^CMake (Error|Warning)")
+
+
+def _run(args, env, progress):
+    """Runs args, every output line to our stderr, the steps to progress;
+    raises CalledProcessError (after the whole output) on failure."""
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, errors="replace")
+    for raw in proc.stdout:
+        text = raw.rstrip("\n")
+        if _STEP.search(text):
+            progress.line(text)
+        else:
+            print(text, file=sys.stderr)
+    if proc.wait() != 0:
+        raise subprocess.CalledProcessError(proc.returncode, args)
+
+
+def _cmake_args(build_dir, environ):
+    """The configure command for this interpreter and the settings in environ."""
+    archs = environ.get("STRIDEPACK_CUDA_ARCHS", "").strip() or "auto"
     args = ["cmake", "-S", HERE, "-B", build_dir, "-DCMAKE_BUILD_TYPE=Release",
-            f"-DPython3_EXECUTABLE={sys.executable}"]
+            f"-DPython3_EXECUTABLE={sys.executable}", f"-DSP_CUDA_ARCHS={archs}"]
     if shutil.which("ninja"):
         args += ["-G", "Ninja"]
-    if not shutil.which("nvcc") and os.path.exists("/usr/local/cuda/bin/nvcc"):
+    if (archs != "none" and not shutil.which("nvcc")
+            and os.path.exists("/usr/local/cuda/bin/nvcc")):
         args.append("-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc")
-    args += shlex.split(os.environ.get("STRIDEPACK_CMAKE_ARGS", ""))
+    return args + shlex.split(environ.get("STRIDEPACK_CMAKE_ARGS", ""))
+
+
+def _cmake_build(build_dir):
     env = _tool_env()
-    subprocess.run(args, check=True, stdout=sys.stderr, env=env)
-    subprocess.run(["cmake", "--build", build_dir, "--target", "stridepack_python",
-                    "-j", str(os.cpu_count() or 1)], check=True, stdout=sys.stderr, env=env)
+    progress = _Progress()
+    try:
+        args = _cmake_args(build_dir, os.environ)
+        progress.line("configuring (" + " ".join(a for a in args if a.startswith("-DSP_")) +
+                      "; STRIDEPACK_CUDA_ARCHS=all builds every CUDA architecture)")
+        _run(args, env, progress)
+        progress.line("building the library and the extension module")
+        _run(["cmake", "--build", build_dir, "--target", "stridepack_python",
+              "-j", str(os.cpu_count() or 1)], env, progress)
+    finally:
+        progress.close()
     return os.path.join(build_dir, NAME)
 
 
@@ -93,10 +167,18 @@ def _record_line(path, data):
     return f"{path},sha256={digest},{len(data)}"
 
 
+def _dist_info_files(version, tag):
+    dist_info = f"{NAME}-{version}.dist-info"
+    wheel = (f"Wheel-Version: 1.0\nGenerator: stridepack backend\nRoot-Is-Purelib: false\n"
+             f"Tag: {tag}\n")
+    return dist_info, [(f"{dist_info}/METADATA", _metadata(version).encode()),
+                       (f"{dist_info}/WHEEL", wheel.encode()),
+                       (f"{dist_info}/top_level.txt", f"{NAME}\n".encode())]
+
+
 def _write_wheel(wheel_directory, package_dir, version):
     tag = _tag()
     name = f"{NAME}-{version}-{tag}.whl"
-    dist_info = f"{NAME}-{version}.dist-info"
     files = []
     for entry in sorted(os.listdir(package_dir)):
         if (entry.endswith(".py") or entry == "py.typed"
@@ -105,11 +187,8 @@ def _write_wheel(wheel_directory, package_dir, version):
                 files.append((f"{NAME}/{entry}", f.read()))
     if not any(p.startswith(f"{NAME}/_native.") for p, _ in files):
         raise RuntimeError(f"the build left no extension module in {package_dir}")
-    wheel = (f"Wheel-Version: 1.0\nGenerator: stridepack backend\nRoot-Is-Purelib: false\n"
-             f"Tag: {tag}\n")
-    files += [(f"{dist_info}/METADATA", _metadata(version).encode()),
-              (f"{dist_info}/WHEEL", wheel.encode()),
-              (f"{dist_info}/top_level.txt", f"{NAME}\n".encode())]
+    dist_info, meta = _dist_info_files(version, tag)
+    files += meta
     record = [_record_line(p, d) for p, d in files] + [f"{dist_info}/RECORD,,"]
     files.append((f"{dist_info}/RECORD", ("\n".join(record) + "\n").encode()))
     path = os.path.join(wheel_directory, name)
@@ -126,6 +205,17 @@ def _write_wheel(wheel_directory, package_dir, version):
 
 def get_requires_for_build_wheel(config_settings=None):
     return []
+
+
+def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
+    # Without this hook pip would build the whole wheel to learn its
+    # metadata ("Preparing metadata ... still running").
+    dist_info, files = _dist_info_files(_version(), _tag())
+    for path, data in files:
+        os.makedirs(os.path.join(metadata_directory, os.path.dirname(path)), exist_ok=True)
+        with open(os.path.join(metadata_directory, path), "wb") as f:
+            f.write(data)
+    return dist_info
 
 
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):

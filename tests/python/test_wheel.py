@@ -6,8 +6,10 @@ no index needed; when the tests themselves run in a virtual environment,
 that environment's packages are made visible too), then stridepack imported
 by that environment's interpreter from outside the checkout, with no path to
 this build (no PYTHONPATH into the checkout, no library path). The library
-is built CPU-only here to keep the test quick; the CUDA build is the same
-recipe with nvcc found. Run by ctest with SP_SOURCE_DIR and SP_WHEEL_SCRATCH
+is built CPU-only here (STRIDEPACK_CUDA_ARCHS=none) to keep the test quick;
+the CUDA build is the same recipe with nvcc found. The wheel must hold the
+package's files and nothing else, and pip, run without -v, must have shown
+the build's steps. Run by ctest with SP_SOURCE_DIR and SP_WHEEL_SCRATCH
 set."""
 
 import base64
@@ -19,6 +21,7 @@ import shutil
 import site
 import subprocess
 import sys
+import sysconfig
 import unittest
 import zipfile
 
@@ -64,10 +67,11 @@ class Wheel(unittest.TestCase):
                                "python3-pip): the wheel cannot be tested")
         shutil.rmtree(SCRATCH, ignore_errors=True)
         os.makedirs(SCRATCH)
-        env = dict(os.environ, STRIDEPACK_CMAKE_ARGS="-DSP_ENABLE_CUDA=OFF",
+        env = dict(os.environ, STRIDEPACK_CUDA_ARCHS="none",
                    STRIDEPACK_BUILD_DIR=os.path.join(SCRATCH, "build"),
                    PIP_NO_INDEX="1", PIP_NO_CACHE_DIR="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
-        env.pop("PYTHONPATH", None)
+        for key in ("PYTHONPATH", "STRIDEPACK_CMAKE_ARGS", "STRIDEPACK_PROGRESS"):
+            env.pop(key, None)
         cls.dist = os.path.join(SCRATCH, "dist")
         r = pip("wheel", "--no-deps", "-w", cls.dist, os.path.join(SOURCE, "python"), env=env)
         cls.build_log = r.stdout
@@ -117,6 +121,53 @@ class Wheel(unittest.TestCase):
                 expect = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
                 self.assertEqual(digest, "sha256=" + expect.decode(), path)
                 self.assertEqual(int(size), len(data), path)
+
+    def test_holds_the_package_and_nothing_else(self):
+        package = os.path.join(SOURCE, "python", "stridepack")
+        expect = {f"stridepack/{f}" for f in os.listdir(package) if f.endswith(".py")}
+        expect |= {"stridepack/py.typed",
+                   "stridepack/_native" + sysconfig.get_config_var("EXT_SUFFIX")}
+        dist_info = f"stridepack-{header_version()}.dist-info"
+        expect |= {f"{dist_info}/{f}" for f in ("METADATA", "WHEEL", "top_level.txt", "RECORD")}
+        with zipfile.ZipFile(self.wheel()) as z:
+            names = z.namelist()
+            self.assertEqual(len(names), len(set(names)), names)
+            self.assertEqual(set(names), expect)
+            record = z.read(f"{dist_info}/RECORD").decode().splitlines()
+            self.assertEqual(sorted(line.rsplit(",", 2)[0] for line in record), sorted(names))
+            meta = z.read(f"{dist_info}/METADATA").decode()
+            self.assertIn("\nName: stridepack\n", meta)
+            self.assertIn(f"\nVersion: {header_version()}\n", meta)
+            for f in ("__init__.py", "_version.py"):
+                with open(os.path.join(package, f), "rb") as src:
+                    self.assertEqual(z.read(f"stridepack/{f}"), src.read(), f)
+            # The library is linked in: nothing asks the loader for it.
+            native = z.read("stridepack/_native" + sysconfig.get_config_var("EXT_SUFFIX"))
+            self.assertTrue(native.startswith(b"\x7fELF"))
+            self.assertNotIn(b"libstridepack.so", native)
+
+    def test_pip_showed_the_build_steps(self):
+        # pip ran without -v, which hides a backend's output: the steps
+        # reached its output through the backend's progress lines.
+        steps = re.findall(r"^ *stridepack: \[(\d+)/(\d+)\] ", self.build_log, re.M)
+        self.assertGreater(len(steps), 5, self.build_log)
+        self.assertEqual(steps[-1][0], steps[-1][1], self.build_log)  # up to the last one
+        self.assertRegex(self.build_log, r"stridepack: -- stridepack [\d.]+: CUDA backend OFF "
+                                         r"\(SP_CUDA_ARCHS=none")
+
+    def test_default_builds_for_this_machine(self):
+        # Without a setting the backend asks CMake for what this machine can
+        # run (cmake/cuda_arch.cmake's auto); STRIDEPACK_CUDA_ARCHS overrides it.
+        sys.path.insert(0, os.path.join(SOURCE, "python", "_build"))
+        try:
+            import backend
+        finally:
+            sys.path.pop(0)
+        self.assertIn("-DSP_CUDA_ARCHS=auto", backend._cmake_args("b", {}))
+        self.assertIn("-DSP_CUDA_ARCHS=all", backend._cmake_args("b", {"STRIDEPACK_CUDA_ARCHS": "all"}))
+        args = backend._cmake_args("b", {"STRIDEPACK_CUDA_ARCHS": "none"})
+        self.assertIn("-DSP_CUDA_ARCHS=none", args)
+        self.assertFalse([a for a in args if a.startswith("-DCMAKE_CUDA_COMPILER")], args)
 
     def test_imports_and_packs_from_the_install(self):
         env = {k: v for k, v in os.environ.items()
