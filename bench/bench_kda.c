@@ -171,6 +171,10 @@ int main(int argc, char **argv) {
                    * kernel stops paying, for the dispatcher's rules. */
                   {16384, 24, 1, 0, 0},
                   {16384, 48, 1, 0, 0},
+                  /* The rest of the anchor table's shapes (bench/kda_anchors.py). */
+                  {16384, 64, 1, 0, 0},
+                  {8192, 96, 1, 0, 0},
+                  {65536, 12, 1, 0, 0},
                   /* Short sequences (64, 32, 16 and 8 tokens): the
                    * dispatcher's rule between recurrent and chunked. */
                   {2048, 96, 32, 0, 0},
@@ -181,7 +185,7 @@ int main(int argc, char **argv) {
     enum { NK = 4 };
     static const int32_t kernels[NK] = {SP_KDA_KERNEL_RECURRENT, SP_KDA_KERNEL_CHUNKED,
                                         SP_KDA_KERNEL_CHUNKED_TWO_PASS, SP_KDA_KERNEL_AUTO};
-    char table[96][160];
+    char table[160][160];
     int rows = 0;
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
         for (int si = 0; si < 2; si++) {

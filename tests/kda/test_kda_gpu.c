@@ -323,6 +323,32 @@ static void bad_argument_cases(void) {
     kp_free(&p);
 }
 
+/* A sequence without tokens leaves its slot's bits as they were: slots of a
+ * bf16 pool holding signalling NaNs (0x7f81, which any float round trip
+ * turns into 0x7fc1) come back unchanged, beside a sequence that runs. */
+static void empty_slot_case(int32_t kernel) {
+    static const int64_t lens[] = {0, 40, 0};
+    kda_problem p;
+    kp_make(&p, 3, lens, 2, 2, SP_BF16, SP_KDA_GATE_LOWER_BOUND, 0, 4242);
+    p.kernel = kernel;
+    const int32_t *idx = (const int32_t *)p.host[KB_IDX];
+    uint16_t *pool = (uint16_t *)p.host[KB_STATE];
+    const int64_t n_slot = p.H * 128 * 128;
+    for (int n = 0; n < 3; n += 2)
+        for (int64_t e = 0; e < n_slot; e++) pool[idx[n] * p.pitch + e] = 0x7f81;
+    void *out[KB_COUNT];
+    kp_copy(&p, out);
+    CHECK_OK(run_device(&p, p.host, out));
+    const uint16_t *got = (const uint16_t *)out[KB_STATE];
+    for (int n = 0; n < 3; n += 2)
+        CHECKF(memcmp(got + idx[n] * p.pitch, pool + idx[n] * p.pitch, (size_t)n_slot * 2) == 0,
+               "%s: the empty sequence %d's slot was rewritten", kernel_name(kernel), n);
+    CHECKF(memcmp(got + idx[1] * p.pitch, pool + idx[1] * p.pitch, (size_t)n_slot * 2) != 0,
+           "%s: the running sequence's slot was not written", kernel_name(kernel));
+    kp_free_copy(out);
+    kp_free(&p);
+}
+
 int main(void) {
     if (!sp_cuda_available()) SP_SKIP("no usable CUDA device");
     static const int64_t lens[] = {1, 63, 64, 65, 300}, small[] = {1, 17, 40};
@@ -354,6 +380,7 @@ int main(void) {
     }
     chunked_edge_cases(CH, ts_test_small());
     chunked_edge_cases(TP, ts_test_small());
+    for (int32_t k = R; k <= TP; k++) empty_slot_case(k);
     noop_cases();
     device_guard_cases(R);
     device_guard_cases(CH);

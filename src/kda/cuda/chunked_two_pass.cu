@@ -245,7 +245,8 @@ static __global__ void __launch_bounds__(32 * KW * G, 1)
     uint16_t *o_at = p.o + (sq.bos + 8 * kq + ot) * HD + h * D + v0 + 16 * rg + oh;
 
     float S[NDS][4]; /* S^T rows vrow, vrow + 8; K columns d0 .. d0 + KC - 1 */
-    state_load(p.state, p.state_bf16, sq.slot_base, vrow, d0, q, S, NDS);
+    /* A sequence without tokens leaves its slot as it was, bit for bit. */
+    if (L > 0) state_load(p.state, p.state_bf16, sq.slot_base, vrow, d0, q, S, NDS);
 #if __CUDA_ARCH__ >= 900
     if (tid == 0) {
         for (int b = 0; b < NB; b++)
@@ -330,7 +331,7 @@ static __global__ void __launch_bounds__(32 * KW * G, 1)
         if (chunks_per_ckpt > 0 && nt == CT && (ci + 1) % chunks_per_ckpt == 0)
             state_store(p.ckpt, p.state_bf16, kda_ckpt_base(p, crow++, h), vrow, d0, q, S, NDS);
     }
-    state_store(p.state, p.state_bf16, sq.slot_base, vrow, d0, q, S, NDS);
+    if (L > 0) state_store(p.state, p.state_bf16, sq.slot_base, vrow, d0, q, S, NDS);
 }
 
 static_assert(sizeof(pass_smem<1, 3>) <= 227 * 1024, "a block's shared memory on sm_90");

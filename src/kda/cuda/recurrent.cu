@@ -186,7 +186,8 @@ static __global__ void __launch_bounds__(THREADS, 1) kda_prefill_kernel(kda_para
 
     const int64_t slot_base = sq.slot_base;
     float S[8][4];
-    tile_load(p.state, p.state_bf16, slot_base, r, j0, S);
+    /* A sequence without tokens leaves its slot as it was, bit for bit. */
+    if (L > 0) tile_load(p.state, p.state_bf16, slot_base, r, j0, S);
 
     raw_token raw;
     if (w < L) load_token(p, bos + w, h, lane, raw);
@@ -239,7 +240,7 @@ static __global__ void __launch_bounds__(THREADS, 1) kda_prefill_kernel(kda_para
             }
         }
     }
-    tile_store(p.state, p.state_bf16, slot_base, r, j0, S);
+    if (L > 0) tile_store(p.state, p.state_bf16, slot_base, r, j0, S);
 }
 
 extern "C" cudaError_t sp_kda_launch_recurrent_(const kda_params *p, cudaStream_t stream) {
