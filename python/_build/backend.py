@@ -89,7 +89,7 @@ class _Progress:
         try:
             theirs, ours = os.stat(path), os.fstat(sys.stderr.fileno())
             if (theirs.st_dev, theirs.st_ino) != (ours.st_dev, ours.st_ino):
-                self.out = open(path, "w", buffering=1)
+                self.out = open(path, "a", buffering=1)  # append: never truncate a log
         except (OSError, ValueError):
             self.out = None
 
