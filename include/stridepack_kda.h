@@ -56,20 +56,23 @@ typedef enum sp_kda_gate {
  *     at a time; fp32 throughout (relative error of o about 2e-5 against
  *     the float64 reference, final state about 1e-7). Serves every call.
  *   CHUNKED: 32 tokens at a time as matrix products on tensor cores (tf32
- *     operands, fp32 accumulation, fp32 state; o about 1.3e-3, final state
- *     about 2e-4), one pass, several blocks per (sequence, head) when there
- *     are few pairs.
+ *     operands, fp32 accumulation, fp32 state; o about 1.7e-3, final state
+ *     about 3.5e-4), one pass: in each block one warpgroup prepares the
+ *     next chunk's operands while two walk the state; several blocks per
+ *     (sequence, head) when there are few pairs. The fastest kernel from
+ *     about 64 (sequence, head) pairs on (K3 with 64 or 96 heads a GPU).
  *   CHUNKED_TWO_PASS: the same arithmetic in two kernels: first the
  *     chunk-local products of every chunk in parallel, into a workspace,
- *     then the pass over the chunks. Faster when there are few
- *     (sequence, head) pairs (one sequence at 8-way tensor parallelism);
- *     needs args->workspace (sp_kda_prefill_workspace_bytes).
+ *     then the pass over the chunks. Faster up to about 48
+ *     (sequence, head) pairs (one sequence at 4- or 8-way tensor
+ *     parallelism: 12 or 24 heads); needs args->workspace
+ *     (sp_kda_prefill_workspace_bytes).
  *   Both chunked kernels serve CUDA calls with the lower-bound gate, a
  *   checkpoint interval that is 0 or a multiple of 32, and dense q, k, v, g
  *   and o 16-byte aligned (the boundary's packed copies always are).
  *   AUTO (the default): RECURRENT where the chunked kernels cannot serve
  *     the call or the sequences average under 16 tokens; else
- *     CHUNKED_TWO_PASS for at most 64 (sequence, head) pairs when the
+ *     CHUNKED_TWO_PASS for at most 48 (sequence, head) pairs when the
  *     workspace given is large enough; else CHUNKED. CPU tensors have one
  *     implementation (the recurrent form); AUTO and RECURRENT select it. */
 typedef enum sp_kda_kernel {

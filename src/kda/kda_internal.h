@@ -91,8 +91,10 @@ static inline SP_HD float sp_kda_gate_f32_(int gate, float lower_bound, float ex
  * (chunked_two_pass.cu checks the size against its struct). */
 #define SP_KDA_TWO_PASS_RECORD_BYTES 63616
 /* Calls with at most this many (sequence, head) pairs go to the two-pass
- * kernel when a large enough workspace is given (dispatch.c). */
-#define SP_KDA_TWO_PASS_MAX_PAIRS 64
+ * kernel when a large enough workspace is given (dispatch.c): on the H200
+ * it wins at 48 pairs (2.58 against 2.81 ms at T = 16384) and loses at 64
+ * (3.18 against 2.81; docs/PERFORMANCE.md). */
+#define SP_KDA_TWO_PASS_MAX_PAIRS 48
 
 /* Record slots of the two-pass kernel for T tokens in N sequences. */
 static inline int64_t sp_kda_two_pass_slots_(int64_t T, int64_t N) {

@@ -349,6 +349,33 @@ static void empty_slot_case(int32_t kernel) {
     kp_free(&p);
 }
 
+/* Where AUTO stops choosing the two-pass kernel, given the workspace it
+ * asks for: 48 (sequence, head) pairs take it, 49 the one-pass kernel. */
+static void dispatch_pairs_cases(void) {
+    static const int64_t lens[] = {64};
+    for (int64_t H = 48; H <= 49; H++) {
+        kda_problem p;
+        kp_make(&p, 1, lens, 0, H, SP_F32, SP_KDA_GATE_LOWER_BOUND, 0, 52);
+        void *dev[KB_COUNT];
+        dev_upload(&p, p.host, dev);
+        sp_kda_args a;
+        kp_args(&p, dev, sp_cuda(0), &a);
+        size_t need = 0;
+        CHECK_OK(sp_kda_prefill_workspace_bytes(&a, &need));
+        void *ws = NULL;
+        CUDA_OK(cudaMalloc(&ws, need + 256));
+        a.workspace = ws;
+        a.workspace_bytes = need;
+        sp_kda_kernel k = SP_KDA_KERNEL_AUTO;
+        CHECK_OK(sp_kda_prefill_kernel(&a, &k));
+        const sp_kda_kernel want = H <= 48 ? SP_KDA_KERNEL_CHUNKED_TWO_PASS : SP_KDA_KERNEL_CHUNKED;
+        CHECKF(k == want, "AUTO at %lld pairs chose %s", (long long)H, kernel_name(k));
+        CUDA_OK(cudaFree(ws));
+        kd_free(dev);
+        kp_free(&p);
+    }
+}
+
 int main(void) {
     if (!sp_cuda_available()) SP_SKIP("no usable CUDA device");
     static const int64_t lens[] = {1, 63, 64, 65, 300}, small[] = {1, 17, 40};
@@ -386,6 +413,7 @@ int main(void) {
     device_guard_cases(CH);
     device_guard_cases(TP);
     dispatch_cases();
+    dispatch_pairs_cases();
     bad_argument_cases();
     return sp_test_finish("test_kda_gpu");
 }
