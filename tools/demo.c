@@ -169,7 +169,8 @@ static int flip_requested(const pack_ctx *c) {
 
 /* One K3 layout: pack, check, time. @return 0 when every element is
  * bit-exact and the pack copied exactly the strided inputs in one pass
- * (none in none when every input is dense); *copied_out: tensors copied. */
+ * (nothing, and no pass, when every input is dense); *copied_out: tensors
+ * copied. */
 static int run_layout(const demo_mem *m, const demo_options *o, int beta_kind, ts_rng *rng,
                       size_t *copied_out) {
     const char *layout = ts_k3_beta_name(beta_kind);
