@@ -536,6 +536,7 @@ class KdaWorkspace(unittest.TestCase):
         with sp.KdaBoundary(DEV, 256, 4) as b:
             for name, fn in (("kda_prefill", sp.kda_prefill), ("boundary", b.run)):
                 with self.subTest(call=name):
+                    full.fill_(POISON)  # the call before this one wrote its workspace
                     self.refused(fn, full[:self.need // 2], "SP_ERR_WORKSPACE_TOO_SMALL", None,
                                  kernel="chunked_two_pass")
                     self.assertTrue((full == POISON).all(), "workspace written")
