@@ -32,7 +32,11 @@ static const char *unusable_why(void) {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     struct cudaDeviceProp p;
-    if (e != cudaSuccess)
+    int driver = -1;
+    if (e == cudaErrorInsufficientDriver && cudaDriverGetVersion(&driver) == cudaSuccess &&
+        driver == 0)
+        snprintf(why, sizeof why, "no NVIDIA driver was found");
+    else if (e != cudaSuccess)
         snprintf(why, sizeof why, "no CUDA device (the CUDA runtime says: %s)",
                  cudaGetErrorString(e));
     else if (n == 0 || cudaGetDeviceProperties(&p, 0) != cudaSuccess)
