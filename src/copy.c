@@ -196,6 +196,25 @@ sp_status sp_find_overlap_(const sp_view_ref_ *views, size_t n, sp_overlap_hit_ 
     return SP_OK;
 }
 
+sp_status sp_overlap_error_(const sp_overlap_hit_ *h, const char *a, const char *b,
+                            const char *shares) {
+    if (h->found == 0) return SP_OK;
+    if (h->found > 0) return sp_set_error_(SP_ERR_OVERLAP, "%s: %s %s", a, shares, b);
+    return sp_set_error_(SP_ERR_OVERLAP,
+                        "%s: could not prove it disjoint from %s (their layouts are too "
+                        "intricate for the bounded overlap search; they may well not share "
+                        "memory)",
+                        a, b);
+}
+
+sp_status sp_check_disjoint_(const sp_view_ref_ *views, const char *const *names, size_t n,
+                             const char *shares) {
+    sp_overlap_hit_ h;
+    SP_FORWARD(sp_find_overlap_(views, n, &h));
+    if (h.found == 0) return SP_OK;
+    return sp_overlap_error_(&h, names[h.a], names[h.b], shares);
+}
+
 /* No destination may share a byte with another destination or any source.
  * The views are pairs[j].src at 2j and pairs[j].dst at 2j + 1, so the
  * first failing key is the first (i, j, src before dst) in pair order. */
@@ -207,16 +226,10 @@ static sp_status check_overlaps(const sp_copy_pair *pairs, size_t n, sp_view_ref
     sp_overlap_hit_ h;
     SP_FORWARD(sp_find_overlap_(views, 2 * n, &h));
     if (h.found == 0) return SP_OK;
-    const size_t i = h.a / 2, j = h.b / 2;
-    const char *side = h.b % 2 ? "dst" : "src";
-    if (h.found > 0)
-        return sp_set_error_(SP_ERR_OVERLAP, "pairs[%zu].dst: shares memory with pairs[%zu].%s", i,
-                            j, side);
-    return sp_set_error_(SP_ERR_OVERLAP,
-                        "pairs[%zu].dst: could not prove it disjoint from pairs[%zu].%s (their "
-                        "layouts are too intricate for the bounded overlap search; they may "
-                        "well not share memory)",
-                        i, j, side);
+    char a[48], b[48];
+    snprintf(a, sizeof a, "pairs[%zu].dst", h.a / 2);
+    snprintf(b, sizeof b, "pairs[%zu].%s", h.b / 2, h.b % 2 ? "dst" : "src");
+    return sp_overlap_error_(&h, a, b, "shares memory with");
 }
 
 /* Plan every non-empty pair, then run the descriptors, SP_MAX_PAIRS_PER_LAUNCH

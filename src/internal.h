@@ -143,6 +143,16 @@ typedef struct sp_overlap_hit_ {
     size_t a, b;
 } sp_overlap_hit_;
 sp_status sp_find_overlap_(const sp_view_ref_ *views, size_t n, sp_overlap_hit_ *hit);
+/* The error for a failing hit of sp_find_overlap_ between views named a
+ * and b: "<a>: <shares> <b>" when they share memory (`shares` is the
+ * entry's wording: "shares memory with", "memory overlaps"), "<a>: could
+ * not prove it disjoint from <b> (...)" when undecided. SP_OK when
+ * h->found is 0. */
+sp_status sp_overlap_error_(const sp_overlap_hit_ *h, const char *a, const char *b,
+                            const char *shares);
+/* sp_find_overlap_ over views named names[i], and its error. */
+sp_status sp_check_disjoint_(const sp_view_ref_ *views, const char *const *names, size_t n,
+                             const char *shares);
 
 /* sp_copy_batch without the checks: for callers that validated already.
  * Every pair is planned before the first byte moves; more than

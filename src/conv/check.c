@@ -216,13 +216,16 @@ sp_status sp_conv_check_(const sp_conv_args *a, int decode, int host_indices, sp
                    "%s: not dense (C-contiguous)", s[i].name);
 
     /* Outputs: no element written twice, none on a byte of another argument. */
-    for (int i = first_output; i < n; i++) {
+    for (int i = first_output; i < n; i++)
         SP_REQUIRE(!sp_tensor_self_overlaps_(s[i].t), SP_ERR_OVERLAP,
                    "%s: two elements share memory (zero or interleaved strides)", s[i].name);
-        for (int j = 0; j < n; j++)
-            SP_REQUIRE(j == i || !sp_tensors_overlap_(s[i].t, s[j].t), SP_ERR_OVERLAP,
-                       "%s: shares memory with %s", s[i].name, s[j].name);
+    sp_view_ref_ views[sizeof s / sizeof *s];
+    const char *names[sizeof s / sizeof *s];
+    for (int i = 0; i < n; i++) {
+        views[i] = (sp_view_ref_){s[i].t, s[i].output};
+        names[i] = s[i].name;
     }
+    SP_FORWARD(sp_check_disjoint_(views, names, (size_t)n, "shares memory with"));
     d.slots = a->state.shape[0];
     fill_segments(a, &d);
 

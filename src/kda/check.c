@@ -10,6 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+/* Tensor arguments of one call: q .. state_indices, checkpoint_cu_starts,
+ * o, state, checkpoints. */
+enum { MAX_ARGS = 13 };
+
 typedef struct named {
     const sp_tensor *t;
     const char *name;
@@ -158,27 +162,16 @@ static sp_status check_state_layout(const sp_tensor *s, const char *name, sp_kda
     return SP_OK;
 }
 
-/* Index of the first of all[0..n) (other than `skip`) whose byte extent
- * meets [lo, hi), or -1. */
-static int first_overlap(uintptr_t lo, uintptr_t hi, const named *all, int n, int skip) {
-    for (int j = 0; j < n; j++) {
-        if (j == skip) continue;
-        uintptr_t blo, bhi;
-        sp_tensor_extent_(all[j].t, &blo, &bhi);
-        if (sp_extents_overlap_(lo, hi, blo, bhi)) return j;
-    }
-    return -1;
-}
-
-/* Outputs (o, state, checkpoints) must not share a byte with any argument. */
+/* Outputs (o, state, checkpoints) must not share memory with any argument
+ * (all[first_output..n) are the outputs). */
 static sp_status check_overlap(const named *all, int n, int first_output) {
-    for (int i = first_output; i < n; i++) {
-        uintptr_t alo, ahi;
-        sp_tensor_extent_(all[i].t, &alo, &ahi);
-        const int j = first_overlap(alo, ahi, all, n, i);
-        SP_REQUIRE(j < 0, SP_ERR_OVERLAP, "%s: memory overlaps %s", all[i].name, all[j].name);
+    sp_view_ref_ views[MAX_ARGS];
+    const char *names[MAX_ARGS];
+    for (int i = 0; i < n; i++) {
+        views[i] = (sp_view_ref_){all[i].t, i >= first_output};
+        names[i] = all[i].name;
     }
-    return SP_OK;
+    return sp_check_disjoint_(views, names, (size_t)n, "memory overlaps");
 }
 
 /* The optional workspace: present exactly when it has a size, 16-byte
@@ -197,9 +190,22 @@ static sp_status check_workspace(const sp_kda_args *a, const named *all, int n) 
     SP_REQUIRE(a->workspace_bytes <= UINTPTR_MAX - lo, SP_ERR_OVERFLOW,
                "workspace: %zu bytes from %p pass the end of the address space",
                a->workspace_bytes, a->workspace);
-    const int j = first_overlap(lo, lo + a->workspace_bytes, all, n, -1);
-    SP_REQUIRE(j < 0, SP_ERR_OVERLAP, "workspace: memory overlaps %s", all[j].name);
-    return SP_OK;
+    /* The workspace as a byte view, written, against every tensor as read:
+     * only the pairs (workspace, tensor) are tested. */
+    SP_REQUIRE((uint64_t)a->workspace_bytes <= (uint64_t)INT64_MAX, SP_ERR_OVERFLOW,
+               "workspace: %zu bytes exceed the int64 size of a view", a->workspace_bytes);
+    const int64_t bytes = (int64_t)a->workspace_bytes, one = 1;
+    sp_tensor ws;
+    SP_FORWARD(sp_tensor_view(&ws, a->workspace, 0, SP_U8, 1, &bytes, &one, a->q.device));
+    sp_view_ref_ views[MAX_ARGS + 1];
+    const char *names[MAX_ARGS + 1];
+    views[0] = (sp_view_ref_){&ws, 1};
+    names[0] = "workspace";
+    for (int i = 0; i < n; i++) {
+        views[i + 1] = (sp_view_ref_){all[i].t, 0};
+        names[i + 1] = all[i].name;
+    }
+    return sp_check_disjoint_(views, names, (size_t)n + 1, "memory overlaps");
 }
 
 static int cmp_i32(const void *x, const void *y) {
@@ -270,7 +276,7 @@ sp_status sp_kda_check_(const sp_kda_args *a, int inputs_dense, sp_kda_dims *dim
 
     /* Inputs first, then outputs (check_overlap relies on the order; the
      * density loop below on q, k, v, g, beta being first). */
-    named all[13];
+    named all[MAX_ARGS];
     int n = 0;
     all[n++] = (named){&a->q, "q"};
     all[n++] = (named){&a->k, "k"};
