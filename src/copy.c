@@ -70,16 +70,21 @@ static int same_device(sp_device a, sp_device b) {
 
 static const char *device_text(sp_device d, char *buf, size_t n) {
     if (d.type == SP_DEVICE_CPU) snprintf(buf, n, "cpu");
-    else snprintf(buf, n, "cuda:%d", (int)d.ordinal);
+    else if (d.type == SP_DEVICE_CUDA) snprintf(buf, n, "cuda:%d", (int)d.ordinal);
+    else snprintf(buf, n, "device type %d", (int)d.type);
     return buf;
 }
 
-sp_status sp_check_same_device_(const sp_tensor *t, sp_device want, const char *name) {
+sp_status sp_check_device_(const sp_tensor *t, sp_device want, const char *name,
+                           const char *where) {
     char a[32], b[32];
-    SP_REQUIRE(same_device(t->device, want), SP_ERR_DEVICE_MISMATCH,
-               "%s: on %s, other tensors are on %s", name, device_text(t->device, a, sizeof a),
-               device_text(want, b, sizeof b));
+    SP_REQUIRE(same_device(t->device, want), SP_ERR_DEVICE_MISMATCH, "%s: on %s, %s %s", name,
+               device_text(t->device, a, sizeof a), where, device_text(want, b, sizeof b));
     return SP_OK;
+}
+
+sp_status sp_check_same_device_(const sp_tensor *t, sp_device want, const char *name) {
+    return sp_check_device_(t, want, name, "other tensors are on");
 }
 
 sp_status sp_check_device_usable_(sp_device dev) {

@@ -120,7 +120,13 @@ void sp_plan_pair_(const sp_copy_pair *p, sp_copy_desc *d);
 
 /* ---- validation shared by the layers (copy.c) --------------------------- */
 
-/* SP_ERR_DEVICE_MISMATCH unless t is on `want` (named `name`). */
+/* The device match, one rule and one message: SP_ERR_DEVICE_MISMATCH
+ * unless t (named `name`) is on `want` (the same type; the same ordinal
+ * for CUDA), "<name>: on <t's device>, <where> <want>", e.g. where = "q
+ * is on", "the boundary serves". */
+sp_status sp_check_device_(const sp_tensor *t, sp_device want, const char *name,
+                           const char *where);
+/* sp_check_device_ with where = "other tensors are on". */
 sp_status sp_check_same_device_(const sp_tensor *t, sp_device want, const char *name);
 /* SP_ERR_NO_DEVICE when `dev` is CUDA and this build or machine has none. */
 sp_status sp_check_device_usable_(sp_device dev);

@@ -144,10 +144,7 @@ sp_status sp_kda_boundary_run(sp_kda_boundary *b, const sp_kda_args *args,
     /* q's device first: the contract check below makes every argument agree
      * with it, and would otherwise report a CPU boundary's CUDA tensors as a
      * missing device rather than the wrong one. */
-    const sp_device qd = args->q.device;
-    SP_REQUIRE(qd.type == b->dev.type && (qd.type == SP_DEVICE_CPU || qd.ordinal == b->dev.ordinal),
-               SP_ERR_DEVICE_MISMATCH, "q: on device (%d, %d), the boundary serves (%d, %d)",
-               (int)qd.type, (int)qd.ordinal, (int)b->dev.type, (int)b->dev.ordinal);
+    SP_FORWARD(sp_check_device_(&args->q, b->dev, "q", "the boundary serves"));
     /* The caller's workspace if any, else the boundary's own. */
     sp_kda_args full = *args;
     if (!full.workspace && full.workspace_bytes == 0 && b->kda_workspace) {

@@ -58,10 +58,6 @@ static sp_status require_dense(const sp_tensor *t, const char *name) {
 
 static int present(const sp_tensor *t) { return t->ndim != 0 || t->data != NULL; }
 
-static int same_device(sp_device a, sp_device b) {
-    return a.type == b.type && (a.type == SP_DEVICE_CPU || a.ordinal == b.ordinal);
-}
-
 static sp_status check_scalars(const sp_kda_args *a, int has_ckpt) {
     SP_REQUIRE(a->gate == SP_KDA_GATE_LOWER_BOUND || a->gate == SP_KDA_GATE_SOFTPLUS,
                SP_ERR_INVALID_ARGUMENT, "gate: %d is not an sp_kda_gate", (int)a->gate);
@@ -299,10 +295,7 @@ sp_status sp_kda_check_(const sp_kda_args *a, int inputs_dense, sp_kda_dims *dim
                SP_ERR_INVALID_ARGUMENT, "q: device type %d is neither CPU nor CUDA",
                (int)d.dev.type);
     for (int i = 1; i < n; i++)
-        SP_REQUIRE(same_device(all[i].t->device, d.dev), SP_ERR_DEVICE_MISMATCH,
-                   "%s: on device (%d, %d), q on (%d, %d)", all[i].name,
-                   (int)all[i].t->device.type, (int)all[i].t->device.ordinal, (int)d.dev.type,
-                   (int)d.dev.ordinal);
+        SP_FORWARD(sp_check_device_(all[i].t, d.dev, all[i].name, "q is on"));
 
     const named bf16s[] = {{&a->q, "q"}, {&a->k, "k"}, {&a->v, "v"},
                            {&a->g, "g"}, {&a->beta, "beta"}, {&a->o, "o"}};
