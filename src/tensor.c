@@ -3,6 +3,7 @@
  * overflow is checked once, in sp_tensor_check_, so the helpers after it can
  * compute freely. */
 #include "internal.h"
+#include "view_import.h"
 
 #include <string.h>
 
@@ -116,11 +117,16 @@ int sp_tensor_is_dense(const sp_tensor *t) {
     int64_t n = sp_numel_(t);
     if (n < 0 || sp_dtype_size((sp_dtype)t->dtype) == 0) return 0;
     if (n == 0) return 1;
-    int64_t expect = 1;
-    for (int d = t->ndim - 1; d >= 0; d--) {
-        if (t->shape[d] == 1) continue;
-        if (t->strides[d] != expect) return 0;
-        expect *= t->shape[d];
+    return sp_dims_dense_(t->ndim, t->shape, t->strides, 1);
+}
+
+int sp_dims_dense_(int ndim, const int64_t *shape, const int64_t *strides, int64_t unit) {
+    int64_t expect = unit;
+    int past = 0; /* expect overflowed: no stride can match it */
+    for (int d = ndim - 1; d >= 0; d--) {
+        if (shape[d] == 1) continue;
+        if (past || strides[d] != expect) return 0;
+        past = mul_ovf(expect, shape[d], &expect);
     }
     return 1;
 }
@@ -220,25 +226,35 @@ int sp_widest_vector_(const uint64_t *values, int n) {
     return w;
 }
 
-void sp_coalesce_pair_(const sp_tensor *src, const sp_tensor *dst, int *ndim, int64_t *shape,
-                      int64_t *src_strides, int64_t *dst_strides) {
-    int n = 0;
-    for (int d = 0; d < src->ndim; d++) {
-        int64_t s = src->shape[d], sw, dw; /* the strides that would fold */
+int sp_coalesce_dims_(int ndim, int64_t *shape, int64_t *const *strides, int k) {
+    int n = 0; /* reads at d never see what writes at n <= d changed */
+    for (int d = 0; d < ndim; d++) {
+        int64_t s = shape[d], w; /* w: the size or stride that would fold */
         if (s == 1) continue;
-        if (n > 0 && !mul_ovf(s, src->strides[d], &sw) && !mul_ovf(s, dst->strides[d], &dw) &&
-            src_strides[n - 1] == sw && dst_strides[n - 1] == dw) {
-            shape[n - 1] *= s; /* the outer dim folds into this one */
-            src_strides[n - 1] = src->strides[d];
-            dst_strides[n - 1] = dst->strides[d];
+        int fold = n > 0 && !mul_ovf(shape[n - 1], s, &w);
+        for (int j = 0; j < k && fold; j++)
+            fold = !mul_ovf(s, strides[j][d], &w) && strides[j][n - 1] == w;
+        if (fold) { /* the outer dim folds into this one */
+            shape[n - 1] *= s;
+            for (int j = 0; j < k; j++) strides[j][n - 1] = strides[j][d];
             continue;
         }
         shape[n] = s;
-        src_strides[n] = src->strides[d];
-        dst_strides[n] = dst->strides[d];
+        for (int j = 0; j < k; j++) strides[j][n] = strides[j][d];
         n++;
     }
-    *ndim = n;
+    return n;
+}
+
+void sp_coalesce_pair_(const sp_tensor *src, const sp_tensor *dst, int *ndim, int64_t *shape,
+                      int64_t *src_strides, int64_t *dst_strides) {
+    for (int d = 0; d < src->ndim; d++) {
+        shape[d] = src->shape[d];
+        src_strides[d] = src->strides[d];
+        dst_strides[d] = dst->strides[d];
+    }
+    int64_t *const strides[2] = {src_strides, dst_strides};
+    *ndim = sp_coalesce_dims_(src->ndim, shape, strides, 2);
 }
 
 /* ---- overlap of two views ------------------------------------------------

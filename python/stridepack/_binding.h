@@ -5,8 +5,9 @@
  *
  *   _readers.c  NumPy (__array_interface__), PyTorch (its own fields, or
  *               libtorch's C shim: _torch_direct.h) and DLPack -> view
- *   _layout.c   view -> sp_tensor / sp_copy_pair (units, merged dims), and
- *               the views' text for messages
+ *   _layout.c   view -> sp_tensor / sp_copy_pair (words, merged dims: the
+ *               library's src/view_import.h), and the views' text for
+ *               messages
  *   _ops.c      pack, pack_into, copy_batch, workspace_bytes: arguments
  *               checked, the library called, errors raised; torch outputs
  *               kept per workspace
