@@ -8,6 +8,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define ANY (-1)    /* a size not fixed by this rule */
 #define FLOATS (-2) /* dtype rule: f32 or bf16 */

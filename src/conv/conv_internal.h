@@ -8,8 +8,11 @@
 #ifndef SP_CONV_INTERNAL_H
 #define SP_CONV_INTERNAL_H
 
-#include "kda/kda_internal.h" /* bf16 conversions, SP_HD */
+#include "bf16.h"
+#include "internal.h"
 #include "stridepack_conv.h"
+
+#include <math.h>
 
 #ifdef __cplusplus
 extern "C" {
