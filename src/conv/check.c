@@ -96,7 +96,8 @@ static sp_status read_dims(const sp_conv_args *a, int decode, sp_conv_dims *d) {
                    : !is_set(&a->k) ? "k"
                                     : "v");
         SP_REQUIRE(a->q.ndim == 2 && a->v.ndim == 2, SP_ERR_SHAPE_MISMATCH,
-                   "%s: expected [T, key_dim] / [T, value_dim]", a->q.ndim != 2 ? "q" : "v");
+                   "%s: expected [%s, key_dim] / [%s, value_dim]", a->q.ndim != 2 ? "q" : "v",
+                   decode ? "N" : "T", decode ? "N" : "T");
         d->key_dim = a->q.shape[1];
         d->value_dim = a->v.shape[1];
         SP_REQUIRE(2 * d->key_dim + d->value_dim == d->C, SP_ERR_SHAPE_MISMATCH,
@@ -129,11 +130,14 @@ static sp_status check_host_indices(const sp_conv_args *a, const sp_conv_dims *d
     if (!d->decode) {
         /* 0 <= cu[0] <= cu[1] <= ... <= cu[N] <= T, one bound at a time. */
         const int64_t *cu = (const int64_t *)a->cu_seqlens.data;
-        for (int64_t n = 0; n <= d->N + 1; n++) {
-            const int64_t lo = n ? cu[n - 1] : 0, hi = n <= d->N ? cu[n] : d->T;
+        SP_REQUIRE(cu[0] >= 0, SP_ERR_INVALID_ARGUMENT,
+                   "cu_seqlens: [0] = %lld is negative (needed: 0 <= [0] <= ... <= [N] <= T)",
+                   (long long)cu[0]);
+        for (int64_t n = 1; n <= d->N + 1; n++) {
+            const int64_t lo = cu[n - 1], hi = n <= d->N ? cu[n] : d->T;
             if (lo <= hi) continue;
-            char left[32] = "0", right[32] = "T";
-            if (n) snprintf(left, sizeof left, "[%lld]", (long long)(n - 1));
+            char left[32], right[32] = "T";
+            snprintf(left, sizeof left, "[%lld]", (long long)(n - 1));
             if (n <= d->N) snprintf(right, sizeof right, "[%lld]", (long long)n);
             return sp_set_error_(SP_ERR_INVALID_ARGUMENT,
                                 "cu_seqlens: %s = %lld is above %s = %lld (needed: 0 <= [0] <= "
@@ -199,11 +203,15 @@ sp_status sp_conv_check_(const sp_conv_args *a, int decode, int host_indices, sp
     s[n++] = (spec){&a->state, "state", SP_BF16, 3, {ANY, C, W1}, "[slots, C, W-1]", 0, 1};
     if (d.key_dim || d.value_dim || !is_set(&a->out)) {
         const int64_t kd = d.key_dim, vd = d.value_dim;
-        s[n++] = (spec){&a->q, "q", SP_BF16, 2, {T, kd}, "[T, key_dim]", 0, 1};
-        s[n++] = (spec){&a->k, "k", SP_BF16, 2, {T, kd}, "[T, key_dim] as q", 0, 1};
-        s[n++] = (spec){&a->v, "v", SP_BF16, 2, {T, vd}, "[T, value_dim]", 0, 1};
+        s[n++] = (spec){&a->q, "q", SP_BF16, 2, {T, kd},
+                        decode ? "[N, key_dim]" : "[T, key_dim]", 0, 1};
+        s[n++] = (spec){&a->k, "k", SP_BF16, 2, {T, kd},
+                        decode ? "[N, key_dim] as q" : "[T, key_dim] as q", 0, 1};
+        s[n++] = (spec){&a->v, "v", SP_BF16, 2, {T, vd},
+                        decode ? "[N, value_dim]" : "[T, value_dim]", 0, 1};
     } else {
-        s[n++] = (spec){&a->out, "out", SP_BF16, 2, {T, C}, "[T, C] as x", 0, 1};
+        s[n++] = (spec){&a->out, "out", SP_BF16, 2, {T, C},
+                        decode ? "[N, C] as x" : "[T, C] as x", 0, 1};
     }
 
     for (int i = 0; i < n; i++) SP_FORWARD(sp_tensor_check_aligned_(s[i].t, s[i].name));

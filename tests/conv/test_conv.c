@@ -715,6 +715,83 @@ static void bad_arguments(void) {
     CHECK_STATUS(sp_conv_decode_reference(NULL), SP_ERR_INVALID_ARGUMENT);
 }
 
+/* ---- messages: the rule as the call reads it -------------------------------- */
+
+typedef struct msg_ctx {
+    tcase k;
+    int what; /* 0: q one row short; 1: out one row short; 2: q 1-D; 3: cu_seqlens[0] = -1 */
+} msg_ctx;
+
+static void build_msg(const void *ctx, unsigned char *base, sp_device dev, sp_conv_args *a) {
+    const msg_ctx *m = ctx;
+    build_case(&m->k, base, dev, a);
+    if (m->what == 0) a->q.shape[0] -= 1;
+    if (m->what == 1) a->out.shape[0] -= 1;
+    if (m->what == 2) a->q.ndim = 1;
+}
+
+/* The call is refused with `want`, its message holds `has` and not `lacks`,
+ * and nothing is written. */
+static void expect_message(int decode, const msg_ctx *m, const arena *A, sp_status want,
+                           const char *has, const char *lacks) {
+    unsigned char *img = arena_copy(A);
+    sp_status s = run_backend(decode, build_msg, m, A, img);
+    const char *msg = sp_last_error();
+    CHECKF(s == want, "%s: message case %d: %s, expected %s (%s)", backend, m->what,
+           sp_status_string(s), sp_status_string(want), msg);
+    CHECKF(strstr(msg, has) != NULL, "%s: message case %d: \"%s\" does not say \"%s\"", backend,
+           m->what, msg, has);
+    CHECKF(!lacks || strstr(msg, lacks) == NULL, "%s: message case %d: \"%s\" says \"%s\"",
+           backend, m->what, msg, lacks);
+    CHECKF(memcmp(img, A->host, A->cap) == 0, "%s: message case %d wrote memory", backend,
+           m->what);
+    free(img);
+}
+
+static void messages(void) {
+    static const int64_t lens[] = {1, 1, 1};
+    static const int32_t slots[] = {1, 0, 2};
+    static const uint8_t init_of[] = {1, 0, 1};
+    msg_ctx m;
+    memset(&m, 0, sizeof m);
+    m.k.W = 4;
+    m.k.kd = 16;
+    m.k.C = 48;
+    m.k.N = 3;
+    m.k.slots = 3;
+    m.k.bias = 1;
+    m.k.xl = XL_DENSE;
+    m.k.ol = OL_SPLIT_STRIDED;
+    m.k.decode = 1;
+    arena A;
+    arena_init(&A, (size_t)1 << 20, 78);
+    layout_case(&m.k, &A, lens, slots, init_of, 0);
+    /* Decode: one token per sequence, so the rows are N, not T. */
+    m.what = 0;
+    expect_message(DECODE, &m, &A, SP_ERR_SHAPE_MISMATCH, "q: shape [2, 16], expected [N, key_dim]",
+                   "[T");
+    m.what = 2;
+    expect_message(DECODE, &m, &A, SP_ERR_SHAPE_MISMATCH, "[N, key_dim] / [N, value_dim]", "[T");
+    m.what = 1;
+    m.k.ol = OL_TOKEN_PADDED; /* the same rows, C + OPAD apart, as one output */
+    expect_message(DECODE, &m, &A, SP_ERR_SHAPE_MISMATCH, "out: shape [2, 48], expected [N, C]",
+                   "[T");
+    /* Prefill says T. */
+    m.k.decode = 0;
+    m.k.ol = OL_SPLIT_STRIDED;
+    m.what = 0;
+    expect_message(PREFILL, &m, &A, SP_ERR_SHAPE_MISMATCH, "expected [T, key_dim]", "[N,");
+#if !defined(SP_CONV_TEST_CUDA) && !defined(SP_CONV_TEST_EMULATED)
+    /* A negative first offset is named as that (index contents are read
+     * on the CPU only). */
+    ((int64_t *)(A.host + m.k.o_cu))[0] = -1;
+    m.what = 3;
+    expect_message(PREFILL, &m, &A, SP_ERR_INVALID_ARGUMENT, "cu_seqlens: [0] = -1 is negative",
+                   "0 = 0");
+#endif
+    free(A.host);
+}
+
 /* ---- CUDA only ------------------------------------------------------------ */
 
 #ifdef SP_CONV_TEST_CUDA
@@ -785,6 +862,7 @@ int main(void) {
             chunk_case(W, silu, reference_runner, "reference", 400 + (uint64_t)(W * 2 + silu));
         }
     bad_arguments();
+    messages();
 #ifdef SP_CONV_TEST_CUDA
     graph_case();
 #endif
