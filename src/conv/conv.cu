@@ -44,6 +44,7 @@
  * (1024 channels). Decode is the same kernel with one token per sequence.
  */
 #include "conv/conv_internal.h"
+#include "cuda/ptx.cuh"
 #include "cuda/runtime.h"
 
 #include <cuda_bf16.h>
@@ -244,8 +245,8 @@ template <int SILU> static FN float act(float y) {
     if (!SILU) return y;
 #ifdef __CUDA_ARCH__
     float e, r;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(y * -1.4426950408889634f));
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(1.0f + e));
+    e = sp_ex2_ftz_(y * -SP_LOG2E);
+    r = sp_rcp_ftz_(1.0f + e);
     return y * r;
 #else
     return sp_conv_silu_(y);
@@ -283,20 +284,6 @@ static FN bf8 step(const float (&w)[VEC][W], const float (&bias)[VEC], float (&z
     return out;
 }
 
-#ifdef __CUDA_ARCH__
-static __device__ __forceinline__ void cp_async16(uint4 *dst, const uint16_t *src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
-                     (unsigned)__cvta_generic_to_shared(dst)),
-                 "l"(src)
-                 : "memory");
-}
-static __device__ __forceinline__ void cp_async_commit(void) {
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int younger> static __device__ __forceinline__ void cp_async_wait(void) {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(younger) : "memory");
-}
-#endif
 
 static FN bf8 load16(const uint16_t *at) {
     must_align(at, 16);
@@ -329,21 +316,21 @@ static FN void run_tokens(const conv_params &p, const float (&w)[VEC][W], const 
         const unsigned tid = threadIdx.x;
         UNROLL
         for (int u = 0; u < RING; u++) {
-            if (a + u < b) cp_async16(&ring[u][tid], xp + u * xr);
-            cp_async_commit();
+            if (a + u < b) sp_cp_async16_(&ring[u][tid], xp + u * xr);
+            sp_cp_async_commit_();
         }
         for (int64_t base = a; base < b; base += RING, xp += RING * xr, op += RING * orow) {
             UNROLL
             for (int u = 0; u < RING; u++) {
                 if (base + u >= b) break;
-                cp_async_wait<RING - 1>();
+                sp_cp_async_wait_<RING - 1>();
                 const bf8 x = from_uint4(ring[u][tid]);
-                if (base + u + RING < b) cp_async16(&ring[u][tid], xp + (u + RING) * xr);
-                cp_async_commit();
+                if (base + u + RING < b) sp_cp_async16_(&ring[u][tid], xp + (u + RING) * xr);
+                sp_cp_async_commit_();
                 *(uint4 *)(op + u * orow) = to_uint4(step<W, SILU>(w, bias, z, x));
             }
         }
-        cp_async_wait<0>();
+        sp_cp_async_wait_<0>();
         return;
 #endif
         int64_t t = a;

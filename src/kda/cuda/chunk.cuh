@@ -10,6 +10,7 @@
 #ifndef SP_KDA_CUDA_CHUNK_CUH
 #define SP_KDA_CUDA_CHUNK_CUH
 
+#include "cuda/ptx.cuh"
 #include "kda/cuda/common.cuh"
 
 #define CT 32      /* tokens per chunk */
@@ -50,22 +51,8 @@ static __device__ __forceinline__ uint32_t to_tf32(float x) {
     return (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
 }
 
-/* 2^x and 1/x, one special-function instruction each; results below the
- * smallest normal float flush to zero. The K side's factors stay within
- * e^(+-80) (16 tokens at the lower bound -5), far above that. */
-static __device__ __forceinline__ float ex2_ftz(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
-
-static __device__ __forceinline__ float rcp_ftz(float x) {
-    float y;
-    asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
-
-#define SP_LOG2E 1.4426950408889634f
+/* The K side's factors stay within e^(+-80) (16 tokens at the lower bound
+ * -5): the ftz exp2 and reciprocal of ptx.cuh never flush one of them. */
 
 static __device__ __forceinline__ float tf32_round(float x) { return __uint_as_float(to_tf32(x)); }
 
@@ -98,23 +85,6 @@ static __device__ __forceinline__ void pair(const float *at, uint32_t *x0, uint3
     *x1 = __float_as_uint(x.y);
 }
 
-static __device__ __forceinline__ unsigned smem_addr(const void *p) {
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)),
-                 "l"(src), "r"(src_bytes));
-}
-
-static __device__ __forceinline__ void cp_async_commit(void) {
-    asm volatile("cp.async.commit_group;\n" ::);
-}
-
-static __device__ __forceinline__ void cp_async_wait_all(void) {
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-}
-
 /* ---- loading a chunk --------------------------------------------------------- */
 
 /* Start copying tokens c0 .. c0+31 of k, q and g into dst: thread tid the
@@ -128,9 +98,9 @@ static __device__ __forceinline__ void load_kqg(const kda_params &p, const kda_s
     for (int i = 0; i < CT * 16 / NT; i++) {
         const int t = row0 + (NT / 16) * i, ok = c0 + t < sq.len;
         const int64_t at = ((sq.bos + (ok ? c0 + t : 0)) * p.H + h) * D + col;
-        cp_async16(&dst.k[t][col], p.k + at, ok ? 16 : 0);
-        cp_async16(&dst.q[t][col], p.q + at, ok ? 16 : 0);
-        cp_async16(&dst.g[t][col], p.g + at, ok ? 16 : 0);
+        sp_cp_async16_fill_(&dst.k[t][col], p.k + at, ok ? 16 : 0);
+        sp_cp_async16_fill_(&dst.q[t][col], p.q + at, ok ? 16 : 0);
+        sp_cp_async16_fill_(&dst.g[t][col], p.g + at, ok ? 16 : 0);
     }
 }
 
@@ -144,7 +114,7 @@ static __device__ __forceinline__ void load_v(const kda_params &p, const kda_seq
     for (int piece = tid; piece < CT << lg; piece += threads) {
         const int t = piece >> lg, col = (piece & ((1 << lg) - 1)) * 8, ok = c0 + t < sq.len;
         const int64_t at = ((sq.bos + (ok ? c0 + t : 0)) * p.H + h) * D + v0 + col;
-        cp_async16(dst + t * pitch + col, p.v + at, ok ? 16 : 0);
+        sp_cp_async16_fill_(dst + t * pitch + col, p.v + at, ok ? 16 : 0);
     }
 }
 
@@ -177,7 +147,7 @@ static __device__ __forceinline__ void gates_and_norms(const kda_params &p, cons
 #pragma unroll
         for (int j = 0; j < 16; j++) {
             const float x = sp_bf16_to_f32_(graw[j]) + bias;
-            const float g = p.lower_bound * rcp_ftz(1.0f + ex2_ftz(nl * x));
+            const float g = p.lower_bound * sp_rcp_ftz_(1.0f + sp_ex2_ftz_(nl * x));
             sum += t0 + i0 + j < nt ? g : 0.0f;
             gam[i0 + j] = sum;
         }
@@ -232,8 +202,8 @@ static __device__ __forceinline__ void operands(const raw_chunk &raw, int tid, c
         glast = gmid + s.seg_end[1][d];
     }
     if (tid < D) {
-        ops.c[d] = ex2_ftz(gmid * SP_LOG2E);
-        ops.e[d] = ex2_ftz((glast - gmid) * SP_LOG2E);
+        ops.c[d] = sp_ex2_ftz_(gmid * SP_LOG2E);
+        ops.e[d] = sp_ex2_ftz_((glast - gmid) * SP_LOG2E);
     }
     /* gam is relative to the segment's start: token t's offset from the
      * reference is gam - gmid in segment 0 and gam in segment 1. */
@@ -257,8 +227,8 @@ static __device__ __forceinline__ void operands(const raw_chunk &raw, int tid, c
         }
 #pragma unroll
         for (int j = 0; j < 8; j++) {
-            const float to_mid = ex2_ftz((gam[i0 + j] + base) * SP_LOG2E);
-            const float from_mid = rcp_ftz(to_mid);
+            const float to_mid = sp_ex2_ftz_((gam[i0 + j] + base) * SP_LOG2E);
+            const float from_mid = sp_rcp_ftz_(to_mid);
             ops.lk[t + j][d] = tf32_round(kh[j] * to_mid);
             ops.lq[t + j][d] = tf32_round(qh[j] * to_mid);
             ops.r[t + j][d] = tf32_round(kh[j] * from_mid);

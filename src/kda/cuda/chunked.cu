@@ -32,8 +32,9 @@
  * S^T Kg^T, S^T Qg^T, the solve with T and the update W^T Kd all take their
  * A operand straight from accumulators (an accumulator pair of columns 2c,
  * 2c+1 serves as the A operand's columns c and c+4, the B operand's rows
- * permuted alike), so the V side needs no shared memory and no barrier.
- * The K side (gates, norms, A, QK, T) is shared by the block's 8 warps.
+ * permuted alike), so the V side's products need no shared memory of
+ * their own. The K side (gates, norms, Lk, Lq, R, A, QK) is computed by
+ * the block's first warpgroup, a chunk ahead (see the kernel below).
  *
  * Shared-memory row strides are chosen so that each warp's fragment loads
  * hit 32 distinct banks: 4 mod 32 floats for scalar loads with rows
@@ -72,22 +73,17 @@ static __device__ void state_update(float S[D / 8][4], float P[4][4], float O[4]
  * operand buffers while the other two warpgroups (the V warps, 16 V rows
  * each) run the previous chunk's V side from the other buffer, one of them
  * first solving for T while the others start the state's products; so the
- * serial walk over the chunks pays only the V side. The K warps also copy in each chunk's k, q, g (their own two
- * buffers) and v (three buffers: the V warps may still read chunk c - 1's
- * while chunk c + 1's arrives). Two named barriers per operand buffer hand
- * it over: FULL (K warps arrive, V warps wait) and EMPTY (the reverse). */
+ * serial walk over the chunks pays only the V side. The K warps also copy
+ * in each chunk's k, q, g (their own two buffers) and v (three buffers: the
+ * V warps may still read chunk c - 1's while chunk c + 1's arrives). Two
+ * named barriers per operand buffer hand it over: FULL (the K warps arrive
+ * once it is written, the V warps wait) and EMPTY (both wait: the V warps
+ * once done with it, the K warps before writing it again). */
 #define K_THREADS 128
 #define V_WARPS 8
 #define BLOCK (K_THREADS + 32 * V_WARPS)
 #define V_SOLVER (V_WARPS - 1) /* the V warp that solves for T */
 enum { BAR_K = 1, BAR_FULL = 2, BAR_EMPTY = 4, BAR_V = 6 }; /* named barriers; + buffer */
-
-static __device__ __forceinline__ void bar_sync(int id, int count) {
-    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
-}
-static __device__ __forceinline__ void bar_arrive(int id, int count) {
-    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
-}
 
 typedef struct fused_smem {
     raw_chunk raw[2];     /* k, q, g of this chunk and, arriving, the next one's */
@@ -118,31 +114,31 @@ static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params
             load_kqg<K_THREADS>(p, sq, h, 0, tid, s.raw[0]);
             load_v(p, sq, h, 0, v0, bv, tid, K_THREADS, &s.v[0][0][0], D);
         }
-        cp_async_commit();
+        sp_cp_async_commit_();
         float gam[CT];
         for (int64_t ci = 0; ci < chunks; ci++) {
             const int b = (int)(ci & 1);
             const int64_t c0 = ci * CT;
             const int nt = (int)(L - c0 < CT ? L - c0 : CT);
-            if (ci >= 2) bar_sync(BAR_EMPTY + b, BLOCK); /* chunk ci - 2 is done with */
-            cp_async_wait_all();
-            bar_sync(BAR_K, K_THREADS); /* this chunk landed; the K warps are done with the last */
+            if (ci >= 2) sp_bar_sync_(BAR_EMPTY + b, BLOCK); /* chunk ci - 2 is done with */
+            sp_cp_async_wait_<0>();
+            sp_bar_sync_(BAR_K, K_THREADS); /* this chunk landed; the K warps are done with the last */
             if (c0 + CT < L) {
                 load_kqg<K_THREADS>(p, sq, h, c0 + CT, tid, s.raw[b ^ 1]);
                 load_v(p, sq, h, c0 + CT, v0, bv, tid, K_THREADS, &s.v[(ci + 1) % 3][0][0], D);
             }
-            cp_async_commit();
+            sp_cp_async_commit_();
             gates_and_norms<K_THREADS>(p, s.raw[b], nt, tid, expA, bias, beta_logit, s.work[b],
                                        s.ops[b], gam);
             if (w == 0 && c0 + CT + lane < L)
                 beta_logit = sp_bf16_to_f32_(p.beta[(sq.bos + c0 + CT + lane) * p.H + h]);
-            bar_sync(BAR_K, K_THREADS);
+            sp_bar_sync_(BAR_K, K_THREADS);
             operands<K_THREADS>(s.raw[b], tid, s.work[b], gam, s.ops[b]);
-            bar_sync(BAR_K, K_THREADS);
+            sp_bar_sync_(BAR_K, K_THREADS);
             intra_products<K_THREADS>(w, lane, s.work[b], s.ops[b]);
-            bar_arrive(BAR_FULL + b, BLOCK);
+            sp_bar_arrive_(BAR_FULL + b, BLOCK);
         }
-        cp_async_wait_all();
+        sp_cp_async_wait_<0>();
         return;
     }
 
@@ -159,13 +155,13 @@ static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params
         const int b = (int)(ci & 1);
         const int64_t c0 = ci * CT;
         const int nt = (int)(L - c0 < CT ? L - c0 : CT);
-        bar_sync(BAR_FULL + b, BLOCK);
+        sp_bar_sync_(BAR_FULL + b, BLOCK);
         /* T is needed from solve_w on; the other V warps start on the
          * state's products meanwhile. */
         if (vw == V_SOLVER) solve_t(lane, s.work[b], s.ops[b]);
         float P[4][4] = {}, O[4][4] = {};
         if (is_v) state_products(S, D / 8, 0, lane, s.ops[b], P, O);
-        bar_sync(BAR_V, 32 * V_WARPS);
+        sp_bar_sync_(BAR_V, 32 * V_WARPS);
         if (is_v) {
             state_update(S, P, O, s.v[ci % 3], 16 * vw + r, lane, s.ops[b]);
 #pragma unroll
@@ -185,7 +181,7 @@ static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params
          * A sync, not an arrive: the V warps then wait here rather than at
          * the next FULL, which the K warps arrive at just before (3.25
          * against 3.30 ms at T = 16384, H = 96: no cost). */
-        if (ci + 2 < chunks) bar_sync(BAR_EMPTY + b, BLOCK);
+        if (ci + 2 < chunks) sp_bar_sync_(BAR_EMPTY + b, BLOCK);
     }
     if (is_v && L > 0) state_store(p.state, p.state_bf16, sq.slot_base, vrow, 0, q, S, D / 8);
 }

@@ -90,12 +90,12 @@ static __global__ void __launch_bounds__(PREP_THREADS, 2) kda_prepare_kernel(kda
     const int nt = (int)(sq.len - c0 < CT ? sq.len - c0 : CT);
 
     load_kqg<PREP_THREADS>(p, sq, h, c0, tid, s.raw);
-    cp_async_commit();
+    sp_cp_async_commit_();
     const float expA = expf(p.A_log[h]);
     const float bias = p.dt_bias[h * D + tid % D];
     const float beta_logit =
         w == 0 && lane < nt ? sp_bf16_to_f32_(p.beta[(sq.bos + c0 + lane) * p.H + h]) : 0.0f;
-    cp_async_wait_all();
+    sp_cp_async_wait_<0>();
     __syncthreads();
     float gam[CT / (PREP_THREADS / D)];
     gates_and_norms<PREP_THREADS>(p, s.raw, nt, tid, expA, bias, beta_logit, s.work, s.ops, gam);
@@ -148,20 +148,20 @@ static __device__ __forceinline__ void load_record(const chunk_ops *from, int ti
 #if __CUDA_ARCH__ >= 900
     (void)threads;
     if (tid == 0) {
-        const unsigned bar = smem_addr(&s.arrived[buf]), bytes = (unsigned)sizeof(chunk_ops);
+        const unsigned bar = sp_smem_addr_(&s.arrived[buf]), bytes = (unsigned)sizeof(chunk_ops);
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
                      "r"(bytes)
                      : "memory");
         asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
-                     "[%0], [%1], %2, [%3];\n" ::"r"(smem_addr(&s.ops[buf])),
+                     "[%0], [%1], %2, [%3];\n" ::"r"(sp_smem_addr_(&s.ops[buf])),
                      "l"(from), "r"(bytes), "r"(bar)
                      : "memory");
     }
 #else
     char *to = (char *)&s.ops[buf];
     for (int i = tid; i < (int)(sizeof(chunk_ops) / 16); i += threads)
-        cp_async16(to + 16 * i, (const char *)from + 16 * i, 16);
+        sp_cp_async16_fill_(to + 16 * i, (const char *)from + 16 * i, 16);
 #endif
 }
 
@@ -173,7 +173,7 @@ static __device__ __forceinline__ void wait_record(Smem &s, int buf, int64_t use
 #if __CUDA_ARCH__ >= 900
     asm volatile("{\n.reg .pred done;\nWAIT_%=:\n"
                  "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-                 "@!done bra WAIT_%=;\n}\n" ::"r"(smem_addr(&s.arrived[buf])),
+                 "@!done bra WAIT_%=;\n}\n" ::"r"(sp_smem_addr_(&s.arrived[buf])),
                  "r"((unsigned)(use & 1))
                  : "memory");
 #else
@@ -250,7 +250,7 @@ static __global__ void __launch_bounds__(32 * KW * G, 1)
 #if __CUDA_ARCH__ >= 900
     if (tid == 0) {
         for (int b = 0; b < NB; b++)
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_addr(&s.arrived[b]))
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(sp_smem_addr_(&s.arrived[b]))
                          : "memory");
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -264,9 +264,9 @@ static __global__ void __launch_bounds__(32 * KW * G, 1)
         if (t0 < L) {
             load_record(rec + b * p.H, tid, THR, s, b);
             const int ok = t0 + vt < L;
-            if (copies_v) cp_async16(&s.v[b][vt][vc], ok ? v_at + t0 * HD : v_at, ok ? 16 : 0);
+            if (copies_v) sp_cp_async16_fill_(&s.v[b][vt][vc], ok ? v_at + t0 * HD : v_at, ok ? 16 : 0);
         }
-        cp_async_commit();
+        sp_cp_async_commit_();
     }
     int64_t crow = sq.crow;
     const int64_t chunks_per_ckpt = p.interval / CT;
@@ -280,9 +280,9 @@ static __global__ void __launch_bounds__(32 * KW * G, 1)
         if (t0 < L) {
             load_record(rec + (ci + NB - 1) * p.H, tid, THR, s, next);
             const int ok = t0 + vt < L;
-            if (copies_v) cp_async16(&s.v[next][vt][vc], ok ? v_at + t0 * HD : v_at, ok ? 16 : 0);
+            if (copies_v) sp_cp_async16_fill_(&s.v[next][vt][vc], ok ? v_at + t0 * HD : v_at, ok ? 16 : 0);
         }
-        cp_async_commit();
+        sp_cp_async_commit_();
 
         /* S' = S diag(c); partial P^T = S' Lk^T and S' Lq^T over our columns. */
         float P[4][4] = {}, O[4][4] = {};
