@@ -68,8 +68,9 @@ typedef enum sp_kda_gate {
  *     parallelism: 12 or 24 heads); needs args->workspace
  *     (sp_kda_prefill_workspace_bytes).
  *   Both chunked kernels serve CUDA calls with the lower-bound gate, a
- *   checkpoint interval that is 0 or a multiple of 32, and dense q, k, v, g
- *   and o 16-byte aligned (the boundary's packed copies always are).
+ *   checkpoint interval that is 0 or a multiple of 32, and q, k, v, g and
+ *   o 16-byte aligned (strided inputs are by the rule in sp_kda_args; the
+ *   boundary's packed copies always are).
  *   AUTO (the default): RECURRENT where the chunked kernels cannot serve
  *     the call or the sequences average under 16 tokens; else
  *     CHUNKED_TWO_PASS for at most 48 (sequence, head) pairs when the
@@ -89,8 +90,14 @@ SP_API const char *sp_kda_kernel_name(sp_kda_kernel k);
  * "Dense" means C-contiguous (sp_tensor_is_dense). All tensors live on one
  * device. */
 typedef struct sp_kda_args {
-    /* Inputs, bf16. sp_kda_prefill needs them dense; the boundary takes any
-     * strided view. */
+    /* Inputs, bf16. sp_kda_prefill reads q, k, v, g in place when each is
+     * dense, or when each (token, head) row of 128 channels is contiguous
+     * and 16-byte aligned: innermost stride 1, token and head strides
+     * multiples of 8 elements (any sign), data 16-byte aligned — so the
+     * column slices of a fused [T, 3 H*128] producer buffer, and the first T
+     * rows of a longer one, are read where they lie. beta may have any
+     * strides. The boundary takes any strided view and packs only the
+     * inputs that break this rule. */
     sp_tensor q;    /* [1, T, H, 128] */
     sp_tensor k;    /* [1, T, H, 128] */
     sp_tensor v;    /* [1, T, H, 128] */
@@ -166,9 +173,10 @@ SP_API sp_status sp_kda_args_init(sp_kda_args *args);
  *   - dtypes as above (SP_ERR_DTYPE_MISMATCH);
  *   - ranks and sizes: T, H and N agree everywhere (SP_ERR_SHAPE_MISMATCH);
  *     head dim other than 128 is SP_ERR_UNSUPPORTED;
- *   - density: a non-dense tensor (other than the state pool's slot pitch)
- *     is SP_ERR_INVALID_ARGUMENT — packing strided inputs is the boundary's
- *     job; state dims 1..3 dense, pitch >= H*128*128 (SP_ERR_INVALID_ARGUMENT);
+ *   - layout: q, k, v, g dense or row-strided as described in sp_kda_args,
+ *     every other tensor dense (the state pool's slot pitch aside); else
+ *     SP_ERR_INVALID_ARGUMENT — packing other views is the boundary's job;
+ *     state dims 1..3 dense, pitch >= H*128*128 (SP_ERR_INVALID_ARGUMENT);
  *   - gate, lower_bound in [-5, 0), scale finite, checkpoint_interval >= 0,
  *     checkpoints present exactly when the interval is > 0
  *     (SP_ERR_INVALID_ARGUMENT);
@@ -235,19 +243,21 @@ SP_API sp_status sp_kda_boundary_create(sp_kda_boundary **out, sp_device dev,
                                         int64_t max_tokens, int64_t max_heads);
 
 /* Check the whole contract of sp_kda_prefill on `args` — with q, k, v, g
- * and beta allowed to be any strided views — then pack the non-dense ones
- * with ONE sp_pack into the owned workspace (no copy at all when every one
- * is dense) and run sp_kda_prefill on the dense views, both on `stream`.
+ * and beta allowed to be any strided views — then pack those of q, k, v, g
+ * that sp_kda_prefill cannot read in place (see sp_kda_args) with ONE
+ * sp_pack into the owned workspace (no copy at all when it reads every one
+ * in place, as for the K3 producer layouts) and run sp_kda_prefill, both on
+ * `stream`.
  * When args has no workspace and the boundary owns one for the two-pass
  * kernel (see sp_kda_boundary_create), that one is given to the prefill.
  * The KDA arithmetic is that of sp_kda_prefill: results are bit-identical to
  * sp_kda_prefill on dense copies of the same inputs with the same workspace
  * size (so that AUTO picks the same kernel) or the same forced kernel.
  *
- * Errors, before anything is written: those of sp_kda_prefill (the
- * density rule aside) with the same statuses; SP_ERR_DEVICE_MISMATCH when
- * the tensors are not on the boundary's device; SP_ERR_CAPACITY when T or H
- * exceeds the capacity given at creation. Only a failed CUDA launch
+ * Errors, before anything is written: those of sp_kda_prefill (its layout
+ * rule for q, k, v, g aside) with the same statuses; SP_ERR_DEVICE_MISMATCH
+ * when the tensors are not on the boundary's device; SP_ERR_CAPACITY when
+ * T or H exceeds the capacity given at creation. Only a failed CUDA launch
  * (SP_ERR_CUDA) or, on the CPU, no memory for the prefill's scratch
  * (SP_ERR_OUT_OF_MEMORY) can come after the pack, which by then has written
  * the boundary's own workspace and nothing of the caller's.
@@ -257,7 +267,7 @@ SP_API sp_status sp_kda_boundary_create(sp_kda_boundary **out, sp_device dev,
  *   2. capture: cudaStreamBeginCapture(s), sp_kda_boundary_run with the same
  *      stream, the same T and the same input views (addresses and strides
  *      of q, k, v, g, beta) as the warm-up, cudaStreamEndCapture. The graph
- *      holds one pack kernel (none when every input is dense) and the
+ *      holds one pack kernel (none when no input needs packing) and the
  *      prefill's kernel (two for CHUNKED_TWO_PASS);
  *   3. replay: write new contents at the same addresses, launch the graph.
  * Enforced during capture (SP_ERR_INVALID_ARGUMENT, nothing recorded): a
@@ -291,7 +301,7 @@ extern "C" {
 #endif
 
 /* How many of q, k, v, g, beta the last successful sp_kda_boundary_run
- * copied (0 when all were dense, 0 before any run).
+ * copied (0 when the prefill read every one in place, 0 before any run).
  * @return SP_OK; SP_ERR_INVALID_ARGUMENT for a NULL argument. */
 SP_API sp_status sp_kda_boundary_last_copied(const sp_kda_boundary *b, size_t *n_copied);
 

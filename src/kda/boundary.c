@@ -1,8 +1,9 @@
 /*
  * boundary.c — the KDA input boundary: check the prefill's whole contract on
- * strided views, pack q, k, v, g, beta with one sp_pack into a workspace
- * owned here (allocated once, so addresses are fixed for CUDA graphs), then
- * run the prefill on the dense views. Eager calls and graph capture go
+ * strided views, pack those of q, k, v, g that the prefill cannot read in
+ * place (sp_kda_input_direct_) with one sp_pack into a workspace owned here
+ * (allocated once, so addresses are fixed for CUDA graphs), then run the
+ * prefill. Eager calls and graph capture go
  * through the same function; capture is checked against the warm-up.
  */
 #include "kda/kda_internal.h"
@@ -173,15 +174,28 @@ sp_status sp_kda_boundary_run(sp_kda_boundary *b, const sp_kda_args *args,
      * the pack has written the workspace. What can still fail then is a
      * CUDA launch, or the CPU prefill's scratch allocation; the pack has
      * written only this boundary's own workspace by that point. */
-    sp_tensor dense[N_INPUTS];
-    size_t copied = 0;
-    SP_FORWARD(sp_pack(in, N_INPUTS, b->workspace, b->workspace_bytes, dense, &copied, stream));
+    /* Only the views the prefill cannot read in place go to the pack (none
+     * in the K3 layouts; beta never). */
+    sp_tensor to_pack[N_INPUTS], packed_views[N_INPUTS];
+    int which[N_INPUTS];
+    size_t n_pack = 0, copied = 0;
+    for (int i = 0; i < N_INPUTS - 1; i++)
+        if (!sp_kda_input_direct_(&in[i])) {
+            which[n_pack] = i;
+            to_pack[n_pack++] = in[i];
+        }
+    if (n_pack > 0)
+        SP_FORWARD(sp_pack(to_pack, n_pack, b->workspace, b->workspace_bytes, packed_views,
+                           &copied, stream));
+    sp_tensor use[N_INPUTS];
+    memcpy(use, in, sizeof use);
+    for (size_t j = 0; j < n_pack; j++) use[which[j]] = packed_views[j];
     sp_kda_args packed = *args;
-    packed.q = dense[0];
-    packed.k = dense[1];
-    packed.v = dense[2];
-    packed.g = dense[3];
-    packed.beta = dense[4];
+    packed.q = use[0];
+    packed.k = use[1];
+    packed.v = use[2];
+    packed.g = use[3];
+    packed.beta = use[4];
     SP_FORWARD(sp_kda_run_(&packed, &d, stream)); /* checked above, not again */
 
     b->last_copied = copied;

@@ -1,7 +1,7 @@
 /*
  * check.c — the KDA prefill contract, checked once for the prefill itself
- * and for the input boundary (which lets q, k, v, g, beta be strided because
- * it packs them afterwards). Every violation is its own error naming the
+ * and for the input boundary (which lets q, k, v, g be any strided views
+ * because it packs those the prefill cannot read in place). Every violation is its own error naming the
  * argument; nothing but the result struct is written.
  */
 #include "kda/kda_internal.h"
@@ -19,14 +19,22 @@ typedef struct named {
     const char *name;
 } named;
 
-/* "[1,8,12,128]" into buf. */
-static const char *shape_str(const sp_tensor *t, char *buf, size_t n) {
-    size_t at = 0;
-    at += (size_t)snprintf(buf, n, "[");
-    for (int i = 0; i < t->ndim && at < n; i++)
-        at += (size_t)snprintf(buf + at, n - at, "%s%lld", i ? "," : "", (long long)t->shape[i]);
-    if (at < n) snprintf(buf + at, n - at, "]");
+/* "[1,8,12,128]" (shape) or "(1024,384,128,1)" (strides) into buf. */
+static const char *ints_str(const int64_t *v, int n, const char *brackets, char *buf,
+                            size_t size) {
+    size_t at = (size_t)snprintf(buf, size, "%c", brackets[0]);
+    for (int i = 0; i < n && at < size; i++)
+        at += (size_t)snprintf(buf + at, size - at, "%s%lld", i ? "," : "", (long long)v[i]);
+    if (at < size) snprintf(buf + at, size - at, "%c", brackets[1]);
     return buf;
+}
+
+static const char *shape_str(const sp_tensor *t, char *buf, size_t n) {
+    return ints_str(t->shape, t->ndim, "[]", buf, n);
+}
+
+static const char *strides_str(const sp_tensor *t, char *buf, size_t n) {
+    return ints_str(t->strides, t->ndim, "()", buf, n);
 }
 
 /* t has exactly the sizes `want` (ndim = n). */
@@ -53,6 +61,24 @@ static sp_status require_dense(const sp_tensor *t, const char *name) {
                "%s: not dense (C-contiguous); the prefill takes dense tensors only "
                "(sp_kda_boundary_run packs strided inputs)",
                name);
+    return SP_OK;
+}
+
+int sp_kda_input_direct_(const sp_tensor *x) {
+    if (sp_tensor_is_dense(x)) return 1;
+    if (x->ndim != 4 || (x->shape[3] > 1 && x->strides[3] != 1)) return 0;
+    for (int i = 1; i <= 2; i++)
+        if (x->shape[i] > 1 && x->strides[i] % 8 != 0) return 0;
+    return (uintptr_t)x->data % 16 == 0;
+}
+
+static sp_status require_direct(const sp_tensor *t, const char *name) {
+    char got[160];
+    SP_REQUIRE(sp_kda_input_direct_(t), SP_ERR_INVALID_ARGUMENT,
+               "%s: strides %s at %p are not read in place: the prefill takes dense inputs, or "
+               "rows of 128 contiguous channels at 16-byte aligned addresses (token and head "
+               "strides multiples of 8 elements); sp_kda_boundary_run packs other views",
+               name, strides_str(t, got, sizeof got), t->data);
     return SP_OK;
 }
 
@@ -260,7 +286,7 @@ static sp_status check_host_indices(const sp_kda_args *a, const sp_kda_dims *d) 
     return SP_OK;
 }
 
-sp_status sp_kda_check_(const sp_kda_args *a, int inputs_dense, sp_kda_dims *dims) {
+sp_status sp_kda_check_(const sp_kda_args *a, int inputs_direct, sp_kda_dims *dims) {
     SP_REQUIRE(a, SP_ERR_INVALID_ARGUMENT, "args: NULL");
     SP_REQUIRE(dims, SP_ERR_INVALID_ARGUMENT, "dims: NULL");
     sp_kda_dims d;
@@ -318,8 +344,8 @@ sp_status sp_kda_check_(const sp_kda_args *a, int inputs_dense, sp_kda_dims *dim
 
     SP_FORWARD(check_shapes(a, &d));
 
-    if (inputs_dense)
-        for (int i = 0; i < 5; i++) SP_FORWARD(require_dense(all[i].t, all[i].name));
+    if (inputs_direct)
+        for (int i = 0; i < 4; i++) SP_FORWARD(require_direct(all[i].t, all[i].name));
     const named dense_always[] = {{&a->A_log, "A_log"},
                                   {&a->dt_bias, "dt_bias"},
                                   {&a->cu_seqlens, "cu_seqlens"},

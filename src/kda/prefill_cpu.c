@@ -54,12 +54,16 @@ static void store_state(const sp_kda_dims *dm, void *pool, int64_t base, int64_t
     }
 }
 
+/* Token t, head h of an input view. */
+static const uint16_t *row(const sp_tensor *x, int64_t t, int64_t h) {
+    return (const uint16_t *)x->data + sp_kda_at_(x->strides[1], x->strides[2], t, h);
+}
+
 /* Normalized q^, k^, v, exp(g) of token t into w; returns b, sets *kq. */
 static float prep_token(const sp_kda_args *a, const sp_kda_dims *dm, int64_t t, int64_t h,
                         float expA, scratch *w, float *kq) {
-    const int64_t at = (t * dm->H + h) * D;
-    const uint16_t *q = (const uint16_t *)a->q.data + at, *k = (const uint16_t *)a->k.data + at;
-    const uint16_t *v = (const uint16_t *)a->v.data + at, *g = (const uint16_t *)a->g.data + at;
+    const uint16_t *q = row(&a->q, t, h), *k = row(&a->k, t, h);
+    const uint16_t *v = row(&a->v, t, h), *g = row(&a->g, t, h);
     const float *bias = (const float *)a->dt_bias.data + h * D;
     float sq = 0.0f, sk = 0.0f;
     for (int d = 0; d < D; d++) {
@@ -81,7 +85,7 @@ static float prep_token(const sp_kda_args *a, const sp_kda_dims *dm, int64_t t, 
         w->dec[d] = expf(sp_kda_gate_f32_(a->gate, a->lower_bound, expA, x));
     }
     *kq = dot;
-    float beta = sp_bf16_to_f32_(((const uint16_t *)a->beta.data)[t * dm->H + h]);
+    float beta = sp_bf16_to_f32_(*row(&a->beta, t, h));
     return 1.0f / (1.0f + expf(-beta));
 }
 

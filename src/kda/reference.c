@@ -41,8 +41,10 @@ static double gate64(const sp_kda_args *a, double A_log, double x) {
     return -exp(A_log) * sp;
 }
 
-static double bf(const sp_tensor *t, int64_t at) {
-    return (double)sp_bf16_to_f32_(((const uint16_t *)t->data)[at]);
+/* Element d of token t, head h of an input view. */
+static double bf(const sp_tensor *x, int64_t t, int64_t h, int64_t d) {
+    const uint16_t *at = (const uint16_t *)x->data + sp_kda_at_(x->strides[1], x->strides[2], t, h);
+    return (double)sp_bf16_to_f32_(at[d]);
 }
 
 static void run(const sp_kda_args *a, const sp_kda_dims *dm, int64_t n, int64_t h,
@@ -65,10 +67,10 @@ static void run(const sp_kda_args *a, const sp_kda_dims *dm, int64_t n, int64_t 
         const int64_t at = (t * dm->H + h) * D;
         double sq = 0, sk = 0;
         for (int d = 0; d < D; d++) {
-            w->q[d] = bf(&a->q, at + d);
-            w->k[d] = bf(&a->k, at + d);
-            w->v[d] = bf(&a->v, at + d);
-            w->g[d] = gate64(a, A_log, bf(&a->g, at + d) + (double)bias[d]);
+            w->q[d] = bf(&a->q, t, h, d);
+            w->k[d] = bf(&a->k, t, h, d);
+            w->v[d] = bf(&a->v, t, h, d);
+            w->g[d] = gate64(a, A_log, bf(&a->g, t, h, d) + (double)bias[d]);
             sq += w->q[d] * w->q[d];
             sk += w->k[d] * w->k[d];
         }
@@ -77,7 +79,7 @@ static void run(const sp_kda_args *a, const sp_kda_dims *dm, int64_t n, int64_t 
             w->q[d] = scale * w->q[d] / nq;
             w->k[d] = w->k[d] / nk;
         }
-        const double b = 1.0 / (1.0 + exp(-bf(&a->beta, t * dm->H + h)));
+        const double b = 1.0 / (1.0 + exp(-bf(&a->beta, t, h, 0)));
 
         /* S <- diag(exp(g)) S */
         for (int d = 0; d < D; d++) {

@@ -2,10 +2,11 @@
  * test_boundary_cpu.c — the KDA input boundary on the CPU: K3-layout strided
  * inputs (both beta widths, both state dtypes, checkpoints) give outputs,
  * states and checkpoints bit-identical to sp_kda_prefill on dense copies
- * made element by element; copy passes are counted with
- * sp_copy_pass_count() (one when anything is strided, none when all is
- * dense); short and tail shapes, T = 1, T = 0; bad inputs each with their
- * error, nothing written and no copy pass.
+ * made element by element, and so is sp_kda_prefill on the views it reads
+ * in place; copy passes are counted with sp_copy_pass_count() (none for
+ * the K3 layouts, one when q, k, v are shifted off 16-byte alignment);
+ * short and tail shapes, T = 1, T = 0; bad inputs each with their error,
+ * nothing written and no copy pass.
  */
 #include "check.h"
 #include "k3_problem.h"
@@ -14,8 +15,17 @@
 
 enum { CAP_T = 256, CAP_H = 4 };
 
-/* Which inputs the boundary sees strided (the others: the dense copies). */
-enum { STRIDED_ALL = 0, STRIDED_BETA = 1, STRIDED_NONE = 2 };
+/* Which inputs the boundary sees strided (the others: the dense copies);
+ * SHIFTED: all, with q, k, v 4 elements past their K3 columns. */
+enum { STRIDED_ALL = 0, STRIDED_BETA = 1, STRIDED_NONE = 2, STRIDED_SHIFTED = 3 };
+
+/* The header's rule, written independently: q, k, v, g are read in place
+ * when dense or made of 16-byte aligned rows of 128 contiguous channels. */
+static int read_in_place(const sp_tensor *x) {
+    if (sp_tensor_is_dense(x)) return 1;
+    return x->strides[3] == 1 && (x->shape[1] <= 1 || x->strides[1] % 8 == 0) &&
+           (x->shape[2] <= 1 || x->strides[2] % 8 == 0) && (uintptr_t)x->data % 16 == 0;
+}
 
 static void k3_case(sp_kda_boundary *bd, int64_t T, int64_t H, int beta_kind, sp_dtype sdt,
                     int64_t interval, int which, uint64_t seed) {
@@ -34,30 +44,47 @@ static void k3_case(sp_kda_boundary *bd, int64_t T, int64_t H, int beta_kind, sp
     kp_make_ex(&p, N, lens, 0, H, sdt, SP_KDA_GATE_LOWER_BOUND, interval, seed, 0);
     k3_bufs k3;
     k3_make(&k3, T, H, beta_kind, &r);
+    if (which == STRIDED_SHIFTED) /* within the buffers' slack */
+        for (int i = 0; i < 3; i++) k3.views[i].data = (uint16_t *)k3.views[i].data + 4;
     k3_dense_copies(&k3, &p);
 
-    void *want[KB_COUNT], *got[KB_COUNT];
+    void *want[KB_COUNT], *got[KB_COUNT], *direct[KB_COUNT];
     kp_copy(&p, want);
     kp_copy(&p, got);
+    kp_copy(&p, direct);
     sp_kda_args a;
     kp_args(&p, want, sp_cpu(), &a);
     CHECK_OK(sp_kda_prefill(&a, NULL));
 
     kp_args(&p, got, sp_cpu(), &a);
-    if (which == STRIDED_ALL) {
+    if (which == STRIDED_ALL || which == STRIDED_SHIFTED) {
         a.q = k3.views[0];
         a.k = k3.views[1];
         a.v = k3.views[2];
         a.g = k3.views[3];
     }
     if (which != STRIDED_NONE) a.beta = k3.views[4];
-    /* What must be copied: the non-dense views. In the K3 layout with
-     * T > 1 that is q, k, v and beta (g is dense); at T = 1 every view is
-     * dense (size-1 dims take any stride). */
-    const sp_tensor *used[5] = {&a.q, &a.k, &a.v, &a.g, &a.beta};
+    /* What must be copied: the views not read in place. The K3 layouts
+     * have none; the shifted q, k, v with T > 1 are three (at T = 1 every
+     * view is dense: size-1 dims take any stride). beta never is. */
+    const sp_tensor *used[4] = {&a.q, &a.k, &a.v, &a.g};
     size_t want_copied = 0;
-    for (int i = 0; i < 5; i++) want_copied += !sp_tensor_is_dense(used[i]);
-    if (T > 1) CHECK(want_copied == (which == STRIDED_ALL ? 4u : which == STRIDED_BETA ? 1u : 0u));
+    for (int i = 0; i < 4; i++) want_copied += !read_in_place(used[i]);
+    if (T > 1) CHECK(want_copied == (which == STRIDED_SHIFTED ? 3u : 0u));
+
+    /* The prefill itself takes the views read in place, and refuses the
+     * others with nothing written. */
+    sp_kda_args da = a;
+    kp_args(&p, direct, sp_cpu(), &da);
+    da.q = a.q, da.k = a.k, da.v = a.v, da.g = a.g, da.beta = a.beta;
+    if (want_copied == 0) {
+        CHECK_OK(sp_kda_prefill(&da, NULL));
+        CHECKF(kp_outputs_equal(&p, direct, want), "T %lld %s which %d: the prefill on the views "
+               "differs from dense", (long long)T, ts_k3_beta_name(beta_kind), which);
+    } else {
+        CHECK_STATUS(sp_kda_prefill(&da, NULL), SP_ERR_INVALID_ARGUMENT);
+        CHECK(kp_outputs_equal(&p, direct, p.host));
+    }
     const uint64_t before = sp_copy_pass_count();
     CHECK_OK(sp_kda_boundary_run(bd, &a, NULL));
     const uint64_t passes = sp_copy_pass_count() - before;
@@ -71,6 +98,7 @@ static void k3_case(sp_kda_boundary *bd, int64_t T, int64_t H, int beta_kind, sp
     if (T > 0) CHECK(!kp_outputs_equal(&p, got, p.host)); /* something was computed */
     kp_free_copy(want);
     kp_free_copy(got);
+    kp_free_copy(direct);
     k3_free(&k3);
     kp_free(&p);
 }
@@ -180,6 +208,8 @@ int main(void) {
     k3_case(bd, T, 3, TS_K3_BETA_INPROJ, SP_F32, 0, STRIDED_BETA, 30);
     k3_case(bd, T, 3, TS_K3_BETA_FA, SP_F32, 16, STRIDED_NONE, 31);
     k3_case(bd, 77, 2, TS_K3_BETA_FA, SP_BF16, 16, STRIDED_ALL, 32); /* short, tail */
+    k3_case(bd, T, 3, TS_K3_BETA_FA, SP_BF16, 32, STRIDED_SHIFTED, 36);
+    k3_case(bd, 1, 3, TS_K3_BETA_FA, SP_F32, 0, STRIDED_SHIFTED, 37);
     k3_case(bd, CAP_T, CAP_H, TS_K3_BETA_FA, SP_F32, 0, STRIDED_ALL, 33); /* full */
     k3_case(bd, 1, 3, TS_K3_BETA_INPROJ, SP_F32, 1, STRIDED_ALL, 34);
     k3_case(bd, 0, 3, TS_K3_BETA_FA, SP_F32, 0, STRIDED_ALL, 35);

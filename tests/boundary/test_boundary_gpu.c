@@ -2,9 +2,11 @@
  * test_boundary_gpu.c — the KDA input boundary on the GPU, at the real K3
  * layout [1, 16384, 96, 128] with beta from both projection widths:
  * outputs, final states and checkpoints bit-identical to sp_kda_prefill on
- * dense copies made separately (cudaMemcpy2D per tensor); launches counted
- * with sp_copy_pass_count() and with the node count of captured graphs;
- * dense q, k, v with strided beta (one copy), all dense (no copy); short
+ * dense copies made separately (cudaMemcpy2D per tensor), read in place by
+ * the prefill and by the boundary without a pack; q, k, v shifted off
+ * 16-byte alignment packed in one launch; launches counted with
+ * sp_copy_pass_count() and with the node count of captured graphs;
+ * dense q, k, v with strided beta, all dense (no copy either); short
  * and tail shapes, T = 1, T = 0; graph capture then replay with changed
  * inputs, bit-equal to eager; the capture rules enforced; bad inputs with
  * their errors and nothing written. SP_TEST_SMALL=1 shrinks it to T = 300,
@@ -50,20 +52,31 @@ static void dk3_make(dk3 *x, int64_t T, int64_t H, int kind, ts_rng *r) {
     ts_k3_views(&x->k, x->qkv, x->proj, x->g, sp_cuda(0), x->views);
 }
 
+/* x's views with q, k, v shifted by SHIFT elements. */
+static void shifted_views(const dk3 *x, sp_tensor out[5]) {
+    memcpy(out, x->views, 5 * sizeof *out);
+    for (int i = 0; i < 3; i++) out[i].data = (uint16_t *)out[i].data + SHIFT;
+}
+
 static void dk3_free(dk3 *x) {
     CUDA_OK(cudaFree(x->qkv));
     CUDA_OK(cudaFree(x->proj));
     CUDA_OK(cudaFree(x->g));
 }
 
-/* Dense copies made without sp_pack: one cudaMemcpy2D per tensor. */
-static void dense_copies(const dk3 *x, void *const dev[KB_COUNT]) {
+/* q, k, v this many elements past their K3 columns: 8-byte aligned rows,
+ * which the prefill cannot read in place (the boundary packs them). */
+#define SHIFT 4
+
+/* Dense copies made without sp_pack: one cudaMemcpy2D per tensor; q, k, v
+ * from `shift` elements past their columns. */
+static void dense_copies(const dk3 *x, void *const dev[KB_COUNT], int shift) {
     const ts_k3 *k = &x->k;
     const size_t P2 = (size_t)k->P * 2, T = (size_t)k->T;
     if (T == 0) return;
     for (int i = 0; i < 3; i++)
-        CUDA_OK(cudaMemcpy2D(dev[KB_Q + i], P2, (char *)x->qkv + i * P2, 3 * P2, P2, T,
-                             cudaMemcpyDeviceToDevice));
+        CUDA_OK(cudaMemcpy2D(dev[KB_Q + i], P2, (char *)x->qkv + i * P2 + 2 * shift, 3 * P2, P2,
+                             T, cudaMemcpyDeviceToDevice));
     CUDA_OK(cudaMemcpy(dev[KB_G], x->g, T * P2, cudaMemcpyDeviceToDevice));
     CUDA_OK(cudaMemcpy2D(dev[KB_BETA], (size_t)k->H * 2, (char *)x->proj + k->beta_col * 2,
                          (size_t)k->width * 2, (size_t)k->H * 2, T, cudaMemcpyDeviceToDevice));
@@ -160,7 +173,7 @@ static void k3_case(sp_kda_boundary *bd, int32_t kernel, int64_t T, int64_t H, i
     dk3_make(&x, T, H, kind, &r);
     void *dev[KB_COUNT];
     dev_alloc(&p, dev);
-    dense_copies(&x, dev);
+    dense_copies(&x, dev, 0);
     const char *name = ts_k3_beta_name(kind);
 
     /* The dense path: the expectation. It gets a workspace of its own, as
@@ -169,12 +182,14 @@ static void k3_case(sp_kda_boundary *bd, int32_t kernel, int64_t T, int64_t H, i
     sp_kda_args dense;
     kp_args(&p, dev, sp_cuda(0), &dense);
     void *ws = NULL;
+    size_t ws_bytes = 0;
     if (kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS ||
         (kernel == SP_KDA_KERNEL_AUTO && H <= 32)) {
-        CHECK_OK(sp_kda_prefill_workspace_bytes(&dense, &dense.workspace_bytes));
-        CUDA_OK(cudaMalloc(&ws, dense.workspace_bytes));
-        dense.workspace = ws;
+        CHECK_OK(sp_kda_prefill_workspace_bytes(&dense, &ws_bytes));
+        CUDA_OK(cudaMalloc(&ws, ws_bytes));
     }
+    dense.workspace = ws;
+    dense.workspace_bytes = ws_bytes;
     CHECK_OK(sp_kda_prefill(&dense, S));
     dense.workspace = NULL;
     dense.workspace_bytes = 0;
@@ -182,20 +197,31 @@ static void k3_case(sp_kda_boundary *bd, int32_t kernel, int64_t T, int64_t H, i
     download(&p, dev, &want);
     CHECK(!equal(&p, &want, p.host));
 
+    /* The K3 views are read in place: by the prefill itself, and by the
+     * boundary without a pack. */
     sp_kda_args a = dense;
     with_views(&a, x.views, 0);
     reset_outputs(&p, dev);
-    run_counted(bd, &a, 1, 4, name);
+    a.workspace = ws;
+    a.workspace_bytes = ws_bytes;
+    CHECK_OK(sp_kda_prefill(&a, S));
+    a.workspace = NULL;
+    a.workspace_bytes = 0;
     outs got;
+    download(&p, dev, &got);
+    CHECKF(equal(&p, &got, want.b), "%s: the prefill on K3 views differs from dense", name);
+    kp_free_copy(got.b);
+    reset_outputs(&p, dev);
+    run_counted(bd, &a, 0, 0, name);
     download(&p, dev, &got);
     CHECKF(equal(&p, &got, want.b), "%s: strided K3 differs from the dense prefill", name);
     kp_free_copy(got.b);
 
-    /* Only beta strided: one copy. All dense: no launch at all. */
+    /* Only beta strided, and all dense: no launch but the prefill. */
     sp_kda_args b1 = dense;
     with_views(&b1, x.views, 1);
     reset_outputs(&p, dev);
-    run_counted(bd, &b1, 1, 1, "beta only");
+    run_counted(bd, &b1, 0, 0, "beta only");
     download(&p, dev, &got);
     CHECK(equal(&p, &got, want.b));
     kp_free_copy(got.b);
@@ -206,7 +232,8 @@ static void k3_case(sp_kda_boundary *bd, int32_t kernel, int64_t T, int64_t H, i
     kp_free_copy(got.b);
 
     if (graph) {
-        /* All dense, warmed up just above: the graph is the prefill alone. */
+        /* All dense, warmed up just above, and the K3 views: the graph is
+         * the prefill alone. */
         cudaGraph_t gd;
         size_t nodes = 0;
         CHECK_OK(capture(bd, &dense, S, &gd, &nodes));
@@ -214,10 +241,36 @@ static void k3_case(sp_kda_boundary *bd, int32_t kernel, int64_t T, int64_t H, i
         CHECKF(nodes == prefill_nodes, "all-dense graph has %zu nodes, want %zu (prefill)", nodes,
                prefill_nodes);
         CUDA_OK(cudaGraphDestroy(gd));
+        run_counted(bd, &a, 0, 0, "K3 warm-up");
+        CHECK_OK(capture(bd, &a, S, &gd, &nodes));
+        CHECKF(nodes == prefill_nodes, "K3-view graph has %zu nodes, want %zu (prefill)", nodes,
+               prefill_nodes);
+        CUDA_OK(cudaGraphDestroy(gd));
 
-        /* Warm up with the strided views, capture, replay on new contents. */
+        /* q, k, v shifted off 16-byte alignment: packed (one launch, three
+         * copies), bit-equal to the prefill on their dense copies. */
+        kp_free_copy(want.b);
+        dense_copies(&x, dev, SHIFT);
         reset_outputs(&p, dev);
-        run_counted(bd, &a, 1, 4, "warm-up");
+        dense.workspace = ws;
+        dense.workspace_bytes = ws_bytes;
+        CHECK_OK(sp_kda_prefill(&dense, S));
+        dense.workspace = NULL;
+        dense.workspace_bytes = 0;
+        download(&p, dev, &want);
+        sp_tensor sv[5];
+        shifted_views(&x, sv);
+        with_views(&a, sv, 0);
+        reset_outputs(&p, dev);
+        run_counted(bd, &a, 1, 3, "shifted q, k, v");
+        download(&p, dev, &got);
+        CHECKF(equal(&p, &got, want.b), "%s: shifted views differ from their dense copies", name);
+        kp_free_copy(got.b);
+        CHECK_STATUS(sp_kda_prefill(&a, S), SP_ERR_INVALID_ARGUMENT);
+
+        /* Warm up with the shifted views, capture, replay on new contents. */
+        reset_outputs(&p, dev);
+        run_counted(bd, &a, 1, 3, "warm-up");
         reset_outputs(&p, dev);
         cudaGraph_t g;
         CHECK_OK(capture(bd, &a, S, &g, &nodes));
@@ -236,7 +289,7 @@ static void k3_case(sp_kda_boundary *bd, int32_t kernel, int64_t T, int64_t H, i
         outs replay;
         download(&p, dev, &replay);
         reset_outputs(&p, dev);
-        run_counted(bd, &a, 1, 4, "eager after replay");
+        run_counted(bd, &a, 1, 3, "eager after replay");
         outs eager;
         download(&p, dev, &eager);
         CHECKF(equal(&p, &replay, eager.b), "%s: graph replay differs from eager", name);
@@ -299,7 +352,7 @@ static void small_case(sp_kda_boundary *bd, int64_t T, int64_t H, int kind, uint
     dk3_make(&x, T, H, kind, &r);
     void *dev[KB_COUNT];
     dev_alloc(&p, dev);
-    dense_copies(&x, dev);
+    dense_copies(&x, dev, 0);
     sp_kda_args dense;
     kp_args(&p, dev, sp_cuda(0), &dense);
     CHECK_OK(sp_kda_prefill(&dense, S));
@@ -308,8 +361,7 @@ static void small_case(sp_kda_boundary *bd, int64_t T, int64_t H, int kind, uint
     sp_kda_args a = dense;
     with_views(&a, x.views, 0);
     reset_outputs(&p, dev);
-    const int strided = T > 1; /* at T <= 1 every view is dense */
-    run_counted(bd, &a, strided ? 1 : 0, strided ? 4 : 0, "small");
+    run_counted(bd, &a, 0, 0, "small"); /* K3 views: read in place */
     download(&p, dev, &got);
     CHECKF(equal(&p, &got, want.b), "T %lld: differs from the dense prefill", (long long)T);
     if (T > 0) CHECK(!equal(&p, &got, p.host));

@@ -232,12 +232,15 @@ MUT(m_headdim, {
     }
 })
 MUT(m_batch2, a->q.shape[0] = 2)
+/* Every other token of a buffer, rows 8 bytes off 16-byte alignment: not
+ * read in place (a token stride of 2 rows would be). */
 MUT(m_g_strided, {
     a->g.shape[1] = p->T / 2;
-    a->g.strides[1] *= 2;
+    a->g.strides[1] = 2 * a->g.strides[1] + 4;
     a->q.shape[1] = a->k.shape[1] = a->v.shape[1] = a->o.shape[1] = p->T / 2;
     a->beta.shape[1] = p->T / 2;
 })
+MUT(m_k_inner, a->k.strides[3] = 2)
 MUT(m_beta_H, a->beta.shape[2] += 1)
 MUT(m_beta_misaligned, a->beta.data = (char *)a->beta.data + 1)
 MUT(m_beta_dtype, a->beta.dtype = SP_F32)
@@ -291,7 +294,8 @@ static void bad_argument_cases(void) {
         {"v rank", m_v_rank, SP_ERR_SHAPE_MISMATCH},
         {"head dim 64", m_headdim, SP_ERR_UNSUPPORTED},
         {"batch 2", m_batch2, SP_ERR_SHAPE_MISMATCH},
-        {"g strided", m_g_strided, SP_ERR_INVALID_ARGUMENT},
+        {"g rows off alignment", m_g_strided, SP_ERR_INVALID_ARGUMENT},
+        {"k inner stride 2", m_k_inner, SP_ERR_INVALID_ARGUMENT},
         {"beta H", m_beta_H, SP_ERR_SHAPE_MISMATCH},
         {"beta misaligned", m_beta_misaligned, SP_ERR_MISALIGNED},
         {"beta dtype", m_beta_dtype, SP_ERR_DTYPE_MISMATCH},

@@ -304,7 +304,7 @@ static void bad_argument_cases(void) {
         case 0: a.q.dtype = SP_F16; want = SP_ERR_DTYPE_MISMATCH; break;
         case 1: a.beta.data = (char *)a.beta.data + 1; want = SP_ERR_MISALIGNED; break;
         case 2: a.state.strides[0] = 100; break;
-        case 3: a.g.strides[2] = 2 * SP_KDA_HEAD_DIM; break; /* not dense */
+        case 3: a.g.strides[2] = 2 * SP_KDA_HEAD_DIM + 4; break; /* rows off 16 bytes */
         case 4: a.cu_seqlens.device = sp_cpu(); want = SP_ERR_DEVICE_MISMATCH; break;
         case 5: a.o.data = a.k.data; want = SP_ERR_OVERLAP; break;
         case 6: a.lower_bound = 1.0f; break;

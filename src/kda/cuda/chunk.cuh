@@ -87,7 +87,8 @@ static __device__ __forceinline__ void pair(const float *at, uint32_t *x0, uint3
 
 /* ---- loading a chunk --------------------------------------------------------- */
 
-/* Start copying tokens c0 .. c0+31 of k, q and g into dst: thread tid the
+/* Start copying tokens c0 .. c0+31 of k, q and g (each row of 128 read in
+ * place: 16-byte aligned wherever the tensor's strides put it) into dst: thread tid the
  * 16-byte piece tid % 16 of rows tid / 16, tid / 16 + NT / 16, ... Rows past
  * the sequence's end are zero-filled (the copy reads no byte for them). */
 template <int NT>
@@ -97,10 +98,10 @@ static __device__ __forceinline__ void load_kqg(const kda_params &p, const kda_s
 #pragma unroll
     for (int i = 0; i < CT * 16 / NT; i++) {
         const int t = row0 + (NT / 16) * i, ok = c0 + t < sq.len;
-        const int64_t at = ((sq.bos + (ok ? c0 + t : 0)) * p.H + h) * D + col;
-        sp_cp_async16_fill_(&dst.k[t][col], p.k + at, ok ? 16 : 0);
-        sp_cp_async16_fill_(&dst.q[t][col], p.q + at, ok ? 16 : 0);
-        sp_cp_async16_fill_(&dst.g[t][col], p.g + at, ok ? 16 : 0);
+        const int64_t tok = sq.bos + (ok ? c0 + t : 0);
+        sp_cp_async16_fill_(&dst.k[t][col], kda_row(p.k, tok, h) + col, ok ? 16 : 0);
+        sp_cp_async16_fill_(&dst.q[t][col], kda_row(p.q, tok, h) + col, ok ? 16 : 0);
+        sp_cp_async16_fill_(&dst.g[t][col], kda_row(p.g, tok, h) + col, ok ? 16 : 0);
     }
 }
 
@@ -113,8 +114,8 @@ static __device__ __forceinline__ void load_v(const kda_params &p, const kda_seq
     const int lg = __ffs(bv / 8) - 1; /* bv / 8 pieces a row, a power of two */
     for (int piece = tid; piece < CT << lg; piece += threads) {
         const int t = piece >> lg, col = (piece & ((1 << lg) - 1)) * 8, ok = c0 + t < sq.len;
-        const int64_t at = ((sq.bos + (ok ? c0 + t : 0)) * p.H + h) * D + v0 + col;
-        sp_cp_async16_fill_(dst + t * pitch + col, p.v + at, ok ? 16 : 0);
+        const uint16_t *src = kda_row(p.v, sq.bos + (ok ? c0 + t : 0), h) + v0 + col;
+        sp_cp_async16_fill_(dst + t * pitch + col, src, ok ? 16 : 0);
     }
 }
 

@@ -109,7 +109,7 @@ static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params
         const float expA = expf(p.A_log[h]);
         const float bias = p.dt_bias[h * D + tid];
         float beta_logit = 0.0f;
-        if (w == 0 && lane < L) beta_logit = sp_bf16_to_f32_(p.beta[(sq.bos + lane) * p.H + h]);
+        if (w == 0 && lane < L) beta_logit = sp_bf16_to_f32_(*kda_row(p.beta, sq.bos + lane, h));
         if (L > 0) {
             load_kqg<K_THREADS>(p, sq, h, 0, tid, s.raw[0]);
             load_v(p, sq, h, 0, v0, bv, tid, K_THREADS, &s.v[0][0][0], D);
@@ -131,7 +131,7 @@ static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params
             gates_and_norms<K_THREADS>(p, s.raw[b], nt, tid, expA, bias, beta_logit, s.work[b],
                                        s.ops[b], gam);
             if (w == 0 && c0 + CT + lane < L)
-                beta_logit = sp_bf16_to_f32_(p.beta[(sq.bos + c0 + CT + lane) * p.H + h]);
+                beta_logit = sp_bf16_to_f32_(*kda_row(p.beta, sq.bos + c0 + CT + lane, h));
             sp_bar_sync_(BAR_K, K_THREADS);
             operands<K_THREADS>(s.raw[b], tid, s.work[b], gam, s.ops[b]);
             sp_bar_sync_(BAR_K, K_THREADS);

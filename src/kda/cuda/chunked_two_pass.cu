@@ -94,7 +94,7 @@ static __global__ void __launch_bounds__(PREP_THREADS, 2) kda_prepare_kernel(kda
     const float expA = expf(p.A_log[h]);
     const float bias = p.dt_bias[h * D + tid % D];
     const float beta_logit =
-        w == 0 && lane < nt ? sp_bf16_to_f32_(p.beta[(sq.bos + c0 + lane) * p.H + h]) : 0.0f;
+        w == 0 && lane < nt ? sp_bf16_to_f32_(*kda_row(p.beta, sq.bos + c0 + lane, h)) : 0.0f;
     sp_cp_async_wait_<0>();
     __syncthreads();
     float gam[CT / (PREP_THREADS / D)];
@@ -238,7 +238,7 @@ static __global__ void __launch_bounds__(32 * KW * G, 1)
     const int v0 = split * ROWS, vl = 16 * rg + r, vrow = v0 + vl, d0 = KC * kq;
     /* V: thread tid < 2 ROWS copies token vt's 8 columns from vc. */
     const int vt = tid / (ROWS / 8), vc = tid % (ROWS / 8) * 8, copies_v = tid < CT * ROWS / 8;
-    const uint16_t *v_at = p.v + (sq.bos + vt) * HD + h * D + v0 + vc;
+    const uint16_t *v_at = kda_row(p.v, sq.bos + vt, h) + v0 + vc;
     /* Output: lane < 16 of an output warp stores token 8 kq + ot's V rows
      * from oh. */
     const int ot = lane >> 1, oh = (lane & 1) * 8;
@@ -264,7 +264,7 @@ static __global__ void __launch_bounds__(32 * KW * G, 1)
         if (t0 < L) {
             load_record(rec + b * p.H, tid, THR, s, b);
             const int ok = t0 + vt < L;
-            if (copies_v) sp_cp_async16_fill_(&s.v[b][vt][vc], ok ? v_at + t0 * HD : v_at, ok ? 16 : 0);
+            if (copies_v) sp_cp_async16_fill_(&s.v[b][vt][vc], ok ? v_at + t0 * p.v.ts : v_at, ok ? 16 : 0);
         }
         sp_cp_async_commit_();
     }
@@ -280,7 +280,7 @@ static __global__ void __launch_bounds__(32 * KW * G, 1)
         if (t0 < L) {
             load_record(rec + (ci + NB - 1) * p.H, tid, THR, s, next);
             const int ok = t0 + vt < L;
-            if (copies_v) sp_cp_async16_fill_(&s.v[next][vt][vc], ok ? v_at + t0 * HD : v_at, ok ? 16 : 0);
+            if (copies_v) sp_cp_async16_fill_(&s.v[next][vt][vc], ok ? v_at + t0 * p.v.ts : v_at, ok ? 16 : 0);
         }
         sp_cp_async_commit_();
 

@@ -13,8 +13,21 @@
 
 #define SP_KDA_FULL_MASK 0xffffffffu
 
+/* An input view [1, T, H, 128] or [1, T, H], bf16: element [0, t, h, d] at
+ * at + t * ts + h * hs + d (sp_kda_input_direct_ holds for q, k, v, g). */
+typedef struct kda_input {
+    const uint16_t *at;
+    int64_t ts, hs;
+} kda_input;
+
+/* Token t, head h of x: its row of 128 channels, or its beta logit. */
+static __device__ __forceinline__ const uint16_t *kda_row(const kda_input &x, int64_t t,
+                                                          int64_t h) {
+    return x.at + sp_kda_at_(x.ts, x.hs, t, h);
+}
+
 typedef struct kda_params {
-    const uint16_t *q, *k, *v, *g, *beta; /* [T, H, 128] and [T, H], bf16 */
+    kda_input q, k, v, g, beta;
     const float *A_log, *dt_bias;
     const int64_t *cu_seqlens, *cu_starts;
     const int32_t *state_indices;

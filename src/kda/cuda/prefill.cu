@@ -6,13 +6,21 @@
 #include "cuda/runtime.h"
 #include "kda/cuda/common.cuh"
 
+static kda_input input_of(const sp_tensor *x) {
+    kda_input in;
+    in.at = (const uint16_t *)x->data;
+    in.ts = x->strides[1];
+    in.hs = x->strides[2];
+    return in;
+}
+
 static kda_params params_of(const sp_kda_args *a, const sp_kda_dims *d) {
     kda_params p;
-    p.q = (const uint16_t *)a->q.data;
-    p.k = (const uint16_t *)a->k.data;
-    p.v = (const uint16_t *)a->v.data;
-    p.g = (const uint16_t *)a->g.data;
-    p.beta = (const uint16_t *)a->beta.data;
+    p.q = input_of(&a->q);
+    p.k = input_of(&a->k);
+    p.v = input_of(&a->v);
+    p.g = input_of(&a->g);
+    p.beta = input_of(&a->beta);
     p.A_log = (const float *)a->A_log.data;
     p.dt_bias = (const float *)a->dt_bias.data;
     p.cu_seqlens = (const int64_t *)a->cu_seqlens.data;

@@ -60,15 +60,16 @@ static __device__ float warp_sum(float x) {
 
 static __device__ void load_token(const kda_params &p, int64_t t, int64_t h, int lane,
                                   raw_token &r) {
-    const int64_t at = (t * p.H + h) * SP_KDA_D + lane;
+    const uint16_t *q = kda_row(p.q, t, h) + lane, *k = kda_row(p.k, t, h) + lane;
+    const uint16_t *v = kda_row(p.v, t, h) + lane, *g = kda_row(p.g, t, h) + lane;
 #pragma unroll
     for (int e = 0; e < PER_LANE; e++) {
-        r.q[e] = p.q[at + 32 * e];
-        r.k[e] = p.k[at + 32 * e];
-        r.v[e] = p.v[at + 32 * e];
-        r.g[e] = p.g[at + 32 * e];
+        r.q[e] = q[32 * e];
+        r.k[e] = k[32 * e];
+        r.v[e] = v[32 * e];
+        r.g[e] = g[32 * e];
     }
-    r.beta = p.beta[t * p.H + h];
+    r.beta = *kda_row(p.beta, t, h);
 }
 
 /* Normalize q and k, gate, beta: the token-only work, one warp per token. */
