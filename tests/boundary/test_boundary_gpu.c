@@ -22,6 +22,10 @@
 
 static cudaStream_t S; /* the one stream of warm-up, capture and replay */
 
+/* q, k, v this many elements past their K3 columns: 8-byte aligned rows,
+ * which the prefill cannot read in place (the boundary packs them). */
+#define SHIFT 4
+
 /* K3 buffers on the device, filled from the host. */
 typedef struct dk3 {
     ts_k3 k;
@@ -63,10 +67,6 @@ static void dk3_free(dk3 *x) {
     CUDA_OK(cudaFree(x->proj));
     CUDA_OK(cudaFree(x->g));
 }
-
-/* q, k, v this many elements past their K3 columns: 8-byte aligned rows,
- * which the prefill cannot read in place (the boundary packs them). */
-#define SHIFT 4
 
 /* Dense copies made without sp_pack: one cudaMemcpy2D per tensor; q, k, v
  * from `shift` elements past their columns. */
