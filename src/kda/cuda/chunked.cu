@@ -120,9 +120,7 @@ static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params
             const int b = (int)(ci & 1);
             const int64_t c0 = ci * CT;
             const int nt = (int)(L - c0 < CT ? L - c0 : CT);
-#if SP_KDA_ARRIVE_FULL
             if (ci >= 2) sp_bar_sync_(BAR_EMPTY + b, BLOCK); /* chunk ci - 2 is done with */
-#endif
             sp_cp_async_wait_<0>();
             sp_bar_sync_(BAR_K, K_THREADS); /* this chunk landed; the K warps are done with the last */
             if (c0 + CT < L) {
@@ -138,11 +136,7 @@ static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params
             operands<K_THREADS>(s.raw[b], tid, s.work[b], gam, s.ops[b]);
             sp_bar_sync_(BAR_K, K_THREADS);
             intra_products<K_THREADS>(w, lane, s.work[b], s.ops[b]);
-#if SP_KDA_ARRIVE_FULL
             sp_bar_arrive_(BAR_FULL + b, BLOCK);
-#else
-            sp_bar_sync_(BAR_FULL, BLOCK);
-#endif
         }
         sp_cp_async_wait_<0>();
         return;
@@ -161,11 +155,7 @@ static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params
         const int b = (int)(ci & 1);
         const int64_t c0 = ci * CT;
         const int nt = (int)(L - c0 < CT ? L - c0 : CT);
-#if SP_KDA_ARRIVE_FULL
         sp_bar_sync_(BAR_FULL + b, BLOCK);
-#else
-        sp_bar_sync_(BAR_FULL, BLOCK);
-#endif
         /* T is needed from solve_w on; the other V warps start on the
          * state's products meanwhile. */
         if (vw == V_SOLVER) solve_t(lane, s.work[b], s.ops[b]);
@@ -191,9 +181,7 @@ static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params
          * A sync, not an arrive: the V warps then wait here rather than at
          * the next FULL, which the K warps arrive at just before (3.25
          * against 3.30 ms at T = 16384, H = 96: no cost). */
-#if SP_KDA_ARRIVE_FULL
         if (ci + 2 < chunks) sp_bar_sync_(BAR_EMPTY + b, BLOCK);
-#endif
     }
     if (is_v && L > 0) state_store(p.state, p.state_bf16, sq.slot_base, vrow, 0, q, S, D / 8);
 }
