@@ -8,12 +8,14 @@
  *   separate  one cudaMemcpy2DAsync per strided tensor (q, k, v, beta)
  * then, timed alone: the prefill on dense inputs (one sequence; the kernel
  * AUTO picks given the workspace it asks for, named in the JSON) and the
- * whole sp_kda_boundary_run (pack + prefill). Before timing, the pack's
- * outputs are compared bit for bit with the separate copies'.
+ * whole sp_kda_boundary_run on the K3 views, which the prefill reads in
+ * place (no pack: boundary_copied 0, boundary_over_prefill the layer's
+ * cost over the dense prefill). Before timing, the pack's outputs are
+ * compared bit for bit with the separate copies'.
  * Then the producer in front (beta from [T, 128+H]): the causal convolution
  * (W = 4, SiLU) from a projection x [T, 3P] either token-major into the
- * [T, 3P] buffer whose column slices the boundary packs, or split into
- * dense q, k, v so that the boundary copies beta only; each followed by
+ * [T, 3P] buffer whose column slices the prefill reads, or split into
+ * dense q, k, v; each followed by
  * sp_kda_boundary_run. Before timing, the two layer calls' outputs and
  * states are compared bit for bit.
  * One JSON line per layout (also appended to FILE with --json FILE).
@@ -307,6 +309,10 @@ static void run_layout(const char *layout, int64_t H, int kind, cudaStream_t s, 
     bench_json_str(&j, "prefill_kernel", sp_kda_kernel_name(kernel));
     bench_json_num(&j, "prefill_ms", pre.median_ms);
     bench_json_num(&j, "boundary_ms", whole.median_ms);
+    bench_json_num(&j, "boundary_over_prefill", whole.median_ms / pre.median_ms);
+    size_t copied = 0;
+    check(sp_kda_boundary_last_copied(c.bd, &copied), "sp_kda_boundary_last_copied");
+    bench_json_int(&j, "boundary_copied", (long long)copied);
     bench_json_num(&j, "pack_share", st[1].median_ms / whole.median_ms);
     bench_json_num(&j, "separate_share",
                    st[2].median_ms / (st[2].median_ms + pre.median_ms));
