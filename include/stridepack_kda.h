@@ -154,6 +154,16 @@ typedef struct sp_kda_args {
     size_t workspace_bytes;
 } sp_kda_args;
 
+/* 1 when sp_kda_prefill reads the input view x (q, k, v or g) where it
+ * lies: x is dense, or each (token, head) row of 128 channels is
+ * contiguous and starts 16-byte aligned (innermost stride 1, the token and
+ * head strides multiples of 8 elements, data 16-byte aligned; strides of
+ * size-1 dims do not matter). 0 otherwise, and for NULL. Only the layout is
+ * looked at (the rest of the contract is sp_kda_prefill's). beta is read in
+ * place whatever its strides. sp_kda_boundary_run packs exactly the q, k,
+ * v, g for which this is 0. */
+SP_API int sp_kda_reads_in_place(const sp_tensor *x);
+
 /* Zero every field, then set the defaults: gate SP_KDA_GATE_LOWER_BOUND,
  * lower_bound -5, scale 0 (= 128^-0.5), checkpoint_interval 0 (none),
  * kernel SP_KDA_KERNEL_AUTO, no workspace.

@@ -43,9 +43,12 @@ void demo_fail(const char *fmt, ...)
 #endif
     ;
 
-/* The views among the n that are not dense, the ones a pack must copy:
- * their count, and their names (names[i]) separated by spaces in buf. */
-int demo_strided(const sp_tensor *views, const char *const *names, int n, char *buf, size_t len);
+/* The views among the n for which keep() is 0 — with sp_tensor_is_dense,
+ * the ones a pack must copy; with sp_kda_reads_in_place (q, k, v, g), the
+ * ones the KDA boundary must copy: their count, and their names (names[i])
+ * separated by spaces in buf. */
+int demo_to_copy(const sp_tensor *views, const char *const *names, int n,
+                 int (*keep)(const sp_tensor *), char *buf, size_t len);
 
 /* Times of one end-to-end layout: medians, and the spread of the runs
  * (the larger max - min of the two arms), in ms. */

@@ -1,7 +1,7 @@
 /* demo_producer.c — the producer part of `stridepack demo`: the causal
  * short convolution makes q, k, v from a projection x [T, 3P], either
- * token-major (then the KDA boundary packs the column slices) or split into
- * three dense tensors (then the boundary copies beta only); each is followed
+ * token-major (the prefill reads the column slices in place) or split into
+ * three dense tensors; each is followed
  * by the boundary and the prefill, and the two layer outputs, final states
  * and checkpoints are compared bit for bit. */
 #define _POSIX_C_SOURCE 200809L
@@ -118,10 +118,10 @@ int demo_producer(const demo_mem *m, int64_t T, int64_t H, int reps, uint64_t se
     for (int i = 0; i < reps; i++)
         for (int k = 0; k < 2; k++)
             if (run_arm(m, &p, b, &arms[k], zeros, cs_bytes, i)) goto out;
-    static const char *names[2] = {"token-major + pack", "split"};
-    const char *what[3] = {"producer: the split layout's output against token-major + pack",
-                           "producer: the split layout's final states against token-major + pack",
-                           "producer: the split layout's checkpoints against token-major + pack"};
+    static const char *names[2] = {"token-major", "split"};
+    const char *what[3] = {"producer: the split layout's output against token-major",
+                           "producer: the split layout's final states against token-major",
+                           "producer: the split layout's checkpoints against token-major"};
     const char *o_ok = demo_compare(m, arms[0].bufs[KB_O], arms[1].bufs[KB_O], p.bytes[KB_O], what[0]);
     const char *s_ok =
         demo_compare(m, arms[0].bufs[KB_STATE], arms[1].bufs[KB_STATE], p.bytes[KB_STATE], what[1]);
@@ -131,17 +131,17 @@ int demo_producer(const demo_mem *m, int64_t T, int64_t H, int reps, uint64_t se
         printf(PRODUCER_ROW, names[k], arms[k].copied, ts_median(arms[k].ms, reps),
                k == 0 ? "-" : o_ok, k == 0 ? "-" : s_ok, k == 0 ? "-" : c_ok);
     rc = strcmp(o_ok, "bit-equal") || strcmp(s_ok, "bit-equal") || strcmp(c_ok, "bit-equal");
-    /* What the boundary must copy in each arm: its inputs that are not
-     * dense (token-major: q, k, v and beta; split: beta; none at T = 1). */
-    static const char *const in_names[5] = {"q", "k", "v", "g", "beta"};
+    /* What the boundary must copy in each arm: its inputs that the prefill
+     * does not read in place (none in either: the token-major slices are
+     * rows of 128 at 16-byte aligned addresses, and beta is always read). */
+    static const char *const in_names[4] = {"q", "k", "v", "g"};
     for (int k = 0; k < 2; k++) {
-        const sp_tensor in[5] = {arms[k].kda.q, arms[k].kda.k, arms[k].kda.v, arms[k].kda.g,
-                                 arms[k].kda.beta};
+        const sp_tensor in[4] = {arms[k].kda.q, arms[k].kda.k, arms[k].kda.v, arms[k].kda.g};
         char strided[64];
-        const int expect = demo_strided(in, in_names, 5, strided, sizeof strided);
+        const int expect = demo_to_copy(in, in_names, 4, sp_kda_reads_in_place, strided, sizeof strided);
         if (arms[k].copied != (size_t)expect) {
             demo_fail("producer, %s: the boundary copied %zu inputs, expected %d (%s)", names[k],
-                      arms[k].copied, expect, expect ? strided : "every input is dense");
+                      arms[k].copied, expect, expect ? strided : "every input is read in place");
             rc = 1;
         }
     }

@@ -1,7 +1,7 @@
 /*
  * boundary.c — the KDA input boundary: check the prefill's whole contract on
  * strided views, pack those of q, k, v, g that the prefill cannot read in
- * place (sp_kda_input_direct_) with one sp_pack into a workspace owned here
+ * place (sp_kda_reads_in_place) with one sp_pack into a workspace owned here
  * (allocated once, so addresses are fixed for CUDA graphs), then run the
  * prefill. Eager calls and graph capture go
  * through the same function; capture is checked against the warm-up.
@@ -180,7 +180,7 @@ sp_status sp_kda_boundary_run(sp_kda_boundary *b, const sp_kda_args *args,
     int which[N_INPUTS];
     size_t n_pack = 0, copied = 0;
     for (int i = 0; i < N_INPUTS - 1; i++)
-        if (!sp_kda_input_direct_(&in[i])) {
+        if (!sp_kda_reads_in_place(&in[i])) {
             which[n_pack] = i;
             to_pack[n_pack++] = in[i];
         }

@@ -64,7 +64,8 @@ static sp_status require_dense(const sp_tensor *t, const char *name) {
     return SP_OK;
 }
 
-int sp_kda_input_direct_(const sp_tensor *x) {
+int sp_kda_reads_in_place(const sp_tensor *x) {
+    if (!x) return 0;
     if (sp_tensor_is_dense(x)) return 1;
     if (x->ndim != 4 || (x->shape[3] > 1 && x->strides[3] != 1)) return 0;
     for (int i = 1; i <= 2; i++)
@@ -74,7 +75,7 @@ int sp_kda_input_direct_(const sp_tensor *x) {
 
 static sp_status require_direct(const sp_tensor *t, const char *name) {
     char got[160];
-    SP_REQUIRE(sp_kda_input_direct_(t), SP_ERR_INVALID_ARGUMENT,
+    SP_REQUIRE(sp_kda_reads_in_place(t), SP_ERR_INVALID_ARGUMENT,
                "%s: strides %s at %p are not read in place: the prefill takes dense inputs, or "
                "rows of 128 contiguous channels at 16-byte aligned addresses (token and head "
                "strides multiples of 8 elements); sp_kda_boundary_run packs other views",

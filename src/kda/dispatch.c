@@ -44,12 +44,12 @@ static const char *chunked_unsupported(const sp_kda_args *a, const sp_kda_dims *
     if (d->interval % SP_KDA_CHUNK != 0) return "checkpoint_interval must be a multiple of 32";
     if (!sp_kda_cuda_chunked_fits_((int)d->dev.ordinal))
         return "this GPU gives a block less shared memory than they need (about 216 KB)";
-    /* q, k, v, g are read in place (sp_kda_input_direct_: strided ones
+    /* q, k, v, g are read in place (sp_kda_reads_in_place: strided ones
      * 16-byte aligned already) and o written in 16-byte pieces; the
      * boundary packs the other views into 256-byte aligned slots first. */
     const sp_tensor *in[5] = {&a->q, &a->k, &a->v, &a->g, &a->o};
     for (int i = 0; i < 5; i++)
-        if ((i == 4 || sp_kda_input_direct_(in[i])) && (uintptr_t)in[i]->data % 16 != 0)
+        if ((i == 4 || sp_kda_reads_in_place(in[i])) && (uintptr_t)in[i]->data % 16 != 0)
             return "dense q, k, v, g and o must be 16-byte aligned";
     return NULL;
 }

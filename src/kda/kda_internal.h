@@ -61,17 +61,11 @@ typedef struct sp_kda_dims {
 
 /* The whole contract of sp_kda_prefill, in a fixed order, each violation
  * its own error naming the argument. inputs_direct = 1 requires q, k, v, g
- * to be views the prefill reads in place (sp_kda_input_direct_); 0 lets
+ * to be views the prefill reads in place (sp_kda_reads_in_place); 0 lets
  * them be any strided views (the boundary packs those that are not).
  * Index arrays are read only for CPU tensors. Writes nothing but *dims. */
 sp_status sp_kda_check_(const sp_kda_args *a, int inputs_direct, sp_kda_dims *dims);
 
-/* 1 when the prefill reads the [1, T, H, 128] input x in place: x is dense,
- * or each (token, head) row of 128 channels is contiguous and starts
- * 16-byte aligned (innermost stride 1; the token and head strides
- * multiples of 8 elements, any sign; data 16-byte aligned). Strides of
- * size-1 dims do not matter. beta [1, T, H] is always read in place. */
-int sp_kda_input_direct_(const sp_tensor *x);
 
 /* Element offset of token t, head h in an input view (q, k, v, g, beta):
  * every backend addresses its inputs through this. */

@@ -14,7 +14,7 @@
 #define SP_KDA_FULL_MASK 0xffffffffu
 
 /* An input view [1, T, H, 128] or [1, T, H], bf16: element [0, t, h, d] at
- * at + t * ts + h * hs + d (sp_kda_input_direct_ holds for q, k, v, g). */
+ * at + t * ts + h * hs + d (sp_kda_reads_in_place holds for q, k, v, g). */
 typedef struct kda_input {
     const uint16_t *at;
     int64_t ts, hs;
