@@ -69,7 +69,12 @@ static void k3_case(sp_kda_boundary *bd, int64_t T, int64_t H, int beta_kind, sp
      * view is dense: size-1 dims take any stride). beta never is. */
     const sp_tensor *used[4] = {&a.q, &a.k, &a.v, &a.g};
     size_t want_copied = 0;
-    for (int i = 0; i < 4; i++) want_copied += !read_in_place(used[i]);
+    for (int i = 0; i < 4; i++) {
+        want_copied += !read_in_place(used[i]);
+        CHECKF(sp_kda_reads_in_place(used[i]) == read_in_place(used[i]),
+               "T %lld which %d input %d: sp_kda_reads_in_place disagrees with the rule",
+               (long long)T, which, i);
+    }
     if (T > 1) CHECK(want_copied == (which == STRIDED_SHIFTED ? 3u : 0u));
 
     /* The prefill itself takes the views read in place, and refuses the
@@ -190,6 +195,25 @@ static void create_cases(void) {
     if (!sp_cuda_available())
         CHECK_STATUS(sp_kda_boundary_create(&b, sp_cuda(0), 1, 1), SP_ERR_NO_DEVICE);
     CHECK_OK(sp_kda_boundary_destroy(NULL));
+    CHECK(sp_kda_reads_in_place(NULL) == 0);
+    /* Rows of 128 with the inner stride 2, or a token stride of 4 elements
+     * (8 bytes): not read in place; a token stride of 8 elements is. */
+    static uint16_t buf[8 * 256 + 8] __attribute__((aligned(16)));
+    const int64_t shape[4] = {1, 3, 2, 128};
+    int64_t strides[4] = {3 * 2 * 256, 2 * 256, 256, 2};
+    sp_tensor x;
+    CHECK_OK(sp_tensor_view(&x, buf, 0, SP_BF16, 4, shape, strides, sp_cpu()));
+    CHECK(sp_kda_reads_in_place(&x) == 0);
+    strides[3] = 1, strides[2] = 128, strides[1] = 2 * 128 + 4;
+    CHECK_OK(sp_tensor_view(&x, buf, 0, SP_BF16, 4, shape, strides, sp_cpu()));
+    CHECK(sp_kda_reads_in_place(&x) == 0);
+    strides[1] = 2 * 128 + 8;
+    CHECK_OK(sp_tensor_view(&x, buf, 0, SP_BF16, 4, shape, strides, sp_cpu()));
+    CHECK(sp_kda_reads_in_place(&x) == 1);
+    CHECK_OK(sp_tensor_view(&x, buf, 8, SP_BF16, 4, shape, strides, sp_cpu()));
+    CHECK(sp_kda_reads_in_place(&x) == 1); /* 16 bytes in */
+    CHECK_OK(sp_tensor_view(&x, buf, 4, SP_BF16, 4, shape, strides, sp_cpu()));
+    CHECK(sp_kda_reads_in_place(&x) == 0); /* 8 bytes in */
     size_t n;
     CHECK_STATUS(sp_kda_boundary_last_copied(NULL, &n), SP_ERR_INVALID_ARGUMENT);
     /* Capacity 0: no workspace; only T = 0 fits. */
