@@ -155,7 +155,8 @@ static inline sp_device sp_cuda(int32_t ordinal) {
 
 /* @return 1 when this build has the CUDA backend and a CUDA device it can
  *         run on is present (compute capability at least the lowest
- *         architecture built, sm_90 by default), 0 otherwise. Never fails. */
+ *         architecture built: sm_80 in the default full build), 0
+ *         otherwise. Never fails. */
 SP_API int sp_cuda_available(void);
 
 /* ---------------------------------------------------------------------- */

@@ -175,6 +175,23 @@ sp_status sp_cpu_copy_(const sp_copy_desc *descs, int n);
  * Builds without CUDA get a version that returns SP_ERR_NO_DEVICE. */
 sp_status sp_cuda_copy_(const sp_copy_desc *descs, int n, int device, struct CUstream_st *stream);
 
+/* Device memory and graph capture, for the plain C code (the KDA boundary);
+ * src/cuda/runtime.cu implements them, and without CUDA src/cuda/none.c,
+ * where allocation is SP_ERR_NO_DEVICE and no stream is capturing. */
+
+/* cudaMalloc of `bytes` (> 0) on `device`; `what` names the buffer in errors.
+ * @return SP_OK and *p; SP_ERR_OUT_OF_MEMORY, SP_ERR_NO_DEVICE or
+ *         SP_ERR_CUDA with *p = NULL. */
+sp_status sp_cuda_alloc_(int device, size_t bytes, void **p, const char *what);
+
+/* cudaFree on `device`; a NULL p is a no-op. */
+sp_status sp_cuda_free_(int device, void *p);
+
+/* *capturing = 1 while `stream` is being captured into a CUDA graph. The
+ * legacy default stream (NULL) cannot be captured: answered without a call,
+ * so that no device's context is touched. */
+sp_status sp_cuda_capturing_(struct CUstream_st *stream, int *capturing);
+
 /* Bump the pass counter behind sp_copy_pass_count(). */
 void sp_count_pass_(void);
 

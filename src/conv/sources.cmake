@@ -7,6 +7,3 @@ set(SP_CONV_C_SOURCES
 set(SP_CONV_CUDA_SOURCES
   conv/conv.cu      # CUDA prefill and decode, one launch
 )
-if(NOT SP_HAVE_CUDA)
-  list(APPEND SP_CONV_C_SOURCES conv/nocuda.c)  # SP_ERR_NO_DEVICE stub
-endif()

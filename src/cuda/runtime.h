@@ -7,8 +7,10 @@
  *            state is cleared. Never aborts.
  *   devices  sp_cuda_device_enter_ / sp_cuda_device_leave_: run on a tensor's
  *            device, then give the caller back its current device.
- *   memory   sp_cuda_alloc_ / sp_cuda_free_ on a given device.
+ *   memory   sp_cuda_alloc_ / sp_cuda_free_ on a given device;
  *   capture  sp_cuda_capturing_: is a stream being captured into a graph?
+ *            (these two declared in internal.h, free of CUDA types, for
+ *            the plain C code that needs them)
  *
  * A typical entry point of a CUDA source:
  *
@@ -78,21 +80,6 @@ sp_status sp_cuda_device_enter_(sp_cuda_device_guard *g, int device, const char 
  * @return `s` when it is an error; otherwise SP_OK, or SP_ERR_CUDA when the
  *         restore fails. */
 sp_status sp_cuda_device_leave_(const sp_cuda_device_guard *g, sp_status s);
-
-/* ---- memory and capture ---------------------------------------------------- */
-
-/* cudaMalloc of `bytes` (> 0) on `device`; `what` names the buffer in errors.
- * @return SP_OK and *p; SP_ERR_OUT_OF_MEMORY, SP_ERR_NO_DEVICE or
- *         SP_ERR_CUDA with *p = NULL. */
-sp_status sp_cuda_alloc_(int device, size_t bytes, void **p, const char *what);
-
-/* cudaFree on `device`; a NULL p is a no-op. */
-sp_status sp_cuda_free_(int device, void *p);
-
-/* *capturing = 1 while `stream` is being captured into a CUDA graph. The
- * legacy default stream (NULL) cannot be captured: answered without a call,
- * so that no device's context is touched. */
-sp_status sp_cuda_capturing_(cudaStream_t stream, int *capturing);
 
 #ifdef __cplusplus
 }

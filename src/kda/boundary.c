@@ -86,7 +86,7 @@ sp_status sp_kda_boundary_create(sp_kda_boundary **out, sp_device dev, int64_t m
                                           &kda_bytes));
     b->kda_workspace_bytes = kda_bytes;
     if (kda_bytes > 0) {
-        sp_status s = sp_kda_cuda_alloc_(dev.ordinal, kda_bytes, &b->kda_workspace);
+        sp_status s = sp_cuda_alloc_(dev.ordinal, kda_bytes, &b->kda_workspace, "workspace");
         if (s != SP_OK) {
             free(b);
             return s;
@@ -95,7 +95,7 @@ sp_status sp_kda_boundary_create(sp_kda_boundary **out, sp_device dev, int64_t m
     if (bytes > 0) {
         sp_status s = SP_OK;
         if (dev.type == SP_DEVICE_CUDA) {
-            s = sp_kda_cuda_alloc_(dev.ordinal, bytes, &b->workspace);
+            s = sp_cuda_alloc_(dev.ordinal, bytes, &b->workspace, "workspace");
         } else {
             size_t rounded = (bytes + SP_PACK_ALIGN - 1) / SP_PACK_ALIGN * SP_PACK_ALIGN;
             b->workspace = aligned_alloc(SP_PACK_ALIGN, rounded);
@@ -104,7 +104,7 @@ sp_status sp_kda_boundary_create(sp_kda_boundary **out, sp_device dev, int64_t m
                                  rounded);
         }
         if (s != SP_OK) {
-            (void)sp_kda_cuda_free_(dev.ordinal, b->kda_workspace);
+            (void)sp_cuda_free_(dev.ordinal, b->kda_workspace);
             free(b);
             return s;
         }
@@ -165,7 +165,7 @@ sp_status sp_kda_boundary_run(sp_kda_boundary *b, const sp_kda_args *args,
     const sp_tensor in[N_INPUTS] = {args->q, args->k, args->v, args->g, args->beta};
     int capturing = 0;
     if (d.dev.type == SP_DEVICE_CUDA) {
-        SP_FORWARD(sp_kda_cuda_capturing_(stream, &capturing));
+        SP_FORWARD(sp_cuda_capturing_(stream, &capturing));
         if (capturing) SP_FORWARD(check_capture(b, in, d.T, stream));
     }
 
@@ -218,8 +218,8 @@ sp_status sp_kda_boundary_destroy(sp_kda_boundary *b) {
     if (!b) return SP_OK;
     sp_status s = SP_OK;
     if (b->dev.type == SP_DEVICE_CUDA) {
-        s = sp_kda_cuda_free_(b->dev.ordinal, b->workspace);
-        sp_status s2 = sp_kda_cuda_free_(b->dev.ordinal, b->kda_workspace);
+        s = sp_cuda_free_(b->dev.ordinal, b->workspace);
+        sp_status s2 = sp_cuda_free_(b->dev.ordinal, b->kda_workspace);
         if (s == SP_OK) s = s2;
     } else
         free(b->workspace);

@@ -100,7 +100,7 @@ sp_status sp_kda_run_(const sp_kda_args *a, const sp_kda_dims *d, struct CUstrea
 /* Backends, called after the check with T, N and H > 0. */
 sp_status sp_kda_prefill_cpu_(const sp_kda_args *a, const sp_kda_dims *d);
 sp_status sp_kda_prefill_ref_(const sp_kda_args *a, const sp_kda_dims *d);
-/* CUDA builds: prefill.cu; otherwise nocuda.c returns SP_ERR_NO_DEVICE. */
+/* CUDA builds: prefill.cu; otherwise src/cuda/none.c returns SP_ERR_NO_DEVICE. */
 sp_status sp_kda_prefill_cuda_(const sp_kda_args *a, const sp_kda_dims *d,
                                struct CUstream_st *stream);
 
@@ -108,13 +108,6 @@ sp_status sp_kda_prefill_cuda_(const sp_kda_args *a, const sp_kda_dims *d,
  * kernels need (Hopper and the data-center Blackwells do; 100 KB parts do
  * not). 0 without CUDA. */
 int sp_kda_cuda_chunked_fits_(int device);
-
-/* ---- the small CUDA runtime surface the boundary needs -------------------- */
-/* Without CUDA: SP_ERR_NO_DEVICE, and "not capturing". */
-sp_status sp_kda_cuda_alloc_(int device, size_t bytes, void **p);
-sp_status sp_kda_cuda_free_(int device, void *p);
-/* *capturing = 1 while `stream` is being captured into a graph. */
-sp_status sp_kda_cuda_capturing_(struct CUstream_st *stream, int *capturing);
 
 #ifdef __cplusplus
 }

@@ -12,9 +12,4 @@ set(SP_KDA_CUDA_SOURCES
   kda/cuda/recurrent.cu  # token-by-token kernel, one block per (sequence, head)
   kda/cuda/chunked.cu    # chunked kernel on tensor cores, one pass
   kda/cuda/chunked_two_pass.cu  # the same in two kernels, for few (sequence, head) pairs
-  kda/runtime.cu         # the few runtime calls the boundary needs
 )
-if(NOT SP_HAVE_CUDA)
-  # Stubs returning SP_ERR_NO_DEVICE, so a CPU-only build links.
-  list(APPEND SP_KDA_C_SOURCES kda/nocuda.c)
-endif()
