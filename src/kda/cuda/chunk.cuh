@@ -13,11 +13,13 @@
 #include "cuda/ptx.cuh"
 #include "kda/cuda/common.cuh"
 
-#define CT 32      /* tokens per chunk */
-#define MID 15     /* reference token of the factorization */
-#define D SP_KDA_D
-#define SO (D + 8)  /* lk, lq, r: 8 mod 32, for float2 fragment loads */
-#define SA (CT + 8) /* a, qk, t: likewise */
+/* The chunked kernels' sizes: typed constants of these headers' users (the
+ * two chunked .cu files), not macros. */
+static constexpr int CT = SP_KDA_CHUNK; /* tokens per chunk (32) */
+static constexpr int MID = 15;          /* reference token of the factorization */
+static constexpr int D = SP_KDA_D;
+static constexpr int SO = D + 8;  /* lk, lq, r: 8 mod 32, for float2 fragment loads */
+static constexpr int SA = CT + 8; /* a, qk, t: likewise */
 
 /* A chunk's k, q and g as they arrive (bf16); v comes separately, only the
  * columns a block owns. */

@@ -21,11 +21,11 @@
  * lanes of a column group (8 partial sums -> 1 per lane in 4 + 2 + 1 + 1
  * exchanges), then the delta of each column is broadcast from its lane.
  *
- * Tokens go in chunks of 16 (one per warp): each warp loads and normalizes
- * one token of the chunk into shared memory (sums of squares by a xor
+ * Tokens go in groups of 16 (one per warp): each warp loads and normalizes
+ * one token of the group into shared memory (sums of squares by a xor
  * butterfly, which leaves every lane the same bits), while the global loads
- * of the next chunk are in flight during the chunk's 16 steps. Two
- * __syncthreads per chunk, none per step.
+ * of the next group are in flight during the group's 16 steps. Two
+ * __syncthreads per group, none per step.
  *
  * Per step: decay S and reduce it against k^ and q^ in one pass; u and
  * b*u per column; o = S'^T q^ + b (k^.q^) u (the same value as S_new^T q^);
@@ -36,7 +36,7 @@
 
 #define THREADS 512
 #define WARPS (THREADS / 32)
-#define CHUNK WARPS              /* tokens per chunk: one per warp */
+#define GROUP WARPS              /* tokens prepared together: one per warp */
 #define COLS_PER_WARP (SP_KDA_D / WARPS) /* 8 */
 #define PER_LANE (SP_KDA_D / 32) /* prep: elements per lane of a token */
 #define FULL SP_KDA_FULL_MASK
@@ -47,10 +47,10 @@ typedef struct raw_token {
     uint16_t beta;
 } raw_token;
 
-typedef struct chunk_smem {
-    float k[CHUNK][SP_KDA_D], q[CHUNK][SP_KDA_D], dec[CHUNK][SP_KDA_D], v[CHUNK][SP_KDA_D];
-    float b[CHUNK], kq[CHUNK];
-} chunk_smem;
+typedef struct group_smem {
+    float k[GROUP][SP_KDA_D], q[GROUP][SP_KDA_D], dec[GROUP][SP_KDA_D], v[GROUP][SP_KDA_D];
+    float b[GROUP], kq[GROUP];
+} group_smem;
 
 static __device__ float warp_sum(float x) {
 #pragma unroll
@@ -74,7 +74,7 @@ static __device__ void load_token(const kda_params &p, int64_t t, int64_t h, int
 
 /* Normalize q and k, gate, beta: the token-only work, one warp per token. */
 static __device__ void prep_token(const kda_params &p, const raw_token &r, int w, int lane,
-                                  float expA, const float *bias, chunk_smem &s) {
+                                  float expA, const float *bias, group_smem &s) {
     float qf[PER_LANE], kf[PER_LANE], sq = 0.0f, sk = 0.0f;
 #pragma unroll
     for (int e = 0; e < PER_LANE; e++) {
@@ -165,8 +165,8 @@ static __device__ __forceinline__ float halving_sum(const float x[8], int lane) 
     return w + __shfl_xor_sync(FULL, w, 1);
 }
 
-static __global__ void __launch_bounds__(THREADS, 1) kda_prefill_kernel(kda_params p) {
-    __shared__ __align__(16) chunk_smem s;
+static __global__ void __launch_bounds__(THREADS, 1) kda_recurrent_kernel(kda_params p) {
+    __shared__ __align__(16) group_smem s;
 
     const int64_t h = blockIdx.x % p.H, n = blockIdx.x / p.H;
     const int tid = threadIdx.x, lane = tid % 32, w = tid / 32;
@@ -193,12 +193,12 @@ static __global__ void __launch_bounds__(THREADS, 1) kda_prefill_kernel(kda_para
     raw_token raw;
     if (w < L) load_token(p, bos + w, h, lane, raw);
     int64_t since = 0;
-    for (int64_t c0 = 0; c0 < L; c0 += CHUNK) {
-        const int nt = (int)(L - c0 < CHUNK ? L - c0 : CHUNK);
-        __syncthreads(); /* every warp is done with the previous chunk */
+    for (int64_t c0 = 0; c0 < L; c0 += GROUP) {
+        const int nt = (int)(L - c0 < GROUP ? L - c0 : GROUP);
+        __syncthreads(); /* every warp is done with the previous group */
         if (w < nt) prep_token(p, raw, w, lane, expA, bias, s);
         __syncthreads();
-        if (c0 + CHUNK + w < L) load_token(p, bos + c0 + CHUNK + w, h, lane, raw);
+        if (c0 + GROUP + w < L) load_token(p, bos + c0 + GROUP + w, h, lane, raw);
 
         for (int i = 0; i < nt; i++) {
             const float4 ka4 = *(const float4 *)&s.k[i][4 * r];
@@ -246,6 +246,6 @@ static __global__ void __launch_bounds__(THREADS, 1) kda_prefill_kernel(kda_para
 
 extern "C" cudaError_t sp_kda_launch_recurrent_(const kda_params *p, cudaStream_t stream) {
     void *params[] = {(void *)p};
-    return cudaLaunchKernel((const void *)kda_prefill_kernel, dim3((unsigned)(p->N * p->H)),
+    return cudaLaunchKernel((const void *)kda_recurrent_kernel, dim3((unsigned)(p->N * p->H)),
                             dim3(THREADS), params, 0, stream);
 }
