@@ -160,6 +160,13 @@ sp_status sp_overlap_error_(const sp_overlap_hit_ *h, const char *a, const char 
 sp_status sp_check_disjoint_(const sp_view_ref_ *views, const char *const *names, size_t n,
                              const char *shares);
 
+/* sp_pack after its checks, for callers that made them (the KDA boundary):
+ * n <= SP_MAX_PAIRS_PER_LAUNCH inputs that are well-formed views, aligned, on one
+ * usable device, and a workspace of at least sp_pack_workspace_bytes.
+ * What it still checks is the plan: that no input lies in the slots. */
+sp_status sp_pack_validated_(const sp_tensor *inputs, size_t n, void *workspace,
+                             sp_tensor *outputs, size_t *n_copied, struct CUstream_st *stream);
+
 /* sp_copy_batch without the checks: for callers that validated already.
  * Every pair is planned before the first byte moves; more than
  * SP_MAX_PAIRS_PER_LAUNCH pairs take host scratch (SP_ERR_OUT_OF_MEMORY). */

@@ -74,8 +74,7 @@ sp_status sp_pack(const sp_tensor *inputs, size_t n, void *workspace, size_t wor
     SP_REQUIRE(n == 0 || inputs != NULL, SP_ERR_INVALID_ARGUMENT, "inputs: NULL with n = %zu", n);
     for (size_t i = 0; i < n; i++) SP_FORWARD(check_input(inputs, i, 1));
     uint64_t need = 0;
-    unsigned char dense[SP_PACK_STACK];
-    SP_FORWARD(workspace_need(inputs, n, &need, dense));
+    SP_FORWARD(workspace_need(inputs, n, &need, NULL));
     if (need > 0) {
         SP_REQUIRE(workspace != NULL, SP_ERR_INVALID_ARGUMENT,
                    "workspace: NULL, but %llu bytes are needed", (unsigned long long)need);
@@ -87,6 +86,14 @@ sp_status sp_pack(const sp_tensor *inputs, size_t n, void *workspace, size_t wor
                    (unsigned long long)need, workspace);
         SP_FORWARD(sp_check_device_usable_(inputs[0].device));
     }
+    return sp_pack_validated_(inputs, n, workspace, outputs, n_copied, stream);
+}
+
+sp_status sp_pack_validated_(const sp_tensor *inputs, size_t n, void *workspace,
+                             sp_tensor *outputs, size_t *n_copied, struct CUstream_st *stream) {
+    uint64_t need = 0;
+    unsigned char dense[SP_PACK_STACK];
+    SP_FORWARD(workspace_need(inputs, n, &need, dense)); /* sized by the caller: cannot fail */
 
     /* Lay out the slots and check them against every input before a byte moves. */
     sp_copy_pair pairs[SP_PACK_STACK];

@@ -184,9 +184,12 @@ sp_status sp_kda_boundary_run(sp_kda_boundary *b, const sp_kda_args *args,
             which[n_pack] = i;
             to_pack[n_pack++] = in[i];
         }
+    /* Checked once: sp_kda_check_ made every rule of sp_pack's inputs (views,
+     * alignment, one usable device), and the workspace was sized at creation
+     * for max_tokens x max_heads with every input strided. */
     if (n_pack > 0)
-        SP_FORWARD(sp_pack(to_pack, n_pack, b->workspace, b->workspace_bytes, packed_views,
-                           &copied, stream));
+        SP_FORWARD(sp_pack_validated_(to_pack, n_pack, b->workspace, packed_views, &copied,
+                                      stream));
     sp_tensor use[N_INPUTS];
     memcpy(use, in, sizeof use);
     for (size_t j = 0; j < n_pack; j++) use[which[j]] = packed_views[j];
