@@ -94,7 +94,7 @@ def register() -> bool:
             gate, lower_bound, scale, checkpoint_interval, kernel, reference)
 
     @kda_prefill.register_fake
-    def _(*args):
+    def _(*args, **kwargs):
         return None
 
     @torch.library.custom_op("stridepack::kda_boundary_run", mutates_args=written)
@@ -124,7 +124,7 @@ def register() -> bool:
                                  checkpoint_interval, kernel, False)
 
     @kda_boundary_run.register_fake
-    def _(*args):
+    def _(*args, **kwargs):
         return None
 
     _torch = torch
