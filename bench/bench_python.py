@@ -26,6 +26,7 @@ Run (GPU): PYTHONPATH=build/python python3 bench/bench_python.py --json out.json
 import argparse
 import datetime
 import json
+import os
 import statistics
 import sys
 import time
@@ -122,6 +123,9 @@ def main():
     meta = {"device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
             "date": datetime.date.today().isoformat(), "torch": torch.__version__,
             "python": sys.version.split()[0], "stridepack": stridepack.version(),
+            "commit": os.environ.get("SP_COMMIT", "unknown"),
+            "command": "PYTHONPATH=<build>/python python3 bench/bench_python.py "
+                       + " ".join(sys.argv[1:]),
             "T": T, "H": H, "calls": args.calls,
             "direct_reads": stridepack._native.direct_reads(),
             "timing": "host_us: least median of 5 interleaved rounds of single calls, the device idle "

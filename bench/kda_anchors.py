@@ -151,10 +151,17 @@ def import_fla():
         raise FileNotFoundError(os.path.join(root, "fla", "ops", "kda", "chunk.py"))
     if root not in sys.path:
         sys.path.insert(0, root)
+    # fla.utils reads the package's __version__ (from .. import __version__):
+    # the stub carries the one fla/__init__.py states, read as text.
+    import re
+    with open(os.path.join(root, "fla", "__init__.py")) as fh:
+        found = re.search(r"""^__version__\s*=\s*['"]([^'"]+)['"]""", fh.read(), re.M)
     for name in ("fla", "fla.ops", "fla.modules"):
         if name not in sys.modules:
             m = types.ModuleType(name)
             m.__path__ = [os.path.join(root, *name.split("."))]
+            if name == "fla":
+                m.__version__ = found.group(1) if found else "0"
             sys.modules[name] = m
             if "." in name:
                 parent, child = name.rsplit(".", 1)

@@ -293,6 +293,68 @@ SP_API sp_status sp_kda_boundary_run(sp_kda_boundary *b, const sp_kda_args *args
  *         object is freed regardless). */
 SP_API sp_status sp_kda_boundary_destroy(sp_kda_boundary *b);
 
+/* ---------------------------------------------------------------------- */
+/* The inputs boundary: the pack in front of any KDA kernel                 */
+
+/* The input side of the boundary alone, for a KDA prefill that is not
+ * stridepack's (FlashKDA, its fork, fla's chunk_kda: kernels that want q,
+ * k, v, g [1, T, H, 128] and beta [1, T, H], bf16, dense). Owns or borrows
+ * one workspace on one device, sized at creation for the largest call.
+ * Not thread-safe: one object per stream of work.
+ *
+ *     sp_kda_inputs *in;
+ *     sp_kda_inputs_create(&in, sp_cuda(0), max_T, H, NULL, 0);  // allocates
+ *     sp_tensor views[5] = {q, k, v, g, beta}, dense[5];          // any strides
+ *     sp_kda_inputs_pack(in, views, dense, NULL, stream);         // one launch
+ *     // ... the other kernel on dense[0..4], on `stream` ...
+ *     sp_kda_inputs_destroy(in);
+ */
+typedef struct sp_kda_inputs sp_kda_inputs;
+
+/* Workspace bytes for q, k, v, g, beta all strided at max_tokens x
+ * max_heads (what sp_kda_inputs_create allocates).
+ * @return SP_OK and *bytes; SP_ERR_INVALID_ARGUMENT for a NULL bytes or a
+ *         negative capacity; SP_ERR_OVERFLOW. */
+SP_API sp_status sp_kda_inputs_workspace_bytes(int64_t max_tokens, int64_t max_heads,
+                                               size_t *bytes);
+
+/* An inputs boundary for `dev`, serving T <= max_tokens and H <= max_heads.
+ * workspace NULL (and workspace_bytes 0): the object allocates its own,
+ * once (cudaMalloc on CUDA, host memory on the CPU). Otherwise the caller's
+ * memory on `dev` of at least sp_kda_inputs_workspace_bytes bytes, which
+ * must outlive the object (a framework's allocation, so that its tensors
+ * can view the packed copies). Either way the addresses never change.
+ * @return SP_OK and *out; SP_ERR_INVALID_ARGUMENT (NULL out, negative
+ *         capacity, a workspace NULL with bytes or bytes 0 with a pointer);
+ *         SP_ERR_WORKSPACE_TOO_SMALL; SP_ERR_NO_DEVICE; SP_ERR_OVERFLOW;
+ *         SP_ERR_OUT_OF_MEMORY; SP_ERR_CUDA. On error *out is NULL. */
+SP_API sp_status sp_kda_inputs_create(sp_kda_inputs **out, sp_device dev, int64_t max_tokens,
+                                      int64_t max_heads, void *workspace, size_t workspace_bytes);
+
+/* Check q, k, v, g, beta (in[0..4]) against the KDA input contract — bf16;
+ * q, k, v, g of shape [1, T, H, 128] and beta [1, T, H], T and H those of
+ * q; every view valid (sizes, strides, element-aligned address) and on the
+ * object's device; T <= max_tokens, H <= max_heads — then pack the ones
+ * that are not dense with ONE sp_pack into the workspace, on `stream`.
+ * out[i] is in[i] itself when that is dense, else a dense view in the
+ * workspace (256-byte aligned). No launch when all five are dense, exactly
+ * one otherwise. Graph-capturable: the same views give the same out[] on
+ * every call, so a captured pack replays with new input contents.
+ * @return SP_OK, out[] and *n_copied (may be NULL); on error nothing is
+ *         written: SP_ERR_INVALID_ARGUMENT (NULL, bad view),
+ *         SP_ERR_DTYPE_MISMATCH, SP_ERR_SHAPE_MISMATCH,
+ *         SP_ERR_MISALIGNED, SP_ERR_DEVICE_MISMATCH, SP_ERR_CAPACITY,
+ *         SP_ERR_OVERLAP (an input inside the workspace); SP_ERR_CUDA for
+ *         a failed launch. */
+SP_API sp_status sp_kda_inputs_pack(sp_kda_inputs *p, const sp_tensor in[5], sp_tensor out[5],
+                                    size_t *n_copied, struct CUstream_st *stream);
+
+/* Free the object and the workspace it allocated (not a borrowed one). NULL
+ * is SP_OK. Call it when no work using the workspace is pending.
+ * @return SP_OK; SP_ERR_CUDA if freeing the device workspace fails (the
+ *         object is freed regardless). */
+SP_API sp_status sp_kda_inputs_destroy(sp_kda_inputs *p);
+
 #ifdef __cplusplus
 }
 #endif

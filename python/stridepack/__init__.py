@@ -64,12 +64,12 @@ _native.configure(_frameworks.FRAMEWORKS)
 
 from ._api import copy_batch, pack, pack_into, workspace_bytes  # noqa: E402
 from ._errors import FallbackWarning, StridepackError  # noqa: E402
-from ._kda import KdaBoundary, kda_prefill, kda_workspace_bytes  # noqa: E402
+from ._kda import KdaBoundary, KdaInputs, kda_prefill, kda_workspace_bytes  # noqa: E402
 from ._kda import available as kda_available  # noqa: E402
 from ._torch_ops import register as register_torch_ops  # noqa: E402
 
 __all__ = ["pack", "pack_into", "copy_batch", "workspace_bytes", "StridepackError",
-           "FallbackWarning", "STATUS", "KdaBoundary", "kda_prefill", "kda_workspace_bytes", "kda_available",
+           "FallbackWarning", "STATUS", "KdaBoundary", "KdaInputs", "kda_prefill", "kda_workspace_bytes", "kda_available",
            "version", "cuda_available", "copy_pass_count", "register_torch_ops",
            "__version__"]
 

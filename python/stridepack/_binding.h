@@ -11,7 +11,8 @@
  *   _ops.c      pack, pack_into, copy_batch, workspace_bytes: arguments
  *               checked, the library called, errors raised; torch outputs
  *               kept per workspace
- *   _kda_ops.c  the four KDA calls and the boundary object
+ *   _kda_ops.c  the four KDA calls, the boundary object and the inputs
+ *               boundary object (its pack is in _ops.c, beside pack)
  *   _native.c   the module: its method table, small queries, init
  *
  * Internal to the module (hidden symbols, no prefix); nothing here is API.
@@ -124,6 +125,7 @@ PyObject *py_copy_batch(PyObject *self, PyObject *args);
 PyObject *py_workspace_bytes(PyObject *self, PyObject *xs);
 PyObject *py_readable(PyObject *self, PyObject *x);
 PyObject *py_describe(PyObject *self, PyObject *args);
+PyObject *py_kda_inputs_pack(PyObject *self, PyObject *args);
 
 /* ---- _kda_ops.c ---- */
 
@@ -136,5 +138,11 @@ PyObject *py_kda_kernel_name(PyObject *self, PyObject *k);
 PyObject *py_boundary_create(PyObject *self, PyObject *args);
 PyObject *py_boundary_close(PyObject *self, PyObject *cap);
 PyObject *py_boundary_last_copied(PyObject *self, PyObject *cap);
+PyObject *py_kda_inputs_create(PyObject *self, PyObject *args);
+PyObject *py_kda_inputs_close(PyObject *self, PyObject *cap);
+PyObject *py_kda_inputs_workspace_bytes(PyObject *self, PyObject *args);
+/* The inputs boundary of a capsule from kda_inputs_create, or NULL with an
+ * error set (not a capsule of ours, or closed). */
+sp_kda_inputs *kda_inputs_of(PyObject *cap);
 
 #endif

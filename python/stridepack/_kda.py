@@ -4,9 +4,10 @@ arrays in, one extension call that fills sp_kda_args and calls the library.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+import sys
+from typing import Any, Optional, Tuple, Union
 
-from . import _native
+from . import _api, _native
 from ._api import Array
 from ._errors import error
 
@@ -48,6 +49,12 @@ def kda_prefill(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Arra
     kda_workspace_bytes(...) bytes, which lets "auto" pick the two-pass
     kernel where it is faster and "chunked_two_pass" run."""
     gate_code, kernel_code = _codes(gate, kernel)
+    if _api.compiling():
+        _api._torch_ops.kda_prefill(
+            (q, k, v, g, beta, A_log, dt_bias, cu_seqlens, state, state_indices, o,
+             checkpoint_cu_starts, checkpoints, workspace),
+            gate_code, lower_bound, scale, checkpoint_interval, kernel_code, reference)
+        return
     arrays = (q, k, v, g, beta, A_log, dt_bias, cu_seqlens, state, state_indices, o,
               checkpoint_cu_starts, checkpoints)
     if reference:
@@ -80,6 +87,7 @@ class KdaBoundary:
     def __init__(self, device: Union[str, int, Any], max_tokens: int, max_heads: int) -> None:
         self._b = None
         self._b = _native.boundary_create(_parse_device(device), max_tokens, max_heads)
+        self.max_tokens, self.max_heads = int(max_tokens), int(max_heads)
 
     def run(self, q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Array,
             dt_bias: Array, cu_seqlens: Array, state: Array, state_indices: Array,
@@ -88,10 +96,21 @@ class KdaBoundary:
             checkpoint_cu_starts: Optional[Array] = None, checkpoints: Optional[Array] = None,
             kernel: str = "auto", workspace: Optional[Array] = None) -> None:
         """sp_kda_boundary_run; arguments as kda_prefill, q..beta any views
-        (without a workspace, the boundary's own serves the two-pass kernel)."""
+        (without a workspace, the boundary's own serves the two-pass kernel).
+        Under torch.compile this is the custom op stridepack::kda_boundary_run."""
+        gate_code, kernel_code = _codes(gate, kernel)
+        if _api.compiling():
+            T = q.shape[1] if q.dim() == 4 else 0
+            if T > self.max_tokens or (q.dim() == 4 and q.shape[2] > self.max_heads):
+                raise _refused("SP_ERR_CAPACITY", f"q: shape {list(q.shape)} exceeds the "
+                               f"boundary's {self.max_tokens} tokens x {self.max_heads} heads")
+            _api._torch_ops.kda_boundary_run(
+                self.max_heads, (q, k, v, g, beta, A_log, dt_bias, cu_seqlens, state,
+                               state_indices, o, checkpoint_cu_starts, checkpoints, workspace),
+                gate_code, lower_bound, scale, checkpoint_interval, kernel_code)
+            return
         if self._b is None:
             raise error("SP_ERR_INVALID_ARGUMENT", 1, "boundary: already closed")
-        gate_code, kernel_code = _codes(gate, kernel)
         _native.kda_boundary_run(
             self._b, (q, k, v, g, beta, A_log, dt_bias, cu_seqlens, state, state_indices, o,
                       checkpoint_cu_starts, checkpoints),
@@ -117,6 +136,129 @@ class KdaBoundary:
         self.close()
 
     # No __del__: the capsule frees the boundary when it is dropped.
+
+
+def _run_prefill_arrays(arrays, gate_code, lower_bound, scale, interval, kernel_code, reference):
+    """The eager body of stridepack::kda_prefill."""
+    *ts, workspace = arrays
+    if reference:
+        _native.kda_reference(tuple(ts), gate_code, lower_bound, scale, interval)
+    else:
+        _native.kda_prefill(tuple(ts), gate_code, lower_bound, scale, interval, kernel_code,
+                            workspace)
+
+
+KDA_INPUT_NAMES = ("q", "k", "v", "g", "beta")
+_codes_by_name = {}
+
+
+def _refused(status, message):
+    """The StridepackError for a status named `status`, its value read
+    from the library (sp_status_string), not written here."""
+    if not _codes_by_name:
+        for c in range(64):
+            _codes_by_name[_native.status_string(c).split(":", 1)[0]] = c
+    return error(status, _codes_by_name[status], message)
+
+
+class KdaInputs:
+    """The input boundary in front of any KDA kernel (sp_kda_inputs):
+    sized once for max_tokens x max_heads on `device` (as KdaBoundary), it
+    owns its workspace, so the packed copies are at the same addresses on
+    every call: the eager path and a CUDA graph are one path.
+
+        inputs = stridepack.KdaInputs("cuda", max_tokens=16384, max_heads=96)
+        q, k, v, g, beta = inputs.pack(q, k, v, g, beta)   # then any KDA kernel
+
+    pack() checks q, k, v, g ([1, T, H, 128]) and beta ([1, T, H]): bf16,
+    on the device, T <= max_tokens, H <= max_heads, views the library can
+    index, before anything is written (StridepackError otherwise). An input
+    that is already dense comes back as itself; the others are copied with
+    one kernel launch on the current stream (none when none need it). With
+    torch, the workspace is a torch tensor and the copies are torch tensors
+    viewing it (the same objects again on the next call with the same
+    views). While autograd records, each input comes back as .contiguous(),
+    with one FallbackWarning. Under torch.compile the copies are made by
+    the custom op stridepack::pack (new tensors the compiler owns)."""
+
+    def __init__(self, device: Union[str, int, Any], max_tokens: int, max_heads: int) -> None:
+        self._p = None
+        self.device = _parse_device(device)
+        self.max_tokens, self.max_heads = int(max_tokens), int(max_heads)
+        nbytes = _native.kda_inputs_workspace_bytes(self.max_tokens, self.max_heads)
+        self._ws = _workspace_array(self.device, nbytes)
+        self._p = _native.kda_inputs_create(self.device, self.max_tokens, self.max_heads,
+                                            self._ws if nbytes else None)
+
+    @property
+    def workspace_bytes(self) -> int:
+        """The bytes of the workspace this object owns."""
+        return _native.kda_inputs_workspace_bytes(self.max_tokens, self.max_heads)
+
+    def pack(self, q: Array, k: Array, v: Array, g: Array, beta: Array) -> Tuple[Array, ...]:
+        """(q, k, v, g, beta), each dense: the input itself or its copy."""
+        xs = [q, k, v, g, beta]
+        if _api.compiling():
+            self._check_traced(xs)
+            return tuple(_api._torch_ops.pack(xs))
+        if self._p is None:
+            raise _refused("SP_ERR_INVALID_ARGUMENT", "KdaInputs: already closed")
+        try:
+            return tuple(_native.kda_inputs_pack(self._p, xs, self._ws, self.device))
+        except _api.Fallback:  # autograd records: the framework's copies
+            _api._warn_once("autograd", "autograd is recording (an input requires grad): "
+                            "KdaInputs.pack uses per-tensor .contiguous() so that gradients flow")
+            return tuple(x.contiguous() for x in xs)
+
+    def _check_traced(self, xs):
+        """The contract on what a trace sees (shapes, dtypes, devices are
+        static there), so that a compiled call refuses what eager refuses."""
+        torch = sys.modules["torch"]
+        T, H = (xs[0].shape[1], xs[0].shape[2]) if xs[0].dim() == 4 else (-1, -1)
+        dev = torch.device("cpu") if self.device[0] == 0 else torch.device("cuda", self.device[1])
+        for name, x in zip(KDA_INPUT_NAMES, xs):
+            want = (1, T, H) if name == "beta" else (1, T, H, 128)
+            if x.dtype != torch.bfloat16:
+                raise _refused("SP_ERR_DTYPE_MISMATCH", f"{name}: dtype {x.dtype}, the KDA "
+                            "inputs are bf16")
+            if tuple(x.shape) != want or T < 0:
+                raise _refused("SP_ERR_SHAPE_MISMATCH", f"{name}: shape {list(x.shape)}, "
+                            f"expected {list(want)}")
+            if x.device != dev:
+                raise _refused("SP_ERR_DEVICE_MISMATCH", f"{name}: on {x.device}, the inputs "
+                            f"boundary serves {dev}")
+        if T > self.max_tokens or H > self.max_heads:
+            raise _refused("SP_ERR_CAPACITY", f"q: T = {T}, H = {H} exceed the inputs "
+                        f"boundary's {self.max_tokens} x {self.max_heads}")
+
+    def close(self) -> None:
+        """Free the library object; the workspace goes with this object."""
+        p, self._p = self._p, None
+        if p is not None:
+            _native.kda_inputs_close(p)
+
+    def __enter__(self) -> "KdaInputs":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _workspace_array(device, nbytes):
+    """The workspace of a KdaInputs: a torch tensor when torch is imported
+    (its packed copies are then torch tensors), else a NumPy array (CPU)."""
+    torch = sys.modules.get("torch")
+    n = max(nbytes, 1)
+    if torch is not None:
+        dev = torch.device("cpu") if device[0] == 0 else torch.device("cuda", device[1])
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise _refused("SP_ERR_NO_DEVICE", "device: torch sees no CUDA device")
+        return torch.empty(n, dtype=torch.uint8, device=dev)
+    if device[0] != 0:
+        raise _refused("SP_ERR_NO_DEVICE", "device: a CUDA KdaInputs needs torch imported "
+                    "first (its workspace is a torch tensor)")
+    import numpy
+    return numpy.empty(n, dtype=numpy.uint8)
 
 
 def _parse_device(device):

@@ -255,3 +255,78 @@ PyObject *py_boundary_last_copied(PyObject *self, PyObject *cap) {
     int st = sp_kda_boundary_last_copied(box->b, &n);
     return st == SP_OK ? PyLong_FromSize_t(n) : raise_status(st);
 }
+
+/* ---- the inputs boundary ------------------------------------------------- */
+
+typedef struct { sp_kda_inputs *p; } inputs_box;
+
+static void inputs_capsule_free(PyObject *cap) {
+    inputs_box *box = PyCapsule_GetPointer(cap, "stridepack.kda_inputs");
+    if (box) { sp_kda_inputs_destroy(box->p); PyMem_Free(box); }
+}
+
+sp_kda_inputs *kda_inputs_of(PyObject *cap) {
+    inputs_box *box = PyCapsule_GetPointer(cap, "stridepack.kda_inputs");
+    if (!box) return NULL;
+    if (!box->p) raise_sp(SP_ERR_INVALID_ARGUMENT, "KdaInputs: already closed");
+    return box->p;
+}
+
+/* kda_inputs_workspace_bytes(max_tokens, max_heads) -> int */
+PyObject *py_kda_inputs_workspace_bytes(PyObject *self, PyObject *args) {
+    (void)self;
+    long long T, H;
+    if (!PyArg_ParseTuple(args, "LL", &T, &H)) return NULL;
+    size_t bytes = 0;
+    int st = sp_kda_inputs_workspace_bytes(T, H, &bytes);
+    return st == SP_OK ? PyLong_FromSize_t(bytes) : raise_status(st);
+}
+
+/* kda_inputs_create((type, ordinal), max_tokens, max_heads, workspace):
+ * the workspace, an array the Python object keeps, is checked here as the
+ * pack checks its workspace (writable, dense, on the device). */
+PyObject *py_kda_inputs_create(PyObject *self, PyObject *args) {
+    (void)self;
+    int type, ordinal;
+    long long T, H;
+    PyObject *ws;
+    if (!PyArg_ParseTuple(args, "(ii)LLO", &type, &ordinal, &T, &H, &ws)) return NULL;
+    if (type == SP_DEVICE_CUDA && ordinal < 0) {
+        char m[128];
+        snprintf(m, sizeof m, "device: CUDA ordinal %d is negative (devices are numbered from 0)",
+                 ordinal);
+        return raise_sp(SP_ERR_INVALID_ARGUMENT, m);
+    }
+    sp_device d = {type, ordinal};
+    void *ptr = NULL;
+    size_t bytes = 0;
+    if (ws != Py_None) {
+        int fw = framework_of(ws);
+        if (fw < 0) return NULL;
+        view *wv = views_new(1, NULL);
+        if (!wv) return NULL;
+        int r = scratch_of(ws, fw, wv, d, 0, "workspace", &ptr, &bytes);
+        views_free(wv, 1, NULL);
+        if (r < 0) return NULL;
+    }
+    sp_kda_inputs *p = NULL;
+    int st = sp_kda_inputs_create(&p, d, T, H, bytes ? ptr : NULL, bytes);
+    if (st != SP_OK) return raise_status(st);
+    inputs_box *box = PyMem_Malloc(sizeof *box);
+    if (!box) { sp_kda_inputs_destroy(p); return PyErr_NoMemory(); }
+    box->p = p;
+    PyObject *cap = PyCapsule_New(box, "stridepack.kda_inputs", inputs_capsule_free);
+    if (!cap) { sp_kda_inputs_destroy(p); PyMem_Free(box); }
+    return cap;
+}
+
+PyObject *py_kda_inputs_close(PyObject *self, PyObject *cap) {
+    (void)self;
+    inputs_box *box = PyCapsule_GetPointer(cap, "stridepack.kda_inputs");
+    if (!box) return NULL;
+    sp_kda_inputs *p = box->p;
+    box->p = NULL;
+    int st = sp_kda_inputs_destroy(p);
+    if (st != SP_OK) return raise_status(st);
+    Py_RETURN_NONE;
+}

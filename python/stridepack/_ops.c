@@ -327,6 +327,33 @@ static PyObject *new_output(int fw, PyObject *ws, uintptr_t ws_ptr, uintptr_t sl
     return o;
 }
 
+/* The list of outputs of a pack: items[i] itself where out[i] is in[i],
+ * else an array of framework fw over the workspace ws (wv: its view) at
+ * out[i]'s slot, reused from the previous call into the same torch
+ * workspace when it still is what would be built. A workspace allocated
+ * for the call (temporary) dies with it: nothing is kept. */
+static PyObject *outputs_of(int fw, PyObject **items, Py_ssize_t n, const view *v,
+                            const sp_tensor *in, const sp_tensor *out, PyObject *ws,
+                            const view *wv, int temporary) {
+    ws_cache *c = fw == FW_TORCH && !temporary ? cache_for(ws) : NULL;
+    PyObject *result = PyList_New(n);
+    for (Py_ssize_t i = 0; result && i < n; i++) {
+        PyObject *o;
+        uintptr_t slot = (uintptr_t)out[i].data;
+        if (slot == (uintptr_t)in[i].data) {
+            o = items[i];
+            Py_INCREF(o);
+        } else if (!(o = c ? cached_out(c, slot, &v[i]) : NULL)) {
+            int cacheable = 0;
+            o = new_output(fw, ws, wv->ptr, slot, items[i], &cacheable);
+            if (!o) { Py_CLEAR(result); break; }
+            if (c && cacheable) cache_put(c, slot, &v[i], o);
+        }
+        PyList_SET_ITEM(result, i, o);
+    }
+    return result;
+}
+
 /* pack(tensors, workspace=None): on CUDA, on the framework's current stream */
 /* 1 when every item is a torch tensor that torch calls contiguous (sizes
  * of 1 may have any stride, as the library's density): one method call
@@ -420,23 +447,7 @@ PyObject *py_pack(PyObject *self, PyObject *args) {
         st = sp_pack(in, (size_t)n, ws_ptr, ws_bytes, out, NULL, (struct CUstream_st *)stream);
     }
     if (library_failed(st)) goto done;
-    /* A workspace allocated here dies with this call: nothing to keep. */
-    ws_cache *c = fw == FW_TORCH && !own_ws ? cache_for(ws) : NULL;
-    result = PyList_New(n);
-    for (Py_ssize_t i = 0; result && i < n; i++) {
-        PyObject *o;
-        uintptr_t slot = (uintptr_t)out[i].data;
-        if (slot == (uintptr_t)in[i].data) {
-            o = items[i];
-            Py_INCREF(o);
-        } else if (!(o = c ? cached_out(c, slot, &v[i]) : NULL)) {
-            int cacheable = 0;
-            o = new_output(fw, ws, wv->ptr, slot, items[i], &cacheable);
-            if (!o) { Py_CLEAR(result); break; }
-            if (c && cacheable) cache_put(c, slot, &v[i], o);
-        }
-        PyList_SET_ITEM(result, i, o);
-    }
+    result = outputs_of(fw, items, n, v, in, out, ws, wv, own_ws != NULL);
 done:
     views_free(v, n + 1, local);
     Py_XDECREF(own_ws);
@@ -547,11 +558,13 @@ static PyObject *copy_pairs(PyObject **srcs, PyObject **dsts, Py_ssize_t n, name
         }
     }
     if (torch_tensor && autograd_check(v, 2 * n) < 0) goto done;
+    /* The names are formatted only once a check has failed: a snprintf per
+     * array on every call was a measurable part of the host cost. */
+#define SP_NAMES_ (side_name(style, i, 0, sn, sizeof sn), side_name(style, i, 1, dn, sizeof dn))
     for (Py_ssize_t i = 0; i < n; i++) {
         const view *s = &v[2 * i], *d = &v[2 * i + 1];
-        side_name(style, i, 0, sn, sizeof sn);
-        side_name(style, i, 1, dn, sizeof dn);
         if (d->readonly) {
+            SP_NAMES_;
             snprintf(m, sizeof m, "%s: read-only", dn);
             raise_sp(SP_ERR_INVALID_ARGUMENT, m);
             goto done;
@@ -559,23 +572,27 @@ static PyObject *copy_pairs(PyObject **srcs, PyObject **dsts, Py_ssize_t n, name
         /* In the caller's terms, before the views become words of a unit. */
         if (s->ndim != d->ndim ||
             memcmp(s->shape, d->shape, sizeof(int64_t) * (size_t)s->ndim)) {
+            SP_NAMES_;
             snprintf(m, sizeof m, "%s: shape %s differs from %s %s", dn,
                      shape_text(d, a, sizeof a), sn, shape_text(s, b, sizeof b));
             raise_sp(SP_ERR_SHAPE_MISMATCH, m);
             goto done;
         }
         if (s->exact != d->exact || s->itemsize != d->itemsize) {
+            SP_NAMES_;
             snprintf(m, sizeof m, "%s: dtype %s differs from %s %s", dn, dtype_text(d, a, sizeof a),
                      sn, dtype_text(s, b, sizeof b));
             raise_sp(SP_ERR_DTYPE_MISMATCH, m);
             goto done;
         }
         if (pair_tensors(s, d, &pairs[i])) {
+            SP_NAMES_;
             snprintf(m, sizeof m, "%s: %s", sn, reason);
             raise_fallback("unsupported", i, m);
             goto done;
         }
     }
+#undef SP_NAMES_
     if (stream_fw >= 0 && stream_of(stream_fw, stream_dev, &stream) < 0)
         goto done;
     int cpu = 1, st;
@@ -701,4 +718,84 @@ PyObject *py_describe(PyObject *self, PyObject *args) {
     }
     views_free(v, 1, NULL);
     return res;
+}
+
+/* ---- kda_inputs_pack ------------------------------------------------------ */
+
+/* kda_inputs_pack(capsule, (q, k, v, g, beta), workspace, (type, ordinal)):
+ * the inputs boundary's pack (sp_kda_inputs_pack) into its workspace, an
+ * array on the boundary's device that the Python object owns; outputs as
+ * pack's. */
+PyObject *py_kda_inputs_pack(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *cap, *xs, *ws;
+    int dtype_, dord;
+    if (!PyArg_ParseTuple(args, "OOO(ii)", &cap, &xs, &ws, &dtype_, &dord)) return NULL;
+    const sp_device dev = {dtype_, dord};
+    sp_kda_inputs *p = kda_inputs_of(cap);
+    if (!p) return NULL;
+    PyObject *fast = as_fast_list(xs, "inputs");
+    if (!fast) return NULL;
+    enum { N = 5 };
+    static const char *const names[N] = {"q", "k", "v", "g", "beta"};
+    PyObject *result = NULL;
+    if (PySequence_Fast_GET_SIZE(fast) != N) {
+        PyErr_Format(PyExc_TypeError, "stridepack: KdaInputs.pack takes q, k, v, g, beta");
+        Py_DECREF(fast);
+        return NULL;
+    }
+    PyObject **items = PySequence_Fast_ITEMS(fast);
+    view local[N_LOCAL_VIEWS], *v = views_new(N + 1, local), *wv = v ? &v[N] : NULL;
+    sp_tensor in[N], out[N];
+    int fw = -1;
+    char m[800];
+    if (!v) goto done;
+    for (int i = 0; i < N; i++) {
+        int f = framework_of(items[i]);
+        if (f < 0) goto done;
+        if (fw >= 0 && f != fw) {
+            PyErr_Format(PyExc_TypeError, "stridepack: KdaInputs.pack takes one framework per "
+                         "call, got %s and %s", fw_names[fw], fw_names[f]);
+            goto done;
+        }
+        fw = f;
+        int r = read_view(items[i], f, &v[i], 0, 1);
+        if (r < 0) goto done;
+        if (r == 0) r = elements_tensor(&v[i], &in[i]);
+        if (r > 0) { /* not a view the library takes: the contract refuses it */
+            snprintf(m, sizeof m, "%s: %s", names[i], reason);
+            raise_sp(SP_ERR_INVALID_ARGUMENT, m);
+            goto done;
+        }
+    }
+    if (fw == FW_TORCH && autograd_check(v, N) < 0) goto done;
+    int wfw = framework_of(ws);
+    if (wfw < 0) goto done;
+    void *ws_ptr;
+    size_t ws_bytes;
+    /* The workspace was checked at creation; read again for its framework
+     * object and because a tensor's metadata can change in place. */
+    if (wfw != fw) {
+        PyErr_Format(PyExc_TypeError, "stridepack: KdaInputs.pack: %s inputs, but the "
+                     "workspace is %s (the framework of the first call)", fw_names[fw],
+                     fw_names[wfw]);
+        goto done;
+    }
+    if (scratch_of(ws, wfw, wv, dev, 0, "workspace", &ws_ptr, &ws_bytes) < 0) goto done;
+    uintptr_t stream = 0;
+    if (stream_of(fw, in[0].device, &stream) < 0) goto done;
+    int st;
+    if (in[0].device.type == SP_DEVICE_CPU) {
+        Py_BEGIN_ALLOW_THREADS
+        st = sp_kda_inputs_pack(p, in, out, NULL, NULL);
+        Py_END_ALLOW_THREADS
+    } else {
+        st = sp_kda_inputs_pack(p, in, out, NULL, (struct CUstream_st *)stream);
+    }
+    if (st != SP_OK) { raise_status(st); goto done; }
+    result = outputs_of(fw, items, N, v, in, out, ws, wv, 0);
+done:
+    views_free(v, N + 1, local);
+    Py_DECREF(fast);
+    return result;
 }

@@ -5,6 +5,23 @@
     stridepack::pack(Tensor[] xs) -> Tensor[]
         new dense copies of xs (functional): pack of the non-dense inputs
 
+    stridepack::kda_prefill(q, k, v, g, beta, A_log, dt_bias, cu_seqlens,
+        Tensor(a!) state, state_indices?, Tensor(b!) o, checkpoint_cu_starts?,
+        Tensor(c!)? checkpoints, Tensor(d!)? workspace, int gate, float lower_bound,
+        float scale, int checkpoint_interval, int kernel, bool reference) -> ()
+        kda_prefill (mutates state, o, checkpoints and the workspace)
+    stridepack::kda_boundary_run(int max_heads, <kda_prefill's arguments but
+        reference>) -> ()
+        KdaBoundary.run: q, k, v, g, beta any views, packed in one launch,
+        then the prefill. Under compile it does not use the boundary's own
+        workspaces: the pack allocates its copies (as stridepack::pack), and
+        where the boundary owns a two-pass workspace (CUDA, max_heads <= 32:
+        sp_kda_boundary_create) one of the size the call needs is allocated,
+        so that "auto" picks the kernel the eager call picks. A CUDA graph
+        that torch.compile records (mode="reduce-overhead") replays these
+        at addresses of its own pool, which the boundary's fixed-address
+        rules (warm-up and capture on the same views) would refuse.
+
 Each has a fake (meta) implementation, so a function that packs compiles
 with fullgraph=True. Only the traced call goes through them: stridepack.pack
 and friends check torch.compiler.is_compiling() and otherwise call the
@@ -18,12 +35,12 @@ ops are there.
 """
 
 import sys
-from typing import List
+from typing import List, Optional
 
 from . import _api
 
 _torch = None  # the torch module once the ops are registered
-_copy_op = _pack_op = None
+_copy_op = _pack_op = _prefill_op = _boundary_op = None
 
 
 def _copy_eager(srcs, dsts):
@@ -35,13 +52,14 @@ def _copy_eager(srcs, dsts):
 
 def register() -> bool:
     """Register the ops once torch is imported; True when they are there."""
-    global _torch, _copy_op, _pack_op
+    global _torch, _copy_op, _pack_op, _prefill_op, _boundary_op
     if _torch is not None:
         return True
     torch = sys.modules.get("torch")
     if torch is None or not hasattr(torch.library, "custom_op"):
         return False
     Tensor = torch.Tensor
+    from . import _kda
 
     @torch.library.custom_op("stridepack::copy_batch", mutates_args=("dsts",))
     def copy_batch(srcs: List[Tensor], dsts: List[Tensor]) -> None:
@@ -61,7 +79,57 @@ def register() -> bool:
     def _(xs):
         return [x.new_empty(x.shape) for x in xs]
 
+    written = ("state", "o", "checkpoints", "workspace")
+
+    @torch.library.custom_op("stridepack::kda_prefill", mutates_args=written)
+    def kda_prefill(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, A_log: Tensor,
+                    dt_bias: Tensor, cu_seqlens: Tensor, state: Tensor,
+                    state_indices: Optional[Tensor], o: Tensor,
+                    checkpoint_cu_starts: Optional[Tensor], checkpoints: Optional[Tensor],
+                    workspace: Optional[Tensor], gate: int, lower_bound: float, scale: float,
+                    checkpoint_interval: int, kernel: int, reference: bool) -> None:
+        _kda._run_prefill_arrays(
+            (q, k, v, g, beta, A_log, dt_bias, cu_seqlens, state, state_indices, o,
+             checkpoint_cu_starts, checkpoints, workspace),
+            gate, lower_bound, scale, checkpoint_interval, kernel, reference)
+
+    @kda_prefill.register_fake
+    def _(*args, **kwargs):
+        return None
+
+    @torch.library.custom_op("stridepack::kda_boundary_run", mutates_args=written)
+    def kda_boundary_run(max_heads: int, q: Tensor, k: Tensor, v: Tensor, g: Tensor,
+                         beta: Tensor, A_log: Tensor, dt_bias: Tensor, cu_seqlens: Tensor,
+                         state: Tensor, state_indices: Optional[Tensor], o: Tensor,
+                         checkpoint_cu_starts: Optional[Tensor], checkpoints: Optional[Tensor],
+                         workspace: Optional[Tensor], gate: int, lower_bound: float,
+                         scale: float, checkpoint_interval: int, kernel: int) -> None:
+        xs = [q, k, v, g, beta]
+        todo = [i for i, x in enumerate(xs) if not x.is_contiguous()]
+        dense = list(xs)
+        if todo:
+            outs = [torch.empty(xs[i].shape, dtype=xs[i].dtype, device=xs[i].device)
+                    for i in todo]
+            _copy_eager([xs[i] for i in todo], outs)
+            for i, d in zip(todo, outs):
+                dense[i] = d
+        arrays = (*dense, A_log, dt_bias, cu_seqlens, state, state_indices, o,
+                  checkpoint_cu_starts, checkpoints)
+        if workspace is None and q.is_cuda and 0 < max_heads <= 32:
+            need = _kda._native.kda_workspace_bytes(arrays, gate, lower_bound, scale,
+                                                    checkpoint_interval)
+            if need > 0:
+                workspace = torch.empty(need, dtype=torch.uint8, device=q.device)
+        _kda._run_prefill_arrays((*arrays, workspace), gate, lower_bound, scale,
+                                 checkpoint_interval, kernel, False)
+
+    @kda_boundary_run.register_fake
+    def _(*args, **kwargs):
+        return None
+
     _torch = torch
+    _prefill_op = torch.ops.stridepack.kda_prefill.default
+    _boundary_op = torch.ops.stridepack.kda_boundary_run.default
     _copy_op = torch.ops.stridepack.copy_batch.default
     _pack_op = torch.ops.stridepack.pack.default
     _api._torch_ops = sys.modules[__name__]
@@ -85,3 +153,16 @@ def pack(tensors):
         for i, o in zip(todo, _pack_op([xs[i] for i in todo])):
             outs[i] = o
     return outs
+
+
+def kda_prefill(arrays, gate, lower_bound, scale, interval, kernel, reference):
+    """The traced form of stridepack.kda_prefill (arrays: its 13 arrays and
+    the workspace)."""
+    _prefill_op(*arrays, int(gate), float(lower_bound), float(scale), int(interval), int(kernel),
+                bool(reference))
+
+
+def kda_boundary_run(max_heads, arrays, gate, lower_bound, scale, interval, kernel):
+    """The traced form of KdaBoundary.run."""
+    _boundary_op(int(max_heads), *arrays, int(gate), float(lower_bound), float(scale),
+                 int(interval), int(kernel))

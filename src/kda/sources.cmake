@@ -6,6 +6,7 @@ set(SP_KDA_C_SOURCES
   kda/prefill_cpu.c  # fp32 CPU prefill (OpenMP over sequence x head)
   kda/reference.c    # float64 reference
   kda/boundary.c     # input boundary: check, one sp_pack, prefill
+  kda/inputs.c       # the inputs boundary alone, for other KDA kernels
 )
 set(SP_KDA_CUDA_SOURCES
   kda/cuda/prefill.cu    # CUDA entry: parameters, the chosen kernel's launch

@@ -554,6 +554,154 @@ class KdaWorkspace(unittest.TestCase):
                     self.o.fill_(7.0)
 
 
+def kda_layer_inputs(gen, T, H, lengths=None):
+    """K3 views (q, k, v column slices of [T, 3P]; g the first T rows of a
+    longer buffer; beta at column 128 of [T, 128 + H]) with valid values,
+    the prefill's other arguments, and the buffers behind the views."""
+    P = H * 128
+    qkv = (torch.rand(T, 3 * P, device=DEV, generator=gen) * 2 - 1).bfloat16()
+    fab = (torch.rand(T, 128 + H, device=DEV, generator=gen) * 6 - 3).bfloat16()
+    gbuf = (torch.rand(T + 5, H, 128, device=DEV, generator=gen) * 4 - 2).bfloat16()
+    views = dict(q=qkv[:, :P].view(1, T, H, 128), k=qkv[:, P:2 * P].view(1, T, H, 128),
+                 v=qkv[:, 2 * P:].view(1, T, H, 128), g=gbuf[:T].unsqueeze(0),
+                 beta=fab[:, 128:].view(1, T, H))
+    lengths = lengths or [T]
+    cu = [0]
+    for n in lengths:
+        cu.append(cu[-1] + n)
+    N = len(lengths)
+    params = dict(A_log=torch.rand(H, device=DEV, generator=gen) - 0.5,
+                  dt_bias=torch.rand(H * 128, device=DEV, generator=gen) - 0.5,
+                  cu_seqlens=torch.tensor(cu, dtype=torch.int64, device=DEV),
+                  state_indices=torch.arange(N, dtype=torch.int32, device=DEV))
+    state0 = 0.1 * torch.randn(N, H, 128, 128, device=DEV, generator=gen)
+    return views, params, state0, (qkv, fab, gbuf)
+
+
+class KdaInputsGpu(unittest.TestCase):
+    def test_eager_one_launch_and_graph_replay(self):
+        gen = torch.Generator(device=DEV).manual_seed(50)
+        views, _, _, bufs = kda_layer_inputs(gen, 1000, 8)
+        xs = [views[n] for n in ("q", "k", "v", "g", "beta")]
+        inputs = sp.KdaInputs(DEV, 1024, 8)
+        n = sp.copy_pass_count()
+        out = inputs.pack(*xs)
+        self.assertEqual(sp.copy_pass_count() - n, 1)
+        torch.cuda.synchronize()
+        for x, o in zip(xs, out):
+            self.assertTrue(bits_equal(o, x.contiguous()))
+        self.assertIs(out[3], xs[3])
+        got = []
+        graph = capture(lambda: got.append(inputs.pack(*xs)))
+        self.assertTrue(all(a.data_ptr() == b.data_ptr() for a, b in zip(got[-1], out)))
+        for b in bufs:
+            b.copy_(rand_bf16(gen, *b.shape))
+        for o in out[:3] + out[4:]:
+            o.view(torch.int16).fill_(POISON)
+        graph.replay()
+        torch.cuda.synchronize()
+        for x, o in zip(xs, out):
+            self.assertTrue(bits_equal(o, x.contiguous()), "replay did not copy new contents")
+        with self.assertRaises(sp.StridepackError) as cm:
+            inputs.pack(*[x.cpu() for x in xs])
+        self.assertEqual(cm.exception.status, "SP_ERR_DEVICE_MISMATCH")
+
+
+@unittest.skipUnless(HAVE_OPS and sp.kda_available(),
+                     "needs torch.library.custom_op and the KDA part")
+class CompiledKda(unittest.TestCase):
+    """torch.compile of a layer that runs KdaBoundary.run / kda_prefill /
+    KdaInputs.pack: no graph break, bit-equal to eager, and recorded as a
+    CUDA graph by mode="reduce-overhead"."""
+
+    def setUp(self):
+        torch._dynamo.reset()
+        self.assertTrue(sp.register_torch_ops())
+        self.gen = torch.Generator(device=DEV).manual_seed(51)
+
+    def run_case(self, T, H, lengths, max_heads):
+        views, params, state0, bufs = kda_layer_inputs(self.gen, T, H, lengths)
+        b = sp.KdaBoundary(DEV, T, max_heads)
+
+        def layer(q, k, v, g, beta, state, o):
+            b.run(q, k, v, g, beta, **params, state=state, o=o)
+            return o.view(torch.int16).sum()
+
+        o_e, s_e = torch.empty(1, T, H, 128, dtype=torch.bfloat16, device=DEV), state0.clone()
+        layer(**views, state=s_e, o=o_e)
+        compiled = torch.compile(layer, fullgraph=True)
+        o_c, s_c = torch.empty_like(o_e), state0.clone()
+        total = compiled(**views, state=s_c, o=o_c)
+        torch.cuda.synchronize()
+        self.assertTrue(bits_equal(o_c, o_e), f"o differs T={T} H={H}")
+        self.assertTrue(torch.equal(s_c.view(torch.int32), s_e.view(torch.int32)), "state")
+        self.assertEqual(total.item(), o_e.view(torch.int16).sum().item())
+        return views, params, state0, bufs, b
+
+    def test_boundary_fullgraph_bit_equal(self):
+        self.run_case(300, 4, [100, 200], 4)    # two-pass workspace (few heads)
+        torch._dynamo.reset()
+        self.run_case(256, 8, [1, 0, 255], 64)  # no own workspace; short and empty sequences
+
+    def test_prefill_fullgraph_bit_equal(self):
+        views, params, state0, _ = kda_layer_inputs(self.gen, 200, 4)
+        dense = {n: x.contiguous() for n, x in views.items()}
+
+        def fn(q, k, v, g, beta, state, o):
+            sp.kda_prefill(q, k, v, g, beta, **params, state=state, o=o, kernel="chunked")
+
+        o_e, s_e = torch.empty(1, 200, 4, 128, dtype=torch.bfloat16, device=DEV), state0.clone()
+        fn(**dense, state=s_e, o=o_e)
+        o_c, s_c = torch.empty_like(o_e), state0.clone()
+        torch.compile(fn, fullgraph=True)(**dense, state=s_c, o=o_c)
+        torch.cuda.synchronize()
+        self.assertTrue(bits_equal(o_c, o_e))
+        self.assertTrue(torch.equal(s_c.view(torch.int32), s_e.view(torch.int32)))
+
+    def test_reduce_overhead_records_a_graph(self):
+        from torch._dynamo.utils import counters
+        T, H = 256, 4
+        views, params, state0, bufs = kda_layer_inputs(self.gen, T, H, [56, 200])
+        b = sp.KdaBoundary(DEV, T, H)
+        inputs = sp.KdaInputs(DEV, T, H)
+
+        def layer(qkv, fab, gbuf, state):
+            P = H * 128
+            q, k, v = (qkv[:, i * P:(i + 1) * P].view(1, T, H, 128) for i in range(3))
+            g, beta = gbuf[:T].unsqueeze(0), fab[:, 128:].view(1, T, H)
+            s = state.clone()
+            o = torch.empty(1, T, H, 128, dtype=torch.bfloat16, device=qkv.device)
+            b.run(q, k, v, g, beta, **params, state=s, o=o)
+            dq, dk, _, _, _ = inputs.pack(q, k, v, g, beta)
+            return o, s, dq.view(torch.int16) ^ dk.view(torch.int16)
+
+        counters.clear()
+        compiled = torch.compile(layer, mode="reduce-overhead", fullgraph=True)
+        for _ in range(4):  # warm-up, record, replays with new contents
+            bufs[0].copy_((torch.rand(bufs[0].shape, device=DEV, generator=self.gen) * 2 - 1).bfloat16())
+            bufs[1].copy_((torch.rand(bufs[1].shape, device=DEV, generator=self.gen) * 6 - 3).bfloat16())
+            bufs[2].copy_((torch.rand(bufs[2].shape, device=DEV, generator=self.gen) * 4 - 2).bfloat16())
+            got = [t.clone() for t in compiled(*bufs, state0)]
+            want = layer(*bufs, state0)
+            torch.cuda.synchronize()
+            self.assertTrue(bits_equal(got[0], want[0]), "o")
+            self.assertTrue(torch.equal(got[1].view(torch.int32), want[1].view(torch.int32)))
+            self.assertTrue(torch.equal(got[2], want[2]))
+        self.assertEqual(counters["inductor"]["cudagraph_skips"], 0,
+                         "torch.compile skipped the CUDA graph")
+
+    def test_eager_kda_calls_do_not_dispatch(self):
+        views, params, state0, _ = kda_layer_inputs(self.gen, 64, 4)
+        b = sp.KdaBoundary(DEV, 64, 4)
+        inputs = sp.KdaInputs(DEV, 64, 4)
+        o, s = torch.empty(1, 64, 4, 128, dtype=torch.bfloat16, device=DEV), state0.clone()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            b.run(**views, **params, state=s, o=o)
+            inputs.pack(*views.values())
+        names = [e.name for e in prof.events()]
+        self.assertFalse([n for n in names if "stridepack" in n], names)
+
+
 @unittest.skipUnless(torch.cuda.device_count() >= 2, "needs two CUDA devices")
 class SecondGpu(unittest.TestCase):
     def test_pack_on_cuda1_while_cuda0_is_current(self):

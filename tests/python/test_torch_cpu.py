@@ -396,5 +396,80 @@ class NoObjectMemoryReads(unittest.TestCase):
         self.assertIsInstance(_native.direct_reads(), bool)
 
 
+class KdaInputsCpu(unittest.TestCase):
+    """stridepack.KdaInputs on the CPU with torch: the K3 views come back
+    dense and bit-equal to .contiguous(), dense ones as themselves, in one
+    copy pass (none when none is strided), the same output objects again;
+    bad inputs refused before anything is written; autograd falls back to
+    .contiguous() with one warning."""
+
+    def setUp(self):
+        self.gen = torch.Generator().manual_seed(40)
+        T, H = 50, 3
+        P = H * 128
+
+        def bits(*shape):
+            return torch.randint(-32768, 32768, shape, dtype=torch.int16,
+                                 generator=self.gen).view(torch.bfloat16)
+        self.qkv, self.fab, gbuf = bits(T, 3 * P), bits(T, 128 + H), bits(T + 3, H, 128)
+        self.xs = [self.qkv[:, i * P:(i + 1) * P].view(1, T, H, 128) for i in range(3)]
+        self.xs += [gbuf[:T].unsqueeze(0), self.fab[:, 128:].view(1, T, H)]
+        self.inputs = sp.KdaInputs("cpu", 64, 4)
+
+    def test_k3_one_pass_then_dense_none(self):
+        n = sp.copy_pass_count()
+        out = self.inputs.pack(*self.xs)
+        self.assertEqual(sp.copy_pass_count() - n, 1)
+        for x, o in zip(self.xs, out):
+            self.assertTrue(o.is_contiguous())
+            self.assertTrue(bits_equal(o, x.contiguous()))
+        self.assertIs(out[3], self.xs[3])
+        again = self.inputs.pack(*self.xs)
+        self.assertTrue(all(a is b for a, b in zip(out, again)))
+        dense = [x.contiguous() for x in self.xs]
+        n = sp.copy_pass_count()
+        self.assertTrue(all(a is b for a, b in zip(self.inputs.pack(*dense), dense)))
+        self.assertEqual(sp.copy_pass_count(), n)
+        # Only beta strided: one input copied, the rest themselves.
+        mixed = dense[:4] + [self.xs[4]]
+        got = self.inputs.pack(*mixed)
+        self.assertTrue(all(a is b for a, b in zip(got[:4], dense[:4])))
+        self.assertTrue(bits_equal(got[4], self.xs[4].contiguous()))
+
+    def test_refused_before_anything_is_written(self):
+        ws = self.inputs._ws
+        ws.fill_(0x5A)
+        q, k, v, g, beta = self.xs
+        cases = [((q, k, v.float(), g, beta), "SP_ERR_DTYPE_MISMATCH", "v: dtype f32"),
+                 ((q, k, v, g, beta[:, :, :2]), "SP_ERR_SHAPE_MISMATCH", "beta: shape [1, 50, 2]"),
+                 ((q, k[:, :49], v, g, beta), "SP_ERR_SHAPE_MISMATCH", "k: shape [1, 49, 3, 128]"),
+                 ((torch.zeros(1, 70, 3, 128, dtype=torch.bfloat16), k, v, g, beta),
+                  "SP_ERR_CAPACITY", "q: T = 70 exceeds")]
+        for args, status, text in cases:
+            n = sp.copy_pass_count()
+            with self.assertRaises(sp.StridepackError) as cm:
+                self.inputs.pack(*args)
+            self.assertEqual(cm.exception.status, status)
+            self.assertIn(text, cm.exception.message)
+            self.assertEqual(sp.copy_pass_count(), n)
+            self.assertTrue(bool((ws == 0x5A).all()), "workspace written")
+
+    def test_autograd_falls_back_once(self):
+        _api._reset_warnings()
+        q = self.xs[0].detach().clone().requires_grad_()
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            for _ in range(3):
+                out = self.inputs.pack(q, *self.xs[1:])
+        self.assertEqual(len([x for x in w if issubclass(x.category, sp.FallbackWarning)]), 1)
+        self.assertTrue(out[0].requires_grad)
+        self.assertTrue(bits_equal(out[1], self.xs[1].contiguous()))
+
+    def test_closed(self):
+        self.inputs.close()
+        with self.assertRaises(sp.StridepackError):
+            self.inputs.pack(*self.xs)
+
+
 if __name__ == "__main__":
     sp_unittest.main(__name__)
