@@ -160,6 +160,12 @@ sp_status sp_overlap_error_(const sp_overlap_hit_ *h, const char *a, const char 
 sp_status sp_check_disjoint_(const sp_view_ref_ *views, const char *const *names, size_t n,
                              const char *shares);
 
+/* A pack workspace of `bytes` (> 0) owned by a library object: device
+ * memory on a CUDA device, else host memory aligned to SP_PACK_ALIGN. */
+sp_status sp_workspace_alloc_(sp_device dev, size_t bytes, void **p);
+/* Free what sp_workspace_alloc_ gave on dev; NULL is a no-op. */
+sp_status sp_workspace_free_(sp_device dev, void *p);
+
 /* sp_pack after its checks, for callers that made them (the KDA boundary):
  * n <= SP_MAX_PAIRS_PER_LAUNCH inputs that are well-formed views, aligned, on one
  * usable device, and a workspace of at least sp_pack_workspace_bytes.

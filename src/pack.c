@@ -4,6 +4,7 @@
 #include "internal.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define SP_PACK_STACK SP_MAX_PAIRS_PER_LAUNCH /* inputs, all on the stack */
@@ -53,6 +54,22 @@ static sp_status workspace_need(const sp_tensor *inputs, size_t n, uint64_t *nee
     }
     *need = total ? total + SP_PACK_ALIGN - 1 : 0;
     SP_REQUIRE(*need >= total && *need <= SIZE_MAX, SP_ERR_OVERFLOW, "inputs: workspace size overflows");
+    return SP_OK;
+}
+
+sp_status sp_workspace_alloc_(sp_device dev, size_t bytes, void **p) {
+    *p = NULL;
+    if (dev.type == SP_DEVICE_CUDA) return sp_cuda_alloc_(dev.ordinal, bytes, p, "workspace");
+    SP_REQUIRE(bytes <= SIZE_MAX - SP_PACK_ALIGN, SP_ERR_OVERFLOW, "workspace: %zu bytes", bytes);
+    const size_t rounded = (bytes + SP_PACK_ALIGN - 1) / SP_PACK_ALIGN * SP_PACK_ALIGN;
+    *p = aligned_alloc(SP_PACK_ALIGN, rounded);
+    SP_REQUIRE(*p, SP_ERR_OUT_OF_MEMORY, "workspace: no memory for %zu bytes", rounded);
+    return SP_OK;
+}
+
+sp_status sp_workspace_free_(sp_device dev, void *p) {
+    if (dev.type == SP_DEVICE_CUDA) return sp_cuda_free_(dev.ordinal, p);
+    free(p);
     return SP_OK;
 }
 

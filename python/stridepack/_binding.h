@@ -133,6 +133,7 @@ PyObject *py_kda_prefill(PyObject *self, PyObject *args);
 PyObject *py_kda_reference(PyObject *self, PyObject *args);
 PyObject *py_kda_boundary_run(PyObject *self, PyObject *args);
 PyObject *py_kda_workspace_bytes(PyObject *self, PyObject *args);
+PyObject *py_kda_reads_in_place(PyObject *self, PyObject *x);
 PyObject *py_kda_available(PyObject *self, PyObject *unused);
 PyObject *py_kda_kernel_name(PyObject *self, PyObject *k);
 PyObject *py_boundary_create(PyObject *self, PyObject *args);

@@ -172,6 +172,28 @@ PyObject *py_kda_workspace_bytes(PyObject *self, PyObject *args) {
     return kda_call(KDA_WORKSPACE_BYTES, NULL, ts, gate, lb, scale, interval, 0, Py_None);
 }
 
+/* kda_reads_in_place(x) -> whether sp_kda_prefill reads the input x (q, k,
+ * v or g) where it lies (sp_kda_reads_in_place): what the traced boundary
+ * leaves uncopied. */
+PyObject *py_kda_reads_in_place(PyObject *self, PyObject *x) {
+    (void)self;
+    view local[1];
+    view *v = views_new(1, local);
+    PyObject *result = NULL;
+    sp_tensor t;
+    if (!v) return NULL;
+    const int fw = framework_of(x);
+    if (fw >= 0) {
+        const int r = read_view(x, fw, v, 0, 0);
+        if (r == 0 && v->exact >= 0 && elements_tensor(v, &t) == 0)
+            result = PyBool_FromLong(sp_kda_reads_in_place(&t));
+        else if (r >= 0)
+            result = PyBool_FromLong(0); /* not a view stridepack can read: copy it */
+    }
+    views_free(v, 1, local);
+    return result;
+}
+
 /* kda_available() -> whether the linked library's KDA prefill runs: one
  * CPU prefill of one token and one head, tried once. */
 PyObject *py_kda_available(PyObject *self, PyObject *unused) {

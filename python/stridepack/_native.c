@@ -72,6 +72,8 @@ static PyMethodDef methods[] = {
     METH("kda_boundary_run", py_kda_boundary_run, METH_VARARGS,
          "kda_boundary_run(boundary, arrays, gate, lower_bound, scale, interval, kernel, "
          "workspace)"),
+    METH("kda_reads_in_place", py_kda_reads_in_place, METH_O,
+         "kda_reads_in_place(x) -> bool: the prefill reads this q, k, v or g where it lies"),
     METH("kda_workspace_bytes", py_kda_workspace_bytes, METH_VARARGS,
          "kda_workspace_bytes(arrays, gate, lower_bound, scale, interval) -> int"),
     METH("kda_available", py_kda_available, METH_NOARGS,

@@ -105,7 +105,9 @@ def register() -> bool:
                          workspace: Optional[Tensor], gate: int, lower_bound: float,
                          scale: float, checkpoint_interval: int, kernel: int) -> None:
         xs = [q, k, v, g, beta]
-        todo = [i for i, x in enumerate(xs) if not x.is_contiguous()]
+        # As the boundary: copy only what the prefill cannot read in place
+        # (beta it always reads).
+        todo = [i for i in range(4) if not _kda._native.kda_reads_in_place(xs[i])]
         dense = list(xs)
         if todo:
             outs = [torch.empty(xs[i].shape, dtype=xs[i].dtype, device=xs[i].device)

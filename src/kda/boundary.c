@@ -93,16 +93,7 @@ sp_status sp_kda_boundary_create(sp_kda_boundary **out, sp_device dev, int64_t m
         }
     }
     if (bytes > 0) {
-        sp_status s = SP_OK;
-        if (dev.type == SP_DEVICE_CUDA) {
-            s = sp_cuda_alloc_(dev.ordinal, bytes, &b->workspace, "workspace");
-        } else {
-            size_t rounded = (bytes + SP_PACK_ALIGN - 1) / SP_PACK_ALIGN * SP_PACK_ALIGN;
-            b->workspace = aligned_alloc(SP_PACK_ALIGN, rounded);
-            if (!b->workspace)
-                s = sp_set_error_(SP_ERR_OUT_OF_MEMORY, "workspace: no memory for %zu bytes",
-                                 rounded);
-        }
+        sp_status s = sp_workspace_alloc_(dev, bytes, &b->workspace);
         if (s != SP_OK) {
             (void)sp_cuda_free_(dev.ordinal, b->kda_workspace);
             free(b);
@@ -219,13 +210,11 @@ sp_status sp_kda_boundary_last_copied(const sp_kda_boundary *b, size_t *n_copied
 
 sp_status sp_kda_boundary_destroy(sp_kda_boundary *b) {
     if (!b) return SP_OK;
-    sp_status s = SP_OK;
-    if (b->dev.type == SP_DEVICE_CUDA) {
-        s = sp_cuda_free_(b->dev.ordinal, b->workspace);
-        sp_status s2 = sp_cuda_free_(b->dev.ordinal, b->kda_workspace);
+    sp_status s = sp_workspace_free_(b->dev, b->workspace);
+    if (b->kda_workspace) { /* CUDA only */
+        const sp_status s2 = sp_cuda_free_(b->dev.ordinal, b->kda_workspace);
         if (s == SP_OK) s = s2;
-    } else
-        free(b->workspace);
+    }
     free(b);
     return s;
 }

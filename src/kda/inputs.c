@@ -75,17 +75,8 @@ sp_status sp_kda_inputs_create(sp_kda_inputs **out, sp_device dev, int64_t max_t
     p->workspace = workspace;
     p->workspace_bytes = workspace ? workspace_bytes : need;
     if (!workspace && need > 0) {
-        sp_status s = SP_OK;
         p->owned = 1;
-        if (dev.type == SP_DEVICE_CUDA) {
-            s = sp_kda_cuda_alloc_(dev.ordinal, need, &p->workspace);
-        } else {
-            size_t rounded = (need + SP_PACK_ALIGN - 1) / SP_PACK_ALIGN * SP_PACK_ALIGN;
-            p->workspace = aligned_alloc(SP_PACK_ALIGN, rounded);
-            if (!p->workspace)
-                s = sp_set_error_(SP_ERR_OUT_OF_MEMORY, "workspace: no memory for %zu bytes",
-                                  rounded);
-        }
+        const sp_status s = sp_workspace_alloc_(dev, need, &p->workspace);
         if (s != SP_OK) {
             free(p);
             return s;
@@ -155,10 +146,7 @@ sp_status sp_kda_inputs_pack(sp_kda_inputs *p, const sp_tensor in[5], sp_tensor 
 sp_status sp_kda_inputs_destroy(sp_kda_inputs *p) {
     if (!p) return SP_OK;
     sp_status s = SP_OK;
-    if (p->owned) {
-        if (p->dev.type == SP_DEVICE_CUDA) s = sp_kda_cuda_free_(p->dev.ordinal, p->workspace);
-        else free(p->workspace);
-    }
+    if (p->owned) s = sp_workspace_free_(p->dev, p->workspace);
     free(p);
     return s;
 }

@@ -501,6 +501,24 @@ class Kda(unittest.TestCase):
         self.assertGreater(np.linalg.norm(ref), 0)
         self.assertLess(np.linalg.norm(got - ref) / np.linalg.norm(ref), 2e-2)
 
+    def test_reads_in_place_is_the_librarys_rule(self):
+        T, H = self.T, self.H
+        P = H * 128
+        qkv = np.zeros((T, 3 * P + 8), np.uint16)
+
+        def rule(x):  # the header's rule, written here independently
+            rows = x.strides[-1] == 2 and all(s % 16 == 0 for s in x.strides[1:3])
+            return x.flags.c_contiguous or (rows and x.ctypes.data % 16 == 0)
+
+        for name, x in [("q", qkv[:, :P]), ("k", qkv[:, P:2 * P]), ("shifted", qkv[:, 4:P + 4]),
+                        ("dense", np.zeros((T, P), np.uint16)), ("every other channel",
+                        qkv[:, :2 * P:2])]:
+            x = x.reshape(1, T, H, 128)
+            with self.subTest(view=name):
+                self.assertEqual(sp._native.kda_reads_in_place(Bf16View(x)), rule(x))
+        self.assertFalse(rule(qkv[:, 4:P + 4].reshape(1, T, H, 128)) and
+                         rule(qkv[:, :P].reshape(1, T, H, 128)))  # the cases differ
+
     def test_boundary_errors(self):
         rng = np.random.default_rng(11)
         views, params, state = self.inputs(rng)
