@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""bench_layer.py — the KDA layer's input boundary in front of each prefill
-(issue 22, "The layer benchmark"): at K3 TP1 (T = 16384, H = 96) and TP8
+"""bench_layer.py — the KDA layer's input boundary in front of each prefill:
+at K3 TP1 (T = 16384, H = 96) and TP8
 (H = 12), in one process on one GPU, each consumer timed after each input
 preparation:
   torch_copies     the engine's way today: .contiguous() of each strided
