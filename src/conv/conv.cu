@@ -499,10 +499,61 @@ static FN void conv_thread(const conv_params &p, int64_t bx, int64_t tiles, int6
     }
 }
 
+/* A slot's W-1 inputs of 8 channels as stored in the dense layout (tap j
+ * of channel i is element i*(W-1)+j: W-1 16-byte vectors), whatever the
+ * pool's strides: decode keeps its windows in this form while in flight,
+ * half the registers of fp32. */
+template <int W> struct window {
+    bf8 v[W - 1];
+};
+
+template <int W> static FN void window_load(const conv_params &p, int64_t slot, int64_t c0,
+                                            window<W> &r) {
+    const uint16_t *base = p.state + slot * p.s_slot;
+    if (p.state_vec) {
+        UNROLL
+        for (int k = 0; k < W - 1; k++) r.v[k] = load16(base + c0 * (W - 1) + k * VEC);
+        return;
+    }
+    UNROLL
+    for (int k = 0; k < W - 1; k++) r.v[k] = bf8{{0, 0, 0, 0}};
+    UNROLL
+    for (int i = 0; i < VEC; i++) {
+        if (c0 + i >= p.C) break;
+        UNROLL
+        for (int j = 0; j < W - 1; j++)
+            put(r.v[(i * (W - 1) + j) / VEC], (i * (W - 1) + j) % VEC,
+                base[(c0 + i) * p.s_c + j * p.s_j]);
+    }
+}
+
+template <int W> static FN void window_store(const conv_params &p, int64_t slot, int64_t c0,
+                                             const window<W> &r) {
+    uint16_t *base = p.state + slot * p.s_slot;
+    if (p.state_vec) {
+        UNROLL
+        for (int k = 0; k < W - 1; k++) {
+            uint4 *at = (uint4 *)(base + c0 * (W - 1) + k * VEC);
+            must_align(at, 16);
+            *at = to_uint4(r.v[k]);
+        }
+        return;
+    }
+    UNROLL
+    for (int i = 0; i < VEC; i++) {
+        if (c0 + i >= p.C) break;
+        UNROLL
+        for (int j = 0; j < W - 1; j++)
+            base[(c0 + i) * p.s_c + j * p.s_j] =
+                get(r.v[(i * (W - 1) + j) / VEC], (i * (W - 1) + j) % VEC);
+    }
+}
+
 /* Decode: sequences [n0, n1) (token n is sequence n), channels from c0.
  * Nothing but loads and stores: the slot index, then the window and the
  * input of DBATCH sequences in flight together before the first is used,
- * the weights read once for all of them. */
+ * the weights read once for all of them. The new window is the old one
+ * moved on by the input: the same bf16 bits, moved, not converted. */
 template <int W, int SILU>
 static FN void decode_thread(const conv_params &p, int64_t n0, int64_t n1, int64_t c0) {
     if (c0 >= p.C) return;
@@ -512,7 +563,7 @@ static FN void decode_thread(const conv_params &p, int64_t n0, int64_t n1, int64
     for (int64_t n = n0; n < n1; n += DBATCH) {
         int32_t slot[DBATCH];
         bf8 x[DBATCH];
-        float z[DBATCH][W - 1][VEC];
+        window<W> r[DBATCH];
         UNROLL
         for (int b = 0; b < DBATCH; b++) {
             slot[b] = -1;
@@ -522,12 +573,27 @@ static FN void decode_thread(const conv_params &p, int64_t n0, int64_t n1, int64
         }
         UNROLL
         for (int b = 0; b < DBATCH; b++)
-            if (slot[b] >= 0 && slot[b] < p.slots) state_io<W>(p, slot[b], c0, z[b], false);
+            if (slot[b] >= 0 && slot[b] < p.slots) window_load<W>(p, slot[b], c0, r[b]);
         UNROLL
         for (int b = 0; b < DBATCH; b++) {
             if (slot[b] < 0 || slot[b] >= p.slots) continue; /* padded: nothing written */
-            store_out(p, si, n + b, c0, step<W, SILU>(w, bias, z[b], x[b]));
-            state_io<W>(p, slot[b], c0, z[b], true);
+            float z[W - 1][VEC];
+            UNROLL
+            for (int i = 0; i < VEC; i++)
+                UNROLL
+                for (int j = 0; j < W - 1; j++)
+                    z[j][i] = widen(get(r[b].v[(i * (W - 1) + j) / VEC], (i * (W - 1) + j) % VEC));
+            store_out(p, si, n + b, c0, step<W, SILU>(w, bias, z, x[b]));
+            window<W> o = {}; /* every half is set below */
+            UNROLL
+            for (int i = 0; i < VEC; i++)
+                UNROLL
+                for (int j = 0; j < W - 1; j++) {
+                    const int k = i * (W - 1) + j, from = k + 1; /* tap j+1, or the input */
+                    put(o.v[k / VEC], k % VEC,
+                        j < W - 2 ? get(r[b].v[from / VEC], from % VEC) : get(x[b], i));
+                }
+            window_store<W>(p, slot[b], c0, o);
         }
     }
 }
