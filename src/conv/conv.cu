@@ -289,6 +289,15 @@ static FN bf8 step(const float (&w)[VEC][W], const float (&bias)[VEC], float (&z
 }
 
 
+/* Ask for the line at `at` to be brought into L2; nothing waits for it. */
+static FN void prefetch_l2(const void *at) {
+#ifdef __CUDA_ARCH__
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(at));
+#else
+    (void)at;
+#endif
+}
+
 static FN bf8 load16(const uint16_t *at) {
     must_align(at, 16);
 #ifdef __CUDA_ARCH__
@@ -457,10 +466,16 @@ static FN int64_t lower_bound(const int64_t *v, int64_t n, int64_t key) {
 template <int W, int FAST, int SILU>
 static FN void conv_thread(const conv_params &p, int64_t bx, int64_t tiles, int64_t c0) {
     if (c0 >= p.C) return;
-    float w[VEC][W], bias[VEC];
-    load_params<W>(p, c0, w, bias);
     const int64_t t0 = bx * p.tile;
     const int64_t t1 = t0 + p.tile < p.T ? t0 + p.tile : p.T;
+    /* The halo and the first rows of the tile, on their way to L2 while the
+     * sequence lookups and the weights are read: a tile's start then waits
+     * on L2, not on memory. */
+    if (FAST)
+        for (int64_t t = t0 - (W - 1); t < t0 + RING && t < p.T; t++)
+            if (t >= 0) prefetch_l2(p.x + t * p.x_row + c0);
+    float w[VEC][W], bias[VEC];
+    load_params<W>(p, c0, w, bias);
     float z[W - 1][VEC] = {}; /* channels past C are never loaded: zeros */
 
     /* A sequence that began in an earlier tile: tokens from t0, or from its
@@ -560,16 +575,18 @@ static FN void decode_thread(const conv_params &p, int64_t n0, int64_t n1, int64
     float w[VEC][W], bias[VEC];
     load_params<W>(p, c0, w, bias);
     const int si = seg_of(p, c0);
+    int32_t next[DBATCH]; /* the next batch's slots, read a batch ahead */
+    UNROLL
+    for (int b = 0; b < DBATCH; b++) next[b] = n0 + b < n1 ? p.idx[n0 + b] : -1;
     for (int64_t n = n0; n < n1; n += DBATCH) {
         int32_t slot[DBATCH];
         bf8 x[DBATCH];
         window<W> r[DBATCH];
         UNROLL
         for (int b = 0; b < DBATCH; b++) {
-            slot[b] = -1;
-            if (n + b >= n1) break;
-            slot[b] = p.idx[n + b];
-            x[b] = load_x(p, n + b, c0); /* row n + b exists whatever the slot */
+            slot[b] = next[b];
+            next[b] = n + DBATCH + b < n1 ? p.idx[n + DBATCH + b] : -1;
+            if (n + b < n1) x[b] = load_x(p, n + b, c0); /* row n + b exists whatever the slot */
         }
         UNROLL
         for (int b = 0; b < DBATCH; b++)
@@ -660,6 +677,12 @@ static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
  * single wave with the longest items: every block resident from the start,
  * none left over for a tail (at H = 12 the old 64-token tiles made 3.2
  * waves). A tile is 8 tokens at least. */
+static int64_t forced_items; /* sp_conv_force_items_ */
+
+extern "C" void sp_conv_force_items_(int64_t len) {
+    __atomic_store_n(&forced_items, len, __ATOMIC_RELAXED);
+}
+
 static void choose_items(const sp_conv_dims *d, conv_params *p, int64_t resident) {
     const int64_t units = d->decode ? d->N : d->T, least = d->decode ? 1 : 8;
     const int64_t halo = d->decode ? 0 : d->W - 1;
@@ -674,6 +697,8 @@ static void choose_items(const sp_conv_dims *d, conv_params *p, int64_t resident
         const int64_t cost = waves * (len + halo);
         if (best_cost < 0 || cost < best_cost) best = len, best_cost = cost;
     }
+    const int64_t forced = __atomic_load_n(&forced_items, __ATOMIC_RELAXED);
+    if (forced > 0) best = forced;
     p->tile = best < least ? least : best;
     p->tiles = units > 0 ? cdiv(units, p->tile) : 1; /* T = 0: empty sequences get their state */
 }
