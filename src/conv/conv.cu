@@ -40,8 +40,14 @@
  * outputs are rounded two at a time with one cvt: about 13 instructions an
  * element on the vector path (ncu), from 25.
  *
- * Grid: blockIdx.x the token tile, blockIdx.y the block of 128 threads
- * (1024 channels). Decode is the same kernel with one token per sequence.
+ * Grid: one dimension of 128-thread blocks; thread g takes the vector of 8
+ * channels g mod ceil(C/8) of work item g / ceil(C/8), so that no thread
+ * idles past C. Prefill items are token tiles, sized by choose_items to
+ * the waves of blocks the device holds. Decode has its own kernel (no
+ * shared memory, fewer registers, more threads): a thread takes up to 4
+ * sequences, the weights read once, two sequences' windows and inputs in
+ * flight at a time, the slot indices read a batch ahead. Its new window is
+ * the old one moved on by the input, bits moved, not converted.
  */
 #include "conv/conv_internal.h"
 #include "cuda/ptx.cuh"
@@ -669,37 +675,41 @@ static bool rows16(int64_t row, int64_t rows) { return rows <= 1 || (row * 2) % 
 
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-/* Work items (token tiles, or decode groups of sequences) for a call, from
- * the blocks the device holds at once (`resident`). The cost of a choice
- * is the waves of blocks it takes times the rows each thread reads (its
- * items' rows, and for a tile its W-1 halo rows). The candidates fill one
- * to four waves, or take the shortest items; the cheapest is mostly a
- * single wave with the longest items: every block resident from the start,
- * none left over for a tail (at H = 12 the old 64-token tiles made 3.2
- * waves). A tile is 8 tokens at least. */
 static int64_t forced_items; /* sp_conv_force_items_ */
 
 extern "C" void sp_conv_force_items_(int64_t len) {
     __atomic_store_n(&forced_items, len, __ATOMIC_RELAXED);
 }
 
+/* Work items (token tiles, or decode groups of sequences) for a call, from
+ * the blocks the device holds at once (`resident`); measured on an H200
+ * (docs/PERFORMANCE.md). Prefill: tiles of 64 tokens, or 32, where that
+ * makes at least 4 waves of blocks, so that the block scheduler evens out
+ * the multiprocessors (0.93 of the limit at K3 TP1, where one wave of
+ * 1490-token tiles gave 0.85); with fewer, one wave of the longest tiles,
+ * none left over for a partial wave (at T = 1024, H = 96: 0.73, against
+ * 0.71 for 2.9 waves of 32). A tile is 8 tokens at least. Decode: 4
+ * sequences a thread (two batches of 2), fewer where the grid would not
+ * fill one wave (at N = 512, H = 96: 0.94, against 0.79 for one). */
 static void choose_items(const sp_conv_dims *d, conv_params *p, int64_t resident) {
     const int64_t units = d->decode ? d->N : d->T, least = d->decode ? 1 : 8;
-    const int64_t halo = d->decode ? 0 : d->W - 1;
-    const int64_t most = units > 0 ? cdiv(units, least) : 1;
-    int64_t best = 1, best_cost = -1;
-    for (int w = 1; w <= 5; w++) {
-        int64_t items = w < 5 ? w * resident * THREADS / p->nvec : most;
-        items = items < 1 ? 1 : items > most ? most : items;
-        const int64_t len = units > 0 ? cdiv(units, items) : 1;
-        const int64_t real = units > 0 ? cdiv(units, len) : 1; /* items of len */
-        const int64_t waves = cdiv(cdiv(real * p->nvec, THREADS), resident);
-        const int64_t cost = waves * (len + halo);
-        if (best_cost < 0 || cost < best_cost) best = len, best_cost = cost;
+    const int64_t slots = resident * THREADS; /* threads the device holds */
+    int64_t len;
+    if (d->decode) {
+        const int64_t fill = units * p->nvec / slots;
+        len = fill < 1 ? 1 : fill < 4 ? fill : 4;
+    } else {
+        len = 0;
+        for (int64_t t = 64; t >= 32 && !len; t /= 2)
+            if (cdiv(units, t) * p->nvec >= 4 * slots) len = t;
+        if (!len) {
+            const int64_t per_wave = slots / p->nvec;
+            len = units > 0 ? cdiv(units, per_wave > 1 ? per_wave : 1) : 1;
+        }
     }
     const int64_t forced = __atomic_load_n(&forced_items, __ATOMIC_RELAXED);
-    if (forced > 0) best = forced;
-    p->tile = best < least ? least : best;
+    if (forced > 0) len = forced;
+    p->tile = len < least ? least : len;
     p->tiles = units > 0 ? cdiv(units, p->tile) : 1; /* T = 0: empty sequences get their state */
 }
 
