@@ -313,6 +313,16 @@ static FN bf8 load16(const uint16_t *at) {
 #endif
 }
 
+/* N consecutive 32-bit words from a 16-byte aligned address, N/4 loads. */
+template <int N> static FN void load_words(const uint16_t *at, uint32_t (&u)[N]) {
+    UNROLL
+    for (int r = 0; r < N / 4; r++) {
+        const bf8 v = load16(at + r * VEC);
+        UNROLL
+        for (int q = 0; q < 4; q++) u[4 * r + q] = v.w[q];
+    }
+}
+
 /* The weights and the bias of channels c0 .. c0+7, read to fp32 exactly.
  * Dense [C, W] weight rows (and a dense bias) are 8W (or 8) consecutive
  * elements, 16-byte aligned since 8 | c0: read as 16-byte vectors, W or 2W
@@ -322,13 +332,7 @@ static FN void load_params(const conv_params &p, int64_t c0, float (&w)[VEC][W],
                            float (&bias)[VEC]) {
     if (p.w_vec && p.w_bf16) {
         uint32_t u[VEC * W / 2]; /* two bf16 a word */
-        const uint16_t *at = (const uint16_t *)p.w + c0 * W;
-        UNROLL
-        for (int r = 0; r < W; r++) {
-            const bf8 v = load16(at + r * VEC);
-            UNROLL
-            for (int q = 0; q < 4; q++) u[4 * r + q] = v.w[q];
-        }
+        load_words((const uint16_t *)p.w + c0 * W, u);
         UNROLL
         for (int i = 0; i < VEC; i++)
             UNROLL
@@ -336,13 +340,7 @@ static FN void load_params(const conv_params &p, int64_t c0, float (&w)[VEC][W],
                 w[i][j] = widen((uint16_t)(u[(i * W + j) >> 1] >> (16 * ((i * W + j) & 1))));
     } else if (p.w_vec) {
         uint32_t u[VEC * W]; /* f32 bits */
-        const uint16_t *at = (const uint16_t *)((const float *)p.w + c0 * W);
-        UNROLL
-        for (int r = 0; r < 2 * W; r++) {
-            const bf8 v = load16(at + r * VEC);
-            UNROLL
-            for (int q = 0; q < 4; q++) u[4 * r + q] = v.w[q];
-        }
+        load_words((const uint16_t *)((const float *)p.w + c0 * W), u);
         UNROLL
         for (int i = 0; i < VEC; i++)
             UNROLL
