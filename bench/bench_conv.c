@@ -22,10 +22,14 @@
  * that the figures are not the cache's. One JSON line per case (also
  * appended to FILE with --json FILE).
  *
- * Run: build/bench/bench_conv [--json FILE]
+ * Run: build/bench/bench_conv [--json FILE] [--only CASE] [--items LEN]
+ *   --only CASE   the one case CASE, written prefill:T:H or decode:N:H
+ *   --items LEN   every call with LEN tokens per tile (decode: sequences
+ *                 per thread) instead of the launcher's choice, to compare
  */
 #include "harness.h"
 #include "stridepack_conv.h"
+#include "conv/conv_internal.h" /* sp_conv_force_items_ */
 
 #include <string.h>
 
@@ -279,9 +283,29 @@ static void run_case(int64_t T, int64_t H, int64_t N, int decode, cudaStream_t s
     for (int i = 0; i < c.nsets; i++) free_set(&c.s[i]);
 }
 
+static int usage(void) {
+    fprintf(stderr, "usage: bench_conv [--json FILE] [--only prefill:T:H|decode:N:H] [--items LEN]\n");
+    return 2;
+}
+
 int main(int argc, char **argv) {
     FILE *out = NULL;
-    if (bench_json_arg(argc, argv, &out)) return 2;
+    if (bench_take_json_arg(&argc, argv, &out)) return 2;
+    char only_form[16] = "";
+    long long only_size = 0, only_h = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--only") && i + 1 < argc) {
+            if (sscanf(argv[++i], "%15[a-z]:%lld:%lld", only_form, &only_size, &only_h) != 3 ||
+                (strcmp(only_form, "prefill") && strcmp(only_form, "decode")))
+                return usage();
+        } else if (!strcmp(argv[i], "--items") && i + 1 < argc) {
+            sp_conv_force_items_(atoll(argv[++i]));
+        } else {
+            return usage();
+        }
+    }
+#define WANTED(form, size, h)                                                                   \
+    (!only_form[0] || (!strcmp(only_form, form) && only_size == (size) && only_h == (h)))
     int sms = 0;
     size_t l2 = 0;
     bench_device(device_name, sizeof device_name, &sms, &l2);
@@ -290,9 +314,12 @@ int main(int argc, char **argv) {
     BENCH_CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     static const int64_t Ts[] = {16384, 1024, 64}, Hs[] = {96, 12}, Ns[] = {1, 64, 512};
     for (int h = 0; h < 2; h++)
-        for (int t = 0; t < 3; t++) run_case(Ts[t], Hs[h], Ts[t] >= 1024 ? 8 : 1, 0, st, out, l2);
+        for (int t = 0; t < 3; t++)
+            if (WANTED("prefill", Ts[t], Hs[h]))
+                run_case(Ts[t], Hs[h], Ts[t] >= 1024 ? 8 : 1, 0, st, out, l2);
     for (int h = 0; h < 2; h++)
-        for (int n = 0; n < 3; n++) run_case(Ns[n], Hs[h], Ns[n], 1, st, out, l2);
+        for (int n = 0; n < 3; n++)
+            if (WANTED("decode", Ns[n], Hs[h])) run_case(Ns[n], Hs[h], Ns[n], 1, st, out, l2);
     BENCH_CU(cudaStreamDestroy(st));
     if (out) fclose(out);
     return 0;

@@ -5,4 +5,5 @@ if(SP_HAVE_CUDA)
   add_executable(bench_conv ${CMAKE_CURRENT_LIST_DIR}/bench_conv.c)
   target_link_libraries(bench_conv PRIVATE bench_harness test_support stridepack_static)
   target_compile_options(bench_conv PRIVATE ${SP_WARNINGS})
+  target_include_directories(bench_conv PRIVATE ${PROJECT_SOURCE_DIR}/src) # sp_conv_force_items_
 endif()

@@ -40,8 +40,14 @@
  * outputs are rounded two at a time with one cvt: about 13 instructions an
  * element on the vector path (ncu), from 25.
  *
- * Grid: blockIdx.x the token tile, blockIdx.y the block of 128 threads
- * (1024 channels). Decode is the same kernel with one token per sequence.
+ * Grid: one dimension of 128-thread blocks; thread g takes the vector of 8
+ * channels g mod ceil(C/8) of work item g / ceil(C/8), so that no thread
+ * idles past C. Prefill items are token tiles, sized by choose_items to
+ * the waves of blocks the device holds. Decode has its own kernel (no
+ * shared memory, fewer registers, more threads): a thread takes up to 4
+ * sequences, the weights read once, two sequences' windows and inputs in
+ * flight at a time, the slot indices read a batch ahead. Its new window is
+ * the old one moved on by the input, bits moved, not converted.
  */
 #include "conv/conv_internal.h"
 #include "cuda/ptx.cuh"
@@ -64,6 +70,7 @@
 #define VEC 8   /* channels per thread: one 16-byte vector of bf16 */
 #define AHEAD 8 /* tokens loaded before the first of them is used */
 #define RING 16 /* tokens in flight per thread on the vector path (device) */
+#define DBATCH 2 /* decode: sequences in flight per thread */
 
 typedef struct conv_params {
     const uint16_t *x;
@@ -83,6 +90,9 @@ typedef struct conv_params {
     int silu, decode, w_bf16;
     int x_vec;               /* bytes per load of x: 16, 8, or 0 (element-wise) */
     int out_vec, state_vec;  /* 16-byte stores allowed */
+    int w_vec, b_vec;        /* weight rows [C, W] dense, bias dense: 16-byte loads */
+    int64_t nvec;            /* vectors of 8 channels: ceil(C / 8) */
+    int64_t tiles;           /* prefill: token tiles; decode: groups of `tile` sequences */
 } conv_params;
 
 /* Eight bf16 values, two to a word (element i in word i/2, low half first:
@@ -285,6 +295,15 @@ static FN bf8 step(const float (&w)[VEC][W], const float (&bias)[VEC], float (&z
 }
 
 
+/* Ask for the line at `at` to be brought into L2; nothing waits for it. */
+static FN void prefetch_l2(const void *at) {
+#ifdef __CUDA_ARCH__
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(at));
+#else
+    (void)at;
+#endif
+}
+
 static FN bf8 load16(const uint16_t *at) {
     must_align(at, 16);
 #ifdef __CUDA_ARCH__
@@ -292,6 +311,74 @@ static FN bf8 load16(const uint16_t *at) {
 #else
     return from_uint4(*(const uint4 *)at);
 #endif
+}
+
+/* N consecutive 32-bit words from a 16-byte aligned address, N/4 loads. */
+template <int N> static FN void load_words(const uint16_t *at, uint32_t (&u)[N]) {
+    UNROLL
+    for (int r = 0; r < N / 4; r++) {
+        const bf8 v = load16(at + r * VEC);
+        UNROLL
+        for (int q = 0; q < 4; q++) u[4 * r + q] = v.w[q];
+    }
+}
+
+/* The weights and the bias of channels c0 .. c0+7, read to fp32 exactly.
+ * Dense [C, W] weight rows (and a dense bias) are 8W (or 8) consecutive
+ * elements, 16-byte aligned since 8 | c0: read as 16-byte vectors, W or 2W
+ * loads instead of 8W (a decode thread does little else). */
+template <int W>
+static FN void load_params(const conv_params &p, int64_t c0, float (&w)[VEC][W],
+                           float (&bias)[VEC]) {
+    if (p.w_vec && p.w_bf16) {
+        uint32_t u[VEC * W / 2]; /* two bf16 a word */
+        load_words((const uint16_t *)p.w + c0 * W, u);
+        UNROLL
+        for (int i = 0; i < VEC; i++)
+            UNROLL
+            for (int j = 0; j < W; j++)
+                w[i][j] = widen((uint16_t)(u[(i * W + j) >> 1] >> (16 * ((i * W + j) & 1))));
+    } else if (p.w_vec) {
+        uint32_t u[VEC * W]; /* f32 bits */
+        load_words((const uint16_t *)((const float *)p.w + c0 * W), u);
+        UNROLL
+        for (int i = 0; i < VEC; i++)
+            UNROLL
+            for (int j = 0; j < W; j++) w[i][j] = sp_bits_f32_(u[i * W + j]);
+    } else {
+        UNROLL
+        for (int i = 0; i < VEC; i++) {
+            const int64_t c = c0 + i < p.C ? c0 + i : p.C - 1; /* past C: computed, never stored */
+            UNROLL
+            for (int j = 0; j < W; j++) {
+                const int64_t at = c * p.w_c + j * p.w_j;
+                w[i][j] = p.w_bf16 ? sp_bf16_to_f32_(((const uint16_t *)p.w)[at])
+                                   : ((const float *)p.w)[at];
+            }
+        }
+    }
+    if (!p.bias) {
+        UNROLL
+        for (int i = 0; i < VEC; i++) bias[i] = 0.0f;
+    } else if (p.b_vec) {
+        const uint16_t *at = (const uint16_t *)((const char *)p.bias + c0 * (p.w_bf16 ? 2 : 4));
+        const bf8 lo = load16(at);
+        if (p.w_bf16) {
+            UNROLL
+            for (int i = 0; i < VEC; i++) bias[i] = widen(get(lo, i));
+        } else {
+            const bf8 hi = load16(at + VEC);
+            UNROLL
+            for (int i = 0; i < VEC; i++) bias[i] = sp_bits_f32_(i < 4 ? lo.w[i] : hi.w[i - 4]);
+        }
+    } else {
+        UNROLL
+        for (int i = 0; i < VEC; i++) {
+            const int64_t c = c0 + i < p.C ? c0 + i : p.C - 1;
+            bias[i] = p.w_bf16 ? sp_bf16_to_f32_(((const uint16_t *)p.bias)[c * p.b_c])
+                               : ((const float *)p.bias)[c * p.b_c];
+        }
+    }
 }
 
 /* Tokens [a, b) of one sequence, the window z already holding the W-1
@@ -383,34 +470,17 @@ static FN int64_t lower_bound(const int64_t *v, int64_t n, int64_t key) {
 template <int W, int FAST, int SILU>
 static FN void conv_thread(const conv_params &p, int64_t bx, int64_t tiles, int64_t c0) {
     if (c0 >= p.C) return;
-    float w[VEC][W], bias[VEC];
-    UNROLL
-    for (int i = 0; i < VEC; i++) {
-        const int64_t c = c0 + i < p.C ? c0 + i : p.C - 1; /* past C: computed, never stored */
-        UNROLL
-        for (int j = 0; j < W; j++) {
-            const int64_t at = c * p.w_c + j * p.w_j;
-            w[i][j] = p.w_bf16 ? sp_bf16_to_f32_(((const uint16_t *)p.w)[at])
-                               : ((const float *)p.w)[at];
-        }
-        bias[i] = !p.bias   ? 0.0f
-                  : p.w_bf16 ? sp_bf16_to_f32_(((const uint16_t *)p.bias)[c * p.b_c])
-                             : ((const float *)p.bias)[c * p.b_c];
-    }
     const int64_t t0 = bx * p.tile;
     const int64_t t1 = t0 + p.tile < p.T ? t0 + p.tile : p.T;
+    /* The halo and the first rows of the tile, on their way to L2 while the
+     * sequence lookups and the weights are read: a tile's start then waits
+     * on L2, not on memory. */
+    if (FAST)
+        for (int64_t t = t0 - (W - 1); t < t0 + RING && t < p.T; t++)
+            if (t >= 0) prefetch_l2(p.x + t * p.x_row + c0);
+    float w[VEC][W], bias[VEC];
+    load_params<W>(p, c0, w, bias);
     float z[W - 1][VEC] = {}; /* channels past C are never loaded: zeros */
-
-    if (p.decode) { /* token n is sequence n */
-        for (int64_t n = t0; n < t1; n++) {
-            const int32_t slot = p.idx[n];
-            if (slot < 0 || slot >= p.slots) continue;
-            state_io<W>(p, slot, c0, z, false);
-            run_tokens<W, FAST, SILU>(p, w, bias, z, n, n + 1, c0);
-            state_io<W>(p, slot, c0, z, true);
-        }
-        return;
-    }
 
     /* A sequence that began in an earlier tile: tokens from t0, or from its
      * W-th token if that is later; the halo comes from x. */
@@ -448,6 +518,117 @@ static FN void conv_thread(const conv_params &p, int64_t bx, int64_t tiles, int6
     }
 }
 
+/* A slot's W-1 inputs of 8 channels as stored in the dense layout (tap j
+ * of channel i is element i*(W-1)+j: W-1 16-byte vectors), whatever the
+ * pool's strides: decode keeps its windows in this form while in flight,
+ * half the registers of fp32. */
+template <int W> struct window {
+    bf8 v[W - 1];
+};
+
+template <int W> static FN void window_load(const conv_params &p, int64_t slot, int64_t c0,
+                                            window<W> &r) {
+    const uint16_t *base = p.state + slot * p.s_slot;
+    if (p.state_vec) {
+        UNROLL
+        for (int k = 0; k < W - 1; k++) r.v[k] = load16(base + c0 * (W - 1) + k * VEC);
+        return;
+    }
+    UNROLL
+    for (int k = 0; k < W - 1; k++) r.v[k] = bf8{{0, 0, 0, 0}};
+    UNROLL
+    for (int i = 0; i < VEC; i++) {
+        if (c0 + i >= p.C) break;
+        UNROLL
+        for (int j = 0; j < W - 1; j++)
+            put(r.v[(i * (W - 1) + j) / VEC], (i * (W - 1) + j) % VEC,
+                base[(c0 + i) * p.s_c + j * p.s_j]);
+    }
+}
+
+template <int W> static FN void window_store(const conv_params &p, int64_t slot, int64_t c0,
+                                             const window<W> &r) {
+    uint16_t *base = p.state + slot * p.s_slot;
+    if (p.state_vec) {
+        UNROLL
+        for (int k = 0; k < W - 1; k++) {
+            uint4 *at = (uint4 *)(base + c0 * (W - 1) + k * VEC);
+            must_align(at, 16);
+            *at = to_uint4(r.v[k]);
+        }
+        return;
+    }
+    UNROLL
+    for (int i = 0; i < VEC; i++) {
+        if (c0 + i >= p.C) break;
+        UNROLL
+        for (int j = 0; j < W - 1; j++)
+            base[(c0 + i) * p.s_c + j * p.s_j] =
+                get(r.v[(i * (W - 1) + j) / VEC], (i * (W - 1) + j) % VEC);
+    }
+}
+
+/* Decode: sequences [n0, n1) (token n is sequence n), channels from c0.
+ * Nothing but loads and stores: the slot index, then the window and the
+ * input of DBATCH sequences in flight together before the first is used,
+ * the weights read once for all of them. The new window is the old one
+ * moved on by the input: the same bf16 bits, moved, not converted. */
+template <int W, int SILU>
+static FN void decode_thread(const conv_params &p, int64_t n0, int64_t n1, int64_t c0) {
+    if (c0 >= p.C) return;
+    float w[VEC][W], bias[VEC];
+    load_params<W>(p, c0, w, bias);
+    const int si = seg_of(p, c0);
+    int32_t next[DBATCH]; /* the next batch's slots, read a batch ahead */
+    UNROLL
+    for (int b = 0; b < DBATCH; b++) next[b] = n0 + b < n1 ? p.idx[n0 + b] : -1;
+    for (int64_t n = n0; n < n1; n += DBATCH) {
+        int32_t slot[DBATCH];
+        bf8 x[DBATCH];
+        window<W> r[DBATCH];
+        UNROLL
+        for (int b = 0; b < DBATCH; b++) {
+            slot[b] = next[b];
+            next[b] = n + DBATCH + b < n1 ? p.idx[n + DBATCH + b] : -1;
+            if (n + b < n1) x[b] = load_x(p, n + b, c0); /* row n + b exists whatever the slot */
+        }
+        UNROLL
+        for (int b = 0; b < DBATCH; b++)
+            if (slot[b] >= 0 && slot[b] < p.slots) window_load<W>(p, slot[b], c0, r[b]);
+        UNROLL
+        for (int b = 0; b < DBATCH; b++) {
+            if (slot[b] < 0 || slot[b] >= p.slots) continue; /* padded: nothing written */
+            float z[W - 1][VEC];
+            UNROLL
+            for (int i = 0; i < VEC; i++)
+                UNROLL
+                for (int j = 0; j < W - 1; j++)
+                    z[j][i] = widen(get(r[b].v[(i * (W - 1) + j) / VEC], (i * (W - 1) + j) % VEC));
+            store_out(p, si, n + b, c0, step<W, SILU>(w, bias, z, x[b]));
+            window<W> o = {}; /* every half is set below */
+            UNROLL
+            for (int i = 0; i < VEC; i++)
+                UNROLL
+                for (int j = 0; j < W - 1; j++) {
+                    const int k = i * (W - 1) + j, from = k + 1; /* tap j+1, or the input */
+                    put(o.v[k / VEC], k % VEC,
+                        j < W - 2 ? get(r[b].v[from / VEC], from % VEC) : get(x[b], i));
+                }
+            window_store<W>(p, slot[b], c0, o);
+        }
+    }
+}
+
+/* Grid thread g covers vector g mod nvec of work item g / nvec (a token
+ * tile, or a group of decode sequences): the vectors of a row are spread
+ * over whole warps, and no block idles past C (at H = 12, C = 4608 is 4.5
+ * blocks of 1024 channels). */
+static FN bool item_of(const conv_params &p, int64_t g, int64_t *item, int64_t *c0) {
+    *item = g / p.nvec;
+    *c0 = (g - *item * p.nvec) * VEC;
+    return *item < p.tiles;
+}
+
 /* Blocks per multiprocessor to aim for, so that ptxas keeps each instance
  * within the registers of 4 blocks (W = 2) or 3 (W = 3, 4), sm_90. At
  * W = 4 the vector path at 4 blocks spills a few registers and ran at 0.87
@@ -455,15 +636,32 @@ static FN void conv_thread(const conv_params &p, int64_t bx, int64_t tiles, int6
 template <int W, int FAST, int SILU>
 static __global__ void __launch_bounds__(THREADS, W == 2 ? 4 : 3)
     conv_kernel(const conv_params p) {
-    conv_thread<W, FAST, SILU>(p, blockIdx.x, gridDim.x,
-                               ((int64_t)blockIdx.y * THREADS + threadIdx.x) * VEC);
+    int64_t bx, c0;
+    if (item_of(p, (int64_t)blockIdx.x * THREADS + threadIdx.x, &bx, &c0))
+        conv_thread<W, FAST, SILU>(p, bx, p.tiles, c0);
 }
 
-/* The instance for a call: width, vector layouts, activation. */
+/* No shared memory and fewer registers: more threads in flight. */
+template <int W, int SILU>
+static __global__ void __launch_bounds__(THREADS, 4) decode_kernel(const conv_params p) {
+    int64_t grp, c0;
+    if (item_of(p, (int64_t)blockIdx.x * THREADS + threadIdx.x, &grp, &c0)) {
+        const int64_t n0 = grp * p.tile, n1 = n0 + p.tile < p.N ? n0 + p.tile : p.N;
+        decode_thread<W, SILU>(p, n0, n1, c0);
+    }
+}
+
+/* The instance for a call: form, width, vector layouts, activation. */
 template <int W> static const void *kernel_of(const conv_params &p) {
+    if (p.decode)
+        return p.silu ? (const void *)decode_kernel<W, 1> : (const void *)decode_kernel<W, 0>;
     const bool fast = p.x_vec == 16 && p.out_vec;
     return fast ? (p.silu ? (const void *)conv_kernel<W, 1, 1> : (const void *)conv_kernel<W, 1, 0>)
                 : (p.silu ? (const void *)conv_kernel<W, 0, 1> : (const void *)conv_kernel<W, 0, 0>);
+}
+
+static const void *kernel_for(const conv_params &p, int64_t W) {
+    return W == 2 ? kernel_of<2>(p) : W == 3 ? kernel_of<3>(p) : kernel_of<4>(p);
 }
 
 /* ---- launcher ------------------------------------------------------------ */
@@ -472,6 +670,46 @@ static bool aligned16(const void *ptr) { return (uintptr_t)ptr % 16 == 0; }
 
 /* Rows of `row` elements keep 16-byte alignment (or there is one row). */
 static bool rows16(int64_t row, int64_t rows) { return rows <= 1 || (row * 2) % 16 == 0; }
+
+static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+static int64_t forced_items; /* sp_conv_force_items_ */
+
+extern "C" void sp_conv_force_items_(int64_t len) {
+    __atomic_store_n(&forced_items, len, __ATOMIC_RELAXED);
+}
+
+/* Work items (token tiles, or decode groups of sequences) for a call, from
+ * the blocks the device holds at once (`resident`); measured on an H200
+ * (docs/PERFORMANCE.md). Prefill: tiles of 64 tokens, or 32, where that
+ * makes at least 4 waves of blocks, so that the block scheduler evens out
+ * the multiprocessors (0.93 of the limit at K3 TP1, where one wave of
+ * 1490-token tiles gave 0.85); with fewer, one wave of the longest tiles,
+ * none left over for a partial wave (at T = 1024, H = 96: 0.73, against
+ * 0.71 for 2.9 waves of 32). A tile is 8 tokens at least. Decode: 4
+ * sequences a thread (two batches of 2), fewer where the grid would not
+ * fill one wave (at N = 512, H = 96: 0.94, against 0.79 for one). */
+static void choose_items(const sp_conv_dims *d, conv_params *p, int64_t resident) {
+    const int64_t units = d->decode ? d->N : d->T, least = d->decode ? 1 : 8;
+    const int64_t slots = resident * THREADS; /* threads the device holds */
+    int64_t len;
+    if (d->decode) {
+        const int64_t fill = units * p->nvec / slots;
+        len = fill < 1 ? 1 : fill < 4 ? fill : 4;
+    } else {
+        len = 0;
+        for (int64_t t = 64; t >= 32 && !len; t /= 2)
+            if (cdiv(units, t) * p->nvec >= 4 * slots) len = t;
+        if (!len) {
+            const int64_t per_wave = slots / p->nvec;
+            len = units > 0 ? cdiv(units, per_wave > 1 ? per_wave : 1) : 1;
+        }
+    }
+    const int64_t forced = __atomic_load_n(&forced_items, __ATOMIC_RELAXED);
+    if (forced > 0) len = forced;
+    p->tile = len < least ? least : len;
+    p->tiles = units > 0 ? cdiv(units, p->tile) : 1; /* T = 0: empty sequences get their state */
+}
 
 static void fill_params(const sp_conv_args *a, const sp_conv_dims *d, conv_params *p) {
     memset(p, 0, sizeof *p);
@@ -514,68 +752,95 @@ static void fill_params(const sp_conv_args *a, const sp_conv_dims *d, conv_param
     }
     p->state_vec = c8 && (d->W == 2 || p->s_j == 1) && p->s_c == d->W - 1 && aligned16(p->state) &&
                    rows16(p->s_slot, d->slots);
-
-    /* Token tiles: long enough that the halo is a small share of the reads,
-     * short enough that small calls still spread over the multiprocessors. */
-    const int64_t yblocks = (d->C + VEC * THREADS - 1) / (VEC * THREADS);
-    int64_t tile = 64;
-    while (tile > 8 && yblocks * ((d->T + tile - 1) / tile) < 1024) tile /= 2;
-    p->tile = d->decode ? 1 : tile;
+    p->w_vec = c8 && p->w_j == 1 && p->w_c == d->W && aligned16(p->w);
+    p->b_vec = c8 && d->has_bias && p->b_c == 1 && aligned16(p->bias);
+    p->nvec = (d->C + VEC - 1) / VEC;
 }
 
-/* Token tiles (at least one: empty sequences at T = 0 still get their
- * state) by blocks of THREADS * VEC channels. */
-static void grid_of(const sp_conv_dims *d, const conv_params *p, int64_t *tiles, int64_t *yblocks) {
-    *tiles = d->T > 0 ? (d->T + p->tile - 1) / p->tile : 1;
-    *yblocks = (d->C + VEC * THREADS - 1) / (VEC * THREADS);
+/* Blocks of a kernel instance the device runs at once: 0 until asked, per
+ * device and instance (kernel_index). */
+static int resident_cache[64][18];
+
+static int kernel_index(const conv_params &p, int64_t W) {
+    const int fast = p.x_vec == 16 && p.out_vec;
+    return p.decode ? 12 + (int)(W - 2) * 2 + p.silu : (int)(W - 2) * 4 + fast * 2 + p.silu;
+}
+
+static sp_status resident_blocks(const void *kernel, int device, int index, int64_t *blocks) {
+    int *slot = device >= 0 && device < 64 ? &resident_cache[device][index] : NULL;
+    int have = slot ? __atomic_load_n(slot, __ATOMIC_RELAXED) : 0;
+    if (have == 0) {
+        int sms = 0, per_sm = 0;
+        SP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+        SP_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, THREADS, 0));
+        have = sms * (per_sm > 0 ? per_sm : 1);
+        if (slot) __atomic_store_n(slot, have, __ATOMIC_RELAXED);
+    }
+    *blocks = have;
+    return SP_OK;
 }
 
 /* The launch's own status, not a pending error left by the caller. */
-static sp_status launch(const void *kernel, int64_t tiles, int64_t yblocks, conv_params *p,
-                        cudaStream_t stream) {
+static sp_status launch(const void *kernel, conv_params *p, cudaStream_t stream) {
     void *params[] = {p};
-    SP_CUDA_CHECK(cudaLaunchKernel(kernel, dim3((unsigned)tiles, (unsigned)yblocks),
-                                   dim3(THREADS), params, 0, stream));
+    const int64_t blocks = cdiv(p->tiles * p->nvec, THREADS);
+    SP_CUDA_CHECK(cudaLaunchKernel(kernel, dim3((unsigned)blocks), dim3(THREADS), params, 0, stream));
     return SP_OK;
+}
+
+static sp_status run_cuda(const sp_conv_args *a, const sp_conv_dims *d, cudaStream_t stream) {
+    conv_params p;
+    fill_params(a, d, &p);
+    const void *kernel = kernel_for(p, d->W);
+    int64_t resident = 0;
+    SP_FORWARD(resident_blocks(kernel, (int)d->dev.ordinal, kernel_index(p, d->W), &resident));
+    choose_items(d, &p, resident);
+    return launch(kernel, &p, stream);
 }
 
 extern "C" sp_status sp_conv_cuda_(const sp_conv_args *a, const sp_conv_dims *d,
                                    struct CUstream_st *stream) {
     if (d->C == 0) return SP_OK;
-    conv_params p;
-    fill_params(a, d, &p);
-    int64_t tiles, yblocks;
-    grid_of(d, &p, &tiles, &yblocks);
-    const void *kernel = d->W == 2 ? kernel_of<2>(p) : d->W == 3 ? kernel_of<3>(p) : kernel_of<4>(p);
     sp_cuda_device_guard g;
     SP_FORWARD(sp_cuda_device_enter_(&g, (int)d->dev.ordinal, "x"));
-    return sp_cuda_device_leave_(&g, launch(kernel, tiles, yblocks, &p, (cudaStream_t)stream));
+    return sp_cuda_device_leave_(&g, run_cuda(a, d, (cudaStream_t)stream));
 }
 
 /* The kernel on the host, thread by thread. No thread may depend on
- * another having run first, nor write what another writes: the even tiles
+ * another having run first, nor write what another writes: the even items
  * run first, last to first, then the odd ones, first to last, so that of
  * two neighbouring tiles the earlier runs first at every other boundary
  * and the later one at the rest. For tests. */
-template <int W, int FAST, int SILU>
-static void emulate_as(const conv_params &p, int64_t tiles, int64_t yblocks) {
+template <int W, int FAST, int SILU> static void emulate_as(const conv_params &p) {
+    const int64_t tiles = p.tiles;
     for (int64_t i = 0; i < tiles; i++) {
-        const int64_t even = (tiles - 1) / 2 + 1; /* tiles 0, 2, 4, ... */
+        const int64_t even = (tiles - 1) / 2 + 1; /* items 0, 2, 4, ... */
         const int64_t bx = i < even ? 2 * (even - 1 - i) : 2 * (i - even) + 1;
-        for (int64_t by = 0; by < yblocks; by++)
-            for (int64_t tx = 0; tx < THREADS; tx++)
-                conv_thread<W, FAST, SILU>(p, bx, tiles, (by * THREADS + tx) * VEC);
+        for (int64_t v = 0; v < p.nvec; v++) {
+            int64_t item, c0;
+            (void)item_of(p, bx * p.nvec + v, &item, &c0);
+            if (p.decode) {
+                const int64_t n0 = item * p.tile, n1 = n0 + p.tile < p.N ? n0 + p.tile : p.N;
+                decode_thread<W, SILU>(p, n0, n1, c0);
+            } else {
+                conv_thread<W, FAST, SILU>(p, item, tiles, c0);
+            }
+        }
     }
 }
 
 /* The instance the launcher would pick (kernel_of), run on the host. */
-template <int W> static void emulate(const conv_params &p, int64_t tiles, int64_t yblocks) {
-    const bool fast = p.x_vec == 16 && p.out_vec;
-    if (fast && p.silu) emulate_as<W, 1, 1>(p, tiles, yblocks);
-    if (fast && !p.silu) emulate_as<W, 1, 0>(p, tiles, yblocks);
-    if (!fast && p.silu) emulate_as<W, 0, 1>(p, tiles, yblocks);
-    if (!fast && !p.silu) emulate_as<W, 0, 0>(p, tiles, yblocks);
+template <int W> static void emulate(const conv_params &p) {
+    const bool fast = !p.decode && p.x_vec == 16 && p.out_vec;
+    if (fast && p.silu) emulate_as<W, 1, 1>(p);
+    if (fast && !p.silu) emulate_as<W, 1, 0>(p);
+    if (!fast && p.silu) emulate_as<W, 0, 1>(p);
+    if (!fast && !p.silu) emulate_as<W, 0, 0>(p);
 }
+
+/* What an H200 holds of the prefill kernel at W = 4 (132 multiprocessors,
+ * 3 blocks each): the launcher's choice on a machine without a GPU. */
+#define EMULATED_RESIDENT (132 * 3)
 
 extern "C" sp_status sp_conv_emulate_(const sp_conv_args *a, int decode, int64_t tile) {
     sp_conv_dims d;
@@ -585,13 +850,16 @@ extern "C" sp_status sp_conv_emulate_(const sp_conv_args *a, int decode, int64_t
     if (d.N == 0 || d.C == 0) return SP_OK;
     conv_params p;
     fill_params(a, &d, &p);
-    if (tile > 0 && !d.decode) p.tile = tile < 8 ? 8 : tile;
-    int64_t tiles, yblocks;
-    grid_of(&d, &p, &tiles, &yblocks);
+    choose_items(&d, &p, EMULATED_RESIDENT);
+    if (tile > 0) { /* forced: tokens per tile (at least 8), or sequences per decode thread */
+        const int64_t units = d.decode ? d.N : d.T;
+        p.tile = d.decode ? tile : tile < 8 ? 8 : tile;
+        p.tiles = units > 0 ? cdiv(units, p.tile) : 1;
+    }
     emulated_misaligned = 0;
-    if (d.W == 2) emulate<2>(p, tiles, yblocks);
-    if (d.W == 3) emulate<3>(p, tiles, yblocks);
-    if (d.W == 4) emulate<4>(p, tiles, yblocks);
+    if (d.W == 2) emulate<2>(p);
+    if (d.W == 3) emulate<3>(p);
+    if (d.W == 4) emulate<4>(p);
     SP_REQUIRE(emulated_misaligned == 0, SP_ERR_MISALIGNED,
                "x: %ld vector accesses of the kernel would fault on misaligned addresses",
                emulated_misaligned);

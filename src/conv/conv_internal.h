@@ -133,6 +133,12 @@ sp_status sp_conv_cuda_(const sp_conv_args *a, const sp_conv_dims *d, struct CUs
  * choice. For tests. */
 sp_status sp_conv_emulate_(const sp_conv_args *a, int decode, int64_t tile);
 
+/* CUDA builds: from now on every CUDA call takes `len` tokens per tile
+ * (at least 8), or in decode `len` sequences per thread, instead of the
+ * launcher's choice; 0 restores the choice. Process-wide, for tests and
+ * benchmarks. */
+void sp_conv_force_items_(int64_t len);
+
 #ifdef __cplusplus
 }
 #endif

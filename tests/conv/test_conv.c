@@ -48,6 +48,7 @@ int main(void) { SP_SKIP("built without CUDA"); }
 #if SP_CONV_TEST_BODY
 
 #ifdef SP_CONV_TEST_CUDA
+#include "conv/conv_internal.h" /* sp_conv_force_items_ */
 static const char *const backend = "cuda";
 #elif defined(SP_CONV_TEST_EMULATED)
 #include "conv/conv_internal.h" /* sp_conv_emulate_ */
@@ -134,7 +135,13 @@ static sp_status run_backend(int decode, build_fn build, const void *ctx, const 
     CUDA_OK(cudaMemcpy(dev, img, A->cap, cudaMemcpyHostToDevice));
     sp_conv_args a;
     build(ctx, dev, sp_cuda(0), &a);
+    /* The launcher's items, and forced ones in turn: tiles of 8 and 23
+     * tokens, 8 and 23 sequences a decode thread (an odd last batch). */
+    static const int64_t items[4] = {0, 8, 0, 23};
+    static int turn;
+    sp_conv_force_items_(items[turn++ % 4]);
     sp_status s = call(decode, &a, NULL);
+    sp_conv_force_items_(0);
     CUDA_OK(cudaDeviceSynchronize());
     CUDA_OK(cudaMemcpy(img, dev, A->cap, cudaMemcpyDeviceToHost));
     CUDA_OK(cudaFree(dev));
@@ -246,11 +253,12 @@ enum { XL_DENSE, XL_SLICE, XL_CHANNEL_MAJOR, XL_MISALIGNED, XL_HALF, XL_COUNT };
  * pitch of 4 mod 8 elements, as in a [T, 4P + 128 + H] projection at odd
  * H / 4), XL_MISALIGNED 2-byte aligned. */
 enum { OL_TOKEN, OL_TOKEN_PADDED, OL_SPLIT, OL_SPLIT_STRIDED, OL_COUNT };
-enum { MAX_SEQ = 8, XPAD = 24, OPAD = 8 };
+enum { MAX_SEQ = 1024, XPAD = 24, OPAD = 8 };
 
 typedef struct tcase {
     int64_t T, C, kd, W, N, slots;
     int silu, bias, wbf16, init, decode, xl, ol;
+    int wdense; /* weight [C, W] dense (16-byte rows of 8 channels); else a [W, C] buffer */
     int64_t cu[MAX_SEQ + 1];
     int32_t idx[MAX_SEQ];
     uint8_t init_of[MAX_SEQ];
@@ -274,7 +282,7 @@ static void build_case(const void *ctx, unsigned char *base, sp_device dev, sp_c
     }
     sp_tensor_view(&a->x, base + k->o_x, xoff, SP_BF16, 2, xs, xst, dev);
     const sp_dtype wt = k->wbf16 ? SP_BF16 : SP_F32;
-    const int64_t ws[2] = {C, W}, wst[2] = {1, C}; /* [W, C] buffer, transposed */
+    const int64_t ws[2] = {C, W}, wst[2] = {k->wdense ? W : 1, k->wdense ? 1 : C};
     sp_tensor_view(&a->weight, base + k->o_w, 0, wt, 2, ws, wst, dev);
     if (k->bias) sp_tensor_dense(&a->bias, base + k->o_b, wt, 1, &C, dev);
     a->silu = k->silu;
@@ -411,15 +419,16 @@ static void prefill_case(int64_t W, int64_t kd, int64_t vd, int flags, int xl, i
     k.wbf16 = (flags >> 2) & 1;
     k.init = (flags >> 3) & 1;
     k.decode = (flags >> 4) & 1;
+    k.wdense = (flags >> 5) & 1;
     k.xl = xl;
     k.ol = ol;
     arena A;
     arena_init(&A, (size_t)8 << 20, seed);
     layout_case(&k, &A, lens, slots, init_of, tail);
     char what[160];
-    snprintf(what, sizeof what, "%s %s W %lld C %lld silu %d bias %d w %s init %d x %d out %d",
+    snprintf(what, sizeof what, "%s %s W %lld C %lld silu %d bias %d w %s%s init %d x %d out %d",
              backend, k.decode ? "decode" : "prefill", (long long)W, (long long)k.C, k.silu, k.bias,
-             k.wbf16 ? "bf16" : "f32", k.init, xl, ol);
+             k.wbf16 ? "bf16" : "f32", k.wdense ? " dense" : "", k.init, xl, ol);
     unsigned char *got = check_case(&k, &A, what);
 
     /* Same inputs, every other output layout: the same bits per (t, c). */
@@ -469,7 +478,9 @@ static void prefill_matrix(void) {
     for (int64_t W = 2; W <= 4; W++)
         for (int flags = 0; flags < 16; flags++) {
             const int xl = (int)((W + flags) % XL_COUNT), ol = (int)((W * 3 + flags) % OL_COUNT);
-            prefill_case(W, 64, 64, flags, xl, ol, 7, lens, slots, init_of, 3, seed++);
+            prefill_case(W, 64, 64, flags | (int)(seed & 1) << 5, xl, ol, 7, lens, slots, init_of,
+                         3, seed);
+            seed++;
         }
     /* C and key_dim not multiples of 8: the element-wise paths. */
     for (int xl = 0; xl < XL_COUNT; xl++)
@@ -492,10 +503,54 @@ static void decode_matrix(void) {
     static const uint8_t ones[] = {1, 1, 1, 1, 1, 1, 1};
     uint64_t seed = 500;
     for (int64_t W = 2; W <= 4; W++)
-        for (int flags = 16; flags < 24; flags++)
-            prefill_case(W, 64, 128, flags, (int)(flags % XL_COUNT), (int)((W + flags) % OL_COUNT),
-                         7, lens, slots, ones, 3, seed++);
+        for (int flags = 16; flags < 24; flags++, seed++)
+            prefill_case(W, 64, 128, flags | (int)(seed & 1) << 5, (int)(flags % XL_COUNT),
+                         (int)((W + flags) % OL_COUNT), 7, lens, slots, ones, 3, seed);
     prefill_case(4, 3, 2, 16 | 1, XL_MISALIGNED, OL_SPLIT, 7, lens, slots, ones, 3, seed++);
+}
+
+/* ---- engine-sized calls --------------------------------------------------- */
+
+/* Shapes where the CUDA launcher gives a thread long token tiles with
+ * sequences starting inside them (prefill), or several sequences (decode):
+ * C = 1536 or 4608 channels (4.5 blocks of 1024 at 4608), dense weight
+ * rows, many sequences of every length, padded slots. Without SiLU the
+ * CUDA outputs and states are the CPU's bit for bit (check_case). */
+static void large_case(int decode, int64_t kd, int silu, int wbf16, uint64_t seed) {
+    static int64_t lens[MAX_SEQ];
+    static int32_t slots[MAX_SEQ];
+    static uint8_t init_of[MAX_SEQ];
+    static const int64_t pattern[] = {0, 1, 2, 3, 7, 29, 64, 100, 250, 5};
+    tcase *k = calloc(1, sizeof *k);
+    if (!k) abort();
+    k->W = 4;
+    k->kd = kd;
+    k->C = 3 * kd;
+    k->N = decode ? 1000 : 48;
+    k->slots = k->N + 5;
+    for (int64_t n = 0; n < k->N; n++) {
+        lens[n] = decode ? 1 : pattern[n % 10];
+        slots[n] = n % 13 == 6 ? -1 : (int32_t)((n * 7 + 3) % k->slots); /* 7 and N+5 coprime */
+        init_of[n] = (uint8_t)(n % 3 != 1);
+    }
+    k->silu = silu;
+    k->bias = 1;
+    k->wbf16 = wbf16;
+    k->wdense = 1;
+    k->init = 1;
+    k->decode = decode;
+    k->xl = XL_DENSE;
+    k->ol = OL_SPLIT;
+    arena A;
+    arena_init(&A, (size_t)64 << 20, seed);
+    layout_case(k, &A, lens, slots, init_of, decode ? 0 : 3);
+    char what[160];
+    snprintf(what, sizeof what, "%s large %s C %lld N %lld silu %d w %s", backend,
+             decode ? "decode" : "prefill", (long long)k->C, (long long)k->N, silu,
+             wbf16 ? "bf16" : "f32");
+    free(check_case(k, &A, what));
+    free(A.host);
+    free(k);
 }
 
 /* ---- chunked prefill and decode through the pool ------------------------- */
@@ -856,6 +911,11 @@ int main(void) {
 #endif
     prefill_matrix();
     decode_matrix();
+    large_case(PREFILL, 1536, 0, 1, 700);
+    large_case(PREFILL, 512, 1, 0, 701);
+    large_case(DECODE, 512, 0, 1, 702);
+    large_case(DECODE, 1536, 0, 0, 703);
+    large_case(DECODE, 512, 1, 1, 704);
     for (int64_t W = 2; W <= 4; W++)
         for (int silu = 0; silu < 2; silu++) {
             chunk_case(W, silu, run_backend, backend, 300 + (uint64_t)(W * 2 + silu));
