@@ -201,10 +201,9 @@ sp_status sp_find_overlap_(const sp_view_ref_ *views, size_t n, sp_overlap_hit_ 
     return SP_OK;
 }
 
-sp_status sp_overlap_error_(const sp_overlap_hit_ *h, const char *a, const char *b,
-                            const char *shares) {
+sp_status sp_overlap_error_(const sp_overlap_hit_ *h, const char *a, const char *b) {
     if (h->found == 0) return SP_OK;
-    if (h->found > 0) return sp_set_error_(SP_ERR_OVERLAP, "%s: %s %s", a, shares, b);
+    if (h->found > 0) return sp_set_error_(SP_ERR_OVERLAP, "%s: shares memory with %s", a, b);
     return sp_set_error_(SP_ERR_OVERLAP,
                         "%s: could not prove it disjoint from %s (their layouts are too "
                         "intricate for the bounded overlap search; they may well not share "
@@ -212,12 +211,11 @@ sp_status sp_overlap_error_(const sp_overlap_hit_ *h, const char *a, const char 
                         a, b);
 }
 
-sp_status sp_check_disjoint_(const sp_view_ref_ *views, const char *const *names, size_t n,
-                             const char *shares) {
+sp_status sp_check_disjoint_(const sp_view_ref_ *views, const char *const *names, size_t n) {
     sp_overlap_hit_ h;
     SP_FORWARD(sp_find_overlap_(views, n, &h));
     if (h.found == 0) return SP_OK;
-    return sp_overlap_error_(&h, names[h.a], names[h.b], shares);
+    return sp_overlap_error_(&h, names[h.a], names[h.b]);
 }
 
 /* No destination may share a byte with another destination or any source.
@@ -234,7 +232,7 @@ static sp_status check_overlaps(const sp_copy_pair *pairs, size_t n, sp_view_ref
     char a[48], b[48];
     snprintf(a, sizeof a, "pairs[%zu].dst", h.a / 2);
     snprintf(b, sizeof b, "pairs[%zu].%s", h.b / 2, h.b % 2 ? "dst" : "src");
-    return sp_overlap_error_(&h, a, b, "shares memory with");
+    return sp_overlap_error_(&h, a, b);
 }
 
 /* Plan every non-empty pair, then run the descriptors, SP_MAX_PAIRS_PER_LAUNCH

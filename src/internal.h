@@ -150,15 +150,12 @@ typedef struct sp_overlap_hit_ {
 } sp_overlap_hit_;
 sp_status sp_find_overlap_(const sp_view_ref_ *views, size_t n, sp_overlap_hit_ *hit);
 /* The error for a failing hit of sp_find_overlap_ between views named a
- * and b: "<a>: <shares> <b>" when they share memory (`shares` is the
- * entry's wording: "shares memory with", "memory overlaps"), "<a>: could
- * not prove it disjoint from <b> (...)" when undecided. SP_OK when
- * h->found is 0. */
-sp_status sp_overlap_error_(const sp_overlap_hit_ *h, const char *a, const char *b,
-                            const char *shares);
+ * and b, in the one wording every entry uses: "<a>: shares memory with
+ * <b>" when they share memory, "<a>: could not prove it disjoint from <b>
+ * (...)" when undecided. SP_OK when h->found is 0. */
+sp_status sp_overlap_error_(const sp_overlap_hit_ *h, const char *a, const char *b);
 /* sp_find_overlap_ over views named names[i], and its error. */
-sp_status sp_check_disjoint_(const sp_view_ref_ *views, const char *const *names, size_t n,
-                             const char *shares);
+sp_status sp_check_disjoint_(const sp_view_ref_ *views, const char *const *names, size_t n);
 
 /* A pack workspace of `bytes` (> 0) owned by a library object: device
  * memory on a CUDA device, else host memory aligned to SP_PACK_ALIGN. */

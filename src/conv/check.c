@@ -234,7 +234,7 @@ sp_status sp_conv_check_(const sp_conv_args *a, int decode, int host_indices, sp
         views[i] = (sp_view_ref_){s[i].t, s[i].output};
         names[i] = s[i].name;
     }
-    SP_FORWARD(sp_check_disjoint_(views, names, (size_t)n, "shares memory with"));
+    SP_FORWARD(sp_check_disjoint_(views, names, (size_t)n));
     d.slots = a->state.shape[0];
     fill_segments(a, &d);
 

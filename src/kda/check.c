@@ -194,7 +194,7 @@ static sp_status check_overlap(const named *all, int n, int first_output) {
         views[i] = (sp_view_ref_){all[i].t, i >= first_output};
         names[i] = all[i].name;
     }
-    return sp_check_disjoint_(views, names, (size_t)n, "memory overlaps");
+    return sp_check_disjoint_(views, names, (size_t)n);
 }
 
 /* The optional workspace: present exactly when it has a size, 16-byte
@@ -228,7 +228,7 @@ static sp_status check_workspace(const sp_kda_args *a, const named *all, int n) 
         views[i + 1] = (sp_view_ref_){all[i].t, 0};
         names[i + 1] = all[i].name;
     }
-    return sp_check_disjoint_(views, names, (size_t)n + 1, "memory overlaps");
+    return sp_check_disjoint_(views, names, (size_t)n + 1);
 }
 
 static int cmp_i32(const void *x, const void *y) {

@@ -669,7 +669,7 @@ class Kda(unittest.TestCase):
             sp.kda_prefill(**dense, **params, state=state.copy(), o=Bf16View(o),
                            workspace=buf[:257])
         self.assertEqual(cm.exception.status, "SP_ERR_OVERLAP")
-        self.assertEqual(cm.exception.message, "workspace: memory overlaps o")
+        self.assertEqual(cm.exception.message, "workspace: shares memory with o")
         self.assertTrue(np.array_equal(o, o_first))
         # The two-pass kernel serves CUDA calls only: forcing it here is
         # refused whatever the workspace, and nothing is written.
