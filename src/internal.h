@@ -170,6 +170,19 @@ sp_status sp_workspace_free_(sp_device dev, void *p);
 sp_status sp_pack_validated_(const sp_tensor *inputs, size_t n, void *workspace,
                              sp_tensor *outputs, size_t *n_copied, struct CUstream_st *stream);
 
+/* An optional tensor argument is set when it is not all zero (as the
+ * args_init functions leave it). */
+static inline int sp_tensor_set_(const sp_tensor *t) { return t->ndim != 0 || t->data != NULL; }
+
+/* A tensor's shape "[1, 8, 12, 128]" or strides "(1024, 384, 128, 1)", for
+ * messages: the one format every check uses (formatted only once a check
+ * has failed). */
+typedef struct sp_dims_text_ {
+    char s[200];
+} sp_dims_text_;
+sp_dims_text_ sp_shape_text_(const sp_tensor *t);
+sp_dims_text_ sp_strides_text_(const sp_tensor *t);
+
 /* sp_copy_batch without the checks: for callers that validated already.
  * Every pair is planned before the first byte moves; more than
  * SP_MAX_PAIRS_PER_LAUNCH pairs take host scratch (SP_ERR_OUT_OF_MEMORY). */

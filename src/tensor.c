@@ -3,6 +3,8 @@
  * overflow is checked once, in sp_tensor_check_, so the helpers after it can
  * compute freely. */
 #include "internal.h"
+
+#include <stdio.h>
 #include "view_import.h"
 
 #include <string.h>
@@ -459,4 +461,19 @@ int sp_tensors_overlap_(const sp_tensor *a, const sp_tensor *b) {
     const i128 L = gap - ((i128)sp_dtype_size((sp_dtype)a->dtype) - 1);
     const i128 R = gap + ((i128)sp_dtype_size((sp_dtype)b->dtype) - 1);
     return digits_reach(&S, n, L, R);
+}
+
+static sp_dims_text_ dims_text(const int64_t *v, int n, char open, char close) {
+    sp_dims_text_ r;
+    size_t at = (size_t)snprintf(r.s, sizeof r.s, "%c", open);
+    for (int i = 0; i < n && at < sizeof r.s; i++)
+        at += (size_t)snprintf(r.s + at, sizeof r.s - at, i ? ", %lld" : "%lld", (long long)v[i]);
+    if (at < sizeof r.s) snprintf(r.s + at, sizeof r.s - at, "%c", close);
+    return r;
+}
+
+sp_dims_text_ sp_shape_text_(const sp_tensor *t) { return dims_text(t->shape, t->ndim, '[', ']'); }
+
+sp_dims_text_ sp_strides_text_(const sp_tensor *t) {
+    return dims_text(t->strides, t->ndim, '(', ')');
 }

@@ -25,10 +25,8 @@ typedef struct spec {
     int output;        /* written by the call */
 } spec;
 
-static int is_set(const sp_tensor *t) { return t->ndim != 0 || t->data != NULL; }
-
 static sp_status require_unset(const sp_tensor *t, const char *name, const char *why) {
-    SP_REQUIRE(!is_set(t), SP_ERR_INVALID_ARGUMENT, "%s: set, but %s", name, why);
+    SP_REQUIRE(!sp_tensor_set_(t), SP_ERR_INVALID_ARGUMENT, "%s: set, but %s", name, why);
     return SP_OK;
 }
 
@@ -49,13 +47,8 @@ static sp_status check_shape(const spec *s) {
     int ok = s->t->ndim == s->ndim;
     for (int i = 0; ok && i < s->ndim; i++) ok = s->size[i] == ANY || s->t->shape[i] == s->size[i];
     if (ok) return SP_OK;
-    char got[96];
-    int at = snprintf(got, sizeof got, "[");
-    for (int i = 0; i < s->t->ndim && at < (int)sizeof got; i++)
-        at += snprintf(got + at, sizeof got - (size_t)at, "%s%lld", i ? ", " : "",
-                       (long long)s->t->shape[i]);
-    if (at < (int)sizeof got) snprintf(got + at, sizeof got - (size_t)at, "]");
-    return sp_set_error_(SP_ERR_SHAPE_MISMATCH, "%s: shape %s, expected %s", s->name, got, s->shape);
+    return sp_set_error_(SP_ERR_SHAPE_MISMATCH, "%s: shape %s, expected %s", s->name,
+                        sp_shape_text_(s->t).s, s->shape);
 }
 
 /* The sizes that everything else is checked against: T and C from x, W
@@ -83,18 +76,18 @@ static sp_status read_dims(const sp_conv_args *a, int decode, sp_conv_dims *d) {
                "state: %d dims, expected [slots, C, W-1]", (int)a->state.ndim);
     d->slots = a->state.shape[0];
 
-    const int token_major = is_set(&a->out);
-    const int split = is_set(&a->q) || is_set(&a->k) || is_set(&a->v);
+    const int token_major = sp_tensor_set_(&a->out);
+    const int split = sp_tensor_set_(&a->q) || sp_tensor_set_(&a->k) || sp_tensor_set_(&a->v);
     SP_REQUIRE(!(token_major && split), SP_ERR_INVALID_ARGUMENT,
                "out: set together with q, k, v; set one output layout only");
     SP_REQUIRE(token_major || split, SP_ERR_INVALID_ARGUMENT,
                "out: no output; set out (token-major) or q, k and v (split)");
     if (split) {
-        SP_REQUIRE(is_set(&a->q) && is_set(&a->k) && is_set(&a->v), SP_ERR_INVALID_ARGUMENT,
-                   "%s: unset; the split layout needs q, k and v",
-                   !is_set(&a->q)   ? "q"
-                   : !is_set(&a->k) ? "k"
-                                    : "v");
+        SP_REQUIRE(sp_tensor_set_(&a->q) && sp_tensor_set_(&a->k) && sp_tensor_set_(&a->v),
+                   SP_ERR_INVALID_ARGUMENT, "%s: unset; the split layout needs q, k and v",
+                   !sp_tensor_set_(&a->q)   ? "q"
+                   : !sp_tensor_set_(&a->k) ? "k"
+                                            : "v");
         SP_REQUIRE(a->q.ndim == 2 && a->v.ndim == 2, SP_ERR_SHAPE_MISMATCH,
                    "%s: expected [%s, key_dim] / [%s, value_dim]", a->q.ndim != 2 ? "q" : "v",
                    decode ? "N" : "T", decode ? "N" : "T");
@@ -110,7 +103,7 @@ static sp_status read_dims(const sp_conv_args *a, int decode, sp_conv_dims *d) {
 static void fill_segments(const sp_conv_args *a, sp_conv_dims *d) {
     const sp_tensor *outs[3] = {&a->out, NULL, NULL};
     d->nseg = 1;
-    if (d->key_dim || d->value_dim || !is_set(&a->out)) {
+    if (d->key_dim || d->value_dim || !sp_tensor_set_(&a->out)) {
         outs[0] = &a->q;
         outs[1] = &a->k;
         outs[2] = &a->v;
@@ -185,8 +178,8 @@ sp_status sp_conv_check_(const sp_conv_args *a, int decode, int host_indices, sp
     sp_conv_dims d;
     memset(&d, 0, sizeof d);
     d.decode = decode;
-    d.has_bias = is_set(&a->bias);
-    d.has_init = !decode && is_set(&a->has_initial_state);
+    d.has_bias = sp_tensor_set_(&a->bias);
+    d.has_init = !decode && sp_tensor_set_(&a->has_initial_state);
     SP_FORWARD(read_dims(a, decode, &d));
 
     const int64_t T = d.T, C = d.C, N = d.N, W1 = d.W - 1;
@@ -201,7 +194,7 @@ sp_status sp_conv_check_(const sp_conv_args *a, int decode, int host_indices, sp
         s[n++] = (spec){&a->has_initial_state, "has_initial_state", SP_BOOL, 1, {N}, "[N]", 1, 0};
     const int first_output = n;
     s[n++] = (spec){&a->state, "state", SP_BF16, 3, {ANY, C, W1}, "[slots, C, W-1]", 0, 1};
-    if (d.key_dim || d.value_dim || !is_set(&a->out)) {
+    if (d.key_dim || d.value_dim || !sp_tensor_set_(&a->out)) {
         const int64_t kd = d.key_dim, vd = d.value_dim;
         s[n++] = (spec){&a->q, "q", SP_BF16, 2, {T, kd},
                         decode ? "[N, key_dim]" : "[T, key_dim]", 0, 1};

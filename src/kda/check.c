@@ -1,8 +1,9 @@
 /*
  * check.c — the KDA prefill contract, checked once for the prefill itself
  * and for the input boundary (which lets q, k, v, g be any strided views
- * because it packs those the prefill cannot read in place). Every violation is its own error naming the
- * argument; nothing but the result struct is written.
+ * because it packs those the prefill cannot read in place). Every
+ * violation is its own error naming the argument; nothing but the result
+ * struct is written.
  */
 #include "kda/kda_internal.h"
 
@@ -19,34 +20,14 @@ typedef struct named {
     const char *name;
 } named;
 
-/* "[1,8,12,128]" (shape) or "(1024,384,128,1)" (strides) into buf. */
-static const char *ints_str(const int64_t *v, int n, const char *brackets, char *buf,
-                            size_t size) {
-    size_t at = (size_t)snprintf(buf, size, "%c", brackets[0]);
-    for (int i = 0; i < n && at < size; i++)
-        at += (size_t)snprintf(buf + at, size - at, "%s%lld", i ? "," : "", (long long)v[i]);
-    if (at < size) snprintf(buf + at, size - at, "%c", brackets[1]);
-    return buf;
-}
-
-static const char *shape_str(const sp_tensor *t, char *buf, size_t n) {
-    return ints_str(t->shape, t->ndim, "[]", buf, n);
-}
-
-static const char *strides_str(const sp_tensor *t, char *buf, size_t n) {
-    return ints_str(t->strides, t->ndim, "()", buf, n);
-}
-
 /* t has exactly the sizes `want` (ndim = n). */
 static sp_status require_shape(const sp_tensor *t, const char *name, int n, const int64_t *want,
                                const char *rule) {
     int ok = t->ndim == n;
     for (int i = 0; ok && i < n; i++) ok = t->shape[i] == want[i];
-    if (!ok) {
-        char got[160];
+    if (!ok)
         return sp_set_error_(SP_ERR_SHAPE_MISMATCH, "%s: shape %s, expected %s", name,
-                            shape_str(t, got, sizeof got), rule);
-    }
+                            sp_shape_text_(t).s, rule);
     return SP_OK;
 }
 
@@ -74,16 +55,13 @@ int sp_kda_reads_in_place(const sp_tensor *x) {
 }
 
 static sp_status require_direct(const sp_tensor *t, const char *name) {
-    char got[160];
     SP_REQUIRE(sp_kda_reads_in_place(t), SP_ERR_INVALID_ARGUMENT,
                "%s: strides %s at %p are not read in place: the prefill takes dense inputs, or "
                "rows of 128 contiguous channels at 16-byte aligned addresses (token and head "
                "strides multiples of 8 elements); sp_kda_boundary_run packs other views",
-               name, strides_str(t, got, sizeof got), t->data);
+               name, sp_strides_text_(t).s, t->data);
     return SP_OK;
 }
-
-static int present(const sp_tensor *t) { return t->ndim != 0 || t->data != NULL; }
 
 static sp_status check_scalars(const sp_kda_args *a, int has_ckpt) {
     SP_REQUIRE(a->gate == SP_KDA_GATE_LOWER_BOUND || a->gate == SP_KDA_GATE_SOFTPLUS,
@@ -100,10 +78,10 @@ static sp_status check_scalars(const sp_kda_args *a, int has_ckpt) {
                    "checkpoint_interval: 0 but checkpoints or checkpoint_cu_starts given "
                    "(the interval must be > 0 with checkpoints)");
     } else {
-        SP_REQUIRE(present(&a->checkpoints), SP_ERR_INVALID_ARGUMENT,
+        SP_REQUIRE(sp_tensor_set_(&a->checkpoints), SP_ERR_INVALID_ARGUMENT,
                    "checkpoints: missing with checkpoint_interval %lld",
                    (long long)a->checkpoint_interval);
-        SP_REQUIRE(present(&a->checkpoint_cu_starts), SP_ERR_INVALID_ARGUMENT,
+        SP_REQUIRE(sp_tensor_set_(&a->checkpoint_cu_starts), SP_ERR_INVALID_ARGUMENT,
                    "checkpoint_cu_starts: missing with checkpoint_interval %lld",
                    (long long)a->checkpoint_interval);
     }
@@ -113,10 +91,9 @@ static sp_status check_scalars(const sp_kda_args *a, int has_ckpt) {
 /* q, k, v, g, o [1,T,H,128]; beta [1,T,H]; the parameter and index vectors;
  * the state pool; the checkpoints. Fills T, H, N, slots, C. */
 static sp_status check_shapes(const sp_kda_args *a, sp_kda_dims *d) {
-    char buf[160];
     SP_REQUIRE(a->q.ndim == 4 && a->q.shape[0] == 1, SP_ERR_SHAPE_MISMATCH,
                "q: shape %s, expected [1, T, H, 128] (batch 1, varlen)",
-               shape_str(&a->q, buf, sizeof buf));
+               sp_shape_text_(&a->q).s);
     SP_REQUIRE(a->q.shape[3] == SP_KDA_D, SP_ERR_UNSUPPORTED,
                "q: head dim %lld is not supported (only 128)", (long long)a->q.shape[3]);
     d->T = a->q.shape[1];
@@ -137,7 +114,7 @@ static sp_status check_shapes(const sp_kda_args *a, sp_kda_dims *d) {
 
     SP_REQUIRE(a->cu_seqlens.ndim == 1 && a->cu_seqlens.shape[0] >= 1, SP_ERR_SHAPE_MISMATCH,
                "cu_seqlens: shape %s, expected [N + 1] with N >= 0",
-               shape_str(&a->cu_seqlens, buf, sizeof buf));
+               sp_shape_text_(&a->cu_seqlens).s);
     d->N = a->cu_seqlens.shape[0] - 1;
     SP_FORWARD(require_shape(&a->state_indices, "state_indices", 1, &d->N,
                              "[N] (N + 1 = cu_seqlens' size)"));
@@ -145,7 +122,7 @@ static sp_status check_shapes(const sp_kda_args *a, sp_kda_dims *d) {
     SP_REQUIRE(a->state.ndim == 4 && a->state.shape[1] == H && a->state.shape[2] == SP_KDA_D &&
                    a->state.shape[3] == SP_KDA_D,
                SP_ERR_SHAPE_MISMATCH, "state: shape %s, expected [slots, H, 128, 128] with H %lld",
-               shape_str(&a->state, buf, sizeof buf), (long long)H);
+               sp_shape_text_(&a->state).s, (long long)H);
     d->slots = a->state.shape[0];
 
     d->C = 0;
@@ -157,7 +134,7 @@ static sp_status check_shapes(const sp_kda_args *a, sp_kda_dims *d) {
                        a->checkpoints.shape[2] == SP_KDA_D && a->checkpoints.shape[3] == SP_KDA_D,
                    SP_ERR_SHAPE_MISMATCH,
                    "checkpoints: shape %s, expected [C, H, 128, 128] with H %lld",
-                   shape_str(&a->checkpoints, buf, sizeof buf), (long long)H);
+                   sp_shape_text_(&a->checkpoints).s, (long long)H);
         d->C = a->checkpoints.shape[0];
     }
     return SP_OK;
@@ -292,7 +269,8 @@ sp_status sp_kda_check_(const sp_kda_args *a, int inputs_direct, sp_kda_dims *di
     SP_REQUIRE(dims, SP_ERR_INVALID_ARGUMENT, "dims: NULL");
     sp_kda_dims d;
     memset(&d, 0, sizeof d);
-    const int has_ckpt = present(&a->checkpoints) || present(&a->checkpoint_cu_starts);
+    const int has_ckpt =
+        sp_tensor_set_(&a->checkpoints) || sp_tensor_set_(&a->checkpoint_cu_starts);
     SP_FORWARD(check_scalars(a, has_ckpt));
     d.interval = a->checkpoint_interval;
     d.scale = a->scale != 0.0f ? a->scale : (float)(1.0 / sqrt((double)SP_KDA_D));

@@ -86,18 +86,6 @@ sp_status sp_kda_inputs_create(sp_kda_inputs **out, sp_device dev, int64_t max_t
     return SP_OK;
 }
 
-/* "[1, 9, 12, 128]", for messages (formatted only once a check failed). */
-typedef struct { char s[160]; } shape_text;
-static shape_text shape_of(const sp_tensor *t) {
-    shape_text r;
-    size_t at = (size_t)snprintf(r.s, sizeof r.s, "[");
-    for (int d = 0; d < t->ndim && at < sizeof r.s; d++)
-        at += (size_t)snprintf(r.s + at, sizeof r.s - at, d ? ", %lld" : "%lld",
-                               (long long)t->shape[d]);
-    if (at < sizeof r.s) snprintf(r.s + at, sizeof r.s - at, "]");
-    return r;
-}
-
 /* One input's rules; T and H come from q (i == 0 sets them). */
 static sp_status check_one(const sp_kda_inputs *p, const sp_tensor *t, int i, int64_t *T,
                            int64_t *H) {
@@ -110,7 +98,7 @@ static sp_status check_one(const sp_kda_inputs *p, const sp_tensor *t, int i, in
     if (i == 0) {
         SP_REQUIRE(t->ndim == 4 && t->shape[0] == 1 && t->shape[3] == SP_KDA_D,
                    SP_ERR_SHAPE_MISMATCH, "q: shape %s, expected [1, T, H, %d]",
-                   shape_of(t).s, SP_KDA_D);
+                   sp_shape_text_(t).s, SP_KDA_D);
         *T = t->shape[1];
         *H = t->shape[2];
         SP_REQUIRE(*T <= p->max_tokens, SP_ERR_CAPACITY,
@@ -125,10 +113,11 @@ static sp_status check_one(const sp_kda_inputs *p, const sp_tensor *t, int i, in
                (want == 3 || t->shape[3] == SP_KDA_D);
     if (want == 4)
         SP_REQUIRE(same, SP_ERR_SHAPE_MISMATCH, "%s: shape %s differs from q [1, %lld, %lld, %d]",
-                   name, shape_of(t).s, (long long)*T, (long long)*H, SP_KDA_D);
+                   name, sp_shape_text_(t).s, (long long)*T, (long long)*H, SP_KDA_D);
     else
-        SP_REQUIRE(same, SP_ERR_SHAPE_MISMATCH, "beta: shape %s, expected [1, %lld, %lld] (q's T, H)",
-                   shape_of(t).s, (long long)*T, (long long)*H);
+        SP_REQUIRE(same, SP_ERR_SHAPE_MISMATCH,
+                   "beta: shape %s, expected [1, %lld, %lld] (q's T, H)", sp_shape_text_(t).s,
+                   (long long)*T, (long long)*H);
     return SP_OK;
 }
 
