@@ -27,12 +27,81 @@ static sp_tensor *kda_field(sp_kda_args *a, int i) {
     return f[i];
 }
 
-typedef struct { sp_kda_boundary *b; } boundary_box;
+/* ---- library objects held by capsules (the boundary, KdaInputs) ---------- */
 
-static void boundary_capsule_free(PyObject *cap) {
-    boundary_box *box = PyCapsule_GetPointer(cap, "stridepack.boundary");
-    if (box) { sp_kda_boundary_destroy(box->b); PyMem_Free(box); }
+typedef struct owned {
+    void *obj; /* NULL once closed */
+    sp_status (*destroy)(void *);
+    const char *what; /* for "<what>: already closed" */
+} owned;
+
+static void owned_free(PyObject *cap) {
+    owned *o = PyCapsule_GetPointer(cap, PyCapsule_GetName(cap));
+    if (o) {
+        if (o->obj) o->destroy(o->obj);
+        PyMem_Free(o);
+    }
 }
+
+/* A capsule named `name` that owns obj (destroyed with it, or here when
+ * the capsule cannot be made). */
+static PyObject *owned_new(void *obj, sp_status (*destroy)(void *), const char *name,
+                           const char *what) {
+    owned *o = PyMem_Malloc(sizeof *o);
+    if (!o) {
+        destroy(obj);
+        return PyErr_NoMemory();
+    }
+    *o = (owned){obj, destroy, what};
+    PyObject *cap = PyCapsule_New(o, name, owned_free);
+    if (!cap) {
+        destroy(obj);
+        PyMem_Free(o);
+    }
+    return cap;
+}
+
+/* The object of an open capsule; NULL with the error set otherwise. */
+static void *owned_get(PyObject *cap, const char *name) {
+    owned *o = PyCapsule_GetPointer(cap, name);
+    if (!o) return NULL;
+    if (!o->obj) {
+        char m[64];
+        snprintf(m, sizeof m, "%s: already closed", o->what);
+        raise_sp(SP_ERR_INVALID_ARGUMENT, m);
+    }
+    return o->obj;
+}
+
+/* Destroy the object now (a second close does nothing). */
+static PyObject *owned_close(PyObject *cap, const char *name) {
+    owned *o = PyCapsule_GetPointer(cap, name);
+    if (!o) return NULL;
+    void *obj = o->obj;
+    o->obj = NULL;
+    const int st = obj ? o->destroy(obj) : SP_OK;
+    if (st != SP_OK) return raise_status(st);
+    Py_RETURN_NONE;
+}
+
+/* The device (type, ordinal) a constructor was given; -1 with the error set
+ * for a negative CUDA ordinal (the library would only say "no device"). */
+static int device_of(int type, int ordinal, sp_device *d) {
+    if (type == SP_DEVICE_CUDA && ordinal < 0) {
+        char m[128];
+        snprintf(m, sizeof m, "device: CUDA ordinal %d is negative (devices are numbered from 0)",
+                 ordinal);
+        raise_sp(SP_ERR_INVALID_ARGUMENT, m);
+        return -1;
+    }
+    *d = (sp_device){type, ordinal};
+    return 0;
+}
+
+static sp_status destroy_boundary(void *b) { return sp_kda_boundary_destroy(b); }
+static sp_status destroy_inputs(void *p) { return sp_kda_inputs_destroy(p); }
+#define BOUNDARY_CAPSULE "stridepack.boundary"
+#define INPUTS_CAPSULE "stridepack.kda_inputs"
 
 typedef enum { KDA_PREFILL, KDA_REFERENCE, KDA_BOUNDARY_RUN, KDA_WORKSPACE_BYTES } kda_op;
 
@@ -45,12 +114,8 @@ static PyObject *kda_call(kda_op op, PyObject *bcap, PyObject *ts, int gate, flo
     if (!PyTuple_Check(ts) || PyTuple_GET_SIZE(ts) != N_KDA)
         return PyErr_Format(PyExc_TypeError, "stridepack: the KDA calls take a tuple of %d arrays",
                             N_KDA);
-    boundary_box *box = NULL;
-    if (op == KDA_BOUNDARY_RUN) {
-        box = PyCapsule_GetPointer(bcap, "stridepack.boundary");
-        if (!box) return NULL;
-        if (!box->b) return raise_sp(SP_ERR_INVALID_ARGUMENT, "boundary: already closed");
-    }
+    sp_kda_boundary *boundary = NULL;
+    if (op == KDA_BOUNDARY_RUN && !(boundary = owned_get(bcap, BOUNDARY_CAPSULE))) return NULL;
     sp_kda_args a;
     sp_kda_args_init(&a);
     a.gate = gate;
@@ -114,7 +179,7 @@ static PyObject *kda_call(kda_op op, PyObject *bcap, PyObject *ts, int gate, flo
     }
     if (fw0 >= 0 && stream_of(fw0, dev, &stream) < 0) goto done;
     int st;
-    if (op == KDA_BOUNDARY_RUN) st = sp_kda_boundary_run(box->b, &a, (struct CUstream_st *)stream);
+    if (op == KDA_BOUNDARY_RUN) st = sp_kda_boundary_run(boundary, &a, (struct CUstream_st *)stream);
     else if (op == KDA_REFERENCE) st = sp_kda_prefill_reference(&a);
     else st = sp_kda_prefill(&a, (struct CUstream_st *)stream);
     if (st != SP_OK) { raise_status(st); goto done; }
@@ -239,60 +304,31 @@ PyObject *py_boundary_create(PyObject *self, PyObject *args) {
     int type, ordinal;
     long long max_tokens, max_heads;
     if (!PyArg_ParseTuple(args, "(ii)LL", &type, &ordinal, &max_tokens, &max_heads)) return NULL;
-    if (type == SP_DEVICE_CUDA && ordinal < 0) {
-        char m[128];
-        snprintf(m, sizeof m, "device: CUDA ordinal %d is negative (devices are numbered from 0)",
-                 ordinal);
-        return raise_sp(SP_ERR_INVALID_ARGUMENT, m);
-    }
-    sp_device d = {type, ordinal};
+    sp_device d;
+    if (device_of(type, ordinal, &d) < 0) return NULL;
     sp_kda_boundary *b = NULL;
     int st = sp_kda_boundary_create(&b, d, max_tokens, max_heads);
     if (st != SP_OK) return raise_status(st);
-    boundary_box *box = PyMem_Malloc(sizeof *box);
-    if (!box) { sp_kda_boundary_destroy(b); return PyErr_NoMemory(); }
-    box->b = b;
-    PyObject *cap = PyCapsule_New(box, "stridepack.boundary", boundary_capsule_free);
-    if (!cap) { sp_kda_boundary_destroy(b); PyMem_Free(box); }
-    return cap;
+    return owned_new(b, destroy_boundary, BOUNDARY_CAPSULE, "boundary");
 }
 
 PyObject *py_boundary_close(PyObject *self, PyObject *cap) {
     (void)self;
-    boundary_box *box = PyCapsule_GetPointer(cap, "stridepack.boundary");
-    if (!box) return NULL;
-    sp_kda_boundary *b = box->b;
-    box->b = NULL;
-    int st = sp_kda_boundary_destroy(b);
-    if (st != SP_OK) return raise_status(st);
-    Py_RETURN_NONE;
+    return owned_close(cap, BOUNDARY_CAPSULE);
 }
 
 PyObject *py_boundary_last_copied(PyObject *self, PyObject *cap) {
     (void)self;
-    boundary_box *box = PyCapsule_GetPointer(cap, "stridepack.boundary");
-    if (!box) return NULL;
-    if (!box->b) return raise_sp(SP_ERR_INVALID_ARGUMENT, "boundary: already closed");
+    sp_kda_boundary *b = owned_get(cap, BOUNDARY_CAPSULE);
+    if (!b) return NULL;
     size_t n = 0;
-    int st = sp_kda_boundary_last_copied(box->b, &n);
+    int st = sp_kda_boundary_last_copied(b, &n);
     return st == SP_OK ? PyLong_FromSize_t(n) : raise_status(st);
 }
 
 /* ---- the inputs boundary ------------------------------------------------- */
 
-typedef struct { sp_kda_inputs *p; } inputs_box;
-
-static void inputs_capsule_free(PyObject *cap) {
-    inputs_box *box = PyCapsule_GetPointer(cap, "stridepack.kda_inputs");
-    if (box) { sp_kda_inputs_destroy(box->p); PyMem_Free(box); }
-}
-
-sp_kda_inputs *kda_inputs_of(PyObject *cap) {
-    inputs_box *box = PyCapsule_GetPointer(cap, "stridepack.kda_inputs");
-    if (!box) return NULL;
-    if (!box->p) raise_sp(SP_ERR_INVALID_ARGUMENT, "KdaInputs: already closed");
-    return box->p;
-}
+sp_kda_inputs *kda_inputs_of(PyObject *cap) { return owned_get(cap, INPUTS_CAPSULE); }
 
 /* kda_inputs_workspace_bytes(max_tokens, max_heads) -> int */
 PyObject *py_kda_inputs_workspace_bytes(PyObject *self, PyObject *args) {
@@ -313,13 +349,8 @@ PyObject *py_kda_inputs_create(PyObject *self, PyObject *args) {
     long long T, H;
     PyObject *ws;
     if (!PyArg_ParseTuple(args, "(ii)LLO", &type, &ordinal, &T, &H, &ws)) return NULL;
-    if (type == SP_DEVICE_CUDA && ordinal < 0) {
-        char m[128];
-        snprintf(m, sizeof m, "device: CUDA ordinal %d is negative (devices are numbered from 0)",
-                 ordinal);
-        return raise_sp(SP_ERR_INVALID_ARGUMENT, m);
-    }
-    sp_device d = {type, ordinal};
+    sp_device d;
+    if (device_of(type, ordinal, &d) < 0) return NULL;
     void *ptr = NULL;
     size_t bytes = 0;
     if (ws != Py_None) {
@@ -334,21 +365,10 @@ PyObject *py_kda_inputs_create(PyObject *self, PyObject *args) {
     sp_kda_inputs *p = NULL;
     int st = sp_kda_inputs_create(&p, d, T, H, bytes ? ptr : NULL, bytes);
     if (st != SP_OK) return raise_status(st);
-    inputs_box *box = PyMem_Malloc(sizeof *box);
-    if (!box) { sp_kda_inputs_destroy(p); return PyErr_NoMemory(); }
-    box->p = p;
-    PyObject *cap = PyCapsule_New(box, "stridepack.kda_inputs", inputs_capsule_free);
-    if (!cap) { sp_kda_inputs_destroy(p); PyMem_Free(box); }
-    return cap;
+    return owned_new(p, destroy_inputs, INPUTS_CAPSULE, "KdaInputs");
 }
 
 PyObject *py_kda_inputs_close(PyObject *self, PyObject *cap) {
     (void)self;
-    inputs_box *box = PyCapsule_GetPointer(cap, "stridepack.kda_inputs");
-    if (!box) return NULL;
-    sp_kda_inputs *p = box->p;
-    box->p = NULL;
-    int st = sp_kda_inputs_destroy(p);
-    if (st != SP_OK) return raise_status(st);
-    Py_RETURN_NONE;
+    return owned_close(cap, INPUTS_CAPSULE);
 }
