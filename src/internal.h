@@ -170,6 +170,33 @@ sp_status sp_workspace_free_(sp_device dev, void *p);
 sp_status sp_pack_validated_(const sp_tensor *inputs, size_t n, void *workspace,
                              sp_tensor *outputs, size_t *n_copied, struct CUstream_st *stream);
 
+/* ---- named tensor specs (contract.c): an entry's arguments as a table ---- */
+
+#define SP_SPEC_ANY (-1)    /* a size the rule leaves free */
+#define SP_SPEC_FLOATS (-2) /* dtype rule: f32 or bf16 */
+#define SP_SPEC_LIKE (-3)   /* dtype rule: the table's `like` dtype */
+#define SP_SPECS_MAX 16     /* tensor arguments of one call, at most */
+
+typedef struct sp_spec_ {
+    const sp_tensor *t;
+    const char *name;
+    int dtype;         /* an sp_dtype, SP_SPEC_FLOATS or SP_SPEC_LIKE */
+    int ndim;          /* > 0: the shape rule below; 0: the entry checks the shape */
+    int64_t size[4];   /* expected sizes, SP_SPEC_ANY where free */
+    const char *shape; /* how the shape rule reads in a message */
+    int dense;         /* must be C-contiguous */
+    int output;        /* written by the call */
+} sp_spec_;
+
+/* Every tensor of the table a well-formed aligned view, on the device of
+ * the first (CPU or CUDA), with its dtype (`like`, named like_name, for
+ * SP_SPEC_LIKE); each rule over the whole table before the next. */
+sp_status sp_specs_placed_(const sp_spec_ *s, int n, int like, const char *like_name);
+/* Then the shape rules (ndim > 0) and density. */
+sp_status sp_specs_layout_(const sp_spec_ *s, int n);
+/* No output shares a byte with any other argument (sp_check_disjoint_). */
+sp_status sp_specs_disjoint_(const sp_spec_ *s, int n);
+
 /* An optional tensor argument is set when it is not all zero (as the
  * args_init functions leave it). */
 static inline int sp_tensor_set_(const sp_tensor *t) { return t->ndim != 0 || t->data != NULL; }

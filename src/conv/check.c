@@ -1,8 +1,8 @@
 /*
  * check.c — the convolution's contract (stridepack_conv.h), checked before
  * any byte is written, and the public entry points that dispatch by device.
- * Each tensor is described once in a table (its name, dtype rule and
- * expected sizes); the checks then walk the table.
+ * Each tensor is described once in a table of named specs (contract.c:
+ * name, dtype rule, expected sizes, density, output); the checks walk it.
  */
 #include "conv/conv_internal.h"
 
@@ -10,45 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ANY (-1)    /* a size not fixed by this rule */
-#define FLOATS (-2) /* dtype rule: f32 or bf16 */
-#define LIKE_W (-3) /* dtype rule: the weight's */
-
-typedef struct spec {
-    const sp_tensor *t;
-    const char *name;
-    int dtype; /* an sp_dtype, or FLOATS / LIKE_W */
-    int ndim;
-    int64_t size[3];   /* expected sizes, ANY where free */
-    const char *shape; /* how the rule reads in a message */
-    int dense;         /* must be C-contiguous */
-    int output;        /* written by the call */
-} spec;
-
 static sp_status require_unset(const sp_tensor *t, const char *name, const char *why) {
     SP_REQUIRE(!sp_tensor_set_(t), SP_ERR_INVALID_ARGUMENT, "%s: set, but %s", name, why);
     return SP_OK;
-}
-
-static sp_status check_dtype(const spec *s, int weight_dtype) {
-    const int got = s->t->dtype;
-    int ok = got == s->dtype;
-    if (s->dtype == FLOATS) ok = got == SP_F32 || got == SP_BF16;
-    if (s->dtype == LIKE_W) ok = got == weight_dtype;
-    const char *want = s->dtype == FLOATS   ? "f32 or bf16"
-                       : s->dtype == LIKE_W ? sp_dtype_name((sp_dtype)weight_dtype)
-                                            : sp_dtype_name((sp_dtype)s->dtype);
-    SP_REQUIRE(ok, SP_ERR_DTYPE_MISMATCH, "%s: dtype %s, expected %s", s->name,
-               sp_dtype_name((sp_dtype)got), want);
-    return SP_OK;
-}
-
-static sp_status check_shape(const spec *s) {
-    int ok = s->t->ndim == s->ndim;
-    for (int i = 0; ok && i < s->ndim; i++) ok = s->size[i] == ANY || s->t->shape[i] == s->size[i];
-    if (ok) return SP_OK;
-    return sp_set_error_(SP_ERR_SHAPE_MISMATCH, "%s: shape %s, expected %s", s->name,
-                        sp_shape_text_(s->t).s, s->shape);
 }
 
 /* The sizes that everything else is checked against: T and C from x, W
@@ -183,51 +147,45 @@ sp_status sp_conv_check_(const sp_conv_args *a, int decode, int host_indices, sp
     SP_FORWARD(read_dims(a, decode, &d));
 
     const int64_t T = d.T, C = d.C, N = d.N, W1 = d.W - 1;
-    spec s[12];
+    sp_spec_ s[12];
     int n = 0;
-    s[n++] = (spec){&a->x, "x", SP_BF16, 2, {T, C}, decode ? "[N, C]" : "[T, C]", 0, 0};
-    s[n++] = (spec){&a->weight, "weight", FLOATS, 2, {C, d.W}, "[C, W] with x's C", 0, 0};
-    if (d.has_bias) s[n++] = (spec){&a->bias, "bias", LIKE_W, 1, {C}, "[C] with x's C", 0, 0};
-    if (!decode) s[n++] = (spec){&a->cu_seqlens, "cu_seqlens", SP_I64, 1, {N + 1}, "[N + 1]", 1, 0};
-    s[n++] = (spec){&a->state_indices, "state_indices", SP_I32, 1, {N}, "[N]", 1, 0};
+    s[n++] = (sp_spec_){&a->x, "x", SP_BF16, 2, {T, C}, decode ? "[N, C]" : "[T, C]", 0, 0};
+    s[n++] = (sp_spec_){&a->weight, "weight", SP_SPEC_FLOATS, 2, {C, d.W}, "[C, W] with x's C",
+                        0, 0};
+    if (d.has_bias)
+        s[n++] = (sp_spec_){&a->bias, "bias", SP_SPEC_LIKE, 1, {C}, "[C] with x's C", 0, 0};
+    if (!decode)
+        s[n++] = (sp_spec_){&a->cu_seqlens, "cu_seqlens", SP_I64, 1, {N + 1}, "[N + 1]", 1, 0};
+    s[n++] = (sp_spec_){&a->state_indices, "state_indices", SP_I32, 1, {N}, "[N]", 1, 0};
     if (d.has_init)
-        s[n++] = (spec){&a->has_initial_state, "has_initial_state", SP_BOOL, 1, {N}, "[N]", 1, 0};
+        s[n++] = (sp_spec_){&a->has_initial_state, "has_initial_state", SP_BOOL, 1, {N}, "[N]",
+                            1, 0};
     const int first_output = n;
-    s[n++] = (spec){&a->state, "state", SP_BF16, 3, {ANY, C, W1}, "[slots, C, W-1]", 0, 1};
+    s[n++] = (sp_spec_){&a->state, "state", SP_BF16, 3, {SP_SPEC_ANY, C, W1}, "[slots, C, W-1]",
+                        0, 1};
     if (d.key_dim || d.value_dim || !sp_tensor_set_(&a->out)) {
         const int64_t kd = d.key_dim, vd = d.value_dim;
-        s[n++] = (spec){&a->q, "q", SP_BF16, 2, {T, kd},
+        s[n++] = (sp_spec_){&a->q, "q", SP_BF16, 2, {T, kd},
                         decode ? "[N, key_dim]" : "[T, key_dim]", 0, 1};
-        s[n++] = (spec){&a->k, "k", SP_BF16, 2, {T, kd},
+        s[n++] = (sp_spec_){&a->k, "k", SP_BF16, 2, {T, kd},
                         decode ? "[N, key_dim] as q" : "[T, key_dim] as q", 0, 1};
-        s[n++] = (spec){&a->v, "v", SP_BF16, 2, {T, vd},
+        s[n++] = (sp_spec_){&a->v, "v", SP_BF16, 2, {T, vd},
                         decode ? "[N, value_dim]" : "[T, value_dim]", 0, 1};
     } else {
-        s[n++] = (spec){&a->out, "out", SP_BF16, 2, {T, C},
+        s[n++] = (sp_spec_){&a->out, "out", SP_BF16, 2, {T, C},
                         decode ? "[N, C] as x" : "[T, C] as x", 0, 1};
     }
 
-    for (int i = 0; i < n; i++) SP_FORWARD(sp_tensor_check_aligned_(s[i].t, s[i].name));
+    SP_FORWARD(sp_specs_placed_(s, n, a->weight.dtype, "weight"));
     d.dev = a->x.device;
-    for (int i = 1; i < n; i++) SP_FORWARD(sp_check_same_device_(s[i].t, d.dev, s[i].name));
     d.weight_bf16 = a->weight.dtype == SP_BF16;
-    for (int i = 0; i < n; i++) SP_FORWARD(check_dtype(&s[i], a->weight.dtype));
-    for (int i = 0; i < n; i++) SP_FORWARD(check_shape(&s[i]));
-    for (int i = 0; i < n; i++)
-        SP_REQUIRE(!s[i].dense || sp_tensor_is_dense(s[i].t), SP_ERR_INVALID_ARGUMENT,
-                   "%s: not dense (C-contiguous)", s[i].name);
+    SP_FORWARD(sp_specs_layout_(s, n));
 
     /* Outputs: no element written twice, none on a byte of another argument. */
     for (int i = first_output; i < n; i++)
         SP_REQUIRE(!sp_tensor_self_overlaps_(s[i].t), SP_ERR_OVERLAP,
                    "%s: two elements share memory (zero or interleaved strides)", s[i].name);
-    sp_view_ref_ views[sizeof s / sizeof *s];
-    const char *names[sizeof s / sizeof *s];
-    for (int i = 0; i < n; i++) {
-        views[i] = (sp_view_ref_){s[i].t, s[i].output};
-        names[i] = s[i].name;
-    }
-    SP_FORWARD(sp_check_disjoint_(views, names, (size_t)n));
+    SP_FORWARD(sp_specs_disjoint_(s, n));
     d.slots = a->state.shape[0];
     fill_segments(a, &d);
 

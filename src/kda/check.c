@@ -15,11 +15,6 @@
  * o, state, checkpoints. */
 enum { MAX_ARGS = 13 };
 
-typedef struct named {
-    const sp_tensor *t;
-    const char *name;
-} named;
-
 /* t has exactly the sizes `want` (ndim = n). */
 static sp_status require_shape(const sp_tensor *t, const char *name, int n, const int64_t *want,
                                const char *rule) {
@@ -28,20 +23,6 @@ static sp_status require_shape(const sp_tensor *t, const char *name, int n, cons
     if (!ok)
         return sp_set_error_(SP_ERR_SHAPE_MISMATCH, "%s: shape %s, expected %s", name,
                             sp_shape_text_(t).s, rule);
-    return SP_OK;
-}
-
-static sp_status require_dtype(const sp_tensor *t, const char *name, sp_dtype want) {
-    SP_REQUIRE(t->dtype == (int32_t)want, SP_ERR_DTYPE_MISMATCH, "%s: dtype %s, expected %s", name,
-               sp_dtype_name((sp_dtype)t->dtype), sp_dtype_name(want));
-    return SP_OK;
-}
-
-static sp_status require_dense(const sp_tensor *t, const char *name) {
-    SP_REQUIRE(sp_tensor_is_dense(t), SP_ERR_INVALID_ARGUMENT,
-               "%s: not dense (C-contiguous); the prefill takes dense tensors only "
-               "(sp_kda_boundary_run packs strided inputs)",
-               name);
     return SP_OK;
 }
 
@@ -102,9 +83,10 @@ static sp_status check_shapes(const sp_kda_args *a, sp_kda_dims *d) {
     /* With T = 0 q holds no element and its H is unchecked so far. */
     SP_REQUIRE(H <= INT64_MAX / (SP_KDA_D * SP_KDA_D), SP_ERR_OVERFLOW,
                "q: H = %lld heads overflow H * 128 * 128 (int64)", (long long)H);
-    const named same_as_q[] = {{&a->k, "k"}, {&a->v, "v"}, {&a->g, "g"}, {&a->o, "o"}};
+    const sp_tensor *same_as_q[] = {&a->k, &a->v, &a->g, &a->o};
+    static const char *const same_names[] = {"k", "v", "g", "o"};
     for (size_t i = 0; i < sizeof same_as_q / sizeof *same_as_q; i++)
-        SP_FORWARD(require_shape(same_as_q[i].t, same_as_q[i].name, 4, a->q.shape,
+        SP_FORWARD(require_shape(same_as_q[i], same_names[i], 4, a->q.shape,
                                  "q's [1, T, H, 128]"));
     const int64_t beta_shape[3] = {1, T, H};
     SP_FORWARD(require_shape(&a->beta, "beta", 3, beta_shape, "[1, T, H] as q"));
@@ -157,26 +139,15 @@ static sp_status check_state_layout(const sp_tensor *s, const char *name, sp_kda
                    (long long)pitch, (long long)slot);
         d->pitch = pitch;
     } else {
-        SP_FORWARD(require_dense(s, name));
+        SP_REQUIRE(sp_tensor_is_dense(s), SP_ERR_INVALID_ARGUMENT, "%s: not dense (C-contiguous)",
+                   name);
     }
     return SP_OK;
 }
 
-/* Outputs (o, state, checkpoints) must not share memory with any argument
- * (all[first_output..n) are the outputs). */
-static sp_status check_overlap(const named *all, int n, int first_output) {
-    sp_view_ref_ views[MAX_ARGS];
-    const char *names[MAX_ARGS];
-    for (int i = 0; i < n; i++) {
-        views[i] = (sp_view_ref_){all[i].t, i >= first_output};
-        names[i] = all[i].name;
-    }
-    return sp_check_disjoint_(views, names, (size_t)n);
-}
-
 /* The optional workspace: present exactly when it has a size, 16-byte
  * aligned, sharing no byte with any tensor argument. */
-static sp_status check_workspace(const sp_kda_args *a, const named *all, int n) {
+static sp_status check_workspace(const sp_kda_args *a, const sp_spec_ *all, int n) {
     if (a->workspace_bytes == 0) {
         SP_REQUIRE(a->workspace == NULL, SP_ERR_INVALID_ARGUMENT,
                    "workspace: given with workspace_bytes 0");
@@ -275,70 +246,39 @@ sp_status sp_kda_check_(const sp_kda_args *a, int inputs_direct, sp_kda_dims *di
     d.interval = a->checkpoint_interval;
     d.scale = a->scale != 0.0f ? a->scale : (float)(1.0 / sqrt((double)SP_KDA_D));
 
-    /* Inputs first, then outputs (check_overlap relies on the order; the
-     * density loop below on q, k, v, g, beta being first). */
-    named all[MAX_ARGS];
+    /* The arguments as named specs: dtype, density (shapes: check_shapes),
+     * whether the call writes them. q first (every device is q's). */
+    sp_spec_ all[MAX_ARGS];
     int n = 0;
-    all[n++] = (named){&a->q, "q"};
-    all[n++] = (named){&a->k, "k"};
-    all[n++] = (named){&a->v, "v"};
-    all[n++] = (named){&a->g, "g"};
-    all[n++] = (named){&a->beta, "beta"};
-    all[n++] = (named){&a->A_log, "A_log"};
-    all[n++] = (named){&a->dt_bias, "dt_bias"};
-    all[n++] = (named){&a->cu_seqlens, "cu_seqlens"};
-    all[n++] = (named){&a->state_indices, "state_indices"};
-    if (d.interval > 0) all[n++] = (named){&a->checkpoint_cu_starts, "checkpoint_cu_starts"};
-    const int first_output = n;
-    all[n++] = (named){&a->o, "o"};
-    all[n++] = (named){&a->state, "state"};
-    if (d.interval > 0) all[n++] = (named){&a->checkpoints, "checkpoints"};
-    for (int i = 0; i < n; i++) SP_FORWARD(sp_tensor_check_aligned_(all[i].t, all[i].name));
-
+    const sp_tensor *bf16_in[5] = {&a->q, &a->k, &a->v, &a->g, &a->beta};
+    static const char *const in_names[5] = {"q", "k", "v", "g", "beta"};
+    for (int i = 0; i < 5; i++)
+        all[n++] = (sp_spec_){bf16_in[i], in_names[i], SP_BF16, 0, {0}, NULL, 0, 0};
+    all[n++] = (sp_spec_){&a->A_log, "A_log", SP_F32, 0, {0}, NULL, 1, 0};
+    all[n++] = (sp_spec_){&a->dt_bias, "dt_bias", SP_F32, 0, {0}, NULL, 1, 0};
+    all[n++] = (sp_spec_){&a->cu_seqlens, "cu_seqlens", SP_I64, 0, {0}, NULL, 1, 0};
+    all[n++] = (sp_spec_){&a->state_indices, "state_indices", SP_I32, 0, {0}, NULL, 1, 0};
+    if (d.interval > 0)
+        all[n++] = (sp_spec_){&a->checkpoint_cu_starts, "checkpoint_cu_starts", SP_I64, 0, {0},
+                              NULL, 1, 0};
+    all[n++] = (sp_spec_){&a->o, "o", SP_BF16, 0, {0}, NULL, 1, 1};
+    /* The pools' layouts: check_state_layout (a padded slot pitch). */
+    all[n++] = (sp_spec_){&a->state, "state", SP_SPEC_FLOATS, 0, {0}, NULL, 0, 1};
+    if (d.interval > 0)
+        all[n++] = (sp_spec_){&a->checkpoints, "checkpoints", SP_SPEC_LIKE, 0, {0}, NULL, 0, 1};
+    SP_FORWARD(sp_specs_placed_(all, n, a->state.dtype, "state"));
     d.dev = a->q.device;
-    SP_REQUIRE(d.dev.type == SP_DEVICE_CPU || d.dev.type == SP_DEVICE_CUDA,
-               SP_ERR_INVALID_ARGUMENT, "q: device type %d is neither CPU nor CUDA",
-               (int)d.dev.type);
-    for (int i = 1; i < n; i++)
-        SP_FORWARD(sp_check_device_(all[i].t, d.dev, all[i].name, "q is on"));
-
-    const named bf16s[] = {{&a->q, "q"}, {&a->k, "k"}, {&a->v, "v"},
-                           {&a->g, "g"}, {&a->beta, "beta"}, {&a->o, "o"}};
-    for (size_t i = 0; i < sizeof bf16s / sizeof *bf16s; i++)
-        SP_FORWARD(require_dtype(bf16s[i].t, bf16s[i].name, SP_BF16));
-    SP_FORWARD(require_dtype(&a->A_log, "A_log", SP_F32));
-    SP_FORWARD(require_dtype(&a->dt_bias, "dt_bias", SP_F32));
-    SP_FORWARD(require_dtype(&a->cu_seqlens, "cu_seqlens", SP_I64));
-    SP_FORWARD(require_dtype(&a->state_indices, "state_indices", SP_I32));
-    SP_REQUIRE(a->state.dtype == SP_F32 || a->state.dtype == SP_BF16, SP_ERR_DTYPE_MISMATCH,
-               "state: dtype %s, expected f32 or bf16", sp_dtype_name((sp_dtype)a->state.dtype));
     d.state_bf16 = a->state.dtype == SP_BF16;
-    if (d.interval > 0) {
-        SP_FORWARD(require_dtype(&a->checkpoint_cu_starts, "checkpoint_cu_starts", SP_I64));
-        SP_REQUIRE(a->checkpoints.dtype == a->state.dtype, SP_ERR_DTYPE_MISMATCH,
-                   "checkpoints: dtype %s differs from state's %s",
-                   sp_dtype_name((sp_dtype)a->checkpoints.dtype),
-                   sp_dtype_name((sp_dtype)a->state.dtype));
-    }
 
     SP_FORWARD(check_shapes(a, &d));
 
     if (inputs_direct)
         for (int i = 0; i < 4; i++) SP_FORWARD(require_direct(all[i].t, all[i].name));
-    const named dense_always[] = {{&a->A_log, "A_log"},
-                                  {&a->dt_bias, "dt_bias"},
-                                  {&a->cu_seqlens, "cu_seqlens"},
-                                  {&a->state_indices, "state_indices"},
-                                  {&a->o, "o"}};
-    for (size_t i = 0; i < sizeof dense_always / sizeof *dense_always; i++)
-        SP_FORWARD(require_dense(dense_always[i].t, dense_always[i].name));
+    SP_FORWARD(sp_specs_layout_(all, n));
     SP_FORWARD(check_state_layout(&a->state, "state", &d, 1));
-    if (d.interval > 0) {
-        SP_FORWARD(require_dense(&a->checkpoint_cu_starts, "checkpoint_cu_starts"));
-        SP_FORWARD(check_state_layout(&a->checkpoints, "checkpoints", &d, 0));
-    }
+    if (d.interval > 0) SP_FORWARD(check_state_layout(&a->checkpoints, "checkpoints", &d, 0));
 
-    SP_FORWARD(check_overlap(all, n, first_output));
+    SP_FORWARD(sp_specs_disjoint_(all, n));
     SP_FORWARD(check_workspace(a, all, n));
 
     if (d.dev.type == SP_DEVICE_CUDA) {
