@@ -29,28 +29,6 @@ struct sp_kda_boundary {
     sp_tensor warm_inputs[N_INPUTS];
 };
 
-/* The worst case: every input strided, at full capacity. sp_pack's sizing
- * depends only on shapes and dtypes, so placeholder addresses do. */
-static sp_status worst_case_bytes(int64_t T, int64_t H, size_t *bytes) {
-    static char placeholder[16];
-    sp_tensor in[N_INPUTS];
-    const int64_t shape4[4] = {1, T, H, SP_KDA_D}, shape3[3] = {1, T, H};
-    /* Any non-dense layout will do: one padded row per token. */
-    int64_t row3, all3, row4, all4;
-    SP_REQUIRE(!__builtin_mul_overflow(H + 1, (int64_t)1, &row3) &&
-                   !__builtin_mul_overflow(T + 1, row3, &all3) &&
-                   !__builtin_mul_overflow(row3, (int64_t)SP_KDA_D, &row4) &&
-                   !__builtin_mul_overflow(all3, (int64_t)SP_KDA_D, &all4),
-               SP_ERR_OVERFLOW, "max_tokens x max_heads: %lld x %lld overflows",
-               (long long)T, (long long)H);
-    const int64_t str4[4] = {all4, row4, SP_KDA_D, 1};
-    const int64_t str3[3] = {all3, row3, 1};
-    for (int i = 0; i < 4; i++)
-        SP_FORWARD(sp_tensor_view(&in[i], placeholder, 0, SP_BF16, 4, shape4, str4, sp_cpu()));
-    SP_FORWARD(sp_tensor_view(&in[4], placeholder, 0, SP_BF16, 3, shape3, str3, sp_cpu()));
-    return sp_pack_workspace_bytes(in, N_INPUTS, bytes);
-}
-
 sp_status sp_kda_boundary_create(sp_kda_boundary **out, sp_device dev, int64_t max_tokens,
                                  int64_t max_heads) {
     SP_REQUIRE(out, SP_ERR_INVALID_ARGUMENT, "out: NULL");
@@ -63,11 +41,10 @@ sp_status sp_kda_boundary_create(sp_kda_boundary **out, sp_device dev, int64_t m
     if (dev.type == SP_DEVICE_CUDA)
         SP_REQUIRE(sp_cuda_available(), SP_ERR_NO_DEVICE,
                    "dev: no usable CUDA device in this build or machine");
-    /* Sizes whose element offsets overflow are refused by the view math. */
-    SP_REQUIRE(max_heads <= INT64_MAX / SP_KDA_D / 4 && max_tokens <= INT64_MAX / 4,
-               SP_ERR_OVERFLOW, "max_tokens x max_heads: too large");
+    /* The pack's worst case at full capacity, every input strided: what the
+     * inputs boundary sizes (it also refuses sizes that overflow). */
     size_t bytes = 0;
-    SP_FORWARD(worst_case_bytes(max_tokens, max_heads, &bytes));
+    SP_FORWARD(sp_kda_inputs_workspace_bytes(max_tokens, max_heads, &bytes));
 
     sp_kda_boundary *b = calloc(1, sizeof *b);
     SP_REQUIRE(b, SP_ERR_OUT_OF_MEMORY, "sp_kda_boundary_create: no memory for the object");
