@@ -73,45 +73,11 @@ sp_status sp_workspace_free_(sp_device dev, void *p) {
     return SP_OK;
 }
 
-sp_status sp_pack_workspace_bytes(const sp_tensor *inputs, size_t n, size_t *bytes) {
-    SP_REQUIRE(bytes != NULL, SP_ERR_INVALID_ARGUMENT, "bytes: output pointer is NULL");
-    SP_REQUIRE(n == 0 || inputs != NULL, SP_ERR_INVALID_ARGUMENT, "inputs: NULL with n = %zu", n);
-    for (size_t i = 0; i < n; i++) SP_FORWARD(check_input(inputs, i, 0));
-    uint64_t need = 0;
-    SP_FORWARD(workspace_need(inputs, n, &need, NULL));
-    *bytes = (size_t)need;
-    return SP_OK;
-}
-
-sp_status sp_pack(const sp_tensor *inputs, size_t n, void *workspace, size_t workspace_bytes,
-                  sp_tensor *outputs, size_t *n_copied, struct CUstream_st *stream) {
-    SP_REQUIRE(n == 0 || outputs != NULL, SP_ERR_INVALID_ARGUMENT, "outputs: NULL with n = %zu", n);
-    SP_REQUIRE(n <= SP_PACK_STACK, SP_ERR_UNSUPPORTED, "inputs: %zu tensors, at most %d per sp_pack",
-               n, SP_PACK_STACK);
-    SP_REQUIRE(n == 0 || inputs != NULL, SP_ERR_INVALID_ARGUMENT, "inputs: NULL with n = %zu", n);
-    for (size_t i = 0; i < n; i++) SP_FORWARD(check_input(inputs, i, 1));
-    uint64_t need = 0;
-    SP_FORWARD(workspace_need(inputs, n, &need, NULL));
-    if (need > 0) {
-        SP_REQUIRE(workspace != NULL, SP_ERR_INVALID_ARGUMENT,
-                   "workspace: NULL, but %llu bytes are needed", (unsigned long long)need);
-        SP_REQUIRE(workspace_bytes >= need, SP_ERR_WORKSPACE_TOO_SMALL,
-                   "workspace: %zu bytes given, %llu needed (see sp_pack_workspace_bytes)",
-                   workspace_bytes, (unsigned long long)need);
-        SP_REQUIRE(need <= (uint64_t)UINTPTR_MAX - (uintptr_t)workspace, SP_ERR_OVERFLOW,
-                   "workspace: %llu bytes from %p pass the top of the address space",
-                   (unsigned long long)need, workspace);
-        SP_FORWARD(sp_check_device_usable_(inputs[0].device));
-    }
-    return sp_pack_validated_(inputs, n, workspace, outputs, n_copied, stream);
-}
-
-sp_status sp_pack_validated_(const sp_tensor *inputs, size_t n, void *workspace,
-                             sp_tensor *outputs, size_t *n_copied, struct CUstream_st *stream) {
-    uint64_t need = 0;
-    unsigned char dense[SP_PACK_STACK];
-    SP_FORWARD(workspace_need(inputs, n, &need, dense)); /* sized by the caller: cannot fail */
-
+/* The slots, their check against the inputs, and the copy: sp_pack's work
+ * once the inputs are checked and dense[i] says which are dense. */
+static sp_status pack_planned(const sp_tensor *inputs, size_t n, const unsigned char *dense,
+                              void *workspace, sp_tensor *outputs, size_t *n_copied,
+                              struct CUstream_st *stream) {
     /* Lay out the slots and check them against every input before a byte moves. */
     sp_copy_pair pairs[SP_PACK_STACK];
     size_t np = 0;
@@ -143,4 +109,46 @@ sp_status sp_pack_validated_(const sp_tensor *inputs, size_t n, void *workspace,
     if (n > 0) memcpy(outputs, out, n * sizeof *outputs);
     if (n_copied) *n_copied = np;
     return SP_OK;
+}
+
+sp_status sp_pack_workspace_bytes(const sp_tensor *inputs, size_t n, size_t *bytes) {
+    SP_REQUIRE(bytes != NULL, SP_ERR_INVALID_ARGUMENT, "bytes: output pointer is NULL");
+    SP_REQUIRE(n == 0 || inputs != NULL, SP_ERR_INVALID_ARGUMENT, "inputs: NULL with n = %zu", n);
+    for (size_t i = 0; i < n; i++) SP_FORWARD(check_input(inputs, i, 0));
+    uint64_t need = 0;
+    SP_FORWARD(workspace_need(inputs, n, &need, NULL));
+    *bytes = (size_t)need;
+    return SP_OK;
+}
+
+sp_status sp_pack(const sp_tensor *inputs, size_t n, void *workspace, size_t workspace_bytes,
+                  sp_tensor *outputs, size_t *n_copied, struct CUstream_st *stream) {
+    SP_REQUIRE(n == 0 || outputs != NULL, SP_ERR_INVALID_ARGUMENT, "outputs: NULL with n = %zu", n);
+    SP_REQUIRE(n <= SP_PACK_STACK, SP_ERR_UNSUPPORTED, "inputs: %zu tensors, at most %d per sp_pack",
+               n, SP_PACK_STACK);
+    SP_REQUIRE(n == 0 || inputs != NULL, SP_ERR_INVALID_ARGUMENT, "inputs: NULL with n = %zu", n);
+    for (size_t i = 0; i < n; i++) SP_FORWARD(check_input(inputs, i, 1));
+    uint64_t need = 0;
+    unsigned char dense[SP_PACK_STACK];
+    SP_FORWARD(workspace_need(inputs, n, &need, dense));
+    if (need > 0) {
+        SP_REQUIRE(workspace != NULL, SP_ERR_INVALID_ARGUMENT,
+                   "workspace: NULL, but %llu bytes are needed", (unsigned long long)need);
+        SP_REQUIRE(workspace_bytes >= need, SP_ERR_WORKSPACE_TOO_SMALL,
+                   "workspace: %zu bytes given, %llu needed (see sp_pack_workspace_bytes)",
+                   workspace_bytes, (unsigned long long)need);
+        SP_REQUIRE(need <= (uint64_t)UINTPTR_MAX - (uintptr_t)workspace, SP_ERR_OVERFLOW,
+                   "workspace: %llu bytes from %p pass the top of the address space",
+                   (unsigned long long)need, workspace);
+        SP_FORWARD(sp_check_device_usable_(inputs[0].device));
+    }
+    return pack_planned(inputs, n, dense, workspace, outputs, n_copied, stream);
+}
+
+sp_status sp_pack_validated_(const sp_tensor *inputs, size_t n, void *workspace,
+                             sp_tensor *outputs, size_t *n_copied, struct CUstream_st *stream) {
+    uint64_t need = 0;
+    unsigned char dense[SP_PACK_STACK];
+    SP_FORWARD(workspace_need(inputs, n, &need, dense)); /* sized by the caller: cannot fail */
+    return pack_planned(inputs, n, dense, workspace, outputs, n_copied, stream);
 }
