@@ -5,13 +5,16 @@
  * an H200 (2026-11-30, K3 contract, fp32 state): its Python-call times and,
  * at T = 16384, its GPU kernel time. Dense inputs, fp32 and bf16 state
  * pools, no checkpoints. Before timing, the chunked kernel's output is
- * compared with the recurrent kernel's (relative L2 error in the JSON).
+ * compared with the recurrent kernel's, and so is its final state
+ * (relative L2 errors in the JSON). --variant V times build V of the
+ * one-pass chunked kernel (sp_kda_chunked_variant_) instead of the default.
  * Prints one JSON line per kernel x shape x state (also appended to FILE
  * with --json FILE), then a table.
  *
- * Run: build/bench/bench_kda [--json FILE]
+ * Run: build/bench/bench_kda [--shape T H N] [--variant V] [--json FILE]
  */
 #include "harness.h"
+#include "kda/kda_internal.h" /* sp_kda_chunked_variant_ */
 #include "stridepack_kda.h"
 
 #include <math.h>
@@ -106,8 +109,9 @@ static void arm_prefill(void *ctx, cudaStream_t s) {
     }
 }
 
-/* o of one run of `kernel`, downloaded (caller frees). */
-static uint16_t *run_once(kda_case *c, int32_t kernel, cudaStream_t s) {
+/* o of one run of `kernel`, downloaded (caller frees); its final state
+ * into *state (caller frees) when state is not NULL. */
+static uint16_t *run_once(kda_case *c, int32_t kernel, cudaStream_t s, void **state) {
     const size_t n = (size_t)(c->T * c->H * D);
     c->a.kernel = kernel;
     BENCH_CU(cudaMemcpy(c->a.state.data, c->state0, c->state_bytes, cudaMemcpyDeviceToDevice));
@@ -117,6 +121,11 @@ static uint16_t *run_once(kda_case *c, int32_t kernel, cudaStream_t s) {
     uint16_t *o = malloc(n * 2);
     if (!o) exit(2);
     BENCH_CU(cudaMemcpy(o, c->a.o.data, n * 2, cudaMemcpyDeviceToHost));
+    if (state) {
+        *state = malloc(c->state_bytes);
+        if (!*state) exit(2);
+        BENCH_CU(cudaMemcpy(*state, c->a.state.data, c->state_bytes, cudaMemcpyDeviceToHost));
+    }
     return o;
 }
 
@@ -137,6 +146,22 @@ static double rel_err(const uint16_t *x, const uint16_t *ref, size_t n) {
     return den > 0 ? sqrt(num / den) : (num > 0 ? INFINITY : 0); /* NaN stays NaN */
 }
 
+/* The same over two final-state pools (f32 or bf16 elements). */
+static double state_rel_err(const void *x, const void *ref, size_t bytes, sp_dtype dt) {
+    double num = 0, den = 0;
+    const size_t n = bytes / sp_dtype_size(dt);
+    for (size_t i = 0; i < n; i++) {
+        double a, b;
+        if (dt == SP_F32)
+            a = ((const float *)x)[i], b = ((const float *)ref)[i];
+        else
+            a = bf16_val(((const uint16_t *)x)[i]), b = bf16_val(((const uint16_t *)ref)[i]);
+        num += (a - b) * (a - b);
+        den += b * b;
+    }
+    return den > 0 ? sqrt(num / den) : (num > 0 ? INFINITY : 0);
+}
+
 static const char *kernel_name(int32_t k) { return sp_kda_kernel_name((sp_kda_kernel)k); }
 
 int main(int argc, char **argv) {
@@ -149,6 +174,15 @@ int main(int argc, char **argv) {
             argc -= 4;
             break;
         }
+    int variant = 0;
+    for (int i = 1; i + 1 < argc; i++)
+        if (strcmp(argv[i], "--variant") == 0) {
+            variant = atoi(argv[i + 1]);
+            for (int k = i; k + 2 < argc; k++) argv[k] = argv[k + 2];
+            argc -= 2;
+            break;
+        }
+    sp_kda_chunked_variant_(variant);
     FILE *out = NULL;
     if (bench_json_arg(argc, argv, &out)) return 2;
     char name[256];
@@ -219,14 +253,17 @@ int main(int argc, char **argv) {
                 return 2;
             }
             const size_t n = (size_t)(c[0].T * c[0].H * D);
-            uint16_t *o_rec = run_once(&c[0], kernels[0], s);
-            double err[NK] = {0};
+            void *s_rec = NULL;
+            uint16_t *o_rec = run_once(&c[0], kernels[0], s, &s_rec);
+            double err[NK] = {0}, serr[NK] = {0};
             for (int k = 1; k < NK - 1; k++) {
-                uint16_t *o_k = run_once(&c[k], kernels[k], s);
+                void *s_k = NULL;
+                uint16_t *o_k = run_once(&c[k], kernels[k], s, &s_k);
                 err[k] = rel_err(o_k, o_rec, n);
-                free(o_k);
+                serr[k] = state_rel_err(s_k, s_rec, c[0].state_bytes, states[si]);
+                free(o_k), free(s_k);
             }
-            free(o_rec);
+            free(o_rec), free(s_rec);
 
             bench_fn fns[NK] = {arm_prefill, arm_prefill, arm_prefill, arm_prefill};
             void *ctxs[NK] = {&c[0], &c[1], &c[2], &c[3]};
@@ -257,22 +294,27 @@ int main(int argc, char **argv) {
                     bench_json_num(&j, "ratio_to_fla_kernel",
                                    st[k].median_ms / shapes[i].fla_kernel_ms);
                 }
-                if (k > 0 && k < NK - 1) bench_json_num(&j, "o_rel_err_vs_recurrent", err[k]);
+                if (k > 0 && k < NK - 1) {
+                    bench_json_num(&j, "o_rel_err_vs_recurrent", err[k]);
+                    bench_json_num(&j, "state_rel_err_vs_recurrent", serr[k]);
+                }
+                if (kernels[k] == SP_KDA_KERNEL_CHUNKED) bench_json_int(&j, "variant", variant);
                 if (k >= 2) bench_json_int(&j, "workspace_bytes", (int64_t)ws_bytes);
                 bench_json_emit(&j, out);
                 if (rows < 96)
                     snprintf(table[rows++], sizeof table[0],
-                             "%6lld %3lld %3lld %-4s %-16s %8.3f %6.2f  %s", (long long)shapes[i].T,
+                             "%6lld %3lld %3lld %-4s %-16s %8.3f %6.2f %8.1e %8.1e  %s",
+                             (long long)shapes[i].T,
                              (long long)shapes[i].H, (long long)shapes[i].N,
                              sp_dtype_name(states[si]), kernel_name(kernels[k]), st[k].median_ms,
                              shapes[i].fla_ms > 0 ? st[k].median_ms / shapes[i].fla_ms : 0.0,
-                             kernels[k] == SP_KDA_KERNEL_AUTO ? kernel_name(chosen) : "");
+                             err[k], serr[k], kernels[k] == SP_KDA_KERNEL_AUTO ? kernel_name(chosen) : "");
             }
             BENCH_CU(cudaFree(ws));
             free_case(&c[0]);
         }
-    printf("\n%6s %3s %3s %-4s %-16s %8s %6s  %s\n", "T", "H", "N", "state", "kernel", "ms",
-           "/fla", "auto chose");
+    printf("\n%6s %3s %3s %-4s %-16s %8s %6s %8s %8s  %s\n", "T", "H", "N", "state", "kernel",
+           "ms", "/fla", "o_err", "st_err", "auto chose");
     for (int r = 0; r < rows; r++) printf("%s\n", table[r]);
     BENCH_CU(cudaStreamDestroy(s));
     if (out) fclose(out);

@@ -34,14 +34,20 @@ static inline SP_HD float sp_kda_gate_f32_(int gate, float lower_bound, float ex
 #define SP_KDA_D SP_KDA_HEAD_DIM
 #define SP_KDA_EPS 1e-6
 #define SP_KDA_CHUNK 32 /* tokens per chunk of the chunked kernels */
-/* The two-pass kernel's record per (chunk, head): its operands in fp32
- * (chunked_two_pass.cu checks the size against its struct). */
-#define SP_KDA_TWO_PASS_RECORD_BYTES 63616
+/* The two-pass kernel's record per (chunk, head): its operands, Lk, Lq and
+ * R in bf16, the rest in fp32 (chunked_two_pass.cu checks the size against
+ * its struct). */
+#define SP_KDA_TWO_PASS_RECORD_BYTES 37504
 /* Calls with at most this many (sequence, head) pairs go to the two-pass
  * kernel when a large enough workspace is given (dispatch.c): on the H200
  * it wins at 48 pairs (2.58 against 2.81 ms at T = 16384) and loses at 64
  * (3.18 against 2.81; docs/PERFORMANCE.md). */
 #define SP_KDA_TWO_PASS_MAX_PAIRS 48
+
+/* Which build of the one-pass chunked kernel later launches use (0, the
+ * default; the others for benchmarks only: 1 P from a split bf16 state, 2
+ * and 3 timing probes of one side, whose results are wrong). Not thread-safe. */
+void sp_kda_chunked_variant_(int v);
 
 /* Record slots of the two-pass kernel for T tokens in N sequences. */
 static inline int64_t sp_kda_two_pass_slots_(int64_t T, int64_t N) {

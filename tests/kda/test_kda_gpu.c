@@ -164,7 +164,7 @@ static void dispatch_cases(void) {
      * these 4 (sequence, head) pairs; one byte less and it does not. */
     kp_args(&p, dev, sp_cuda(0), &a);
     CHECK_OK(sp_kda_prefill_workspace_bytes(&a, &need));
-    const size_t want_need = (size_t)(p.T / 32 + p.N) * (size_t)p.H * 63616;
+    const size_t want_need = (size_t)(p.T / 32 + p.N) * (size_t)p.H * 37504;
     CHECKF(need == want_need, "workspace %zu, want %zu", need, want_need);
     void *ws;
     CUDA_OK(cudaMalloc(&ws, need + 256));

@@ -18,8 +18,8 @@
 static constexpr int CT = SP_KDA_CHUNK; /* tokens per chunk (32) */
 static constexpr int MID = 15;          /* reference token of the factorization */
 static constexpr int D = SP_KDA_D;
-static constexpr int SO = D + 8;  /* lk, lq, r: 8 mod 32, for float2 fragment loads */
-static constexpr int SA = CT + 8; /* a, qk, t: likewise */
+static constexpr int SB = D + 8;  /* lk, lq, r (bf16): 272-byte rows, 8 ldmatrix rows on distinct banks */
+static constexpr int SA = CT + 8; /* a, qk, t (fp32): 8 mod 32, for float2 fragment loads */
 
 /* A chunk's k, q and g as they arrive (bf16); v comes separately, only the
  * columns a block owns. */
@@ -31,7 +31,7 @@ typedef struct raw_chunk {
  * the two-pass kernel keeps per chunk in its workspace (the same layout, so
  * that it is copied to and from shared memory as one block). */
 typedef struct chunk_ops {
-    float lk[CT][SO], lq[CT][SO], r[CT][SO];
+    uint16_t lk[CT][SB], lq[CT][SB], r[CT][SB]; /* bf16 */
     float qk[CT][SA], t[CT][SA];
     float b[CT];
     float c[D], e[D]; /* exp(gam_m), exp(gam_31 - gam_m) */
@@ -65,6 +65,84 @@ static __device__ __forceinline__ void mma_tf32(float c[4], const uint32_t a[4],
                  "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Two floats as a bf16x2 word (lo in the low half), each rounded to nearest
+ * even; no flush to zero (the factors reach e^-80, above bf16's smallest
+ * normal e^-87). */
+static __device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
+    uint32_t u;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(u) : "f"(hi), "f"(lo));
+    return u;
+}
+
+static __device__ __forceinline__ uint16_t bf16_rn(float x) {
+    uint16_t h;
+    asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(h) : "f"(x));
+    return h;
+}
+
+/* c += a b for one m16n8k16 tile, bf16 operands, fp32 accumulation. */
+static __device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0,
+                                                uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Four 8x8 bf16 matrices from shared memory, lanes 8i .. 8i + 7 giving the
+ * row addresses of matrix i; x[i] is this lane's part of it (row lane / 4,
+ * columns 2 (lane % 4), +1), or with TRANS of its transpose. */
+template <int TRANS>
+static __device__ __forceinline__ void ldsm_x4(const uint16_t *row, uint32_t x[4]) {
+    if (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3])
+                     : "r"(sp_smem_addr_(row)));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3])
+                     : "r"(sp_smem_addr_(row)));
+}
+
+/* Where lane `lane` points ldsm_x4 for the fragments of a row-major bf16
+ * array X (rows x0 .., columns k0 ..), as offsets (row, column) from there:
+ *  - a_at: the A operand of rows x0 .. +15, k-step columns k0 .. +15;
+ *  - b_at: the B operands of two n8 tiles, rows x0 .. +7 and x0 + 8 .. +15
+ *    as n, columns k0 .. +15 as k (x[0], x[1]: the first; x[2], x[3]);
+ *  - bt_at (with TRANS): the B operands of two n8 tiles when X's rows are
+ *    k (x0 .. +15) and its columns n (k0 .. +7 and k0 + 8 .. +15). */
+static __device__ __forceinline__ int2 a_at(int lane) {
+    return make_int2((lane & 7) + 8 * ((lane >> 3) & 1), 8 * (lane >> 4));
+}
+static __device__ __forceinline__ int2 b_at(int lane) {
+    return make_int2((lane & 7) + 8 * (lane >> 4), 8 * ((lane >> 3) & 1));
+}
+static __device__ __forceinline__ int2 bt_at(int lane) { return a_at(lane); }
+
+/* Accumulator tiles c0, c1 (rows r, r + 8; columns 2q, 2q + 1 of two
+ * adjacent n8 tiles) are the A operand of a k16 step, rounded to bf16. */
+static __device__ __forceinline__ void acc_pair_as_a(const float c0[4], const float c1[4],
+                                                     uint32_t a[4]) {
+    a[0] = bf16x2(c0[0], c0[1]);
+    a[1] = bf16x2(c0[2], c0[3]);
+    a[2] = bf16x2(c1[0], c1[1]);
+    a[3] = bf16x2(c1[2], c1[3]);
+}
+
+/* The same as a bf16 head and the bf16 rounding of what it leaves (x = hi
+ * + lo to about 2^-16 relative). */
+static __device__ __forceinline__ void acc_pair_as_a_split(const float c0[4], const float c1[4],
+                                                           uint32_t hi[4], uint32_t lo[4]) {
+    acc_pair_as_a(c0, c1, hi);
+    const float *c[2] = {c0, c1};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float *x = c[i >> 1] + 2 * (i & 1);
+        const float h0 = __uint_as_float(hi[i] << 16), h1 = __uint_as_float(hi[i] & 0xffff0000u);
+        lo[i] = bf16x2(x[0] - h0, x[1] - h1);
+    }
 }
 
 /* Fragments with a permuted k index: k-step columns q and q + 4 of an
@@ -232,9 +310,9 @@ static __device__ __forceinline__ void operands(const raw_chunk &raw, int tid, c
         for (int j = 0; j < 8; j++) {
             const float to_mid = sp_ex2_ftz_((gam[i0 + j] + base) * SP_LOG2E);
             const float from_mid = sp_rcp_ftz_(to_mid);
-            ops.lk[t + j][d] = tf32_round(kh[j] * to_mid);
-            ops.lq[t + j][d] = tf32_round(qh[j] * to_mid);
-            ops.r[t + j][d] = tf32_round(kh[j] * from_mid);
+            ops.lk[t + j][d] = bf16_rn(kh[j] * to_mid);
+            ops.lq[t + j][d] = bf16_rn(qh[j] * to_mid);
+            ops.r[t + j][d] = bf16_rn(kh[j] * from_mid);
         }
     }
 }
@@ -254,20 +332,18 @@ static __device__ void intra_products(int w, int lane, chunk_work &s, chunk_ops 
     const int first = BOTH ? 0 : w >> 2; /* 0: A, 1: QK */
     float acc[2][2][4] = {};             /* [A or QK (BOTH) / the one][tile] */
     if (!zero_only) {
+        const int2 la = a_at(lane), lb = b_at(lane);
 #pragma unroll 4
-        for (int ks = 0; ks < D / 8; ks++) {
-            const int dk = ks * 8 + 2 * q;
-            uint32_t b[2][2];
-#pragma unroll
-            for (int j = 0; j < 2; j++) pair(&ops.r[8 * (nb + j) + r][dk], &b[j][0], &b[j][1]);
+        for (int ks = 0; ks < D / 16; ks++) {
+            uint32_t b[4];
+            ldsm_x4<0>(&ops.r[8 * nb + lb.x][16 * ks + lb.y], b);
 #pragma unroll
             for (int m = 0; m < 1 + BOTH; m++) {
-                const float(*L)[SO] = (first + m) ? ops.lq : ops.lk;
+                const uint16_t(*L)[SB] = (first + m) ? ops.lq : ops.lk;
                 uint32_t a[4];
-                pair(&L[16 * mi + r][dk], &a[0], &a[2]);
-                pair(&L[16 * mi + r + 8][dk], &a[1], &a[3]);
-#pragma unroll
-                for (int j = 0; j < 2; j++) mma_tf32(acc[m][j], a, b[j][0], b[j][1]);
+                ldsm_x4<0>(&L[16 * mi + la.x][16 * ks + la.y], a);
+                mma_bf16(acc[m][0], a, b[0], b[1]);
+                mma_bf16(acc[m][1], a, b[2], b[3]);
             }
         }
     }
@@ -361,35 +437,49 @@ static __device__ __forceinline__ void scale_columns(float S[][4], const float *
  * holds (all of them in the one-pass kernel, a range in the two-pass
  * state pass): S' = S diag(c), then P^T += S' Lk^T and O^T += S' Lq^T (the
  * inter-chunk part of o^T). */
+template <int SPLIT = 0>
 static __device__ __forceinline__ void state_products(float S[][4], int nds, int d0, int lane,
-                                                           const chunk_ops &s,
-                                                           float P[CT / 8][4], float O[CT / 8][4]) {
-    const int r = lane >> 2, q = lane & 3;
-    scale_columns(S, s.c, d0, q, nds);
+                                                      const chunk_ops &s, float P[CT / 8][4],
+                                                      float O[CT / 8][4]) {
+    scale_columns(S, s.c, d0, lane & 3, nds);
+    const int2 lb = b_at(lane);
 #pragma unroll
-    for (int nd = 0; nd < nds; nd++) {
-        uint32_t a[4];
-        acc_as_a(S[nd], a);
+    for (int kk = 0; kk < nds / 2; kk++) {
+        uint32_t a[4], alo[4];
+        if (SPLIT)
+            acc_pair_as_a_split(S[2 * kk], S[2 * kk + 1], a, alo);
+        else
+            acc_pair_as_a(S[2 * kk], S[2 * kk + 1], a);
+        const int col = d0 + 16 * kk + lb.y;
 #pragma unroll
-        for (int t8 = 0; t8 < CT / 8; t8++) {
-            uint32_t b0, b1;
-            pair(&s.lk[8 * t8 + r][d0 + 8 * nd + 2 * q], &b0, &b1);
-            mma_tf32(P[t8], a, b0, b1);
-            pair(&s.lq[8 * t8 + r][d0 + 8 * nd + 2 * q], &b0, &b1);
-            mma_tf32(O[t8], a, b0, b1);
+        for (int t16 = 0; t16 < CT / 16; t16++) {
+            uint32_t b[4];
+            ldsm_x4<0>(&s.lk[16 * t16 + lb.x][col], b);
+            mma_bf16(P[2 * t16], a, b[0], b[1]);
+            mma_bf16(P[2 * t16 + 1], a, b[2], b[3]);
+            if (SPLIT) {
+                mma_bf16(P[2 * t16], alo, b[0], b[1]);
+                mma_bf16(P[2 * t16 + 1], alo, b[2], b[3]);
+            }
+            ldsm_x4<0>(&s.lq[16 * t16 + lb.x][col], b);
+            mma_bf16(O[2 * t16], a, b[0], b[1]);
+            mma_bf16(O[2 * t16 + 1], a, b[2], b[3]);
         }
     }
 }
 
-/* S' += W^T R over the same K columns, for k-step kt of W^T (given as the
- * A fragment a). */
+/* S' += W^T R over the same K columns, for the k16 step kt (tokens 16 kt ..
+ * + 15) of W^T, given as the A fragment a. */
 static __device__ __forceinline__ void state_add_wr(float S[][4], int nds, int d0, int lane,
                                                     const chunk_ops &s, int kt, const uint32_t a[4]) {
-    const int r = lane >> 2, q = lane & 3;
+    const int2 lt = bt_at(lane);
 #pragma unroll
-    for (int nd = 0; nd < nds; nd++)
-        mma_tf32(S[nd], a, __float_as_uint(s.r[8 * kt + 2 * q][d0 + 8 * nd + r]),
-                 __float_as_uint(s.r[8 * kt + 2 * q + 1][d0 + 8 * nd + r]));
+    for (int nd = 0; nd < nds; nd += 2) {
+        uint32_t b[4];
+        ldsm_x4<1>(&s.r[16 * kt + lt.x][d0 + 8 * nd + lt.y], b);
+        mma_bf16(S[nd], a, b[0], b[1]);
+        mma_bf16(S[nd + 1], a, b[2], b[3]);
+    }
 }
 
 /* For this warp's 16 V rows (P^T = S' Lk^T summed over K, as accumulator

@@ -61,6 +61,11 @@ static __device__ void state_update(float S[D / 8][4], float P[4][4], float O[4]
             pair(&s.qk[8 * nt + r][8 * kt + 2 * q], &b0, &b1);
             mma_tf32(O[nt], a, b0, b1);
         }
+    }
+#pragma unroll
+    for (int kt = 0; kt < CT / 16; kt++) {
+        uint32_t a[4];
+        acc_pair_as_a(W[2 * kt], W[2 * kt + 1], a);
         state_add_wr(S, D / 8, 0, lane, s, kt, a);
     }
     scale_columns(S, s.e, 0, q, D / 8);
@@ -92,7 +97,12 @@ typedef struct fused_smem {
     chunk_work work[2]; /* its A is read by the V warps' solver */
 } fused_smem;
 
+/* MODE (sp_kda_chunked_variant_): 0 as documented; 1 P = Lk S' from a
+ * split bf16 S' (head + rest); 2 and 3 timing probes that skip the K
+ * side's or the V side's arithmetic (wrong results). */
+template <int MODE>
 static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params p, int splits) {
+    constexpr int DO_K = MODE != 2, DO_V = MODE != 3;
     extern __shared__ __align__(16) unsigned char smem_bytes[];
     fused_smem &s = *(fused_smem *)smem_bytes;
 
@@ -128,14 +138,15 @@ static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params
                 load_v(p, sq, h, c0 + CT, v0, bv, tid, K_THREADS, &s.v[(ci + 1) % 3][0][0], D);
             }
             sp_cp_async_commit_();
-            gates_and_norms<K_THREADS>(p, s.raw[b], nt, tid, expA, bias, beta_logit, s.work[b],
-                                       s.ops[b], gam);
+            if (DO_K)
+                gates_and_norms<K_THREADS>(p, s.raw[b], nt, tid, expA, bias, beta_logit, s.work[b],
+                                           s.ops[b], gam);
             if (w == 0 && c0 + CT + lane < L)
                 beta_logit = sp_bf16_to_f32_(*kda_row(p.beta, sq.bos + c0 + CT + lane, h));
             sp_bar_sync_(BAR_K, K_THREADS);
-            operands<K_THREADS>(s.raw[b], tid, s.work[b], gam, s.ops[b]);
+            if (DO_K) operands<K_THREADS>(s.raw[b], tid, s.work[b], gam, s.ops[b]);
             sp_bar_sync_(BAR_K, K_THREADS);
-            intra_products<K_THREADS>(w, lane, s.work[b], s.ops[b]);
+            if (DO_K) intra_products<K_THREADS>(w, lane, s.work[b], s.ops[b]);
             sp_bar_arrive_(BAR_FULL + b, BLOCK);
         }
         sp_cp_async_wait_<0>();
@@ -158,11 +169,11 @@ static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params
         sp_bar_sync_(BAR_FULL + b, BLOCK);
         /* T is needed from solve_w on; the other V warps start on the
          * state's products meanwhile. */
-        if (vw == V_SOLVER) solve_t(lane, s.work[b], s.ops[b]);
+        if (DO_V && vw == V_SOLVER) solve_t(lane, s.work[b], s.ops[b]);
         float P[4][4] = {}, O[4][4] = {};
-        if (is_v) state_products(S, D / 8, 0, lane, s.ops[b], P, O);
+        if (DO_V && is_v) state_products<MODE == 1>(S, D / 8, 0, lane, s.ops[b], P, O);
         sp_bar_sync_(BAR_V, 32 * V_WARPS);
-        if (is_v) {
+        if (DO_V && is_v) {
             state_update(S, P, O, s.v[ci % 3], 16 * vw + r, lane, s.ops[b]);
 #pragma unroll
             for (int nt8 = 0; nt8 < CT / 8; nt8++)
@@ -188,14 +199,21 @@ static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params
 
 extern "C" size_t sp_kda_chunked_one_pass_smem_bytes_(void) { return sizeof(fused_smem); }
 
+static int variant; /* sp_kda_chunked_variant_ */
+
+extern "C" void sp_kda_chunked_variant_(int v) { variant = v; }
+
 extern "C" cudaError_t sp_kda_launch_chunked_(const kda_params *p, int splits,
                                               cudaStream_t stream) {
     const int smem = (int)sizeof(fused_smem);
-    cudaError_t e = cudaFuncSetAttribute((const void *)kda_chunked_kernel,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    const void *kernel = variant == 1   ? (const void *)kda_chunked_kernel<1>
+                         : variant == 2 ? (const void *)kda_chunked_kernel<2>
+                         : variant == 3 ? (const void *)kda_chunked_kernel<3>
+                                        : (const void *)kda_chunked_kernel<0>;
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
     void *params[] = {(void *)p, &splits};
-    return cudaLaunchKernel((const void *)kda_chunked_kernel,
+    return cudaLaunchKernel(kernel,
                             dim3((unsigned)(p->N * p->H * splits)), dim3(BLOCK), params,
                             (size_t)smem, stream);
 }

@@ -306,15 +306,18 @@ static __global__ void __launch_bounds__(32 * KW * G, 1)
         float Ow[4];
         if (outputs) get_tile(s.sum_o[rg], kq, r, q, Ow);
         /* Our columns: S = diag(e) (S' + W^T R). */
+        if (outputs)
 #pragma unroll
-        for (int kt = 0; kt < CT / 8; kt++) {
-            uint32_t a[4];
-            acc_as_a(W[kt], a);
-            if (outputs) {
-                uint32_t b0, b1;
+            for (int kt = 0; kt < CT / 8; kt++) {
+                uint32_t a[4], b0, b1;
+                acc_as_a(W[kt], a);
                 pair(&o.qk[8 * kq + r][8 * kt + 2 * q], &b0, &b1);
                 mma_tf32(Ow, a, b0, b1);
             }
+#pragma unroll
+        for (int kt = 0; kt < CT / 16; kt++) {
+            uint32_t a[4];
+            acc_pair_as_a(W[2 * kt], W[2 * kt + 1], a);
             state_add_wr(S, NDS, d0, lane, o, kt, a);
         }
         scale_columns(S, o.e, d0, q, NDS);
