@@ -364,19 +364,73 @@ static __device__ void intra_products(int w, int lane, chunk_work &s, chunk_ops 
     }
 }
 
-/* One warp, lane c: column c of T = (I + A)^-1 by forward substitution,
- * in fp32, four partial sums per row for instruction-level parallelism. */
+/* One warp: T = (I + A)^-1 (A strictly lower) by 16 x 16 blocks, in fp32.
+ * Lanes 0-15 solve column `lane` of T11 = (I + A11)^-1 and lanes 16-31
+ * column lane - 16 of T22 = (I + A22)^-1, both by forward substitution over
+ * 16 rows at once; then lane (j, h) = (lane % 16, lane / 16) forms rows 8h
+ * .. 8h + 7 of column j of M = A21 T11 and of T21 = -T22 M. T12 = 0. Each
+ * row of A and T is read as float4 (the same address for 16 lanes). */
 static __device__ void solve_t(int lane, const chunk_work &s, chunk_ops &ops) {
-    float x[CT];
+    constexpr int B = CT / 2;
+    const int j = lane & (B - 1), h = lane / B, base = B * h;
+    {
+        float x[B];
 #pragma unroll
-    for (int i = 0; i < CT; i++) {
-        float acc[4] = {i == lane ? 1.0f : 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int i = 0; i < B; i++) {
+            float acc[4] = {i == j ? 1.0f : 0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-        for (int j = 0; j < i; j++) acc[j & 3] = fmaf(-s.a[i][j], x[j], acc[j & 3]);
-        x[i] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+            for (int k4 = 0; k4 < i; k4 += 4) {
+                const float4 a4 = *(const float4 *)&s.a[base + i][base + k4];
+                const float a[4] = {a4.x, a4.y, a4.z, a4.w};
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    if (k4 + e < i) acc[e] = fmaf(-a[e], x[k4 + e], acc[e]);
+            }
+            x[i] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+        }
+#pragma unroll
+        for (int i = 0; i < B; i++) {
+            ops.t[base + i][base + j] = tf32_round(x[i]);
+            if (h == 0) ops.t[i][B + j] = 0.0f;
+        }
+    }
+    __syncwarp();
+    float m[B / 2];
+#pragma unroll
+    for (int i = 0; i < B / 2; i++) m[i] = 0.0f;
+#pragma unroll
+    for (int k4 = 0; k4 < B; k4 += 4) {
+        float t[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++) t[e] = ops.t[k4 + e][j];
+#pragma unroll
+        for (int i = 0; i < B / 2; i++) {
+            const float4 a4 = *(const float4 *)&s.a[B + B / 2 * h + i][k4];
+            m[i] = fmaf(a4.x, t[0], fmaf(a4.y, t[1], fmaf(a4.z, t[2], fmaf(a4.w, t[3], m[i]))));
+        }
+    }
+    float mk[B]; /* column j of M: rows 0-7 from lane (j, 0), 8-15 from (j, 1) */
+#pragma unroll
+    for (int i = 0; i < B / 2; i++) {
+        const float other = __shfl_xor_sync(SP_KDA_FULL_MASK, m[i], B);
+        mk[i] = h == 0 ? m[i] : other;
+        mk[B / 2 + i] = h == 0 ? other : m[i];
     }
 #pragma unroll
-    for (int i = 0; i < CT; i++) ops.t[i][lane] = tf32_round(x[i]);
+    for (int i = 0; i < B / 2; i++) {
+        const int row = B / 2 * h + i; /* of T21 */
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int k4 = 0; k4 < B; k4 += 4) {
+            if (k4 > B / 2 * h + B / 2 - 1) break; /* past the last row of this half */
+            const float4 t4 = *(const float4 *)&ops.t[B + row][B + k4];
+            acc[0] = fmaf(t4.x, mk[k4], acc[0]);
+            acc[1] = fmaf(t4.y, mk[k4 + 1], acc[1]);
+            acc[2] = fmaf(t4.z, mk[k4 + 2], acc[2]);
+            acc[3] = fmaf(t4.w, mk[k4 + 3], acc[3]);
+        }
+        ops.t[B + row][j] = tf32_round(-((acc[0] + acc[1]) + (acc[2] + acc[3])));
+    }
 }
 
 /* ---- the V side of a chunk (each V-warp: 16 V rows, registers only) ---------- */
