@@ -564,7 +564,8 @@ def main():
             out.write(json.dumps(rec) + "\n")
             out.flush()
 
-    emit(dict(meta=True, torch=torch.__version__, cuda=torch.version.cuda, anchor_dir=ANCHOR_DIR,
+    emit(dict(meta=True, torch=torch.__version__, cuda=torch.version.cuda,
+              anchor_dir=os.path.basename(os.path.normpath(ANCHOR_DIR)),  # no machine path
               reps=args.reps, warmup=args.warmup, lower_bound=LOWER_BOUND, scale=SCALE,
               state="fp32 V-first [N,H,V,K]", fla_safe_gate=bool(args.fla_safe_gate)))
 

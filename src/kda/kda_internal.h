@@ -46,7 +46,8 @@ static inline SP_HD float sp_kda_gate_f32_(int gate, float lower_bound, float ex
 
 /* Which build of the one-pass chunked kernel later launches use (0, the
  * default; the others for benchmarks only: 1 P from a split bf16 state, 2
- * and 3 timing probes of one side, whose results are wrong). Not thread-safe. */
+ * and 3 timing probes of one side, whose results are wrong, 4 o stored
+ * without staging). Not thread-safe. */
 void sp_kda_chunked_variant_(int v);
 
 /* Record slots of the two-pass kernel for T tokens in N sequences. */

@@ -267,7 +267,7 @@ static __device__ __forceinline__ void gates_and_norms(const kda_params &p, cons
 }
 
 /* After gates_and_norms and a barrier, the same thread (d, seg): Lk, Lq, R
- * for its tokens (rounded to tf32 once here) from its gam, and thread d <
+ * for its tokens (rounded to bf16 once here) from its gam, and thread d <
  * 128 the channel's two state scalings. */
 template <int NT>
 static __device__ __forceinline__ void operands(const raw_chunk &raw, int tid, const chunk_work &s,

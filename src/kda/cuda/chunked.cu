@@ -25,7 +25,9 @@
  * exp(gam_31 - gam_m) per channel, Kg = Lk diag(c), Qg = Lq diag(c),
  * Kd = R diag(e) and exp(gam_31) = c e, so
  *   S' = diag(c) S0;  P = Lk S', o = Lq S' + QK W;  S1 = diag(e) (S' + R^T W)
- * and the per-channel scalings are done on the state in registers.
+ * and the per-channel scalings are done on the state in registers. (Not
+ * diag(c_next e) as one factor: it can underflow where diag(e) times the
+ * state does not, at the lower bound: e^-160 against e^-80.)
  *
  * The state is kept transposed, S^T (V rows x K columns), as mma
  * accumulators: each V-warp owns 16 V rows and all 128 K columns. Then
@@ -88,23 +90,59 @@ static __device__ void state_update(float S[D / 8][4], float P[4][4], float O[4]
 #define V_WARPS 8
 #define BLOCK (K_THREADS + 32 * V_WARPS)
 #define V_SOLVER (V_WARPS - 1) /* the V warp that solves for T */
-enum { BAR_K = 1, BAR_FULL = 2, BAR_EMPTY = 4, BAR_V = 6 }; /* named barriers; + buffer */
+/* Named barriers; FULL and EMPTY + the operand buffer. */
+enum { BAR_K = 1, BAR_FULL = 2, BAR_EMPTY = 5, BAR_V = 8, BAR_O = 9 };
 
-typedef struct fused_smem {
-    raw_chunk raw[2];     /* k, q, g of this chunk and, arriving, the next one's */
-    uint16_t v[3][CT][D]; /* v, the block's columns first */
-    chunk_ops ops[2];
-    chunk_work work[2]; /* its A is read by the V warps' solver */
-} fused_smem;
+/* NB operand buffers: the K warps run up to NB - 1 chunks ahead of the V
+ * warps. */
+template <int NB> struct fused_smem {
+    raw_chunk raw[2];          /* k, q, g of this chunk and, arriving, the next one's */
+    uint16_t v[NB + 1][CT][D]; /* v, the block's columns first */
+    chunk_ops ops[NB];
+    chunk_work work[NB]; /* its A is read by the V warps' solver */
+    alignas(16) uint16_t o[2][CT][SB]; /* o of a chunk, [token][the block's V columns] */
+};
+
+/* This warp's O^T (accumulator tiles: V rows v .. v + 15 of the block's,
+ * tokens 8 nt8 + ...) into o[token][v ..], bf16. */
+static __device__ __forceinline__ void stage_o(const float O[CT / 8][4], uint16_t (*o)[SB], int v,
+                                               int lane) {
+#if __CUDA_ARCH__ >= 900
+    /* stmatrix.trans, four 8x8 tiles at a time: (V rows 0-7 | 8-15) x
+     * (tokens 16j .. +7 | 16j + 8 .. +15); lanes 8m .. 8m + 7 address tile
+     * m's 8 token rows. */
+    const int m = lane >> 3;
+#pragma unroll
+    for (int j = 0; j < CT / 16; j++) {
+        const uint32_t x[4] = {bf16x2(O[2 * j][0], O[2 * j][1]), bf16x2(O[2 * j][2], O[2 * j][3]),
+                               bf16x2(O[2 * j + 1][0], O[2 * j + 1][1]),
+                               bf16x2(O[2 * j + 1][2], O[2 * j + 1][3])};
+        uint16_t *row = &o[16 * j + 8 * (m >> 1) + (lane & 7)][v + 8 * (m & 1)];
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(
+                         sp_smem_addr_(row)),
+                     "r"(x[0]), "r"(x[1]), "r"(x[2]), "r"(x[3])
+                     : "memory");
+    }
+#else
+    const int r = lane >> 2, q = lane & 3;
+#pragma unroll
+    for (int nt8 = 0; nt8 < CT / 8; nt8++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            o[8 * nt8 + 2 * q + (e & 1)][v + r + 8 * (e >> 1)] = bf16_rn(O[nt8][e]);
+#endif
+}
 
 /* MODE (sp_kda_chunked_variant_): 0 as documented; 1 P = Lk S' from a
  * split bf16 S' (head + rest); 2 and 3 timing probes that skip the K
- * side's or the V side's arithmetic (wrong results). */
+ * side's or the V side's arithmetic (wrong results); 4 o stored from the
+ * accumulators directly (2-byte stores) instead of staged; 5 two operand
+ * buffers instead of three. */
 template <int MODE>
 static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params p, int splits) {
-    constexpr int DO_K = MODE != 2, DO_V = MODE != 3;
+    constexpr int DO_K = MODE != 2, DO_V = MODE != 3, NB = MODE == 5 ? 2 : 3;
     extern __shared__ __align__(16) unsigned char smem_bytes[];
-    fused_smem &s = *(fused_smem *)smem_bytes;
+    fused_smem<NB> &s = *(fused_smem<NB> *)smem_bytes;
 
     const int split = (int)(blockIdx.x % (unsigned)splits);
     const int64_t nh = blockIdx.x / (unsigned)splits, h = nh % p.H, n = nh / p.H;
@@ -127,24 +165,25 @@ static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params
         sp_cp_async_commit_();
         float gam[CT];
         for (int64_t ci = 0; ci < chunks; ci++) {
-            const int b = (int)(ci & 1);
+            const int b = (int)(ci % NB), rb = (int)(ci & 1);
             const int64_t c0 = ci * CT;
             const int nt = (int)(L - c0 < CT ? L - c0 : CT);
-            if (ci >= 2) sp_bar_sync_(BAR_EMPTY + b, BLOCK); /* chunk ci - 2 is done with */
+            if (ci >= NB) sp_bar_sync_(BAR_EMPTY + b, BLOCK); /* chunk ci - NB is done with */
             sp_cp_async_wait_<0>();
             sp_bar_sync_(BAR_K, K_THREADS); /* this chunk landed; the K warps are done with the last */
             if (c0 + CT < L) {
-                load_kqg<K_THREADS>(p, sq, h, c0 + CT, tid, s.raw[b ^ 1]);
-                load_v(p, sq, h, c0 + CT, v0, bv, tid, K_THREADS, &s.v[(ci + 1) % 3][0][0], D);
+                load_kqg<K_THREADS>(p, sq, h, c0 + CT, tid, s.raw[rb ^ 1]);
+                load_v(p, sq, h, c0 + CT, v0, bv, tid, K_THREADS, &s.v[(ci + 1) % (NB + 1)][0][0],
+                       D);
             }
             sp_cp_async_commit_();
             if (DO_K)
-                gates_and_norms<K_THREADS>(p, s.raw[b], nt, tid, expA, bias, beta_logit, s.work[b],
-                                           s.ops[b], gam);
+                gates_and_norms<K_THREADS>(p, s.raw[rb], nt, tid, expA, bias, beta_logit,
+                                           s.work[b], s.ops[b], gam);
             if (w == 0 && c0 + CT + lane < L)
                 beta_logit = sp_bf16_to_f32_(*kda_row(p.beta, sq.bos + c0 + CT + lane, h));
             sp_bar_sync_(BAR_K, K_THREADS);
-            if (DO_K) operands<K_THREADS>(s.raw[b], tid, s.work[b], gam, s.ops[b]);
+            if (DO_K) operands<K_THREADS>(s.raw[rb], tid, s.work[b], gam, s.ops[b]);
             sp_bar_sync_(BAR_K, K_THREADS);
             if (DO_K) intra_products<K_THREADS>(w, lane, s.work[b], s.ops[b]);
             sp_bar_arrive_(BAR_FULL + b, BLOCK);
@@ -163,7 +202,7 @@ static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params
     int64_t crow = sq.crow;
     const int64_t chunks_per_ckpt = p.interval / CT;
     for (int64_t ci = 0; ci < chunks; ci++) {
-        const int b = (int)(ci & 1);
+        const int b = (int)(ci % NB);
         const int64_t c0 = ci * CT;
         const int nt = (int)(L - c0 < CT ? L - c0 : CT);
         sp_bar_sync_(BAR_FULL + b, BLOCK);
@@ -174,30 +213,43 @@ static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params
         if (DO_V && is_v) state_products<MODE == 1>(S, D / 8, 0, lane, s.ops[b], P, O);
         sp_bar_sync_(BAR_V, 32 * V_WARPS);
         if (DO_V && is_v) {
-            state_update(S, P, O, s.v[ci % 3], 16 * vw + r, lane, s.ops[b]);
+            state_update(S, P, O, s.v[ci % (NB + 1)], 16 * vw + r, lane, s.ops[b]);
+            if (MODE == 4) {
 #pragma unroll
-            for (int nt8 = 0; nt8 < CT / 8; nt8++)
+                for (int nt8 = 0; nt8 < CT / 8; nt8++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int t = 8 * nt8 + 2 * q + (e & 1);
-                    if (t < nt)
-                        p.o[((sq.bos + c0 + t) * p.H + h) * D + vrow + 8 * (e >> 1)] =
-                            sp_f32_to_bf16_(O[nt8][e]);
-                }
+                    for (int e = 0; e < 4; e++) {
+                        const int t = 8 * nt8 + 2 * q + (e & 1);
+                        if (t < nt)
+                            p.o[((sq.bos + c0 + t) * p.H + h) * D + vrow + 8 * (e >> 1)] =
+                                sp_f32_to_bf16_(O[nt8][e]);
+                    }
+            } else {
+                stage_o(O, s.o[ci & 1], 16 * vw, lane);
+            }
             if (chunks_per_ckpt > 0 && nt == CT && (ci + 1) % chunks_per_ckpt == 0)
                 state_store(p.ckpt, p.state_bf16, kda_ckpt_base(p, crow++, h), vrow, 0, q, S,
                             D / 8);
+        }
+        /* The chunk's o, staged by every V warp, out as 16-byte rows. */
+        if (MODE != 4) sp_bar_sync_(BAR_O, 32 * V_WARPS);
+        for (int piece = MODE != 4 ? 32 * vw + lane : CT * bv; piece < CT * bv / 8;
+             piece += 32 * V_WARPS) {
+            const int t = piece / (bv / 8), col = piece % (bv / 8) * 8;
+            if (t < nt)
+                *(uint4 *)&p.o[((sq.bos + c0 + t) * p.H + h) * D + v0 + col] =
+                    *(const uint4 *)&s.o[ci & 1][t][col];
         }
         /* The K warps wait for this buffer only when a later chunk needs it.
          * A sync, not an arrive: the V warps then wait here rather than at
          * the next FULL, which the K warps arrive at just before (3.25
          * against 3.30 ms at T = 16384, H = 96: no cost). */
-        if (ci + 2 < chunks) sp_bar_sync_(BAR_EMPTY + b, BLOCK);
+        if (ci + NB < chunks) sp_bar_sync_(BAR_EMPTY + b, BLOCK);
     }
     if (is_v && L > 0) state_store(p.state, p.state_bf16, sq.slot_base, vrow, 0, q, S, D / 8);
 }
 
-extern "C" size_t sp_kda_chunked_one_pass_smem_bytes_(void) { return sizeof(fused_smem); }
+extern "C" size_t sp_kda_chunked_one_pass_smem_bytes_(void) { return sizeof(fused_smem<3>); }
 
 static int variant; /* sp_kda_chunked_variant_ */
 
@@ -205,10 +257,12 @@ extern "C" void sp_kda_chunked_variant_(int v) { variant = v; }
 
 extern "C" cudaError_t sp_kda_launch_chunked_(const kda_params *p, int splits,
                                               cudaStream_t stream) {
-    const int smem = (int)sizeof(fused_smem);
+    const int smem = (int)(variant == 5 ? sizeof(fused_smem<2>) : sizeof(fused_smem<3>));
     const void *kernel = variant == 1   ? (const void *)kda_chunked_kernel<1>
                          : variant == 2 ? (const void *)kda_chunked_kernel<2>
                          : variant == 3 ? (const void *)kda_chunked_kernel<3>
+                         : variant == 4 ? (const void *)kda_chunked_kernel<4>
+                         : variant == 5 ? (const void *)kda_chunked_kernel<5>
                                         : (const void *)kda_chunked_kernel<0>;
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
