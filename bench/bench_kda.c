@@ -6,15 +6,16 @@
  * at T = 16384, its GPU kernel time. Dense inputs, fp32 and bf16 state
  * pools, no checkpoints. Before timing, the chunked kernel's output is
  * compared with the recurrent kernel's, and so is its final state
- * (relative L2 errors in the JSON). --variant V times build V of the
- * one-pass chunked kernel (sp_kda_chunked_variant_) instead of the default.
+ * (relative L2 errors in the JSON). --probe v (k) times the one-pass
+ * chunked kernel with only its V side's (K side's) arithmetic
+ * (sp_kda_chunked_probe_): how long each side takes alone.
  * Prints one JSON line per kernel x shape x state (also appended to FILE
  * with --json FILE), then a table.
  *
- * Run: build/bench/bench_kda [--shape T H N] [--variant V] [--json FILE]
+ * Run: build/bench/bench_kda [--shape T H N] [--probe v|k] [--json FILE]
  */
 #include "harness.h"
-#include "kda/kda_internal.h" /* sp_kda_chunked_variant_ */
+#include "kda/kda_internal.h" /* sp_kda_chunked_probe_ */
 #include "stridepack_kda.h"
 
 #include <math.h>
@@ -174,15 +175,19 @@ int main(int argc, char **argv) {
             argc -= 4;
             break;
         }
-    int variant = 0;
+    int probe = 0;
     for (int i = 1; i + 1 < argc; i++)
-        if (strcmp(argv[i], "--variant") == 0) {
-            variant = atoi(argv[i + 1]);
+        if (strcmp(argv[i], "--probe") == 0) {
+            probe = strcmp(argv[i + 1], "v") == 0 ? 1 : strcmp(argv[i + 1], "k") == 0 ? 2 : -1;
+            if (probe < 0) {
+                fprintf(stderr, "--probe takes v or k\n");
+                return 2;
+            }
             for (int k = i; k + 2 < argc; k++) argv[k] = argv[k + 2];
             argc -= 2;
             break;
         }
-    sp_kda_chunked_variant_(variant);
+    sp_kda_chunked_probe_(probe);
     FILE *out = NULL;
     if (bench_json_arg(argc, argv, &out)) return 2;
     char name[256];
@@ -298,7 +303,8 @@ int main(int argc, char **argv) {
                     bench_json_num(&j, "o_rel_err_vs_recurrent", err[k]);
                     bench_json_num(&j, "state_rel_err_vs_recurrent", serr[k]);
                 }
-                if (kernels[k] == SP_KDA_KERNEL_CHUNKED) bench_json_int(&j, "variant", variant);
+                if (kernels[k] == SP_KDA_KERNEL_CHUNKED && probe)
+                    bench_json_str(&j, "probe", probe == 1 ? "V side only" : "K side only");
                 if (k >= 2) bench_json_int(&j, "workspace_bytes", (int64_t)ws_bytes);
                 bench_json_emit(&j, out);
                 if (rows < 96)

@@ -5,6 +5,6 @@ if(SP_HAVE_CUDA)
     add_executable(${b} ${CMAKE_CURRENT_SOURCE_DIR}/${b}.c)
     target_link_libraries(${b} PRIVATE bench_harness test_support stridepack_static)
     target_compile_options(${b} PRIVATE ${SP_WARNINGS})
-    target_include_directories(${b} PRIVATE ${PROJECT_SOURCE_DIR}/src) # sp_kda_chunked_variant_
+    target_include_directories(${b} PRIVATE ${PROJECT_SOURCE_DIR}/src) # sp_kda_chunked_probe_
   endforeach()
 endif()

@@ -44,11 +44,11 @@ static inline SP_HD float sp_kda_gate_f32_(int gate, float lower_bound, float ex
  * (3.18 against 2.81; docs/PERFORMANCE.md). */
 #define SP_KDA_TWO_PASS_MAX_PAIRS 48
 
-/* Which build of the one-pass chunked kernel later launches use (0, the
- * default; the others for benchmarks only: 1 P from a split bf16 state, 2
- * and 3 timing probes of one side, whose results are wrong, 4 o stored
- * without staging). Not thread-safe. */
-void sp_kda_chunked_variant_(int v);
+/* Which build of the one-pass chunked kernel later launches use: 0, the
+ * kernel (the default); 1 or 2, timing probes for benchmarks that do only
+ * the V side's or only the K side's arithmetic (their results are wrong).
+ * Not thread-safe. */
+void sp_kda_chunked_probe_(int side);
 
 /* Record slots of the two-pass kernel for T tokens in N sequences. */
 static inline int64_t sp_kda_two_pass_slots_(int64_t T, int64_t N) {

@@ -131,20 +131,6 @@ static __device__ __forceinline__ void acc_pair_as_a(const float c0[4], const fl
     a[3] = bf16x2(c1[2], c1[3]);
 }
 
-/* The same as a bf16 head and the bf16 rounding of what it leaves (x = hi
- * + lo to about 2^-16 relative). */
-static __device__ __forceinline__ void acc_pair_as_a_split(const float c0[4], const float c1[4],
-                                                           uint32_t hi[4], uint32_t lo[4]) {
-    acc_pair_as_a(c0, c1, hi);
-    const float *c[2] = {c0, c1};
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const float *x = c[i >> 1] + 2 * (i & 1);
-        const float h0 = __uint_as_float(hi[i] << 16), h1 = __uint_as_float(hi[i] & 0xffff0000u);
-        lo[i] = bf16x2(x[0] - h0, x[1] - h1);
-    }
-}
-
 /* Fragments with a permuted k index: k-step columns q and q + 4 of an
  * operand are its physical columns 2q and 2q + 1 (the same permutation on
  * both operands leaves the product unchanged). Then an accumulator tile
@@ -491,7 +477,6 @@ static __device__ __forceinline__ void scale_columns(float S[][4], const float *
  * holds (all of them in the one-pass kernel, a range in the two-pass
  * state pass): S' = S diag(c), then P^T += S' Lk^T and O^T += S' Lq^T (the
  * inter-chunk part of o^T). */
-template <int SPLIT = 0>
 static __device__ __forceinline__ void state_products(float S[][4], int nds, int d0, int lane,
                                                       const chunk_ops &s, float P[CT / 8][4],
                                                       float O[CT / 8][4]) {
@@ -499,11 +484,8 @@ static __device__ __forceinline__ void state_products(float S[][4], int nds, int
     const int2 lb = b_at(lane);
 #pragma unroll
     for (int kk = 0; kk < nds / 2; kk++) {
-        uint32_t a[4], alo[4];
-        if (SPLIT)
-            acc_pair_as_a_split(S[2 * kk], S[2 * kk + 1], a, alo);
-        else
-            acc_pair_as_a(S[2 * kk], S[2 * kk + 1], a);
+        uint32_t a[4];
+        acc_pair_as_a(S[2 * kk], S[2 * kk + 1], a);
         const int col = d0 + 16 * kk + lb.y;
 #pragma unroll
         for (int t16 = 0; t16 < CT / 16; t16++) {
@@ -511,10 +493,6 @@ static __device__ __forceinline__ void state_products(float S[][4], int nds, int
             ldsm_x4<0>(&s.lk[16 * t16 + lb.x][col], b);
             mma_bf16(P[2 * t16], a, b[0], b[1]);
             mma_bf16(P[2 * t16 + 1], a, b[2], b[3]);
-            if (SPLIT) {
-                mma_bf16(P[2 * t16], alo, b[0], b[1]);
-                mma_bf16(P[2 * t16 + 1], alo, b[2], b[3]);
-            }
             ldsm_x4<0>(&s.lq[16 * t16 + lb.x][col], b);
             mma_bf16(O[2 * t16], a, b[0], b[1]);
             mma_bf16(O[2 * t16 + 1], a, b[2], b[3]);

@@ -94,14 +94,16 @@ static __device__ void state_update(float S[D / 8][4], float P[4][4], float O[4]
 enum { BAR_K = 1, BAR_FULL = 2, BAR_EMPTY = 5, BAR_V = 8, BAR_O = 9 };
 
 /* NB operand buffers: the K warps run up to NB - 1 chunks ahead of the V
- * warps. */
-template <int NB> struct fused_smem {
+ * warps. (Two did as well, 2.546 against 2.551 ms at T = 16384, H = 96:
+ * the spare shared memory is there for the K side to grow into.) */
+static constexpr int NB = 3;
+typedef struct fused_smem {
     raw_chunk raw[2];          /* k, q, g of this chunk and, arriving, the next one's */
     uint16_t v[NB + 1][CT][D]; /* v, the block's columns first */
     chunk_ops ops[NB];
     chunk_work work[NB]; /* its A is read by the V warps' solver */
     alignas(16) uint16_t o[2][CT][SB]; /* o of a chunk, [token][the block's V columns] */
-};
+} fused_smem;
 
 /* This warp's O^T (accumulator tiles: V rows v .. v + 15 of the block's,
  * tokens 8 nt8 + ...) into o[token][v ..], bf16. */
@@ -133,16 +135,13 @@ static __device__ __forceinline__ void stage_o(const float O[CT / 8][4], uint16_
 #endif
 }
 
-/* MODE (sp_kda_chunked_variant_): 0 as documented; 1 P = Lk S' from a
- * split bf16 S' (head + rest); 2 and 3 timing probes that skip the K
- * side's or the V side's arithmetic (wrong results); 4 o stored from the
- * accumulators directly (2-byte stores) instead of staged; 5 two operand
- * buffers instead of three. */
-template <int MODE>
+/* PROBE (sp_kda_chunked_probe_): 0 the kernel; 1 and 2 timing probes,
+ * only the V side's or only the K side's arithmetic (wrong results). */
+template <int PROBE>
 static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params p, int splits) {
-    constexpr int DO_K = MODE != 2, DO_V = MODE != 3, NB = MODE == 5 ? 2 : 3;
+    constexpr int DO_K = PROBE != 1, DO_V = PROBE != 2;
     extern __shared__ __align__(16) unsigned char smem_bytes[];
-    fused_smem<NB> &s = *(fused_smem<NB> *)smem_bytes;
+    fused_smem &s = *(fused_smem *)smem_bytes;
 
     const int split = (int)(blockIdx.x % (unsigned)splits);
     const int64_t nh = blockIdx.x / (unsigned)splits, h = nh % p.H, n = nh / p.H;
@@ -210,31 +209,20 @@ static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params
          * state's products meanwhile. */
         if (DO_V && vw == V_SOLVER) solve_t(lane, s.work[b], s.ops[b]);
         float P[4][4] = {}, O[4][4] = {};
-        if (DO_V && is_v) state_products<MODE == 1>(S, D / 8, 0, lane, s.ops[b], P, O);
+        if (DO_V && is_v) state_products(S, D / 8, 0, lane, s.ops[b], P, O);
         sp_bar_sync_(BAR_V, 32 * V_WARPS);
         if (DO_V && is_v) {
             state_update(S, P, O, s.v[ci % (NB + 1)], 16 * vw + r, lane, s.ops[b]);
-            if (MODE == 4) {
-#pragma unroll
-                for (int nt8 = 0; nt8 < CT / 8; nt8++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const int t = 8 * nt8 + 2 * q + (e & 1);
-                        if (t < nt)
-                            p.o[((sq.bos + c0 + t) * p.H + h) * D + vrow + 8 * (e >> 1)] =
-                                sp_f32_to_bf16_(O[nt8][e]);
-                    }
-            } else {
-                stage_o(O, s.o[ci & 1], 16 * vw, lane);
-            }
+            stage_o(O, s.o[ci & 1], 16 * vw, lane);
             if (chunks_per_ckpt > 0 && nt == CT && (ci + 1) % chunks_per_ckpt == 0)
                 state_store(p.ckpt, p.state_bf16, kda_ckpt_base(p, crow++, h), vrow, 0, q, S,
                             D / 8);
         }
-        /* The chunk's o, staged by every V warp, out as 16-byte rows. */
-        if (MODE != 4) sp_bar_sync_(BAR_O, 32 * V_WARPS);
-        for (int piece = MODE != 4 ? 32 * vw + lane : CT * bv; piece < CT * bv / 8;
-             piece += 32 * V_WARPS) {
+        /* The chunk's o, staged by every V warp, out as 16-byte rows (2.551
+         * against 2.640 ms for each lane's 2-byte stores from its
+         * accumulators, T = 16384, H = 96). */
+        sp_bar_sync_(BAR_O, 32 * V_WARPS);
+        for (int piece = 32 * vw + lane; piece < CT * bv / 8; piece += 32 * V_WARPS) {
             const int t = piece / (bv / 8), col = piece % (bv / 8) * 8;
             if (t < nt)
                 *(uint4 *)&p.o[((sq.bos + c0 + t) * p.H + h) * D + v0 + col] =
@@ -249,21 +237,18 @@ static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params
     if (is_v && L > 0) state_store(p.state, p.state_bf16, sq.slot_base, vrow, 0, q, S, D / 8);
 }
 
-extern "C" size_t sp_kda_chunked_one_pass_smem_bytes_(void) { return sizeof(fused_smem<3>); }
+extern "C" size_t sp_kda_chunked_one_pass_smem_bytes_(void) { return sizeof(fused_smem); }
 
-static int variant; /* sp_kda_chunked_variant_ */
+static int probe; /* sp_kda_chunked_probe_ */
 
-extern "C" void sp_kda_chunked_variant_(int v) { variant = v; }
+extern "C" void sp_kda_chunked_probe_(int side) { probe = side; }
 
 extern "C" cudaError_t sp_kda_launch_chunked_(const kda_params *p, int splits,
                                               cudaStream_t stream) {
-    const int smem = (int)(variant == 5 ? sizeof(fused_smem<2>) : sizeof(fused_smem<3>));
-    const void *kernel = variant == 1   ? (const void *)kda_chunked_kernel<1>
-                         : variant == 2 ? (const void *)kda_chunked_kernel<2>
-                         : variant == 3 ? (const void *)kda_chunked_kernel<3>
-                         : variant == 4 ? (const void *)kda_chunked_kernel<4>
-                         : variant == 5 ? (const void *)kda_chunked_kernel<5>
-                                        : (const void *)kda_chunked_kernel<0>;
+    const int smem = (int)sizeof(fused_smem);
+    const void *kernel = probe == 1   ? (const void *)kda_chunked_kernel<1>
+                         : probe == 2 ? (const void *)kda_chunked_kernel<2>
+                                      : (const void *)kda_chunked_kernel<0>;
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
     void *params[] = {(void *)p, &splits};
