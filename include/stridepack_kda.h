@@ -55,10 +55,12 @@ typedef enum sp_kda_gate {
  *   RECURRENT: one block per (sequence, head) steps through the tokens one
  *     at a time; fp32 throughout (relative error of o about 2e-5 against
  *     the float64 reference, final state about 1e-7). Serves every call.
- *   CHUNKED: 32 tokens at a time as matrix products on tensor cores (tf32
- *     operands, fp32 accumulation, fp32 state; o about 1.7e-3, final state
- *     about 3.5e-4), one pass: in each block one warpgroup prepares the
- *     next chunk's operands while two walk the state; several blocks per
+ *   CHUNKED: 32 tokens at a time as matrix products on tensor cores (bf16
+ *     operands for the products with the 128 channels, tf32 for the 32 x 32
+ *     ones, fp32 accumulation, fp32 state; o about 3e-3, final state about
+ *     2.4e-3 on K3-contract inputs), one pass: in each block one warpgroup
+ *     prepares the operands up to two chunks ahead while two walk the
+ *     state; several blocks per
  *     (sequence, head) when there are few pairs. The fastest kernel from
  *     about 64 (sequence, head) pairs on (K3 with 64 or 96 heads a GPU).
  *   CHUNKED_TWO_PASS: the same arithmetic in two kernels: first the
@@ -72,7 +74,7 @@ typedef enum sp_kda_gate {
  *   o 16-byte aligned (strided inputs are by the rule in sp_kda_args; the
  *   boundary's packed copies always are).
  *   AUTO (the default): RECURRENT where the chunked kernels cannot serve
- *     the call or the sequences average under 16 tokens; else
+ *     the call or the sequences average under 8 tokens; else
  *     CHUNKED_TWO_PASS for at most 48 (sequence, head) pairs when the
  *     workspace given is large enough; else CHUNKED. CPU tensors have one
  *     implementation (the recurrent form); AUTO and RECURRENT select it. */

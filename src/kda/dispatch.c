@@ -10,9 +10,10 @@
 /* Below this many tokens per sequence on average, the recurrent kernel's
  * one block per (sequence, head) can be as fast: a chunk of 32 tokens costs
  * the chunked kernels a fixed pipeline of barriers and small products
- * whatever its fill. At 32 tokens a sequence the chunked kernel still takes
- * half the recurrent one's time (docs/PERFORMANCE.md). */
-#define CHUNKED_MIN_MEAN_TOKENS 16
+ * whatever its fill. At 8 tokens a sequence the chunked kernel is still
+ * the faster (2.06 against 2.51 ms for 256 sequences of 8 tokens, H = 96,
+ * docs/PERFORMANCE.md); fewer were not measured. */
+#define CHUNKED_MIN_MEAN_TOKENS 8
 
 const char *sp_kda_kernel_name(sp_kda_kernel k) {
     switch (k) {

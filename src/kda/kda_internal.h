@@ -40,8 +40,8 @@ static inline SP_HD float sp_kda_gate_f32_(int gate, float lower_bound, float ex
 #define SP_KDA_TWO_PASS_RECORD_BYTES 37504
 /* Calls with at most this many (sequence, head) pairs go to the two-pass
  * kernel when a large enough workspace is given (dispatch.c): on the H200
- * it wins at 48 pairs (2.58 against 2.81 ms at T = 16384) and loses at 64
- * (3.18 against 2.81; docs/PERFORMANCE.md). */
+ * it wins at 48 pairs (2.235 against 2.410 ms at T = 16384) and loses at
+ * 64 (2.640 against 2.407; docs/PERFORMANCE.md). */
 #define SP_KDA_TWO_PASS_MAX_PAIRS 48
 
 /* Which build of the one-pass chunked kernel later launches use: 0, the
