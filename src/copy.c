@@ -127,12 +127,25 @@ static sp_status check_pair(const sp_copy_pair *p, size_t i, sp_device dev) {
  * A written view may share no byte with any other view of the call. Byte
  * extents are sorted, written and read views apart, so that only the pairs
  * whose extents intersect are walked (never two read views) and tested
- * element by element: n log n plus those pairs, whatever n is. Each pair is
- * keyed (a, b), a written; the smallest failing key is the answer, so the
- * message does not depend on the order of the walk. */
+ * element by element. Each pair is keyed (a, b), a written; the smallest
+ * failing key is the answer, so the message does not depend on the order
+ * of the walk.
+ *
+ * Column slices of one fused buffer all have intersecting extents, so a
+ * family of them is walked by a second key instead. A view whose layout
+ * coalesces to two dims of byte strides s < P, and whose bytes within one
+ * step of the larger stride span at most P, has every byte in the window
+ * [lo mod P, lo mod P + span) modulo P. Two views of one family (the same
+ * s and P) whose windows do not meet share no byte; and the exact test of
+ * two such views is never undecided (two distinct strides: it is solved
+ * exactly), so leaving them untested changes no answer. The written
+ * views' most common family is walked in window order, or in extent order
+ * where that meets fewer pairs; every other pair in extent order. */
 typedef struct extent {
     uintptr_t lo, hi;
-    size_t i; /* index into the views */
+    size_t i;            /* index into the views */
+    uint64_t s, P;       /* its family, or P = 0 for none */
+    uint64_t r, span;    /* its window modulo P */
 } extent;
 
 static int by_lo(const void *x, const void *y) {
@@ -141,13 +154,48 @@ static int by_lo(const void *x, const void *y) {
     return a->i < b->i ? -1 : a->i > b->i;
 }
 
+static int by_r(const void *x, const void *y) {
+    const extent *a = x, *b = y;
+    if (a->r != b->r) return a->r < b->r ? -1 : 1;
+    return a->i < b->i ? -1 : a->i > b->i;
+}
+
+static int by_family(const void *x, const void *y) {
+    const extent *a = x, *b = y;
+    if (a->P != b->P) return a->P < b->P ? -1 : 1;
+    if (a->s != b->s) return a->s < b->s ? -1 : 1;
+    return a->i < b->i ? -1 : a->i > b->i;
+}
+
+/* t's family and window, when it has them (see above). */
+static void family_of(const sp_tensor *t, extent *x) {
+    x->s = x->P = x->r = x->span = 0;
+    int64_t shape[SP_MAX_DIMS], st[SP_MAX_DIMS], unused[SP_MAX_DIMS];
+    int nd;
+    sp_coalesce_pair_(t, t, &nd, shape, st, unused);
+    if (nd != 2 || st[0] == 0 || st[1] == 0) return;
+    const uint64_t es = (uint64_t)sp_dtype_size((sp_dtype)t->dtype);
+    const int small = abs64(st[0]) < abs64(st[1]) ? 0 : 1;
+    const uint64_t s = (uint64_t)abs64(st[small]) * es, P = (uint64_t)abs64(st[1 - small]) * es;
+    const uint64_t span = (uint64_t)(shape[small] - 1) * s + es;
+    if (s >= P || span > P) return;
+    x->s = s;
+    x->P = P;
+    x->r = (uint64_t)x->lo % P;
+    x->span = span;
+}
+
 typedef struct overlap_walk {
     const sp_view_ref_ *views;
     sp_overlap_hit_ *hit;
 } overlap_walk;
 
-/* Test the pair (a written, b) unless a smaller key has failed already. */
-static void test_pair(overlap_walk *w, size_t a, size_t b) {
+/* Test views i and j (one written), keyed (written, other) or, both
+ * written, (smaller, larger), unless a smaller key has failed already. */
+static void test_pair(overlap_walk *w, size_t i, size_t j) {
+    if (i == j) return;
+    const int wi = w->views[i].written, wj = w->views[j].written;
+    const size_t a = wi && wj ? (i < j ? i : j) : wi ? i : j, b = a == i ? j : i;
     sp_overlap_hit_ *h = w->hit;
     if (h->found && (a > h->a || (a == h->a && b >= h->b))) return;
     int o = sp_tensors_overlap_(w->views[a].t, w->views[b].t);
@@ -157,46 +205,159 @@ static void test_pair(overlap_walk *w, size_t a, size_t b) {
     h->b = b;
 }
 
+/* First index of X[0 .. n) (sorted by r) whose r is not below v. */
+static size_t first_r(const extent *X, size_t n, uint64_t v) {
+    size_t a = 0, b = n;
+    while (a < b) {
+        const size_t m = a + (b - a) / 2;
+        if (X[m].r < v) a = m + 1;
+        else b = m;
+    }
+    return a;
+}
+
+/* Pairs of A and B (sorted by lo) whose extents intersect: B's that start
+ * inside an A at or after its start, A's that start inside a B after its
+ * start; with B == A, each pair once. With w NULL they are only counted,
+ * up to just past `limit`. */
+static size_t walk_extents(overlap_walk *w, const extent *A, size_t na, const extent *B,
+                           size_t nb, size_t limit) {
+    size_t met = 0;
+    for (size_t x = 0, y0 = 0; x < na; x++) {
+        if (A == B) y0 = x + 1;
+        else
+            while (y0 < nb && B[y0].lo < A[x].lo) y0++;
+        for (size_t y = y0; y < nb && B[y].lo < A[x].hi; y++) {
+            if (w) test_pair(w, A[x].i, B[y].i);
+            else if (++met > limit) return met;
+        }
+    }
+    if (A == B) return met;
+    for (size_t y = 0, x0 = 0; y < nb; y++) {
+        while (x0 < na && A[x0].lo <= B[y].lo) x0++;
+        for (size_t x = x0; x < na && A[x].lo < B[y].hi; x++) {
+            if (w) test_pair(w, A[x].i, B[y].i);
+            else if (++met > limit) return met;
+        }
+    }
+    return met;
+}
+
+/* Members x of X (sorted by r) whose r is in [lo, hi) modulo P, for
+ * 0 <= lo < P and hi <= lo + P: visited (w) or counted. */
+static size_t walk_window(overlap_walk *w, size_t i, const extent *X, size_t n, uint64_t lo,
+                          uint64_t hi, uint64_t P) {
+    size_t met = 0;
+    const uint64_t ranges[2][2] = {{lo, hi < P ? hi : P}, {0, hi > P ? hi - P : 0}};
+    for (int k = 0; k < 2; k++) {
+        const size_t y0 = first_r(X, n, ranges[k][0]), y1 = first_r(X, n, ranges[k][1]);
+        if (y1 <= y0) continue;
+        if (!w) met += y1 - y0;
+        else
+            for (size_t y = y0; y < y1; y++) test_pair(w, i, X[y].i);
+    }
+    return met;
+}
+
+/* Pairs of one family's A and B (sorted by r) whose windows meet: a B
+ * that starts in an A's window, or an A that starts in a B's (with B == A
+ * the first is every pair). */
+static size_t walk_windows(overlap_walk *w, const extent *A, size_t na, const extent *B,
+                           size_t nb) {
+    size_t met = 0;
+    for (size_t x = 0; x < na; x++) {
+        met += walk_window(w, A[x].i, B, nb, A[x].r, A[x].r + A[x].span, A[x].P);
+        if (met > SIZE_MAX / 4) met = SIZE_MAX / 4;
+    }
+    if (A == B) return met;
+    for (size_t y = 0; y < nb; y++) {
+        met += walk_window(w, B[y].i, A, na, B[y].r, B[y].r + B[y].span, B[y].P);
+        if (met > SIZE_MAX / 4) met = SIZE_MAX / 4;
+    }
+    return met;
+}
+
+/* Pairs of A and B, by whichever order meets fewer of them. Ar, Br: the
+ * same views sorted by r (one family). */
+static void walk_family(overlap_walk *w, const extent *A, const extent *Ar, size_t na,
+                        const extent *B, const extent *Br, size_t nb) {
+    const size_t by_windows = walk_windows(NULL, Ar, na, Br, nb);
+    if (walk_extents(NULL, A, na, B, nb, by_windows) > by_windows)
+        walk_windows(w, Ar, na, Br, nb);
+    else
+        walk_extents(w, A, na, B, nb, 0);
+}
+
 enum { SP_OVERLAP_STACK = 2 * SP_MAX_PAIRS_PER_LAUNCH };
 
 sp_status sp_find_overlap_(const sp_view_ref_ *views, size_t n, sp_overlap_hit_ *hit) {
     hit->found = 0;
     hit->a = hit->b = 0;
-    extent stack[SP_OVERLAP_STACK], *e = stack;
+    if (n < 2) return SP_OK;
+    extent stack[2 * SP_OVERLAP_STACK], *e = stack;
     if (n > SP_OVERLAP_STACK) {
-        e = n <= SIZE_MAX / sizeof *e ? malloc(n * sizeof *e) : NULL;
+        e = n <= SIZE_MAX / (2 * sizeof *e) ? malloc(2 * n * sizeof *e) : NULL;
         SP_REQUIRE(e != NULL, SP_ERR_OUT_OF_MEMORY,
                    "no host memory for the overlap check of %zu views", n);
     }
     /* Written views from the front, read views from the back; empty ones
-     * touch nothing and are left out. */
+     * touch nothing and are left out. The second half: the same, by
+     * family, then (the family walked by windows) by r. */
     size_t nw = 0, nr = 0;
     for (size_t i = 0; i < n; i++) {
-        uintptr_t lo, hi;
-        sp_tensor_extent_(views[i].t, &lo, &hi);
-        if (lo == hi) continue;
-        e[views[i].written ? nw++ : n - 1 - nr++] = (extent){lo, hi, i};
+        extent x = {0, 0, i, 0, 0, 0, 0};
+        sp_tensor_extent_(views[i].t, &x.lo, &x.hi);
+        if (x.lo == x.hi) continue;
+        e[views[i].written ? nw++ : n - 1 - nr++] = x;
     }
-    extent *W = e, *R = e + n - nr;
+    extent *W = e, *R = e + n - nr, *F = e + n;
+    overlap_walk w = {views, hit};
     qsort(W, nw, sizeof *W, by_lo);
     qsort(R, nr, sizeof *R, by_lo);
-    overlap_walk w = {views, hit};
-    /* Written against written: each later extent that starts inside. */
+    /* Few intersecting extents (the usual case): each of those pairs. */
+    const size_t limit = 8 * n;
+    if (walk_extents(NULL, W, nw, W, nw, limit) + walk_extents(NULL, W, nw, R, nr, limit) <= limit) {
+        walk_extents(&w, W, nw, W, nw, 0);
+        walk_extents(&w, W, nw, R, nr, 0);
+        if (e != stack) free(e);
+        return SP_OK;
+    }
+    for (size_t x = 0; x < nw; x++) family_of(views[W[x].i].t, &W[x]);
+    for (size_t x = 0; x < nr; x++) family_of(views[R[x].i].t, &R[x]);
+    /* The written views' most common family (s, P). */
+    memcpy(F, W, nw * sizeof *F);
+    qsort(F, nw, sizeof *F, by_family);
+    uint64_t fs = 0, fP = 0;
+    for (size_t x = 0, best = 1; x < nw;) {
+        size_t y = x + 1;
+        while (y < nw && F[y].P == F[x].P && F[y].s == F[x].s) y++;
+        if (F[x].P != 0 && y - x > best) best = y - x, fs = F[x].s, fP = F[x].P;
+        x = y;
+    }
+    /* Each list split into the family's members first, the others after. */
+    size_t wg = 0, rg = 0;
     for (size_t x = 0; x < nw; x++)
-        for (size_t y = x + 1; y < nw && W[y].lo < W[x].hi; y++)
-            test_pair(&w, W[x].i < W[y].i ? W[x].i : W[y].i, W[x].i < W[y].i ? W[y].i : W[x].i);
-    /* Written against read: the read extents that start inside a written
-     * one (at or after its start), then the written extents that start
-     * inside a read one (strictly after its start): every intersecting
-     * pair once. */
-    for (size_t x = 0, y0 = 0; x < nw; x++) {
-        while (y0 < nr && R[y0].lo < W[x].lo) y0++;
-        for (size_t y = y0; y < nr && R[y].lo < W[x].hi; y++) test_pair(&w, W[x].i, R[y].i);
-    }
-    for (size_t y = 0, x0 = 0; y < nr; y++) {
-        while (x0 < nw && W[x0].lo <= R[y].lo) x0++;
-        for (size_t x = x0; x < nw && W[x].lo < R[y].hi; x++) test_pair(&w, W[x].i, R[y].i);
-    }
+        if (fP && W[x].P == fP && W[x].s == fs) { extent t = W[wg]; W[wg++] = W[x]; W[x] = t; }
+    for (size_t x = 0; x < nr; x++)
+        if (fP && R[x].P == fP && R[x].s == fs) { extent t = R[rg]; R[rg++] = R[x]; R[x] = t; }
+    extent *Wf = W, *Wo = W + wg, *Rf = R, *Ro = R + rg;
+    const size_t wo = nw - wg, ro = nr - rg;
+    qsort(Wf, wg, sizeof *W, by_lo);
+    qsort(Wo, wo, sizeof *W, by_lo);
+    qsort(Rf, rg, sizeof *R, by_lo);
+    qsort(Ro, ro, sizeof *R, by_lo);
+    extent *Wfr = F, *Rfr = F + wg; /* by r: wg + rg <= n */
+    memcpy(Wfr, Wf, wg * sizeof *F);
+    memcpy(Rfr, Rf, rg * sizeof *F);
+    qsort(Wfr, wg, sizeof *F, by_r);
+    qsort(Rfr, rg, sizeof *F, by_r);
+    walk_family(&w, Wf, Wfr, wg, Wf, Wfr, wg); /* written x written, in the family */
+    walk_family(&w, Wf, Wfr, wg, Rf, Rfr, rg); /* written x read, in the family */
+    walk_extents(&w, Wo, wo, Wo, wo, 0);          /* the others x the others, */
+    walk_extents(&w, Wo, wo, Wf, wg, 0);          /* x the family's written, */
+    walk_extents(&w, Wo, wo, Rf, rg, 0);          /* x every read view */
+    walk_extents(&w, Wo, wo, Ro, ro, 0);
+    walk_extents(&w, Wf, wg, Ro, ro, 0);          /* the family's written x the other reads */
     if (e != stack) free(e);
     return SP_OK;
 }

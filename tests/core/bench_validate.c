@@ -6,8 +6,8 @@
  * pairs, then the median microseconds of one whole sp_copy_batch call (the
  * checks, the plan and the copy of a few bytes per pair). With --scatter the
  * destinations are the column slices instead (every destination extent
- * meets every other, so each of the n^2/2 pairs is tested element by
- * element). A program, not a test:
+ * meets every other: the overlap policy walks them by their windows
+ * modulo the row pitch, which meet none). A program, not a test:
  *     tests/core/bench_validate [--scatter] [max_pairs]
  */
 #define _POSIX_C_SOURCE 199309L /* clock_gettime */

@@ -186,10 +186,77 @@ static void test_find_overlap(ts_rng *r) {
     CHECK(found > 50 && found < 350); /* both outcomes well represented */
 }
 
+/* The pairwise rule sp_find_overlap_ must agree with: the first failing
+ * (written, other) pair in key order. */
+static sp_overlap_hit_ pairwise(const sp_view_ref_ *refs, size_t n) {
+    for (size_t a = 0; a < n; a++) {
+        if (!refs[a].written) continue;
+        for (size_t b = 0; b < n; b++) {
+            if (b == a || (refs[b].written && b < a)) continue;
+            int o = sp_tensors_overlap_(refs[a].t, refs[b].t);
+            if (o) return (sp_overlap_hit_){o, a, b};
+        }
+    }
+    return (sp_overlap_hit_){0, 0, 0};
+}
+
+/* Many column slices of one fused [rows, pitch] buffer (all their extents
+ * intersect: sp_find_overlap_ walks them by their windows modulo the
+ * pitch), or blocks of two rows of it (many share a window: walked by
+ * extents, where fewer pairs meet), one moved to share bytes in most sets, with dense views and odd views of other layouts among them,
+ * written or read: the same answer as the pairwise rule. */
+static void test_family_walk(ts_rng *r) {
+    enum { ROWS = 64, PITCH = 1600, MAXV = 400, ODD = ROWS * PITCH };
+    static float fused[2 * ROWS * PITCH];
+    static sp_tensor v[MAXV];
+    static sp_view_ref_ refs[MAXV];
+    int found = 0;
+    for (int it = 0; it < 120; it++) {
+        const size_t n = (size_t)ts_rng_range(r, 100, MAXV);
+        const int rowblocks = it % 3 == 1;
+        /* One view moved by a few columns in most sets: it may meet a
+         * neighbour. */
+        const size_t moved = it % 4 != 0 ? (size_t)ts_rng_range(r, 0, (int64_t)n - 1) : n;
+        for (size_t i = 0; i < n; i++) {
+            const int kind = (int)ts_rng_range(r, 0, 19);
+            int64_t shape[2] = {rowblocks ? 2 : ROWS, ts_rng_range(r, 1, 4)}, strides[2] = {PITCH, 1};
+            /* Columns 4 apart (row blocks of two rows: rows apart, then
+             * columns): none meet. */
+            int64_t at = rowblocks ? (int64_t)(i % (ROWS / 2)) * 2 * PITCH + (int64_t)(i / (ROWS / 2)) * 4
+                                   : (int64_t)i * 4;
+            if (i == moved) at += ts_rng_range(r, 1, 3);
+            int written = ts_rng_range(r, 0, 3) != 0;
+            if (kind == 1) { /* another pitch, apart from the family: read */
+                strides[0] = PITCH / 2;
+                shape[0] = ROWS;
+                at = ODD + ts_rng_range(r, 0, 40);
+                written = 0;
+            }
+            if (kind == 2) { /* one dense run there: read */
+                shape[0] = 1;
+                shape[1] = ts_rng_range(r, 1, 200);
+                at = ODD + ts_rng_range(r, 0, ROWS * PITCH - 200);
+                written = 0;
+            }
+            CHECK_OK(sp_tensor_view(&v[i], fused, at, SP_F32, 2, shape, strides, sp_cpu()));
+            refs[i] = (sp_view_ref_){&v[i], written};
+        }
+        const sp_overlap_hit_ want = pairwise(refs, n);
+        sp_overlap_hit_ got;
+        CHECK_OK(sp_find_overlap_(refs, n, &got));
+        CHECKF(got.found == want.found && (!want.found || (got.a == want.a && got.b == want.b)),
+               "family set %d of %zu views: found %d (%zu, %zu), the pairwise rule %d (%zu, %zu)",
+               it, n, got.found, got.a, got.b, want.found, want.a, want.b);
+        found += want.found != 0;
+    }
+    CHECKF(found > 20 && found < 100, "%d of 120 sets overlap", found); /* both outcomes */
+}
+
 int main(void) {
     ts_rng r;
     ts_rng_seed(&r, 11);
     test_find_overlap(&r);
+    test_family_walk(&r);
     long agree = 0, both = 0;
     for (int it = 0; it < 100000; it++) {
         sp_tensor a = random_view(&r), b = random_view(&r);
