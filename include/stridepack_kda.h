@@ -344,10 +344,11 @@ SP_API sp_status sp_kda_inputs_create(sp_kda_inputs **out, sp_device dev, int64_
  * every call, so a captured pack replays with new input contents.
  * @return SP_OK, out[] and *n_copied (may be NULL); on error nothing is
  *         written: SP_ERR_INVALID_ARGUMENT (NULL, bad view),
- *         SP_ERR_DTYPE_MISMATCH, SP_ERR_SHAPE_MISMATCH,
- *         SP_ERR_MISALIGNED, SP_ERR_DEVICE_MISMATCH, SP_ERR_CAPACITY,
- *         SP_ERR_OVERLAP (an input inside the workspace); SP_ERR_CUDA for
- *         a failed launch. */
+ *         SP_ERR_DTYPE_MISMATCH, SP_ERR_SHAPE_MISMATCH, SP_ERR_UNSUPPORTED
+ *         (a head dim other than 128: the same shape rule and messages as
+ *         sp_kda_prefill's), SP_ERR_MISALIGNED, SP_ERR_DEVICE_MISMATCH,
+ *         SP_ERR_CAPACITY, SP_ERR_OVERLAP (an input inside the workspace);
+ *         SP_ERR_CUDA for a failed launch. */
 SP_API sp_status sp_kda_inputs_pack(sp_kda_inputs *p, const sp_tensor in[5], sp_tensor out[5],
                                     size_t *n_copied, struct CUstream_st *stream);
 

@@ -214,19 +214,30 @@ class KdaInputs:
         """The contract on what a trace sees (shapes, dtypes, devices are
         static there), so that a compiled call refuses what eager refuses."""
         torch = sys.modules["torch"]
-        T, H = (xs[0].shape[1], xs[0].shape[2]) if xs[0].dim() == 4 else (-1, -1)
         dev = torch.device("cpu") if self.device[0] == 0 else torch.device("cuda", self.device[1])
         for name, x in zip(KDA_INPUT_NAMES, xs):
-            want = (1, T, H) if name == "beta" else (1, T, H, 128)
-            if x.dtype != torch.bfloat16:
-                raise _refused("SP_ERR_DTYPE_MISMATCH", f"{name}: dtype {x.dtype}, the KDA "
-                            "inputs are bf16")
-            if tuple(x.shape) != want or T < 0:
-                raise _refused("SP_ERR_SHAPE_MISMATCH", f"{name}: shape {list(x.shape)}, "
-                            f"expected {list(want)}")
             if x.device != dev:
                 raise _refused("SP_ERR_DEVICE_MISMATCH", f"{name}: on {x.device}, the inputs "
                             f"boundary serves {dev}")
+            if x.dtype != torch.bfloat16:
+                raise _refused("SP_ERR_DTYPE_MISMATCH", f"{name}: dtype {x.dtype}, the KDA "
+                            "inputs are bf16")
+        # The shape rule of sp_kda_check_inputs_, in its words.
+        q = xs[0]
+        if q.dim() != 4 or q.shape[0] != 1:
+            raise _refused("SP_ERR_SHAPE_MISMATCH", f"q: shape {list(q.shape)}, expected "
+                        "[1, T, H, 128] (batch 1, varlen)")
+        if q.shape[3] != 128:
+            raise _refused("SP_ERR_UNSUPPORTED", f"q: head dim {q.shape[3]} is not supported "
+                        "(only 128)")
+        T, H = q.shape[1], q.shape[2]
+        for name, x in zip(KDA_INPUT_NAMES[1:4], xs[1:4]):
+            if tuple(x.shape) != tuple(q.shape):
+                raise _refused("SP_ERR_SHAPE_MISMATCH", f"{name}: shape {list(x.shape)} "
+                            f"differs from q {list(q.shape)}")
+        if tuple(xs[4].shape) != (1, T, H):
+            raise _refused("SP_ERR_SHAPE_MISMATCH", f"beta: shape {list(xs[4].shape)}, "
+                        f"expected [1, {T}, {H}] (q's T, H)")
         if T > self.max_tokens or H > self.max_heads:
             raise _refused("SP_ERR_CAPACITY", f"q: T = {T}, H = {H} exceed the inputs "
                         f"boundary's {self.max_tokens} x {self.max_heads}")

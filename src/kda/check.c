@@ -69,27 +69,44 @@ static sp_status check_scalars(const sp_kda_args *a, int has_ckpt) {
     return SP_OK;
 }
 
-/* q, k, v, g, o [1,T,H,128]; beta [1,T,H]; the parameter and index vectors;
- * the state pool; the checkpoints. Fills T, H, N, slots, C. */
-static sp_status check_shapes(const sp_kda_args *a, sp_kda_dims *d) {
-    SP_REQUIRE(a->q.ndim == 4 && a->q.shape[0] == 1, SP_ERR_SHAPE_MISMATCH,
-               "q: shape %s, expected [1, T, H, 128] (batch 1, varlen)",
-               sp_shape_text_(&a->q).s);
-    SP_REQUIRE(a->q.shape[3] == SP_KDA_D, SP_ERR_UNSUPPORTED,
-               "q: head dim %lld is not supported (only 128)", (long long)a->q.shape[3]);
-    d->T = a->q.shape[1];
-    d->H = a->q.shape[2];
-    const int64_t H = d->H, T = d->T;
+/* t has q's shape, [1, T, H, 128]. */
+static sp_status same_as_q(const sp_tensor *t, const char *name, const sp_tensor *q) {
+    int ok = t->ndim == 4;
+    for (int i = 0; ok && i < 4; i++) ok = t->shape[i] == q->shape[i];
+    if (!ok)
+        return sp_set_error_(SP_ERR_SHAPE_MISMATCH, "%s: shape %s differs from q %s", name,
+                            sp_shape_text_(t).s, sp_shape_text_(q).s);
+    return SP_OK;
+}
+
+sp_status sp_kda_check_inputs_(const sp_tensor *const in[5], int64_t *T, int64_t *H) {
+    static const char *const names[5] = {"q", "k", "v", "g", "beta"};
+    const sp_tensor *q = in[0];
+    SP_REQUIRE(q->ndim == 4 && q->shape[0] == 1, SP_ERR_SHAPE_MISMATCH,
+               "q: shape %s, expected [1, T, H, 128] (batch 1, varlen)", sp_shape_text_(q).s);
+    SP_REQUIRE(q->shape[3] == SP_KDA_D, SP_ERR_UNSUPPORTED,
+               "q: head dim %lld is not supported (only 128)", (long long)q->shape[3]);
+    *T = q->shape[1];
+    *H = q->shape[2];
     /* With T = 0 q holds no element and its H is unchecked so far. */
-    SP_REQUIRE(H <= INT64_MAX / (SP_KDA_D * SP_KDA_D), SP_ERR_OVERFLOW,
-               "q: H = %lld heads overflow H * 128 * 128 (int64)", (long long)H);
-    const sp_tensor *same_as_q[] = {&a->k, &a->v, &a->g, &a->o};
-    static const char *const same_names[] = {"k", "v", "g", "o"};
-    for (size_t i = 0; i < sizeof same_as_q / sizeof *same_as_q; i++)
-        SP_FORWARD(require_shape(same_as_q[i], same_names[i], 4, a->q.shape,
-                                 "q's [1, T, H, 128]"));
-    const int64_t beta_shape[3] = {1, T, H};
-    SP_FORWARD(require_shape(&a->beta, "beta", 3, beta_shape, "[1, T, H] as q"));
+    SP_REQUIRE(*H <= INT64_MAX / (SP_KDA_D * SP_KDA_D), SP_ERR_OVERFLOW,
+               "q: H = %lld heads overflow H * 128 * 128 (int64)", (long long)*H);
+    for (int i = 1; i < 4; i++) SP_FORWARD(same_as_q(in[i], names[i], q));
+    const sp_tensor *beta = in[4];
+    const int ok = beta->ndim == 3 && beta->shape[0] == 1 && beta->shape[1] == *T &&
+                   beta->shape[2] == *H;
+    SP_REQUIRE(ok, SP_ERR_SHAPE_MISMATCH, "beta: shape %s, expected [1, %lld, %lld] (q's T, H)",
+               sp_shape_text_(beta).s, (long long)*T, (long long)*H);
+    return SP_OK;
+}
+
+/* The inputs (sp_kda_check_inputs_), o as q; the parameter and index
+ * vectors; the state pool; the checkpoints. Fills T, H, N, slots, C. */
+static sp_status check_shapes(const sp_kda_args *a, sp_kda_dims *d) {
+    const sp_tensor *const in[5] = {&a->q, &a->k, &a->v, &a->g, &a->beta};
+    SP_FORWARD(sp_kda_check_inputs_(in, &d->T, &d->H));
+    const int64_t H = d->H;
+    SP_FORWARD(same_as_q(&a->o, "o", &a->q));
     SP_FORWARD(require_shape(&a->A_log, "A_log", 1, &H, "[H] as q"));
     const int64_t hd = H * SP_KDA_D;
     SP_FORWARD(require_shape(&a->dt_bias, "dt_bias", 1, &hd, "[H * 128] as q"));

@@ -3,7 +3,8 @@
  * checked against the KDA input contract as any strided views, then the
  * non-dense ones packed with one sp_pack into a workspace fixed at
  * creation, for a KDA prefill that is not ours. Only the inputs' rules are
- * checked here; the consumer's other arguments are its own.
+ * checked here (their shapes by the prefill's own rule,
+ * sp_kda_check_inputs_); the consumer's other arguments are its own.
  */
 #include "kda/kda_internal.h"
 
@@ -86,38 +87,12 @@ sp_status sp_kda_inputs_create(sp_kda_inputs **out, sp_device dev, int64_t max_t
     return SP_OK;
 }
 
-/* One input's rules; T and H come from q (i == 0 sets them). */
-static sp_status check_one(const sp_kda_inputs *p, const sp_tensor *t, int i, int64_t *T,
-                           int64_t *H) {
-    const char *name = names[i];
+/* One input's placement and dtype; its shape is sp_kda_check_inputs_'s. */
+static sp_status check_one(const sp_kda_inputs *p, const sp_tensor *t, const char *name) {
     SP_FORWARD(sp_tensor_check_aligned_(t, name));
     SP_FORWARD(sp_check_device_(t, p->dev, name, "the inputs boundary serves"));
     SP_REQUIRE(t->dtype == SP_BF16, SP_ERR_DTYPE_MISMATCH, "%s: dtype %s, the KDA inputs are bf16",
                name, sp_dtype_name((sp_dtype)t->dtype));
-    const int want = i == 4 ? 3 : 4;
-    if (i == 0) {
-        SP_REQUIRE(t->ndim == 4 && t->shape[0] == 1 && t->shape[3] == SP_KDA_D,
-                   SP_ERR_SHAPE_MISMATCH, "q: shape %s, expected [1, T, H, %d]",
-                   sp_shape_text_(t).s, SP_KDA_D);
-        *T = t->shape[1];
-        *H = t->shape[2];
-        SP_REQUIRE(*T <= p->max_tokens, SP_ERR_CAPACITY,
-                   "q: T = %lld exceeds the inputs boundary's max_tokens %lld", (long long)*T,
-                   (long long)p->max_tokens);
-        SP_REQUIRE(*H <= p->max_heads, SP_ERR_CAPACITY,
-                   "q: H = %lld exceeds the inputs boundary's max_heads %lld", (long long)*H,
-                   (long long)p->max_heads);
-        return SP_OK;
-    }
-    int same = t->ndim == want && t->shape[0] == 1 && t->shape[1] == *T && t->shape[2] == *H &&
-               (want == 3 || t->shape[3] == SP_KDA_D);
-    if (want == 4)
-        SP_REQUIRE(same, SP_ERR_SHAPE_MISMATCH, "%s: shape %s differs from q [1, %lld, %lld, %d]",
-                   name, sp_shape_text_(t).s, (long long)*T, (long long)*H, SP_KDA_D);
-    else
-        SP_REQUIRE(same, SP_ERR_SHAPE_MISMATCH,
-                   "beta: shape %s, expected [1, %lld, %lld] (q's T, H)", sp_shape_text_(t).s,
-                   (long long)*T, (long long)*H);
     return SP_OK;
 }
 
@@ -125,8 +100,16 @@ sp_status sp_kda_inputs_pack(sp_kda_inputs *p, const sp_tensor in[5], sp_tensor 
                              size_t *n_copied, struct CUstream_st *stream) {
     SP_REQUIRE(p, SP_ERR_INVALID_ARGUMENT, "p: NULL inputs boundary");
     SP_REQUIRE(in && out, SP_ERR_INVALID_ARGUMENT, "in, out: NULL");
+    for (int i = 0; i < N_INPUTS; i++) SP_FORWARD(check_one(p, &in[i], names[i]));
+    const sp_tensor *const views[N_INPUTS] = {&in[0], &in[1], &in[2], &in[3], &in[4]};
     int64_t T = 0, H = 0;
-    for (int i = 0; i < N_INPUTS; i++) SP_FORWARD(check_one(p, &in[i], i, &T, &H));
+    SP_FORWARD(sp_kda_check_inputs_(views, &T, &H));
+    SP_REQUIRE(T <= p->max_tokens, SP_ERR_CAPACITY,
+               "q: T = %lld exceeds the inputs boundary's max_tokens %lld", (long long)T,
+               (long long)p->max_tokens);
+    SP_REQUIRE(H <= p->max_heads, SP_ERR_CAPACITY,
+               "q: H = %lld exceeds the inputs boundary's max_heads %lld", (long long)H,
+               (long long)p->max_heads);
     /* sp_pack checks the workspace's size and that no input lies inside it;
      * the capacity check above makes the size suffice. */
     return sp_pack(in, N_INPUTS, p->workspace, p->workspace_bytes, out, n_copied, stream);

@@ -66,6 +66,11 @@ typedef struct sp_kda_dims {
     int kernel;           /* sp_kda_kernel that will run (never AUTO) */
 } sp_kda_dims;
 
+/* The shapes of the inputs in[] = q, k, v, g, beta: q [1, T, H, 128], k,
+ * v, g as q, beta [1, T, H]; T and H from q. The one statement of that rule,
+ * for the prefill's check and for the inputs boundary (sp_kda_inputs). */
+sp_status sp_kda_check_inputs_(const sp_tensor *const in[5], int64_t *T, int64_t *H);
+
 /* The whole contract of sp_kda_prefill, in a fixed order, each violation
  * its own error naming the argument. inputs_direct = 1 requires q, k, v, g
  * to be views the prefill reads in place (sp_kda_reads_in_place); 0 lets

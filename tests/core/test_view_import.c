@@ -152,7 +152,7 @@ static void test_words(void) {
     CHECK(memcmp(&t, &before, sizeof t) == 0);
     /* Nine dims at most eight of which remain once the element is in
      * bytes: an odd address adds a dim, which merges with the last. */
-    for (int d = 0; d < 9; d++) st10[d] = (d % 2 ? 2 : -2) << (8 - d); /* dims 7, 8 dense */
+    for (int d = 0; d < 9; d++) st10[d] = (d % 2 ? 2 : -2) * (1 << (8 - d)); /* dims 7, 8 dense */
     st10[8] = 2;
     v = bv(buf + 2049, 2, SP_I16, 9, s10, st10);
     CHECK_OK(sp_byte_view_words_(&v, &t));

@@ -443,8 +443,8 @@ class KdaInputsCpu(unittest.TestCase):
         cases = [((q, k, v.float(), g, beta), "SP_ERR_DTYPE_MISMATCH", "v: dtype f32"),
                  ((q, k, v, g, beta[:, :, :2]), "SP_ERR_SHAPE_MISMATCH", "beta: shape [1, 50, 2]"),
                  ((q, k[:, :49], v, g, beta), "SP_ERR_SHAPE_MISMATCH", "k: shape [1, 49, 3, 128]"),
-                 ((torch.zeros(1, 70, 3, 128, dtype=torch.bfloat16), k, v, g, beta),
-                  "SP_ERR_CAPACITY", "q: T = 70 exceeds")]
+                 (tuple(torch.zeros(x.shape[:1] + (70,) + x.shape[2:], dtype=torch.bfloat16)
+                        for x in (q, k, v, g, beta)), "SP_ERR_CAPACITY", "q: T = 70 exceeds")]
         for args, status, text in cases:
             n = sp.copy_pass_count()
             with self.assertRaises(sp.StridepackError) as cm:
