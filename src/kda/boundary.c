@@ -1,9 +1,9 @@
 /*
  * boundary.c — the KDA input boundary: check the prefill's whole contract on
  * strided views, pack those of q, k, v, g that the prefill cannot read in
- * place (sp_kda_reads_in_place) with one sp_pack into a workspace owned here
- * (allocated once, so addresses are fixed for CUDA graphs), then run the
- * prefill. Eager calls and graph capture go
+ * place (sp_kda_reads_in_place) with one sp_pack through an inputs boundary
+ * (sp_kda_inputs, inputs.c) owned here, whose workspace is allocated once
+ * (addresses fixed for CUDA graphs), then run the prefill. Eager calls and graph capture go
  * through the same function; capture is checked against the warm-up.
  */
 #include "kda/kda_internal.h"
@@ -16,8 +16,7 @@ enum { N_INPUTS = 5 }; /* q, k, v, g, beta */
 struct sp_kda_boundary {
     sp_device dev;
     int64_t max_tokens, max_heads;
-    void *workspace; /* the pack's */
-    size_t workspace_bytes;
+    sp_kda_inputs *inputs; /* the pack and its workspace */
     void *kda_workspace; /* the two-pass kernel's, CUDA with max_heads <= 32 */
     size_t kda_workspace_bytes;
     size_t last_copied;
@@ -42,7 +41,7 @@ sp_status sp_kda_boundary_create(sp_kda_boundary **out, sp_device dev, int64_t m
         SP_REQUIRE(sp_cuda_available(), SP_ERR_NO_DEVICE,
                    "dev: no usable CUDA device in this build or machine");
     /* The pack's worst case at full capacity, every input strided: what the
-     * inputs boundary sizes (it also refuses sizes that overflow). */
+     * inputs boundary sizes (refusing sizes that overflow) and allocates. */
     size_t bytes = 0;
     SP_FORWARD(sp_kda_inputs_workspace_bytes(max_tokens, max_heads, &bytes));
 
@@ -51,7 +50,6 @@ sp_status sp_kda_boundary_create(sp_kda_boundary **out, sp_device dev, int64_t m
     b->dev = dev;
     b->max_tokens = max_tokens;
     b->max_heads = max_heads;
-    b->workspace_bytes = bytes;
     /* AUTO picks the two-pass kernel for at most SP_KDA_TWO_PASS_MAX_PAIRS
      * (sequence, head) pairs. Its need, (T / 32 + N) * H records, is then
      * at most (max_tokens / 32) * max_heads + that many pairs. Kept for
@@ -69,13 +67,11 @@ sp_status sp_kda_boundary_create(sp_kda_boundary **out, sp_device dev, int64_t m
             return s;
         }
     }
-    if (bytes > 0) {
-        sp_status s = sp_workspace_alloc_(dev, bytes, &b->workspace);
-        if (s != SP_OK) {
-            (void)sp_cuda_free_(dev.ordinal, b->kda_workspace);
-            free(b);
-            return s;
-        }
+    sp_status s = sp_kda_inputs_create(&b->inputs, dev, max_tokens, max_heads, NULL, 0);
+    if (s != SP_OK) {
+        if (b->kda_workspace) (void)sp_cuda_free_(dev.ordinal, b->kda_workspace);
+        free(b);
+        return s;
     }
     *out = b;
     return SP_OK;
@@ -143,24 +139,13 @@ sp_status sp_kda_boundary_run(sp_kda_boundary *b, const sp_kda_args *args,
      * CUDA launch, or the CPU prefill's scratch allocation; the pack has
      * written only this boundary's own workspace by that point. */
     /* Only the views the prefill cannot read in place go to the pack (none
-     * in the K3 layouts; beta never). */
-    sp_tensor to_pack[N_INPUTS], packed_views[N_INPUTS];
-    int which[N_INPUTS];
-    size_t n_pack = 0, copied = 0;
-    for (int i = 0; i < N_INPUTS - 1; i++)
-        if (!sp_kda_reads_in_place(&in[i])) {
-            which[n_pack] = i;
-            to_pack[n_pack++] = in[i];
-        }
-    /* Checked once: sp_kda_check_ made every rule of sp_pack's inputs (views,
-     * alignment, one usable device), and the workspace was sized at creation
-     * for max_tokens x max_heads with every input strided. */
-    if (n_pack > 0)
-        SP_FORWARD(sp_pack_validated_(to_pack, n_pack, b->workspace, packed_views, &copied,
-                                      stream));
+     * in the K3 layouts; beta never). Checked once: sp_kda_check_ made every
+     * rule of sp_pack's inputs (views, alignment, one usable device), and
+     * the workspace was sized at creation for max_tokens x max_heads with
+     * every input strided. */
     sp_tensor use[N_INPUTS];
-    memcpy(use, in, sizeof use);
-    for (size_t j = 0; j < n_pack; j++) use[which[j]] = packed_views[j];
+    size_t copied = 0;
+    SP_FORWARD(sp_kda_inputs_pack_unreadable_(b->inputs, in, use, &copied, stream));
     sp_kda_args packed = *args;
     packed.q = use[0];
     packed.k = use[1];
@@ -187,7 +172,7 @@ sp_status sp_kda_boundary_last_copied(const sp_kda_boundary *b, size_t *n_copied
 
 sp_status sp_kda_boundary_destroy(sp_kda_boundary *b) {
     if (!b) return SP_OK;
-    sp_status s = sp_workspace_free_(b->dev, b->workspace);
+    sp_status s = sp_kda_inputs_destroy(b->inputs);
     if (b->kda_workspace) { /* CUDA only */
         const sp_status s2 = sp_cuda_free_(b->dev.ordinal, b->kda_workspace);
         if (s == SP_OK) s = s2;

@@ -115,6 +115,25 @@ sp_status sp_kda_inputs_pack(sp_kda_inputs *p, const sp_tensor in[5], sp_tensor 
     return sp_pack(in, N_INPUTS, p->workspace, p->workspace_bytes, out, n_copied, stream);
 }
 
+sp_status sp_kda_inputs_pack_unreadable_(sp_kda_inputs *p, const sp_tensor in[5],
+                                         sp_tensor out[5], size_t *n_copied,
+                                         struct CUstream_st *stream) {
+    sp_tensor to_pack[N_INPUTS], packed[N_INPUTS];
+    int which[N_INPUTS];
+    size_t n = 0, copied = 0;
+    for (int i = 0; i < N_INPUTS; i++) {
+        out[i] = in[i];
+        if (i < N_INPUTS - 1 && !sp_kda_reads_in_place(&in[i])) {
+            which[n] = i;
+            to_pack[n++] = in[i];
+        }
+    }
+    if (n > 0) SP_FORWARD(sp_pack_validated_(to_pack, n, p->workspace, packed, &copied, stream));
+    for (size_t j = 0; j < n; j++) out[which[j]] = packed[j];
+    *n_copied = copied;
+    return SP_OK;
+}
+
 sp_status sp_kda_inputs_destroy(sp_kda_inputs *p) {
     if (!p) return SP_OK;
     sp_status s = SP_OK;

@@ -71,6 +71,16 @@ typedef struct sp_kda_dims {
  * for the prefill's check and for the inputs boundary (sp_kda_inputs). */
 sp_status sp_kda_check_inputs_(const sp_tensor *const in[5], int64_t *T, int64_t *H);
 
+/* For our own prefill (the boundary, sp_kda_boundary_run): out[i] = in[i]
+ * for beta and for each of q, k, v, g that the prefill reads in place
+ * (sp_kda_reads_in_place), a dense copy in p's workspace for the others,
+ * with one sp_pack (none when all are read in place). The inputs must have
+ * passed sp_kda_check_ and fit p's capacity: nothing is checked again.
+ * Writes *n_copied. */
+sp_status sp_kda_inputs_pack_unreadable_(sp_kda_inputs *p, const sp_tensor in[5],
+                                         sp_tensor out[5], size_t *n_copied,
+                                         struct CUstream_st *stream);
+
 /* The whole contract of sp_kda_prefill, in a fixed order, each violation
  * its own error naming the argument. inputs_direct = 1 requires q, k, v, g
  * to be views the prefill reads in place (sp_kda_reads_in_place); 0 lets
