@@ -15,17 +15,6 @@
  * o, state, checkpoints. */
 enum { MAX_ARGS = 13 };
 
-/* t has exactly the sizes `want` (ndim = n). */
-static sp_status require_shape(const sp_tensor *t, const char *name, int n, const int64_t *want,
-                               const char *rule) {
-    int ok = t->ndim == n;
-    for (int i = 0; ok && i < n; i++) ok = t->shape[i] == want[i];
-    if (!ok)
-        return sp_set_error_(SP_ERR_SHAPE_MISMATCH, "%s: shape %s, expected %s", name,
-                            sp_shape_text_(t).s, rule);
-    return SP_OK;
-}
-
 int sp_kda_reads_in_place(const sp_tensor *x) {
     if (!x) return 0;
     if (sp_tensor_is_dense(x)) return 1;
@@ -100,42 +89,19 @@ sp_status sp_kda_check_inputs_(const sp_tensor *const in[5], int64_t *T, int64_t
     return SP_OK;
 }
 
-/* The inputs (sp_kda_check_inputs_), o as q; the parameter and index
- * vectors; the state pool; the checkpoints. Fills T, H, N, slots, C. */
-static sp_status check_shapes(const sp_kda_args *a, sp_kda_dims *d) {
+/* The dims every other shape rule is stated in: T, H from the inputs
+ * (sp_kda_check_inputs_, o as q), N from cu_seqlens, slots and C from the
+ * pools (their own shapes are rows of the table, checked after this). */
+static sp_status read_dims(const sp_kda_args *a, sp_kda_dims *d) {
     const sp_tensor *const in[5] = {&a->q, &a->k, &a->v, &a->g, &a->beta};
     SP_FORWARD(sp_kda_check_inputs_(in, &d->T, &d->H));
-    const int64_t H = d->H;
     SP_FORWARD(same_as_q(&a->o, "o", &a->q));
-    SP_FORWARD(require_shape(&a->A_log, "A_log", 1, &H, "[H] as q"));
-    const int64_t hd = H * SP_KDA_D;
-    SP_FORWARD(require_shape(&a->dt_bias, "dt_bias", 1, &hd, "[H * 128] as q"));
-
     SP_REQUIRE(a->cu_seqlens.ndim == 1 && a->cu_seqlens.shape[0] >= 1, SP_ERR_SHAPE_MISMATCH,
                "cu_seqlens: shape %s, expected [N + 1] with N >= 0",
                sp_shape_text_(&a->cu_seqlens).s);
     d->N = a->cu_seqlens.shape[0] - 1;
-    SP_FORWARD(require_shape(&a->state_indices, "state_indices", 1, &d->N,
-                             "[N] (N + 1 = cu_seqlens' size)"));
-
-    SP_REQUIRE(a->state.ndim == 4 && a->state.shape[1] == H && a->state.shape[2] == SP_KDA_D &&
-                   a->state.shape[3] == SP_KDA_D,
-               SP_ERR_SHAPE_MISMATCH, "state: shape %s, expected [slots, H, 128, 128] with H %lld",
-               sp_shape_text_(&a->state).s, (long long)H);
-    d->slots = a->state.shape[0];
-
-    d->C = 0;
-    if (d->interval > 0) {
-        const int64_t n1 = d->N + 1;
-        SP_FORWARD(require_shape(&a->checkpoint_cu_starts, "checkpoint_cu_starts", 1, &n1,
-                                 "[N + 1] as cu_seqlens"));
-        SP_REQUIRE(a->checkpoints.ndim == 4 && a->checkpoints.shape[1] == H &&
-                       a->checkpoints.shape[2] == SP_KDA_D && a->checkpoints.shape[3] == SP_KDA_D,
-                   SP_ERR_SHAPE_MISMATCH,
-                   "checkpoints: shape %s, expected [C, H, 128, 128] with H %lld",
-                   sp_shape_text_(&a->checkpoints).s, (long long)H);
-        d->C = a->checkpoints.shape[0];
-    }
+    d->slots = a->state.ndim == 4 ? a->state.shape[0] : 0;
+    d->C = d->interval > 0 && a->checkpoints.ndim == 4 ? a->checkpoints.shape[0] : 0;
     return SP_OK;
 }
 
@@ -263,7 +229,8 @@ sp_status sp_kda_check_(const sp_kda_args *a, int inputs_direct, sp_kda_dims *di
     d.interval = a->checkpoint_interval;
     d.scale = a->scale != 0.0f ? a->scale : (float)(1.0 / sqrt((double)SP_KDA_D));
 
-    /* The arguments as named specs: dtype, density (shapes: check_shapes),
+    /* The arguments as named specs: dtype, shape (the inputs', o's and
+     * cu_seqlens': read_dims, which the other rows are stated in), density,
      * whether the call writes them. q first (every device is q's). */
     sp_spec_ all[MAX_ARGS];
     int n = 0;
@@ -271,23 +238,36 @@ sp_status sp_kda_check_(const sp_kda_args *a, int inputs_direct, sp_kda_dims *di
     static const char *const in_names[5] = {"q", "k", "v", "g", "beta"};
     for (int i = 0; i < 5; i++)
         all[n++] = (sp_spec_){bf16_in[i], in_names[i], SP_BF16, 0, {0}, NULL, 0, 0};
-    all[n++] = (sp_spec_){&a->A_log, "A_log", SP_F32, 0, {0}, NULL, 1, 0};
-    all[n++] = (sp_spec_){&a->dt_bias, "dt_bias", SP_F32, 0, {0}, NULL, 1, 0};
+    const int i_alog = n;
+    all[n++] = (sp_spec_){&a->A_log, "A_log", SP_F32, 1, {0}, "[H] as q", 1, 0};
+    all[n++] = (sp_spec_){&a->dt_bias, "dt_bias", SP_F32, 1, {0}, "[H * 128] as q", 1, 0};
     all[n++] = (sp_spec_){&a->cu_seqlens, "cu_seqlens", SP_I64, 0, {0}, NULL, 1, 0};
-    all[n++] = (sp_spec_){&a->state_indices, "state_indices", SP_I32, 0, {0}, NULL, 1, 0};
+    all[n++] = (sp_spec_){&a->state_indices, "state_indices", SP_I32, 1, {0},
+                          "[N] (N + 1 = cu_seqlens' size)", 1, 0};
     if (d.interval > 0)
-        all[n++] = (sp_spec_){&a->checkpoint_cu_starts, "checkpoint_cu_starts", SP_I64, 0, {0},
-                              NULL, 1, 0};
+        all[n++] = (sp_spec_){&a->checkpoint_cu_starts, "checkpoint_cu_starts", SP_I64, 1, {0},
+                              "[N + 1] as cu_seqlens", 1, 0};
     all[n++] = (sp_spec_){&a->o, "o", SP_BF16, 0, {0}, NULL, 1, 1};
-    /* The pools' layouts: check_state_layout (a padded slot pitch). */
-    all[n++] = (sp_spec_){&a->state, "state", SP_SPEC_FLOATS, 0, {0}, NULL, 0, 1};
+    /* The pools: their strides are check_state_layout's (a padded slot pitch). */
+    char state_rule[64], ckpt_rule[64];
+    const int i_state = n;
+    all[n++] = (sp_spec_){&a->state, "state", SP_SPEC_FLOATS, 4, {0}, state_rule, 0, 1};
     if (d.interval > 0)
-        all[n++] = (sp_spec_){&a->checkpoints, "checkpoints", SP_SPEC_LIKE, 0, {0}, NULL, 0, 1};
+        all[n++] = (sp_spec_){&a->checkpoints, "checkpoints", SP_SPEC_LIKE, 4, {0}, ckpt_rule,
+                              0, 1};
     SP_FORWARD(sp_specs_placed_(all, n, a->state.dtype, "state"));
     d.dev = a->q.device;
     d.state_bf16 = a->state.dtype == SP_BF16;
 
-    SP_FORWARD(check_shapes(a, &d));
+    SP_FORWARD(read_dims(a, &d));
+    const int64_t H = d.H, pool[4] = {SP_SPEC_ANY, H, SP_KDA_D, SP_KDA_D};
+    all[i_alog].size[0] = H;
+    all[i_alog + 1].size[0] = H * SP_KDA_D; /* no overflow: read_dims bounds H */
+    all[i_alog + 3].size[0] = d.N;
+    if (d.interval > 0) all[i_alog + 4].size[0] = d.N + 1;
+    snprintf(state_rule, sizeof state_rule, "[slots, H, 128, 128] with H %lld", (long long)H);
+    snprintf(ckpt_rule, sizeof ckpt_rule, "[C, H, 128, 128] with H %lld", (long long)H);
+    for (int i = i_state; i < n; i++) memcpy(all[i].size, pool, sizeof pool);
 
     if (inputs_direct)
         for (int i = 0; i < 4; i++) SP_FORWARD(require_direct(all[i].t, all[i].name));
