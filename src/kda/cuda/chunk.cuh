@@ -514,6 +514,25 @@ static __device__ __forceinline__ void state_add_wr(float S[][4], int nds, int d
     }
 }
 
+/* C^T += X^T M^T for this warp's 16 V rows: X^T as accumulator tiles over
+ * the chunk's 32 tokens, M a 32 x 32 tf32 operand (T or QK) whose rows are
+ * C's tokens. */
+static __device__ __forceinline__ void acc_times_m(const float X[CT / 8][4], const float (*M)[SA],
+                                                   int lane, float C[CT / 8][4]) {
+    const int r = lane >> 2, q = lane & 3;
+#pragma unroll
+    for (int kt = 0; kt < CT / 8; kt++) {
+        uint32_t a[4];
+        acc_as_a(X[kt], a);
+#pragma unroll
+        for (int t8 = 0; t8 < CT / 8; t8++) {
+            uint32_t b0, b1;
+            pair(&M[8 * t8 + r][8 * kt + 2 * q], &b0, &b1);
+            mma_tf32(C[t8], a, b0, b1);
+        }
+    }
+}
+
 /* For this warp's 16 V rows (P^T = S' Lk^T summed over K, as accumulator
  * tiles): X^T = diag(b) (V - P)^T in place of P, then W^T = X^T T^T. v
  * holds the chunk's V rows (token t at v + t * pitch), this warp's first
@@ -521,7 +540,7 @@ static __device__ __forceinline__ void state_add_wr(float S[][4], int nds, int d
 static __device__ __forceinline__ void solve_w(float P[CT / 8][4], const uint16_t *v, int pitch,
                                                int v_local, const chunk_ops &s, int lane,
                                                float W[CT / 8][4]) {
-    const int r = lane >> 2, q = lane & 3;
+    const int q = lane & 3;
 #pragma unroll
     for (int t8 = 0; t8 < CT / 8; t8++)
 #pragma unroll
@@ -531,17 +550,7 @@ static __device__ __forceinline__ void solve_w(float P[CT / 8][4], const uint16_
             P[t8][e] = s.b[t] * (vt - P[t8][e]);
             W[t8][e] = 0.0f;
         }
-#pragma unroll
-    for (int kt = 0; kt < CT / 8; kt++) {
-        uint32_t a[4];
-        acc_as_a(P[kt], a);
-#pragma unroll
-        for (int t8 = 0; t8 < CT / 8; t8++) {
-            uint32_t b0, b1;
-            pair(&s.t[8 * t8 + r][8 * kt + 2 * q], &b0, &b1);
-            mma_tf32(W[t8], a, b0, b1);
-        }
-    }
+    acc_times_m(P, s.t, lane, W);
 }
 
 #endif /* SP_KDA_CUDA_CHUNK_CUH */

@@ -50,20 +50,10 @@
 static __device__ void state_update(float S[D / 8][4], float P[4][4], float O[4][4],
                                     const uint16_t (*v)[D], int v_local, int lane,
                                     const chunk_ops &s) {
-    const int r = lane >> 2, q = lane & 3;
+    const int q = lane & 3;
     float W[CT / 8][4];
     solve_w(P, &v[0][0], D, v_local, s, lane, W);
-#pragma unroll
-    for (int kt = 0; kt < CT / 8; kt++) {
-        uint32_t a[4];
-        acc_as_a(W[kt], a);
-#pragma unroll
-        for (int nt = 0; nt < CT / 8; nt++) {
-            uint32_t b0, b1;
-            pair(&s.qk[8 * nt + r][8 * kt + 2 * q], &b0, &b1);
-            mma_tf32(O[nt], a, b0, b1);
-        }
-    }
+    acc_times_m(W, s.qk, lane, O);
 #pragma unroll
     for (int kt = 0; kt < CT / 16; kt++) {
         uint32_t a[4];
