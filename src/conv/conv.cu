@@ -298,7 +298,7 @@ static FN bf8 step(const float (&w)[VEC][W], const float (&bias)[VEC], float (&z
 /* Ask for the line at `at` to be brought into L2; nothing waits for it. */
 static FN void prefetch_l2(const void *at) {
 #ifdef __CUDA_ARCH__
-    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(at));
+    sp_prefetch_l2_(at);
 #else
     (void)at;
 #endif

@@ -1,12 +1,17 @@
 /*
- * ptx.cuh — the inline PTX the kernels share, written once: asynchronous
- * copies into shared memory, named barriers, and the special-function
- * unit's exp2 and reciprocal. Device code only; included by .cu files.
+ * ptx.cuh — the inline PTX of every kernel, written once: asynchronous
+ * copies into shared memory (cp.async, and on sm_90 bulk copies completing
+ * on mbarriers), named barriers, an L2 prefetch, the special-function
+ * unit's exp2 and reciprocal, bf16 conversions, and the tensor-core
+ * fragments (mma.sync, ldmatrix, stmatrix). Device code only; included by
+ * .cu files. The sm_90 instructions are for callers that check
+ * __CUDA_ARCH__ >= 900 themselves.
  */
 #ifndef SP_CUDA_PTX_CUH
 #define SP_CUDA_PTX_CUH
 
 #include <cuda_runtime.h>
+#include <stdint.h>
 
 #define SP_LOG2E 1.4426950408889634f
 
@@ -61,6 +66,117 @@ static __device__ __forceinline__ float sp_rcp_ftz_(float x) {
     float y;
     asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
     return y;
+}
+
+/* Ask for the line at `at` to be brought into L2; nothing waits for it. */
+static __device__ __forceinline__ void sp_prefetch_l2_(const void *at) {
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(at));
+}
+
+/* ---- bulk copies and mbarriers (sm_90) ----------------------------------- */
+
+/* mbarrier `bar` (a shared address) expecting `count` arrivals; then, once
+ * for all of them, the fence that makes the initializations visible. */
+static __device__ __forceinline__ void sp_mbarrier_init_(unsigned bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+static __device__ __forceinline__ void sp_mbarrier_init_fence_(void) {
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+/* This thread's shared-memory accesses ordered before the bulk copies it
+ * issues next (the async proxy). */
+static __device__ __forceinline__ void sp_fence_proxy_async_(void) {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+/* Arrive on `bar`, announcing `bytes` of transactions to come. */
+static __device__ __forceinline__ void sp_mbarrier_expect_tx_(unsigned bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
+                 "r"(bytes)
+                 : "memory");
+}
+
+/* Copy `bytes` (a multiple of 16) from global src to shared dst in one
+ * bulk copy, completing as transactions on `bar`. */
+static __device__ __forceinline__ void sp_bulk_copy_g2s_(unsigned dst, const void *src,
+                                                         unsigned bytes, unsigned bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
+                 "[%0], [%1], %2, [%3];\n" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+
+/* Wait until `bar` completes the phase of parity `parity`. */
+static __device__ __forceinline__ void sp_mbarrier_wait_(unsigned bar, unsigned parity) {
+    asm volatile("{\n.reg .pred done;\nWAIT_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 "@!done bra WAIT_%=;\n}\n" ::"r"(bar),
+                 "r"(parity)
+                 : "memory");
+}
+
+/* ---- bf16 conversions ------------------------------------------------------ */
+
+/* Two floats as a bf16x2 word (lo in the low half), each rounded to nearest
+ * even; no flush to zero. */
+static __device__ __forceinline__ uint32_t sp_bf16x2_(float lo, float hi) {
+    uint32_t u;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(u) : "f"(hi), "f"(lo));
+    return u;
+}
+
+static __device__ __forceinline__ uint16_t sp_bf16_rn_(float x) {
+    uint16_t h;
+    asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(h) : "f"(x));
+    return h;
+}
+
+/* ---- tensor-core fragments ------------------------------------------------- */
+
+/* c += a b for one m16n8k8 tile, tf32 operands (A row-major, B column-major
+ * fragments), fp32 accumulation. */
+static __device__ __forceinline__ void sp_mma_tf32_(float c[4], const uint32_t a[4], uint32_t b0,
+                                                    uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* c += a b for one m16n8k16 tile, bf16 operands, fp32 accumulation. */
+static __device__ __forceinline__ void sp_mma_bf16_(float c[4], const uint32_t a[4], uint32_t b0,
+                                                    uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Four 8x8 b16 matrices from shared memory, lanes 8i .. 8i + 7 giving the
+ * row addresses of matrix i; x[i] is this lane's part of it (row lane / 4,
+ * columns 2 (lane % 4), +1), or with TRANS of its transpose. */
+template <int TRANS>
+static __device__ __forceinline__ void sp_ldsm_x4_(const uint16_t *row, uint32_t x[4]) {
+    if (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3])
+                     : "r"(sp_smem_addr_(row)));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3])
+                     : "r"(sp_smem_addr_(row)));
+}
+
+/* The reverse, transposed (sm_90): this lane's parts x[i] of four 8x8
+ * matrices stored transposed, lanes 8i .. 8i + 7 giving the row addresses
+ * of stored matrix i. */
+static __device__ __forceinline__ void sp_stsm_x4_trans_(uint16_t *row, const uint32_t x[4]) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(
+                     sp_smem_addr_(row)),
+                 "r"(x[0]), "r"(x[1]), "r"(x[2]), "r"(x[3])
+                 : "memory");
 }
 
 #endif /* SP_CUDA_PTX_CUH */

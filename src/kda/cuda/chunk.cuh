@@ -58,55 +58,7 @@ static __device__ __forceinline__ uint32_t to_tf32(float x) {
 
 static __device__ __forceinline__ float tf32_round(float x) { return __uint_as_float(to_tf32(x)); }
 
-/* c += a b for one m16n8k8 tile (A row-major, B column-major fragments). */
-static __device__ __forceinline__ void mma_tf32(float c[4], const uint32_t a[4], uint32_t b0,
-                                                uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-/* Two floats as a bf16x2 word (lo in the low half), each rounded to nearest
- * even; no flush to zero (the factors reach e^-80, above bf16's smallest
- * normal e^-87). */
-static __device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
-    uint32_t u;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(u) : "f"(hi), "f"(lo));
-    return u;
-}
-
-static __device__ __forceinline__ uint16_t bf16_rn(float x) {
-    uint16_t h;
-    asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(h) : "f"(x));
-    return h;
-}
-
-/* c += a b for one m16n8k16 tile, bf16 operands, fp32 accumulation. */
-static __device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0,
-                                                uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-/* Four 8x8 bf16 matrices from shared memory, lanes 8i .. 8i + 7 giving the
- * row addresses of matrix i; x[i] is this lane's part of it (row lane / 4,
- * columns 2 (lane % 4), +1), or with TRANS of its transpose. */
-template <int TRANS>
-static __device__ __forceinline__ void ldsm_x4(const uint16_t *row, uint32_t x[4]) {
-    if (TRANS)
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                     : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3])
-                     : "r"(sp_smem_addr_(row)));
-    else
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                     : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3])
-                     : "r"(sp_smem_addr_(row)));
-}
-
-/* Where lane `lane` points ldsm_x4 for the fragments of a row-major bf16
+/* Where lane `lane` points sp_ldsm_x4_ for the fragments of a row-major bf16
  * array X (rows x0 .., columns k0 ..), as offsets (row, column) from there:
  *  - a_at: the A operand of rows x0 .. +15, k-step columns k0 .. +15;
  *  - b_at: the B operands of two n8 tiles, rows x0 .. +7 and x0 + 8 .. +15
@@ -125,10 +77,10 @@ static __device__ __forceinline__ int2 bt_at(int lane) { return a_at(lane); }
  * adjacent n8 tiles) are the A operand of a k16 step, rounded to bf16. */
 static __device__ __forceinline__ void acc_pair_as_a(const float c0[4], const float c1[4],
                                                      uint32_t a[4]) {
-    a[0] = bf16x2(c0[0], c0[1]);
-    a[1] = bf16x2(c0[2], c0[3]);
-    a[2] = bf16x2(c1[0], c1[1]);
-    a[3] = bf16x2(c1[2], c1[3]);
+    a[0] = sp_bf16x2_(c0[0], c0[1]);
+    a[1] = sp_bf16x2_(c0[2], c0[3]);
+    a[2] = sp_bf16x2_(c1[0], c1[1]);
+    a[3] = sp_bf16x2_(c1[2], c1[3]);
 }
 
 /* Fragments with a permuted k index: k-step columns q and q + 4 of an
@@ -296,9 +248,9 @@ static __device__ __forceinline__ void operands(const raw_chunk &raw, int tid, c
         for (int j = 0; j < 8; j++) {
             const float to_mid = sp_ex2_ftz_((gam[i0 + j] + base) * SP_LOG2E);
             const float from_mid = sp_rcp_ftz_(to_mid);
-            ops.lk[t + j][d] = bf16_rn(kh[j] * to_mid);
-            ops.lq[t + j][d] = bf16_rn(qh[j] * to_mid);
-            ops.r[t + j][d] = bf16_rn(kh[j] * from_mid);
+            ops.lk[t + j][d] = sp_bf16_rn_(kh[j] * to_mid);
+            ops.lq[t + j][d] = sp_bf16_rn_(qh[j] * to_mid);
+            ops.r[t + j][d] = sp_bf16_rn_(kh[j] * from_mid);
         }
     }
 }
@@ -322,14 +274,14 @@ static __device__ void intra_products(int w, int lane, chunk_work &s, chunk_ops 
 #pragma unroll 4
         for (int ks = 0; ks < D / 16; ks++) {
             uint32_t b[4];
-            ldsm_x4<0>(&ops.r[8 * nb + lb.x][16 * ks + lb.y], b);
+            sp_ldsm_x4_<0>(&ops.r[8 * nb + lb.x][16 * ks + lb.y], b);
 #pragma unroll
             for (int m = 0; m < 1 + BOTH; m++) {
                 const uint16_t(*L)[SB] = (first + m) ? ops.lq : ops.lk;
                 uint32_t a[4];
-                ldsm_x4<0>(&L[16 * mi + la.x][16 * ks + la.y], a);
-                mma_bf16(acc[m][0], a, b[0], b[1]);
-                mma_bf16(acc[m][1], a, b[2], b[3]);
+                sp_ldsm_x4_<0>(&L[16 * mi + la.x][16 * ks + la.y], a);
+                sp_mma_bf16_(acc[m][0], a, b[0], b[1]);
+                sp_mma_bf16_(acc[m][1], a, b[2], b[3]);
             }
         }
     }
@@ -490,12 +442,12 @@ static __device__ __forceinline__ void state_products(float S[][4], int nds, int
 #pragma unroll
         for (int t16 = 0; t16 < CT / 16; t16++) {
             uint32_t b[4];
-            ldsm_x4<0>(&s.lk[16 * t16 + lb.x][col], b);
-            mma_bf16(P[2 * t16], a, b[0], b[1]);
-            mma_bf16(P[2 * t16 + 1], a, b[2], b[3]);
-            ldsm_x4<0>(&s.lq[16 * t16 + lb.x][col], b);
-            mma_bf16(O[2 * t16], a, b[0], b[1]);
-            mma_bf16(O[2 * t16 + 1], a, b[2], b[3]);
+            sp_ldsm_x4_<0>(&s.lk[16 * t16 + lb.x][col], b);
+            sp_mma_bf16_(P[2 * t16], a, b[0], b[1]);
+            sp_mma_bf16_(P[2 * t16 + 1], a, b[2], b[3]);
+            sp_ldsm_x4_<0>(&s.lq[16 * t16 + lb.x][col], b);
+            sp_mma_bf16_(O[2 * t16], a, b[0], b[1]);
+            sp_mma_bf16_(O[2 * t16 + 1], a, b[2], b[3]);
         }
     }
 }
@@ -508,9 +460,9 @@ static __device__ __forceinline__ void state_add_wr(float S[][4], int nds, int d
 #pragma unroll
     for (int nd = 0; nd < nds; nd += 2) {
         uint32_t b[4];
-        ldsm_x4<1>(&s.r[16 * kt + lt.x][d0 + 8 * nd + lt.y], b);
-        mma_bf16(S[nd], a, b[0], b[1]);
-        mma_bf16(S[nd + 1], a, b[2], b[3]);
+        sp_ldsm_x4_<1>(&s.r[16 * kt + lt.x][d0 + 8 * nd + lt.y], b);
+        sp_mma_bf16_(S[nd], a, b[0], b[1]);
+        sp_mma_bf16_(S[nd + 1], a, b[2], b[3]);
     }
 }
 
@@ -528,7 +480,7 @@ static __device__ __forceinline__ void acc_times_m(const float X[CT / 8][4], con
         for (int t8 = 0; t8 < CT / 8; t8++) {
             uint32_t b0, b1;
             pair(&M[8 * t8 + r][8 * kt + 2 * q], &b0, &b1);
-            mma_tf32(C[t8], a, b0, b1);
+            sp_mma_tf32_(C[t8], a, b0, b1);
         }
     }
 }

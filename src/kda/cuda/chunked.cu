@@ -106,14 +106,10 @@ static __device__ __forceinline__ void stage_o(const float O[CT / 8][4], uint16_
     const int m = lane >> 3;
 #pragma unroll
     for (int j = 0; j < CT / 16; j++) {
-        const uint32_t x[4] = {bf16x2(O[2 * j][0], O[2 * j][1]), bf16x2(O[2 * j][2], O[2 * j][3]),
-                               bf16x2(O[2 * j + 1][0], O[2 * j + 1][1]),
-                               bf16x2(O[2 * j + 1][2], O[2 * j + 1][3])};
-        uint16_t *row = &o[16 * j + 8 * (m >> 1) + (lane & 7)][v + 8 * (m & 1)];
-        asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(
-                         sp_smem_addr_(row)),
-                     "r"(x[0]), "r"(x[1]), "r"(x[2]), "r"(x[3])
-                     : "memory");
+        const uint32_t x[4] = {sp_bf16x2_(O[2 * j][0], O[2 * j][1]), sp_bf16x2_(O[2 * j][2], O[2 * j][3]),
+                               sp_bf16x2_(O[2 * j + 1][0], O[2 * j + 1][1]),
+                               sp_bf16x2_(O[2 * j + 1][2], O[2 * j + 1][3])};
+        sp_stsm_x4_trans_(&o[16 * j + 8 * (m >> 1) + (lane & 7)][v + 8 * (m & 1)], x);
     }
 #else
     const int r = lane >> 2, q = lane & 3;
@@ -121,7 +117,7 @@ static __device__ __forceinline__ void stage_o(const float O[CT / 8][4], uint16_
     for (int nt8 = 0; nt8 < CT / 8; nt8++)
 #pragma unroll
         for (int e = 0; e < 4; e++)
-            o[8 * nt8 + 2 * q + (e & 1)][v + r + 8 * (e >> 1)] = bf16_rn(O[nt8][e]);
+            o[8 * nt8 + 2 * q + (e & 1)][v + r + 8 * (e >> 1)] = sp_bf16_rn_(O[nt8][e]);
 #endif
 }
 

@@ -149,14 +149,9 @@ static __device__ __forceinline__ void load_record(const chunk_ops *from, int ti
     (void)threads;
     if (tid == 0) {
         const unsigned bar = sp_smem_addr_(&s.arrived[buf]), bytes = (unsigned)sizeof(chunk_ops);
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
-                     "r"(bytes)
-                     : "memory");
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
-                     "[%0], [%1], %2, [%3];\n" ::"r"(sp_smem_addr_(&s.ops[buf])),
-                     "l"(from), "r"(bytes), "r"(bar)
-                     : "memory");
+        sp_fence_proxy_async_();
+        sp_mbarrier_expect_tx_(bar, bytes);
+        sp_bulk_copy_g2s_(sp_smem_addr_(&s.ops[buf]), from, bytes, bar);
     }
 #else
     char *to = (char *)&s.ops[buf];
@@ -171,15 +166,11 @@ static __device__ __forceinline__ void load_record(const chunk_ops *from, int ti
 template <int younger, typename Smem>
 static __device__ __forceinline__ void wait_record(Smem &s, int buf, int64_t use) {
 #if __CUDA_ARCH__ >= 900
-    asm volatile("{\n.reg .pred done;\nWAIT_%=:\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-                 "@!done bra WAIT_%=;\n}\n" ::"r"(sp_smem_addr_(&s.arrived[buf])),
-                 "r"((unsigned)(use & 1))
-                 : "memory");
+    sp_mbarrier_wait_(sp_smem_addr_(&s.arrived[buf]), (unsigned)(use & 1));
 #else
     (void)s, (void)buf, (void)use;
 #endif
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(younger) : "memory");
+    sp_cp_async_wait_<younger>();
 }
 
 /* Accumulator tile x (rows r, r+8; columns 8nt + 2q, +1) to part[row][col]. */
@@ -249,10 +240,8 @@ static __global__ void __launch_bounds__(32 * KW * G, 1)
     if (L > 0) state_load(p.state, p.state_bf16, sq.slot_base, vrow, d0, q, S, NDS);
 #if __CUDA_ARCH__ >= 900
     if (tid == 0) {
-        for (int b = 0; b < NB; b++)
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(sp_smem_addr_(&s.arrived[b]))
-                         : "memory");
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        for (int b = 0; b < NB; b++) sp_mbarrier_init_(sp_smem_addr_(&s.arrived[b]), 1);
+        sp_mbarrier_init_fence_();
     }
     __syncthreads();
 #endif
@@ -312,7 +301,7 @@ static __global__ void __launch_bounds__(32 * KW * G, 1)
                 uint32_t a[4], b0, b1;
                 acc_as_a(W[kt], a);
                 pair(&o.qk[8 * kq + r][8 * kt + 2 * q], &b0, &b1);
-                mma_tf32(Ow, a, b0, b1);
+                sp_mma_tf32_(Ow, a, b0, b1);
             }
 #pragma unroll
         for (int kt = 0; kt < CT / 16; kt++) {
