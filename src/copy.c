@@ -167,14 +167,24 @@ static int by_family(const void *x, const void *y) {
     return a->i < b->i ? -1 : a->i > b->i;
 }
 
-/* t's family and window, when it has them (see above). */
+/* t's family and window, when it has them (see above). A layout that
+ * coalesces to one dim of byte stride P >= its element (a column one
+ * element wide) has the window [lo mod P, lo mod P + element) and s = 0:
+ * it may join the family of any two-dim layout with that P, since its
+ * exact test against one of them still sees two strides only. */
 static void family_of(const sp_tensor *t, extent *x) {
     x->s = x->P = x->r = x->span = 0;
     int64_t shape[SP_MAX_DIMS], st[SP_MAX_DIMS], unused[SP_MAX_DIMS];
     int nd;
     sp_coalesce_pair_(t, t, &nd, shape, st, unused);
-    if (nd != 2 || st[0] == 0 || st[1] == 0) return;
     const uint64_t es = (uint64_t)sp_dtype_size((sp_dtype)t->dtype);
+    if (nd == 1 && st[0] != 0) {
+        x->P = (uint64_t)abs64(st[0]) * es;
+        x->r = (uint64_t)x->lo % x->P;
+        x->span = es;
+        return;
+    }
+    if (nd != 2 || st[0] == 0 || st[1] == 0) return;
     const int small = abs64(st[0]) < abs64(st[1]) ? 0 : 1;
     const uint64_t s = (uint64_t)abs64(st[small]) * es, P = (uint64_t)abs64(st[1 - small]) * es;
     const uint64_t span = (uint64_t)(shape[small] - 1) * s + es;
@@ -336,10 +346,14 @@ sp_status sp_find_overlap_(const sp_view_ref_ *views, size_t n, sp_overlap_hit_ 
     }
     /* Each list split into the family's members first, the others after. */
     size_t wg = 0, rg = 0;
+    /* With it, the one-dim views of its P (s = 0; of a two-dim family
+     * only, or two two-dim strides could meet in one exact test). */
+#define IN_FAMILY(x) (fP && (x).P == fP && ((x).s == fs || (x).s == 0))
     for (size_t x = 0; x < nw; x++)
-        if (fP && W[x].P == fP && W[x].s == fs) { extent t = W[wg]; W[wg++] = W[x]; W[x] = t; }
+        if (IN_FAMILY(W[x])) { extent t = W[wg]; W[wg++] = W[x]; W[x] = t; }
     for (size_t x = 0; x < nr; x++)
-        if (fP && R[x].P == fP && R[x].s == fs) { extent t = R[rg]; R[rg++] = R[x]; R[x] = t; }
+        if (IN_FAMILY(R[x])) { extent t = R[rg]; R[rg++] = R[x]; R[x] = t; }
+#undef IN_FAMILY
     extent *Wf = W, *Wo = W + wg, *Rf = R, *Ro = R + rg;
     const size_t wo = nw - wg, ro = nr - rg;
     qsort(Wf, wg, sizeof *W, by_lo);
