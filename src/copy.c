@@ -138,15 +138,27 @@ static sp_status check_pair(const sp_copy_pair *p, size_t i, sp_device dev) {
  * [lo mod P, lo mod P + span) modulo P. Two views of one family (the same
  * s and P) whose windows do not meet share no byte; and the exact test of
  * two such views is never undecided (two distinct strides: it is solved
- * exactly), so leaving them untested changes no answer. The written
- * views' most common family is walked in window order, or in extent order
- * where that meets fewer pairs; every other pair in extent order. */
+ * exactly), so leaving them untested changes no answer. Each family of
+ * many written views (a group) is walked within itself in window order, or
+ * in extent order where that meets fewer pairs; every other pair (across
+ * groups, or with a view of no group) in extent order. A view that
+ * coalesces to one dim of byte stride P joins a group of that P (its
+ * window: one element). Views of different families in one buffer are
+ * still tested pair by pair. */
 typedef struct extent {
     uintptr_t lo, hi;
     size_t i;            /* index into the views */
     uint64_t s, P;       /* its family, or P = 0 for none */
     uint64_t r, span;    /* its window modulo P */
+    size_t g;            /* the group it is walked in (see sp_find_overlap_) */
 } extent;
+
+static int by_group_lo(const void *x, const void *y) {
+    const extent *a = x, *b = y;
+    if (a->g != b->g) return a->g < b->g ? -1 : 1;
+    if (a->lo != b->lo) return a->lo < b->lo ? -1 : 1;
+    return a->i < b->i ? -1 : a->i > b->i;
+}
 
 static int by_lo(const void *x, const void *y) {
     const extent *a = x, *b = y;
@@ -304,18 +316,17 @@ sp_status sp_find_overlap_(const sp_view_ref_ *views, size_t n, sp_overlap_hit_ 
     hit->found = 0;
     hit->a = hit->b = 0;
     if (n < 2) return SP_OK;
-    extent stack[2 * SP_OVERLAP_STACK], *e = stack;
+    extent stack[3 * SP_OVERLAP_STACK], *e = stack;
     if (n > SP_OVERLAP_STACK) {
-        e = n <= SIZE_MAX / (2 * sizeof *e) ? malloc(2 * n * sizeof *e) : NULL;
+        e = n <= SIZE_MAX / (3 * sizeof *e) ? malloc(3 * n * sizeof *e) : NULL;
         SP_REQUIRE(e != NULL, SP_ERR_OUT_OF_MEMORY,
                    "no host memory for the overlap check of %zu views", n);
     }
     /* Written views from the front, read views from the back; empty ones
-     * touch nothing and are left out. The second half: the same, by
-     * family, then (the family walked by windows) by r. */
+     * touch nothing and are left out. Then two scratch lists of n. */
     size_t nw = 0, nr = 0;
     for (size_t i = 0; i < n; i++) {
-        extent x = {0, 0, i, 0, 0, 0, 0};
+        extent x = {0, 0, i, 0, 0, 0, 0, 0};
         sp_tensor_extent_(views[i].t, &x.lo, &x.hi);
         if (x.lo == x.hi) continue;
         e[views[i].written ? nw++ : n - 1 - nr++] = x;
@@ -334,44 +345,71 @@ sp_status sp_find_overlap_(const sp_view_ref_ *views, size_t n, sp_overlap_hit_ 
     }
     for (size_t x = 0; x < nw; x++) family_of(views[W[x].i].t, &W[x]);
     for (size_t x = 0; x < nr; x++) family_of(views[R[x].i].t, &R[x]);
-    /* The written views' most common family (s, P). */
+    /* Groups: each family (s, P) of at least max(8, nw / 16) written views
+     * (so at most 16), walked by windows within itself. A one-dim view
+     * (s = 0) joins the first group of its P (of a two-dim family only two
+     * strides then meet in one exact test); the rest are "others". */
+    enum { MAX_GROUPS = 16 };
+    uint64_t gs[MAX_GROUPS], gP[MAX_GROUPS];
+    size_t k = 0;
     memcpy(F, W, nw * sizeof *F);
     qsort(F, nw, sizeof *F, by_family);
-    uint64_t fs = 0, fP = 0;
-    for (size_t x = 0, best = 1; x < nw;) {
+    const size_t min_size = nw / 16 > 8 ? nw / 16 : 8;
+    for (size_t x = 0; x < nw && k < MAX_GROUPS;) {
         size_t y = x + 1;
         while (y < nw && F[y].P == F[x].P && F[y].s == F[x].s) y++;
-        if (F[x].P != 0 && y - x > best) best = y - x, fs = F[x].s, fP = F[x].P;
+        if (F[x].P != 0 && y - x >= min_size) gs[k] = F[x].s, gP[k++] = F[x].P;
         x = y;
     }
-    /* Each list split into the family's members first, the others after. */
-    size_t wg = 0, rg = 0;
-    /* With it, the one-dim views of its P (s = 0; of a two-dim family
-     * only, or two two-dim strides could meet in one exact test). */
-#define IN_FAMILY(x) (fP && (x).P == fP && ((x).s == fs || (x).s == 0))
-    for (size_t x = 0; x < nw; x++)
-        if (IN_FAMILY(W[x])) { extent t = W[wg]; W[wg++] = W[x]; W[x] = t; }
-    for (size_t x = 0; x < nr; x++)
-        if (IN_FAMILY(R[x])) { extent t = R[rg]; R[rg++] = R[x]; R[x] = t; }
-#undef IN_FAMILY
-    extent *Wf = W, *Wo = W + wg, *Rf = R, *Ro = R + rg;
-    const size_t wo = nw - wg, ro = nr - rg;
-    qsort(Wf, wg, sizeof *W, by_lo);
-    qsort(Wo, wo, sizeof *W, by_lo);
-    qsort(Rf, rg, sizeof *R, by_lo);
-    qsort(Ro, ro, sizeof *R, by_lo);
-    extent *Wfr = F, *Rfr = F + wg; /* by r: wg + rg <= n */
-    memcpy(Wfr, Wf, wg * sizeof *F);
-    memcpy(Rfr, Rf, rg * sizeof *F);
-    qsort(Wfr, wg, sizeof *F, by_r);
-    qsort(Rfr, rg, sizeof *F, by_r);
-    walk_family(&w, Wf, Wfr, wg, Wf, Wfr, wg); /* written x written, in the family */
-    walk_family(&w, Wf, Wfr, wg, Rf, Rfr, rg); /* written x read, in the family */
-    walk_extents(&w, Wo, wo, Wo, wo, 0);          /* the others x the others, */
-    walk_extents(&w, Wo, wo, Wf, wg, 0);          /* x the family's written, */
-    walk_extents(&w, Wo, wo, Rf, rg, 0);          /* x every read view */
-    walk_extents(&w, Wo, wo, Ro, ro, 0);
-    walk_extents(&w, Wf, wg, Ro, ro, 0);          /* the family's written x the other reads */
+    extent *X[2] = {W, R};
+    const size_t nx[2] = {nw, nr};
+    for (int l = 0; l < 2; l++)
+        for (size_t x = 0; x < nx[l]; x++) {
+            extent *v = &X[l][x];
+            v->g = k; /* others */
+            for (size_t j = 0; j < k && v->g == k; j++)
+                if (v->P == gP[j] && (v->s == gs[j] || v->s == 0)) v->g = j;
+        }
+    /* By group, then by lo: each group's views one sorted run, the others
+     * last. */
+    qsort(W, nw, sizeof *W, by_group_lo);
+    qsort(R, nr, sizeof *R, by_group_lo);
+    size_t wb[MAX_GROUPS + 2], rb[MAX_GROUPS + 2];
+    for (size_t j = 0, x = 0, y = 0; j <= k + 1; j++) {
+        while (x < nw && W[x].g < j) x++;
+        while (y < nr && R[y].g < j) y++;
+        wb[j] = x, rb[j] = y;
+    }
+    extent *T = e + 2 * n; /* scratch: n views sorted by lo */
+    for (size_t j = 0; j < k; j++) {
+        extent *Wj = W + wb[j], *Rj = R + rb[j];
+        const size_t nwj = wb[j + 1] - wb[j], nrj = rb[j + 1] - rb[j];
+        extent *Wjr = F, *Rjr = F + nwj; /* the same by r */
+        memcpy(Wjr, Wj, nwj * sizeof *F);
+        memcpy(Rjr, Rj, nrj * sizeof *F);
+        qsort(Wjr, nwj, sizeof *F, by_r);
+        qsort(Rjr, nrj, sizeof *F, by_r);
+        walk_family(&w, Wj, Wjr, nwj, Wj, Wjr, nwj); /* written x written, in the group */
+        walk_family(&w, Wj, Wjr, nwj, Rj, Rjr, nrj); /* written x read, in the group */
+        /* x the written views of later groups and the others */
+        size_t nt = nw - wb[j + 1];
+        memcpy(T, W + wb[j + 1], nt * sizeof *T);
+        qsort(T, nt, sizeof *T, by_lo);
+        walk_extents(&w, Wj, nwj, T, nt, 0);
+        /* x the read views outside the group */
+        nt = 0;
+        for (size_t y = 0; y < nr; y++)
+            if (R[y].g != j) T[nt++] = R[y];
+        qsort(T, nt, sizeof *T, by_lo);
+        walk_extents(&w, Wj, nwj, T, nt, 0);
+    }
+    /* The others: among themselves, and x every read view. */
+    extent *Wo = W + wb[k];
+    const size_t wo = nw - wb[k];
+    walk_extents(&w, Wo, wo, Wo, wo, 0);
+    memcpy(T, R, nr * sizeof *T);
+    qsort(T, nr, sizeof *T, by_lo);
+    walk_extents(&w, Wo, wo, T, nr, 0);
     if (e != stack) free(e);
     return SP_OK;
 }

@@ -138,9 +138,9 @@ sp_status sp_check_device_usable_(sp_device dev);
  * (they could not be proven disjoint), or found 0 when none fails. Byte
  * extents are sorted, so only pairs whose extents intersect are tested,
  * and two read views are never compared: n log n plus those pairs; where
- * many extents intersect (column slices of one buffer), the written views'
- * most common two-dim layout is walked by its bytes' windows modulo its
- * row pitch instead (copy.c).
+ * many extents intersect (column slices of one buffer), each two-dim
+ * layout shared by many written views is walked by its bytes' windows
+ * modulo its row pitch instead (copy.c).
  * @return SP_OK; SP_ERR_OUT_OF_MEMORY when more than
  * 2 * SP_MAX_PAIRS_PER_LAUNCH views need host scratch and none is left. */
 typedef struct sp_view_ref_ {

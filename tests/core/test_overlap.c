@@ -207,7 +207,7 @@ static sp_overlap_hit_ pairwise(const sp_view_ref_ *refs, size_t n) {
  * written or read: the same answer as the pairwise rule. */
 static void test_family_walk(ts_rng *r) {
     enum { ROWS = 64, PITCH = 1600, MAXV = 400, ODD = ROWS * PITCH };
-    static float fused[2 * ROWS * PITCH];
+    static float fused[3 * ROWS * PITCH + 512];
     static sp_tensor v[MAXV];
     static sp_view_ref_ refs[MAXV];
     int found = 0;
@@ -224,18 +224,17 @@ static void test_family_walk(ts_rng *r) {
              * columns): none meet. */
             int64_t at = rowblocks ? (int64_t)(i % (ROWS / 2)) * 2 * PITCH + (int64_t)(i / (ROWS / 2)) * 4
                                    : (int64_t)i * 4;
-            if (i == moved) at += ts_rng_range(r, 1, 3);
             int written = ts_rng_range(r, 0, 3) != 0;
-            if (kind == 1) { /* another pitch, apart from the family: read */
-                strides[0] = PITCH / 2;
+            if (kind >= 1 && kind <= 5) { /* a second family: another pitch, another buffer */
+                strides[0] = PITCH + 2;
                 shape[0] = ROWS;
-                at = ODD + ts_rng_range(r, 0, 40);
-                written = 0;
+                at = ODD + (int64_t)i * 4;
             }
-            if (kind == 2) { /* one dense run there: read */
+            if (i == moved) at += ts_rng_range(r, 1, 3);
+            if (kind == 6) { /* one dense run there: read */
                 shape[0] = 1;
                 shape[1] = ts_rng_range(r, 1, 200);
-                at = ODD + ts_rng_range(r, 0, ROWS * PITCH - 200);
+                at = 2 * ODD + 256 + ts_rng_range(r, 0, ROWS * PITCH - 200);
                 written = 0;
             }
             CHECK_OK(sp_tensor_view(&v[i], fused, at, SP_F32, 2, shape, strides, sp_cpu()));
