@@ -316,14 +316,14 @@ sp_status sp_find_overlap_(const sp_view_ref_ *views, size_t n, sp_overlap_hit_ 
     hit->found = 0;
     hit->a = hit->b = 0;
     if (n < 2) return SP_OK;
-    extent stack[3 * SP_OVERLAP_STACK], *e = stack;
+    extent stack[SP_OVERLAP_STACK], *e = stack;
     if (n > SP_OVERLAP_STACK) {
-        e = n <= SIZE_MAX / (3 * sizeof *e) ? malloc(3 * n * sizeof *e) : NULL;
+        e = n <= SIZE_MAX / sizeof *e ? malloc(n * sizeof *e) : NULL;
         SP_REQUIRE(e != NULL, SP_ERR_OUT_OF_MEMORY,
                    "no host memory for the overlap check of %zu views", n);
     }
     /* Written views from the front, read views from the back; empty ones
-     * touch nothing and are left out. Then two scratch lists of n. */
+     * touch nothing and are left out. */
     size_t nw = 0, nr = 0;
     for (size_t i = 0; i < n; i++) {
         extent x = {0, 0, i, 0, 0, 0, 0, 0};
@@ -331,13 +331,16 @@ sp_status sp_find_overlap_(const sp_view_ref_ *views, size_t n, sp_overlap_hit_ 
         if (x.lo == x.hi) continue;
         e[views[i].written ? nw++ : n - 1 - nr++] = x;
     }
-    extent *W = e, *R = e + n - nr, *F = e + n;
+    extent *W = e, *R = e + n - nr;
     overlap_walk w = {views, hit};
     qsort(W, nw, sizeof *W, by_lo);
     qsort(R, nr, sizeof *R, by_lo);
-    /* Few intersecting extents (the usual case): each of those pairs. */
+    /* Few intersecting extents (the usual case), or no memory for the
+     * groups' two scratch lists of n: each of those pairs. */
     const size_t limit = 8 * n;
-    if (walk_extents(NULL, W, nw, W, nw, limit) + walk_extents(NULL, W, nw, R, nr, limit) <= limit) {
+    extent *F = NULL;
+    if (walk_extents(NULL, W, nw, W, nw, limit) + walk_extents(NULL, W, nw, R, nr, limit) <= limit ||
+        !(F = n <= SIZE_MAX / (2 * sizeof *F) ? malloc(2 * n * sizeof *F) : NULL)) {
         walk_extents(&w, W, nw, W, nw, 0);
         walk_extents(&w, W, nw, R, nr, 0);
         if (e != stack) free(e);
@@ -380,7 +383,7 @@ sp_status sp_find_overlap_(const sp_view_ref_ *views, size_t n, sp_overlap_hit_ 
         while (y < nr && R[y].g < j) y++;
         wb[j] = x, rb[j] = y;
     }
-    extent *T = e + 2 * n; /* scratch: n views sorted by lo */
+    extent *T = F + n; /* scratch: n views sorted by lo */
     for (size_t j = 0; j < k; j++) {
         extent *Wj = W + wb[j], *Rj = R + rb[j];
         const size_t nwj = wb[j + 1] - wb[j], nrj = rb[j + 1] - rb[j];
@@ -410,6 +413,7 @@ sp_status sp_find_overlap_(const sp_view_ref_ *views, size_t n, sp_overlap_hit_ 
     memcpy(T, R, nr * sizeof *T);
     qsort(T, nr, sizeof *T, by_lo);
     walk_extents(&w, Wo, wo, T, nr, 0);
+    free(F);
     if (e != stack) free(e);
     return SP_OK;
 }
