@@ -40,16 +40,18 @@ sp_status sp_kda_boundary_create(sp_kda_boundary **out, sp_device dev, int64_t m
     if (dev.type == SP_DEVICE_CUDA)
         SP_REQUIRE(sp_cuda_available(), SP_ERR_NO_DEVICE,
                    "dev: no usable CUDA device in this build or machine");
-    /* The pack's worst case at full capacity, every input strided: what the
-     * inputs boundary sizes (refusing sizes that overflow) and allocates. */
-    size_t bytes = 0;
-    SP_FORWARD(sp_kda_inputs_workspace_bytes(max_tokens, max_heads, &bytes));
-
     sp_kda_boundary *b = calloc(1, sizeof *b);
     SP_REQUIRE(b, SP_ERR_OUT_OF_MEMORY, "sp_kda_boundary_create: no memory for the object");
     b->dev = dev;
     b->max_tokens = max_tokens;
     b->max_heads = max_heads;
+    /* The pack's worst case at full capacity, every input strided: what the
+     * inputs boundary sizes (refusing sizes that overflow) and allocates. */
+    sp_status s = sp_kda_inputs_create(&b->inputs, dev, max_tokens, max_heads, NULL, 0);
+    if (s != SP_OK) {
+        free(b);
+        return s;
+    }
     /* AUTO picks the two-pass kernel for at most SP_KDA_TWO_PASS_MAX_PAIRS
      * (sequence, head) pairs. Its need, (T / 32 + N) * H records, is then
      * at most (max_tokens / 32) * max_heads + that many pairs. Kept for
@@ -57,19 +59,12 @@ sp_status sp_kda_boundary_create(sp_kda_boundary **out, sp_device dev, int64_t m
     size_t kda_bytes = 0;
     if (dev.type == SP_DEVICE_CUDA && max_heads > 0 && max_heads <= BOUNDARY_TWO_PASS_MAX_HEADS &&
         max_tokens > 0)
-        SP_FORWARD(sp_kda_two_pass_bytes_(max_tokens, SP_KDA_TWO_PASS_MAX_PAIRS, max_heads,
-                                          &kda_bytes));
+        s = sp_kda_two_pass_bytes_(max_tokens, SP_KDA_TWO_PASS_MAX_PAIRS, max_heads, &kda_bytes);
     b->kda_workspace_bytes = kda_bytes;
-    if (kda_bytes > 0) {
-        sp_status s = sp_cuda_alloc_(dev.ordinal, kda_bytes, &b->kda_workspace, "workspace");
-        if (s != SP_OK) {
-            free(b);
-            return s;
-        }
-    }
-    sp_status s = sp_kda_inputs_create(&b->inputs, dev, max_tokens, max_heads, NULL, 0);
+    if (s == SP_OK && kda_bytes > 0)
+        s = sp_cuda_alloc_(dev.ordinal, kda_bytes, &b->kda_workspace, "workspace");
     if (s != SP_OK) {
-        if (b->kda_workspace) (void)sp_cuda_free_(dev.ordinal, b->kda_workspace);
+        (void)sp_kda_inputs_destroy(b->inputs);
         free(b);
         return s;
     }

@@ -242,6 +242,7 @@ sp_status sp_kda_check_(const sp_kda_args *a, int inputs_direct, sp_kda_dims *di
     all[n++] = (sp_spec_){&a->A_log, "A_log", SP_F32, 1, {0}, "[H] as q", 1, 0};
     all[n++] = (sp_spec_){&a->dt_bias, "dt_bias", SP_F32, 1, {0}, "[H * 128] as q", 1, 0};
     all[n++] = (sp_spec_){&a->cu_seqlens, "cu_seqlens", SP_I64, 0, {0}, NULL, 1, 0};
+    const int i_idx = n;
     all[n++] = (sp_spec_){&a->state_indices, "state_indices", SP_I32, 1, {0},
                           "[N] (N + 1 = cu_seqlens' size)", 1, 0};
     if (d.interval > 0)
@@ -261,10 +262,10 @@ sp_status sp_kda_check_(const sp_kda_args *a, int inputs_direct, sp_kda_dims *di
 
     SP_FORWARD(read_dims(a, &d));
     const int64_t H = d.H, pool[4] = {SP_SPEC_ANY, H, SP_KDA_D, SP_KDA_D};
-    all[i_alog].size[0] = H;
-    all[i_alog + 1].size[0] = H * SP_KDA_D; /* no overflow: read_dims bounds H */
-    all[i_alog + 3].size[0] = d.N;
-    if (d.interval > 0) all[i_alog + 4].size[0] = d.N + 1;
+    all[i_alog].size[0] = H;                /* A_log */
+    all[i_alog + 1].size[0] = H * SP_KDA_D; /* dt_bias; no overflow: read_dims bounds H */
+    all[i_idx].size[0] = d.N;               /* state_indices */
+    if (d.interval > 0) all[i_idx + 1].size[0] = d.N + 1; /* checkpoint_cu_starts */
     snprintf(state_rule, sizeof state_rule, "[slots, H, 128, 128] with H %lld", (long long)H);
     snprintf(ckpt_rule, sizeof ckpt_rule, "[C, H, 128, 128] with H %lld", (long long)H);
     for (int i = i_state; i < n; i++) memcpy(all[i].size, pool, sizeof pool);
