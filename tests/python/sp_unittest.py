@@ -17,6 +17,20 @@ def main(module_name):
     sys.exit(0 if result.wasSuccessful() else 1)
 
 
+def torch_with_cuda():
+    """torch, when it imports and sees a CUDA device; else exit 77 (ctest's
+    "not run") with the reason."""
+    try:
+        import torch
+    except ImportError:
+        print("SKIP: torch is not importable")
+        sys.exit(77)
+    if not torch.cuda.is_available():
+        print("SKIP: torch sees no CUDA device")
+        sys.exit(77)
+    return torch
+
+
 def torch_views(torch, gen, count, device="cpu"):
     """`count` views of random tensors as producers leave them: every dtype
     the library moves, slices with steps, permutations, broadcast (stride 0)

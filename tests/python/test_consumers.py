@@ -21,16 +21,10 @@ import os
 import sys
 import unittest
 
-try:
-    import torch
-except ImportError:
-    print("SKIP: torch is not importable")
-    sys.exit(77)
-if not torch.cuda.is_available():
-    print("SKIP: torch sees no CUDA device")
-    sys.exit(77)
-
 import sp_unittest
+
+torch = sp_unittest.torch_with_cuda()
+
 import stridepack as sp
 
 HERE = os.path.dirname(os.path.abspath(__file__))

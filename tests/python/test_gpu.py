@@ -10,16 +10,10 @@ import sys
 import unittest
 import warnings
 
-try:
-    import torch
-except ImportError:
-    print("SKIP: torch is not importable")
-    sys.exit(77)
-if not torch.cuda.is_available():
-    print("SKIP: torch sees no CUDA device")
-    sys.exit(77)
-
 import sp_unittest
+
+torch = sp_unittest.torch_with_cuda()
+
 import stridepack as sp
 from stridepack import _api, _native
 
