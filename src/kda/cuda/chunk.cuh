@@ -39,8 +39,8 @@ typedef struct chunk_ops {
 
 /* The K side's intermediates (its operands go to a chunk_ops). */
 typedef struct chunk_work {
-    float seg_end[2][D]; /* each segment's cumulative gate at its end (see gates_and_norms) */
-    float a[CT][SA];
+    float seg_end[2][D]; /* each segment's cumulative gate at its end (log2 units) */
+    float at[CT][SA]; /* A transposed: at[j][i] = A[i][j] (columns of A as rows, for solve_t) */
     alignas(16) float rk[CT];
     alignas(16) float rq[CT];
 } chunk_work;
@@ -137,11 +137,35 @@ static __device__ __forceinline__ void load_v(const kda_params &p, const kda_seq
     }
 }
 
+/* Sums of N values over a warp at once (N a power of two up to 32): each
+ * exchange step (lane bit OFF) halves the values a lane holds, keeping the
+ * half its lane bit selects plus the partner's, so N - 1 + log2(32 / N)
+ * shuffles instead of 5 N; then v[0] of lanes (32 / N) m .. + 32 / N - 1
+ * is the sum of value m. */
+template <int N, int OFF>
+static __device__ __forceinline__ void warp_sums(float *v, int lane) {
+    if constexpr (OFF > 0) {
+        if constexpr (N > 1) {
+            const int upper = lane & OFF;
+#pragma unroll
+            for (int j = 0; j < N / 2; j++) {
+                const float lo = v[j], hi = v[N / 2 + j];
+                v[j] = (upper ? hi : lo) + __shfl_xor_sync(SP_KDA_FULL_MASK, upper ? lo : hi, OFF);
+            }
+            warp_sums<N / 2, OFF / 2>(v, lane);
+        } else {
+            v[0] += __shfl_xor_sync(SP_KDA_FULL_MASK, v[0], OFF);
+            warp_sums<1, OFF / 2>(v, lane);
+        }
+    }
+}
+
 /* ---- the K side of a chunk (every warp) ---------------------------------------- */
 
 /* Thread (d, seg): channel d's gates over the tokens of segment seg (NT / D
  * segments of SEG tokens; SEG = 16 or 32) and their running sum from the
- * segment's start, in gam (registers: operands() takes them on); the sum
+ * segment's start in log2 units (times log2(e), for ex2), in gam
+ * (registers: operands() takes them on); the sum
  * at the segment's end also goes to s.seg_end. Tokens past the end get gate
  * 0 (no decay). Then warp w: the norms of k and q of its CT / (NT / 32)
  * tokens, and warp 0 the beta gates (lane t holds token t's logit, loaded a
@@ -154,7 +178,9 @@ static __device__ __forceinline__ void gates_and_norms(const kda_params &p, cons
     constexpr int SEG = CT / (NT / D), TPW = CT / (NT / 32);
     static_assert(SEG == CT || SEG == MID + 1, "a segment ends at the reference token or the chunk");
     const int d = tid % D, t0 = (tid / D) * SEG;
-    const float nl = -expA * SP_LOG2E; /* sigmoid(expA x) = 1 / (1 + 2^(nl x)) */
+    /* In log2 units: g log2(e) = lb2 / (1 + 2^(nl (graw + bias))), lb2 =
+     * lower_bound log2(e), nl = -expA log2(e); nl bias folded in. */
+    const float nl = -expA * SP_LOG2E, nlb = nl * bias, lb2 = p.lower_bound * SP_LOG2E;
     float sum = 0.0f;
     /* Sixteen tokens' gates loaded before the first is used (the compiler
      * kept only two loads in flight). */
@@ -165,8 +191,7 @@ static __device__ __forceinline__ void gates_and_norms(const kda_params &p, cons
         for (int j = 0; j < 16; j++) graw[j] = raw.g[t0 + i0 + j][d];
 #pragma unroll
         for (int j = 0; j < 16; j++) {
-            const float x = sp_bf16_to_f32_(graw[j]) + bias;
-            const float g = p.lower_bound * sp_rcp_ftz_(1.0f + sp_ex2_ftz_(nl * x));
+            const float g = lb2 * sp_rcp_ftz_(1.0f + sp_ex2_ftz_(fmaf(sp_bf16_to_f32_(graw[j]), nl, nlb)));
             sum += t0 + i0 + j < nt ? g : 0.0f;
             gam[i0 + j] = sum;
         }
@@ -186,20 +211,19 @@ static __device__ __forceinline__ void gates_and_norms(const kda_params &p, cons
         sk[i] = fmaf(k0, k0, fmaf(k1, k1, fmaf(k2, k2, k3 * k3)));
         sq[i] = fmaf(q0, q0, fmaf(q1, q1, fmaf(q2, q2, q3 * q3)));
     }
+    /* The 2 TPW sums over the warp at once (warp_sums): lanes LPV m .. LPV m
+     * + LPV - 1 end with sum m. */
+    constexpr int NV = 2 * TPW, LPV = 32 / NV;
+    float v[NV];
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1)
-#pragma unroll
-        for (int i = 0; i < TPW; i++) {
-            sk[i] += __shfl_xor_sync(SP_KDA_FULL_MASK, sk[i], off);
-            sq[i] += __shfl_xor_sync(SP_KDA_FULL_MASK, sq[i], off);
-        }
-    if (lane < TPW) {
-        float k = sk[0], q = sq[0];
-#pragma unroll
-        for (int i = 1; i < TPW; i++)
-            if (lane == i) k = sk[i], q = sq[i];
-        s.rk[TPW * w + lane] = rsqrtf(k + (float)SP_KDA_EPS);
-        s.rq[TPW * w + lane] = p.scale * rsqrtf(q + (float)SP_KDA_EPS);
+    for (int i = 0; i < TPW; i++) v[i] = sk[i], v[TPW + i] = sq[i];
+    warp_sums<NV, 16>(v, lane);
+    if (lane % LPV == 0) {
+        const int m = lane / LPV;
+        if (m < TPW)
+            s.rk[TPW * w + m] = rsqrtf(v[0] + (float)SP_KDA_EPS);
+        else
+            s.rq[TPW * w + m - TPW] = p.scale * rsqrtf(v[0] + (float)SP_KDA_EPS);
     }
     if (w == 0) ops.b[lane] = lane < nt ? 1.0f / (1.0f + __expf(-beta_logit)) : 0.0f;
 }
@@ -221,8 +245,8 @@ static __device__ __forceinline__ void operands(const raw_chunk &raw, int tid, c
         glast = gmid + s.seg_end[1][d];
     }
     if (tid < D) {
-        ops.c[d] = sp_ex2_ftz_(gmid * SP_LOG2E);
-        ops.e[d] = sp_ex2_ftz_((glast - gmid) * SP_LOG2E);
+        ops.c[d] = sp_ex2_ftz_(gmid);
+        ops.e[d] = sp_ex2_ftz_(glast - gmid);
     }
     /* gam is relative to the segment's start: token t's offset from the
      * reference is gam - gmid in segment 0 and gam in segment 1. */
@@ -246,7 +270,7 @@ static __device__ __forceinline__ void operands(const raw_chunk &raw, int tid, c
         }
 #pragma unroll
         for (int j = 0; j < 8; j++) {
-            const float to_mid = sp_ex2_ftz_((gam[i0 + j] + base) * SP_LOG2E);
+            const float to_mid = sp_ex2_ftz_(gam[i0 + j] + base);
             const float from_mid = sp_rcp_ftz_(to_mid);
             ops.lk[t + j][d] = sp_bf16_rn_(kh[j] * to_mid);
             ops.lq[t + j][d] = sp_bf16_rn_(qh[j] * to_mid);
@@ -288,7 +312,6 @@ static __device__ void intra_products(int w, int lane, chunk_work &s, chunk_ops 
 #pragma unroll
     for (int m = 0; m < 1 + BOTH; m++) {
         const int is_qk = first + m;
-        float(*dst)[SA] = is_qk ? ops.qk : s.a;
 #pragma unroll
         for (int j = 0; j < 2; j++)
 #pragma unroll
@@ -297,78 +320,78 @@ static __device__ void intra_products(int w, int lane, chunk_work &s, chunk_ops 
                 float x = 0.0f;
                 if (!zero_only && (jj < i || (is_qk && jj == i)))
                     x = is_qk ? tf32_round(acc[m][j][e]) : ops.b[i] * acc[m][j][e];
-                dst[i][jj] = x;
+                if (is_qk)
+                    ops.qk[i][jj] = x;
+                else
+                    s.at[jj][i] = x;
             }
     }
 }
 
-/* One warp: T = (I + A)^-1 (A strictly lower) by 16 x 16 blocks, in fp32.
- * Lanes 0-15 solve column `lane` of T11 = (I + A11)^-1 and lanes 16-31
- * column lane - 16 of T22 = (I + A22)^-1, both by forward substitution over
- * 16 rows at once; then lane (j, h) = (lane % 16, lane / 16) forms rows 8h
- * .. 8h + 7 of column j of M = A21 T11 and of T21 = -T22 M. T12 = 0. Each
- * row of A and T is read as float4 (the same address for 16 lanes). */
+/* One warp: T = (I + A)^-1 (A strictly lower) by 16 x 16 blocks. The
+ * diagonal blocks in fp32: lanes 0-15 solve column `lane` of T11 = (I +
+ * A11)^-1 and lanes 16-31 column lane - 16 of T22 = (I + A22)^-1, by
+ * column-oriented forward substitution (once x_k is final, every later row
+ * takes its term A[i][k] x_k: one FMA per row on the dependency chain, with
+ * A's columns read as float4 rows of at). Then T21 = -T22 A21 T11 on the
+ * tensor cores (tf32, fp32 accumulation), as T21^T = -(T11^T A21^T) T22^T so
+ * that the first product's accumulators are the second's A operand. T12 = 0. */
 static __device__ void solve_t(int lane, const chunk_work &s, chunk_ops &ops) {
     constexpr int B = CT / 2;
-    const int j = lane & (B - 1), h = lane / B, base = B * h;
-    {
-        float x[B];
+    const int j = lane & (B - 1), base = lane & B;
+    float x[B];
 #pragma unroll
-        for (int i = 0; i < B; i++) {
-            float acc[4] = {i == j ? 1.0f : 0.0f, 0.0f, 0.0f, 0.0f};
+    for (int i = 0; i < B; i++) x[i] = i == j ? 1.0f : 0.0f;
 #pragma unroll
-            for (int k4 = 0; k4 < i; k4 += 4) {
-                const float4 a4 = *(const float4 *)&s.a[base + i][base + k4];
-                const float a[4] = {a4.x, a4.y, a4.z, a4.w};
+    for (int k = 0; k < B - 1; k++) {
+        const float *col = &s.at[base + k][base]; /* column k of the block: A[base + i][base + k] */
 #pragma unroll
-                for (int e = 0; e < 4; e++)
-                    if (k4 + e < i) acc[e] = fmaf(-a[e], x[k4 + e], acc[e]);
-            }
-            x[i] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+        for (int i4 = (k + 1) & ~3; i4 < B; i4 += 4) {
+            const float4 a4 = *(const float4 *)&col[i4];
+            const float a[4] = {a4.x, a4.y, a4.z, a4.w};
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                if (i4 + e > k) x[i4 + e] = fmaf(-a[e], x[k], x[i4 + e]);
         }
+    }
 #pragma unroll
-        for (int i = 0; i < B; i++) {
-            ops.t[base + i][base + j] = tf32_round(x[i]);
-            if (h == 0) ops.t[i][B + j] = 0.0f;
-        }
+    for (int i = 0; i < B; i++) {
+        ops.t[base + i][base + j] = tf32_round(x[i]);
+        if (base == 0) ops.t[i][B + j] = 0.0f;
     }
     __syncwarp();
-    float m[B / 2];
+    /* C1 = T11^T A21^T (16 x 16: two n8 tiles), k permuted as in acc_as_a:
+     * k-step columns q, q + 4 are physical columns 2q, 2q + 1. */
+    const int r = lane >> 2, q = lane & 3;
+    float c1[2][4] = {}, c2[2][4] = {};
 #pragma unroll
-    for (int i = 0; i < B / 2; i++) m[i] = 0.0f;
+    for (int ks = 0; ks < 2; ks++) {
+        const int k0 = 8 * ks + 2 * q;
+        const uint32_t a[4] = {__float_as_uint(ops.t[k0][r]), __float_as_uint(ops.t[k0][r + 8]),
+                               __float_as_uint(ops.t[k0 + 1][r]),
+                               __float_as_uint(ops.t[k0 + 1][r + 8])};
 #pragma unroll
-    for (int k4 = 0; k4 < B; k4 += 4) {
-        float t[4];
+        for (int nt = 0; nt < 2; nt++)
+            sp_mma_tf32_(c1[nt], a, to_tf32(s.at[k0][B + 8 * nt + r]),
+                         to_tf32(s.at[k0 + 1][B + 8 * nt + r]));
+    }
+    /* C2 = C1 T22^T; T21[n][m] = -C2[m][n]. */
 #pragma unroll
-        for (int e = 0; e < 4; e++) t[e] = ops.t[k4 + e][j];
+    for (int kt = 0; kt < 2; kt++) {
+        uint32_t a[4];
+        acc_as_a(c1[kt], a);
 #pragma unroll
-        for (int i = 0; i < B / 2; i++) {
-            const float4 a4 = *(const float4 *)&s.a[B + B / 2 * h + i][k4];
-            m[i] = fmaf(a4.x, t[0], fmaf(a4.y, t[1], fmaf(a4.z, t[2], fmaf(a4.w, t[3], m[i]))));
+        for (int nt = 0; nt < 2; nt++) {
+            uint32_t b0, b1;
+            pair(&ops.t[B + 8 * nt + r][B + 8 * kt + 2 * q], &b0, &b1);
+            sp_mma_tf32_(c2[nt], a, b0, b1);
         }
     }
-    float mk[B]; /* column j of M: rows 0-7 from lane (j, 0), 8-15 from (j, 1) */
 #pragma unroll
-    for (int i = 0; i < B / 2; i++) {
-        const float other = __shfl_xor_sync(SP_KDA_FULL_MASK, m[i], B);
-        mk[i] = h == 0 ? m[i] : other;
-        mk[B / 2 + i] = h == 0 ? other : m[i];
-    }
+    for (int nt = 0; nt < 2; nt++)
 #pragma unroll
-    for (int i = 0; i < B / 2; i++) {
-        const int row = B / 2 * h + i; /* of T21 */
-        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-        for (int k4 = 0; k4 < B; k4 += 4) {
-            if (k4 > B / 2 * h + B / 2 - 1) break; /* past the last row of this half */
-            const float4 t4 = *(const float4 *)&ops.t[B + row][B + k4];
-            acc[0] = fmaf(t4.x, mk[k4], acc[0]);
-            acc[1] = fmaf(t4.y, mk[k4 + 1], acc[1]);
-            acc[2] = fmaf(t4.z, mk[k4 + 2], acc[2]);
-            acc[3] = fmaf(t4.w, mk[k4 + 3], acc[3]);
-        }
-        ops.t[B + row][j] = tf32_round(-((acc[0] + acc[1]) + (acc[2] + acc[3])));
-    }
+        for (int e = 0; e < 4; e++)
+            ops.t[B + 8 * nt + 2 * q + (e & 1)][r + 8 * (e >> 1)] = tf32_round(-c2[nt][e]);
 }
 
 /* ---- the V side of a chunk (each V-warp: 16 V rows, registers only) ---------- */

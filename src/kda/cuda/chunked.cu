@@ -8,7 +8,7 @@
  *   gam_i  = sum of g_t over t <= i in the chunk   (per channel, fp32)
  *   A[i,j] = b_i sum_d k_i[d] k_j[d] exp(gam_i - gam_j)[d]   j < i
  *   QK[i,j] =    sum_d q_i[d] k_j[d] exp(gam_i - gam_j)[d]   j <= i
- *   T      = (I + A)^-1                        (forward substitution, fp32)
+ *   T      = (I + A)^-1     (16 x 16 blocks: forward substitution in fp32, T21 by tf32 products)
  *   W      = T diag(b) (V - Kg S0)             Kg row i = k_i exp(gam_i)
  *   o      = Qg S0 + QK W                      Qg row i = q_i exp(gam_i)
  *   S1     = diag(exp(gam_31)) S0 + Kd^T W     Kd row j = k_j exp(gam_31 - gam_j)
@@ -140,7 +140,7 @@ static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params
 
     if (w < K_THREADS / 32) { /* ---- the K warps ---- */
         const float expA = expf(p.A_log[h]);
-        const float bias = p.dt_bias[h * D + tid];
+        const float bias = p.dt_bias[h * D + tid % D];
         float beta_logit = 0.0f;
         if (w == 0 && lane < L) beta_logit = sp_bf16_to_f32_(*kda_row(p.beta, sq.bos + lane, h));
         if (L > 0) {
@@ -148,7 +148,7 @@ static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params
             load_v(p, sq, h, 0, v0, bv, tid, K_THREADS, &s.v[0][0][0], D);
         }
         sp_cp_async_commit_();
-        float gam[CT];
+        float gam[CT / (K_THREADS / D)];
         for (int64_t ci = 0; ci < chunks; ci++) {
             const int b = (int)(ci % NB), rb = (int)(ci & 1);
             const int64_t c0 = ci * CT;
