@@ -44,6 +44,10 @@ static inline SP_HD float sp_bits_f32_(uint32_t u) {
 
 static inline SP_HD float sp_bf16_to_f32_(uint16_t h) { return sp_bits_f32_((uint32_t)h << 16); }
 
+/* The two bf16 of a 32-bit word (the lower address in the low half). */
+static inline SP_HD float sp_bf16x2_lo_(uint32_t u) { return sp_bits_f32_(u << 16); }
+static inline SP_HD float sp_bf16x2_hi_(uint32_t u) { return sp_bits_f32_(u & 0xffff0000u); }
+
 /* Adding 0x7fff plus the kept lsb carries into the kept bits exactly when
  * the dropped half is above the midpoint, or at it with an odd lsb. NaN is
  * kept a (quiet) NaN instead of letting the carry turn it into infinity. */

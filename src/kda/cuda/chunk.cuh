@@ -39,8 +39,12 @@ typedef struct chunk_ops {
 
 /* The K side's intermediates (its operands go to a chunk_ops). */
 typedef struct chunk_work {
-    float seg_end[2][D]; /* each segment's cumulative gate at its end (log2 units) */
-    float at[CT][SA]; /* A transposed: at[j][i] = A[i][j] (columns of A as rows, for solve_t) */
+    /* seg_end lives from gates_and_norms to operands, at from intra_products
+     * on: one array. */
+    union {
+        float seg_end[4][D]; /* each segment's cumulative gate at its end (log2 units) */
+        float at[CT][SA]; /* A transposed: at[j][i] = A[i][j] (columns of A as rows, for solve_t) */
+    };
     alignas(16) float rk[CT];
     alignas(16) float rq[CT];
 } chunk_work;
@@ -162,41 +166,58 @@ static __device__ __forceinline__ void warp_sums(float *v, int lane) {
 
 /* ---- the K side of a chunk (every warp) ---------------------------------------- */
 
-/* Thread (d, seg): channel d's gates over the tokens of segment seg (NT / D
- * segments of SEG tokens; SEG = 16 or 32) and their running sum from the
- * segment's start in log2 units (times log2(e), for ex2), in gam
- * (registers: operands() takes them on); the sum
- * at the segment's end also goes to s.seg_end. Tokens past the end get gate
- * 0 (no decay). Then warp w: the norms of k and q of its CT / (NT / 32)
- * tokens, and warp 0 the beta gates (lane t holds token t's logit, loaded a
- * chunk ahead). */
+/* The K side's threads work on channel pairs: thread tid of NT takes
+ * channels 2c, 2c + 1 (c = tid % 64) over the tokens of segment tid / 64,
+ * one of NSEG segments of SEG tokens; the reference token ends one of
+ * them. */
+template <int NT> struct kside {
+    static constexpr int NSEG = NT / (D / 2), SEG = CT / NSEG, MIDSEG = MID / SEG;
+    static_assert(NSEG * SEG == CT && (MID + 1) % SEG == 0 && NSEG <= 4,
+                  "segments tile the chunk and one ends at the reference token");
+};
+
+/* The dt_bias of thread tid's two channels, head h. */
+static __device__ __forceinline__ float2 pair_bias(const kda_params &p, int64_t h, int tid) {
+    const float *b = p.dt_bias + h * D + 2 * (tid % (D / 2));
+    return make_float2(b[0], b[1]);
+}
+
+/* Thread (c, seg): the gates of its two channels over its segment's tokens
+ * and their running sums from the segment's start, in log2 units (times
+ * log2(e), for ex2), in gam (registers: operands() takes them on); the
+ * sums at the segment's end also go to s.seg_end. Tokens past the end get
+ * gate 0 (no decay). bias: the two channels' dt_bias. Then warp w: the
+ * norms of k and q of its CT / (NT / 32) tokens, and warp 0 the beta gates
+ * (lane t holds token t's logit, loaded a chunk ahead). */
 template <int NT>
 static __device__ __forceinline__ void gates_and_norms(const kda_params &p, const raw_chunk &raw,
-                                                       int nt, int tid, float expA, float bias,
+                                                       int nt, int tid, float expA, float2 bias,
                                                        float beta_logit, chunk_work &s,
-                                                       chunk_ops &ops, float gam[CT / (NT / D)]) {
-    constexpr int SEG = CT / (NT / D), TPW = CT / (NT / 32);
-    static_assert(SEG == CT || SEG == MID + 1, "a segment ends at the reference token or the chunk");
-    const int d = tid % D, t0 = (tid / D) * SEG;
+                                                       chunk_ops &ops,
+                                                       float gam[2][kside<NT>::SEG]) {
+    constexpr int SEG = kside<NT>::SEG, TPW = CT / (NT / 32);
+    const int d = 2 * (tid % (D / 2)), seg = tid / (D / 2), t0 = seg * SEG;
     /* In log2 units: g log2(e) = lb2 / (1 + 2^(nl (graw + bias))), lb2 =
      * lower_bound log2(e), nl = -expA log2(e); nl bias folded in. */
-    const float nl = -expA * SP_LOG2E, nlb = nl * bias, lb2 = p.lower_bound * SP_LOG2E;
-    float sum = 0.0f;
-    /* Sixteen tokens' gates loaded before the first is used (the compiler
-     * kept only two loads in flight). */
+    const float nl = -expA * SP_LOG2E, lb2 = p.lower_bound * SP_LOG2E;
+    const float nlb[2] = {nl * bias.x, nl * bias.y};
+    float sum[2] = {0.0f, 0.0f};
+    /* All the segment's gates loaded before the first is used (the
+     * compiler kept only two loads in flight). */
+    uint32_t graw[SEG];
 #pragma unroll
-    for (int i0 = 0; i0 < SEG; i0 += 16) {
-        uint16_t graw[16];
+    for (int j = 0; j < SEG; j++) graw[j] = *(const uint32_t *)&raw.g[t0 + j][d];
 #pragma unroll
-        for (int j = 0; j < 16; j++) graw[j] = raw.g[t0 + i0 + j][d];
+    for (int j = 0; j < SEG; j++) {
+        const float x[2] = {sp_bf16x2_lo_(graw[j]), sp_bf16x2_hi_(graw[j])};
 #pragma unroll
-        for (int j = 0; j < 16; j++) {
-            const float g = lb2 * sp_rcp_ftz_(1.0f + sp_ex2_ftz_(fmaf(sp_bf16_to_f32_(graw[j]), nl, nlb)));
-            sum += t0 + i0 + j < nt ? g : 0.0f;
-            gam[i0 + j] = sum;
+        for (int h = 0; h < 2; h++) {
+            const float g = lb2 * sp_rcp_ftz_(1.0f + sp_ex2_ftz_(fmaf(x[h], nl, nlb[h])));
+            sum[h] += t0 + j < nt ? g : 0.0f;
+            gam[h][j] = sum[h];
         }
     }
-    s.seg_end[tid / D][d] = sum;
+    *(float2 *)&s.seg_end[seg][d] = make_float2(sum[0], sum[1]);
     const int w = tid >> 5, lane = tid & 31;
     float sk[TPW], sq[TPW];
 #pragma unroll
@@ -204,10 +225,10 @@ static __device__ __forceinline__ void gates_and_norms(const kda_params &p, cons
         const int t = TPW * w + i;
         const uint2 kk = *(const uint2 *)&raw.k[t][4 * lane];
         const uint2 qq = *(const uint2 *)&raw.q[t][4 * lane];
-        const float k0 = sp_bf16_to_f32_((uint16_t)kk.x), k1 = sp_bf16_to_f32_((uint16_t)(kk.x >> 16));
-        const float k2 = sp_bf16_to_f32_((uint16_t)kk.y), k3 = sp_bf16_to_f32_((uint16_t)(kk.y >> 16));
-        const float q0 = sp_bf16_to_f32_((uint16_t)qq.x), q1 = sp_bf16_to_f32_((uint16_t)(qq.x >> 16));
-        const float q2 = sp_bf16_to_f32_((uint16_t)qq.y), q3 = sp_bf16_to_f32_((uint16_t)(qq.y >> 16));
+        const float k0 = sp_bf16x2_lo_(kk.x), k1 = sp_bf16x2_hi_(kk.x);
+        const float k2 = sp_bf16x2_lo_(kk.y), k3 = sp_bf16x2_hi_(kk.y);
+        const float q0 = sp_bf16x2_lo_(qq.x), q1 = sp_bf16x2_hi_(qq.x);
+        const float q2 = sp_bf16x2_lo_(qq.y), q3 = sp_bf16x2_hi_(qq.y);
         sk[i] = fmaf(k0, k0, fmaf(k1, k1, fmaf(k2, k2, k3 * k3)));
         sq[i] = fmaf(q0, q0, fmaf(q1, q1, fmaf(q2, q2, q3 * q3)));
     }
@@ -228,29 +249,32 @@ static __device__ __forceinline__ void gates_and_norms(const kda_params &p, cons
     if (w == 0) ops.b[lane] = lane < nt ? 1.0f / (1.0f + __expf(-beta_logit)) : 0.0f;
 }
 
-/* After gates_and_norms and a barrier, the same thread (d, seg): Lk, Lq, R
- * for its tokens (rounded to bf16 once here) from its gam, and thread d <
- * 128 the channel's two state scalings. */
+/* After gates_and_norms and a barrier, the same thread (c, seg): Lk, Lq, R
+ * for its tokens and two channels (rounded to bf16 once here, stored as
+ * pairs) from its gam, and the threads of segment 0 their channels' two
+ * state scalings. */
 template <int NT>
 static __device__ __forceinline__ void operands(const raw_chunk &raw, int tid, const chunk_work &s,
-                                                const float gam[CT / (NT / D)], chunk_ops &ops) {
-    constexpr int SEG = CT / (NT / D);
-    const int d = tid % D, seg = tid / D, t0 = seg * SEG;
-    float gmid, glast;
-    if (SEG == CT) {
-        gmid = gam[MID];
-        glast = gam[CT - 1];
-    } else {
-        gmid = s.seg_end[0][d];
-        glast = gmid + s.seg_end[1][d];
-    }
-    if (tid < D) {
-        ops.c[d] = sp_ex2_ftz_(gmid);
-        ops.e[d] = sp_ex2_ftz_(glast - gmid);
-    }
+                                                const float gam[2][kside<NT>::SEG],
+                                                chunk_ops &ops) {
+    constexpr int NSEG = kside<NT>::NSEG, SEG = kside<NT>::SEG, MIDSEG = kside<NT>::MIDSEG;
+    const int d = 2 * (tid % (D / 2)), seg = tid / (D / 2), t0 = seg * SEG;
     /* gam is relative to the segment's start: token t's offset from the
-     * reference is gam - gmid in segment 0 and gam in segment 1. */
-    const float base = SEG != CT && seg == 1 ? 0.0f : -gmid;
+     * reference is gam + (the earlier segments' sums) - gmid. */
+    float gmid[2] = {0.0f, 0.0f}, glast[2] = {0.0f, 0.0f}, base[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int k = 0; k < NSEG; k++) {
+        const float2 e = *(const float2 *)&s.seg_end[k][d];
+        if (k == seg) base[0] = glast[0], base[1] = glast[1];
+        glast[0] += e.x, glast[1] += e.y;
+        if (k == MIDSEG) gmid[0] = glast[0], gmid[1] = glast[1];
+    }
+    base[0] -= gmid[0], base[1] -= gmid[1];
+    if (seg == 0) {
+        *(float2 *)&ops.c[d] = make_float2(sp_ex2_ftz_(gmid[0]), sp_ex2_ftz_(gmid[1]));
+        *(float2 *)&ops.e[d] =
+            make_float2(sp_ex2_ftz_(glast[0] - gmid[0]), sp_ex2_ftz_(glast[1] - gmid[1]));
+    }
     /* Eight tokens at a time, every load before the first store: the
      * compiler may not move a shared-memory load above a store that might
      * alias it, and one warp per scheduler has no other work to hide the
@@ -258,23 +282,29 @@ static __device__ __forceinline__ void operands(const raw_chunk &raw, int tid, c
 #pragma unroll
     for (int i0 = 0; i0 < SEG; i0 += 8) {
         const int t = t0 + i0;
-        float kh[8], qh[8];
         const float4 rk0 = *(const float4 *)&s.rk[t], rk1 = *(const float4 *)&s.rk[t + 4];
         const float4 rq0 = *(const float4 *)&s.rq[t], rq1 = *(const float4 *)&s.rq[t + 4];
         const float rk[8] = {rk0.x, rk0.y, rk0.z, rk0.w, rk1.x, rk1.y, rk1.z, rk1.w};
         const float rq[8] = {rq0.x, rq0.y, rq0.z, rq0.w, rq1.x, rq1.y, rq1.z, rq1.w};
+        uint32_t kk[8], qq[8];
 #pragma unroll
         for (int j = 0; j < 8; j++) {
-            kh[j] = sp_bf16_to_f32_(raw.k[t + j][d]) * rk[j];
-            qh[j] = sp_bf16_to_f32_(raw.q[t + j][d]) * rq[j];
+            kk[j] = *(const uint32_t *)&raw.k[t + j][d];
+            qq[j] = *(const uint32_t *)&raw.q[t + j][d];
         }
 #pragma unroll
         for (int j = 0; j < 8; j++) {
-            const float to_mid = sp_ex2_ftz_(gam[i0 + j] + base);
-            const float from_mid = sp_rcp_ftz_(to_mid);
-            ops.lk[t + j][d] = sp_bf16_rn_(kh[j] * to_mid);
-            ops.lq[t + j][d] = sp_bf16_rn_(qh[j] * to_mid);
-            ops.r[t + j][d] = sp_bf16_rn_(kh[j] * from_mid);
+            const float kh[2] = {sp_bf16x2_lo_(kk[j]) * rk[j], sp_bf16x2_hi_(kk[j]) * rk[j]};
+            const float qh[2] = {sp_bf16x2_lo_(qq[j]) * rq[j], sp_bf16x2_hi_(qq[j]) * rq[j]};
+            float to_mid[2], from_mid[2];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                to_mid[h] = sp_ex2_ftz_(gam[h][i0 + j] + base[h]);
+                from_mid[h] = sp_rcp_ftz_(to_mid[h]);
+            }
+            *(uint32_t *)&ops.lk[t + j][d] = sp_bf16x2_(kh[0] * to_mid[0], kh[1] * to_mid[1]);
+            *(uint32_t *)&ops.lq[t + j][d] = sp_bf16x2_(qh[0] * to_mid[0], qh[1] * to_mid[1]);
+            *(uint32_t *)&ops.r[t + j][d] = sp_bf16x2_(kh[0] * from_mid[0], kh[1] * from_mid[1]);
         }
     }
 }

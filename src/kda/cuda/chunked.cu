@@ -140,7 +140,7 @@ static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params
 
     if (w < K_THREADS / 32) { /* ---- the K warps ---- */
         const float expA = expf(p.A_log[h]);
-        const float bias = p.dt_bias[h * D + tid % D];
+        const float2 bias = pair_bias(p, h, tid);
         float beta_logit = 0.0f;
         if (w == 0 && lane < L) beta_logit = sp_bf16_to_f32_(*kda_row(p.beta, sq.bos + lane, h));
         if (L > 0) {
@@ -148,7 +148,7 @@ static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params
             load_v(p, sq, h, 0, v0, bv, tid, K_THREADS, &s.v[0][0][0], D);
         }
         sp_cp_async_commit_();
-        float gam[CT / (K_THREADS / D)];
+        float gam[2][kside<K_THREADS>::SEG];
         for (int64_t ci = 0; ci < chunks; ci++) {
             const int b = (int)(ci % NB), rb = (int)(ci & 1);
             const int64_t c0 = ci * CT;

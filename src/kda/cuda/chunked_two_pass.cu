@@ -92,12 +92,12 @@ static __global__ void __launch_bounds__(PREP_THREADS, 2) kda_prepare_kernel(kda
     load_kqg<PREP_THREADS>(p, sq, h, c0, tid, s.raw);
     sp_cp_async_commit_();
     const float expA = expf(p.A_log[h]);
-    const float bias = p.dt_bias[h * D + tid % D];
+    const float2 bias = pair_bias(p, h, tid);
     const float beta_logit =
         w == 0 && lane < nt ? sp_bf16_to_f32_(*kda_row(p.beta, sq.bos + c0 + lane, h)) : 0.0f;
     sp_cp_async_wait_<0>();
     __syncthreads();
-    float gam[CT / (PREP_THREADS / D)];
+    float gam[2][kside<PREP_THREADS>::SEG];
     gates_and_norms<PREP_THREADS>(p, s.raw, nt, tid, expA, bias, beta_logit, s.work, s.ops, gam);
     __syncthreads();
     operands<PREP_THREADS>(s.raw, tid, s.work, gam, s.ops);
