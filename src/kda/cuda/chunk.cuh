@@ -182,6 +182,25 @@ static __device__ __forceinline__ float2 pair_bias(const kda_params &p, int64_t 
     return make_float2(b[0], b[1]);
 }
 
+/* The running sums of two channels' gates over SEG tokens (raw bf16 pairs
+ * graw), those from token `valid` on taken as 0; FULL: all valid (no
+ * select per token). */
+template <int SEG, bool FULL>
+static __device__ __forceinline__ void gate_sums(const uint32_t graw[SEG], int valid, float nl,
+                                                 const float nlb[2], float lb2, float gam[2][SEG],
+                                                 float sum[2]) {
+#pragma unroll
+    for (int j = 0; j < SEG; j++) {
+        const float x[2] = {sp_bf16x2_lo_(graw[j]), sp_bf16x2_hi_(graw[j])};
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const float g = lb2 * sp_rcp_ftz_(1.0f + sp_ex2_ftz_(fmaf(x[h], nl, nlb[h])));
+            sum[h] += FULL || j < valid ? g : 0.0f;
+            gam[h][j] = sum[h];
+        }
+    }
+}
+
 /* Thread (c, seg): the gates of its two channels over its segment's tokens
  * and their running sums from the segment's start, in log2 units (times
  * log2(e), for ex2), in gam (registers: operands() takes them on); the
@@ -207,16 +226,10 @@ static __device__ __forceinline__ void gates_and_norms(const kda_params &p, cons
     uint32_t graw[SEG];
 #pragma unroll
     for (int j = 0; j < SEG; j++) graw[j] = *(const uint32_t *)&raw.g[t0 + j][d];
-#pragma unroll
-    for (int j = 0; j < SEG; j++) {
-        const float x[2] = {sp_bf16x2_lo_(graw[j]), sp_bf16x2_hi_(graw[j])};
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const float g = lb2 * sp_rcp_ftz_(1.0f + sp_ex2_ftz_(fmaf(x[h], nl, nlb[h])));
-            sum[h] += t0 + j < nt ? g : 0.0f;
-            gam[h][j] = sum[h];
-        }
-    }
+    if (t0 + SEG <= nt)
+        gate_sums<SEG, true>(graw, SEG, nl, nlb, lb2, gam, sum);
+    else
+        gate_sums<SEG, false>(graw, nt - t0, nl, nlb, lb2, gam, sum);
     *(float2 *)&s.seg_end[seg][d] = make_float2(sum[0], sum[1]);
     const int w = tid >> 5, lane = tid & 31;
     float sk[TPW], sq[TPW];
