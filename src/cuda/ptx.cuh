@@ -26,12 +26,19 @@ static __device__ __forceinline__ void sp_cp_async16_(void *dst, const void *src
                  : "memory");
 }
 
-/* The same, reading only src_bytes (0 or 16) and zero-filling the rest. */
+/* The same, reading only src_bytes (0 or 16) and zero-filling the rest;
+ * dst a shared-memory address (sp_smem_addr_). */
+static __device__ __forceinline__ void sp_cp_async16_fill_to_(unsigned dst, const void *src,
+                                                              int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(src_bytes)
+                 : "memory");
+}
+
+/* The same, to a generic pointer into shared memory. */
 static __device__ __forceinline__ void sp_cp_async16_fill_(void *dst, const void *src,
                                                            int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sp_smem_addr_(dst)),
-                 "l"(src), "r"(src_bytes)
-                 : "memory");
+    sp_cp_async16_fill_to_(sp_smem_addr_(dst), src, src_bytes);
 }
 
 static __device__ __forceinline__ void sp_cp_async_commit_(void) {

@@ -109,6 +109,26 @@ static __device__ __forceinline__ void pair(const float *at, uint32_t *x0, uint3
 
 /* ---- loading a chunk --------------------------------------------------------- */
 
+/* Start copying 16-byte pieces of `rows` rows of one input, NT / 16 rows
+ * apart from the thread's first, row `first_row` of the chunk: the piece
+ * at column col of each row (src: that row of the sequence's token c0 +
+ * first_row) into shared memory from dst (NT / 16 rows of D elements
+ * apart). Rows past the sequence's end are zero-filled, read from the
+ * sequence's first row (no byte of which the copy reads). */
+template <int NT, int ROWS>
+static __device__ __forceinline__ void load_pieces(const kda_input &x, const kda_seq &sq, int64_t h,
+                                                   int64_t c0, int first_row, int col,
+                                                   int64_t left, unsigned dst) {
+    const uint16_t *first = kda_row(x, sq.bos, h) + col;
+    const uint16_t *row = first + (c0 + first_row) * x.ts;
+#pragma unroll
+    for (int i = 0; i < ROWS; i++) {
+        const int ok = (NT / 16) * i < left;
+        sp_cp_async16_fill_to_(dst + i * (NT / 16) * D * 2, ok ? row + i * (NT / 16) * x.ts : first,
+                               ok ? 16 : 0);
+    }
+}
+
 /* Start copying tokens c0 .. c0+31 of k, q and g (each row of 128 read in
  * place: 16-byte aligned wherever the tensor's strides put it) into dst: thread tid the
  * 16-byte piece tid % 16 of rows tid / 16, tid / 16 + NT / 16, ... Rows past
@@ -117,27 +137,29 @@ template <int NT>
 static __device__ __forceinline__ void load_kqg(const kda_params &p, const kda_seq &sq, int64_t h,
                                                 int64_t c0, int tid, raw_chunk &dst) {
     const int row0 = tid >> 4, col = (tid & 15) * 8;
-#pragma unroll
-    for (int i = 0; i < CT * 16 / NT; i++) {
-        const int t = row0 + (NT / 16) * i, ok = c0 + t < sq.len;
-        const int64_t tok = sq.bos + (ok ? c0 + t : 0);
-        sp_cp_async16_fill_(&dst.k[t][col], kda_row(p.k, tok, h) + col, ok ? 16 : 0);
-        sp_cp_async16_fill_(&dst.q[t][col], kda_row(p.q, tok, h) + col, ok ? 16 : 0);
-        sp_cp_async16_fill_(&dst.g[t][col], kda_row(p.g, tok, h) + col, ok ? 16 : 0);
-    }
+    const int64_t left = sq.len - c0 - row0; /* this thread's rows before the end */
+    constexpr int ROWS = CT * 16 / NT;
+    load_pieces<NT, ROWS>(p.k, sq, h, c0, row0, col, left, sp_smem_addr_(&dst.k[row0][col]));
+    load_pieces<NT, ROWS>(p.q, sq, h, c0, row0, col, left, sp_smem_addr_(&dst.q[row0][col]));
+    load_pieces<NT, ROWS>(p.g, sq, h, c0, row0, col, left, sp_smem_addr_(&dst.g[row0][col]));
 }
 
 /* Start copying columns v0 .. v0+bv-1 of v's tokens c0 .. c0+31 into
  * dst[t][0 .. bv) (row pitch `pitch` elements), zero-filled past the end;
- * `threads` threads, each every threads-th 16-byte piece. */
+ * `threads` threads (a multiple of bv / 8), each every threads-th 16-byte
+ * piece: a fixed column, rows threads / (bv / 8) apart. */
 static __device__ __forceinline__ void load_v(const kda_params &p, const kda_seq &sq, int64_t h,
                                               int64_t c0, int v0, int bv, int tid, int threads,
                                               uint16_t *dst, int pitch) {
     const int lg = __ffs(bv / 8) - 1; /* bv / 8 pieces a row, a power of two */
-    for (int piece = tid; piece < CT << lg; piece += threads) {
-        const int t = piece >> lg, col = (piece & ((1 << lg) - 1)) * 8, ok = c0 + t < sq.len;
-        const uint16_t *src = kda_row(p.v, sq.bos + (ok ? c0 + t : 0), h) + v0 + col;
-        sp_cp_async16_fill_(dst + t * pitch + col, src, ok ? 16 : 0);
+    const int t0 = tid >> lg, col = (tid & ((1 << lg) - 1)) * 8, dt = threads >> lg;
+    const uint16_t *first = kda_row(p.v, sq.bos, h) + v0 + col;
+    const uint16_t *row = first + (c0 + t0) * p.v.ts;
+    const int64_t step = dt * p.v.ts, left = sq.len - c0;
+    unsigned to = sp_smem_addr_(dst + t0 * pitch + col);
+    for (int t = t0; t < CT; t += dt, row += step, to += dt * pitch * 2) {
+        const int ok = t < left;
+        sp_cp_async16_fill_to_(to, ok ? row : first, ok ? 16 : 0);
     }
 }
 

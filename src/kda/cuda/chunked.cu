@@ -185,6 +185,11 @@ static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params
     /* A sequence without tokens leaves its slot as it was, bit for bit. */
     if (is_v && L > 0) state_load(p.state, p.state_bf16, sq.slot_base, vrow, 0, q, S, D / 8);
     int64_t crow = sq.crow;
+    /* o's pieces: bv / 8 (a power of two) to a token's row of the block's
+     * columns. */
+    const int o_lg = __ffs(bv / 8) - 1;
+    uint16_t *const o_head = p.o + (sq.bos * p.H + h) * D + v0;
+    const int64_t o_token = (int64_t)p.H * D;
     const int64_t chunks_per_ckpt = p.interval / CT;
     for (int64_t ci = 0; ci < chunks; ci++) {
         const int b = (int)(ci % NB);
@@ -208,11 +213,10 @@ static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params
          * against 2.640 ms for each lane's 2-byte stores from its
          * accumulators, T = 16384, H = 96). */
         sp_bar_sync_(BAR_O, 32 * V_WARPS);
-        for (int piece = 32 * vw + lane; piece < CT * bv / 8; piece += 32 * V_WARPS) {
-            const int t = piece / (bv / 8), col = piece % (bv / 8) * 8;
+        for (int piece = 32 * vw + lane; piece < CT << o_lg; piece += 32 * V_WARPS) {
+            const int t = piece >> o_lg, col = (piece & ((1 << o_lg) - 1)) * 8;
             if (t < nt)
-                *(uint4 *)&p.o[((sq.bos + c0 + t) * p.H + h) * D + v0 + col] =
-                    *(const uint4 *)&s.o[ci & 1][t][col];
+                *(uint4 *)(o_head + (c0 + t) * o_token + col) = *(const uint4 *)&s.o[ci & 1][t][col];
         }
         /* The K warps wait for this buffer only when a later chunk needs it.
          * A sync, not an arrive: the V warps then wait here rather than at
