@@ -15,8 +15,9 @@ FlashKDA and the fork are compiled with torch.utils.cpp_extension.load (sm_90a)
 into $SP_ANCHOR_BUILD/<arm> (default /tmp/anchor_build), both at once in two
 child processes; fla is imported from $SP_ANCHOR_DIR/fla with its backend
 dispatch off (FLA_DISABLE_BACKEND_DISPATCH=1: its own Triton kernels, never a
-FlashKDA or TileLang backend). An arm that fails to build, import or run is
-reported and skipped; the rest still runs.
+FlashKDA or TileLang backend). An anchor that fails to build, import or run is
+reported and skipped; the rest still runs. stridepack failing to import stops the
+run (exit 2): there would be nothing to compare.
 
 The K3 contract (DESIGN.md, "KDA contract"): gate lower_bound *
 sigmoid(exp(A_log) * (g_raw + dt_bias)), lower_bound -5; beta = sigmoid(logits);
@@ -538,8 +539,12 @@ def main():
         try:
             sp = import_stridepack()
         except Exception as e:  # noqa: BLE001
-            skipped[("stridepack", None)] = f"import failed: {type(e).__name__}: {e}"
-            log(f"[stridepack] IMPORT FAILED, skipped: {e}")
+            # Without stridepack's own arm the run compares nothing: stop
+            # before the anchors' build rather than time them alone.
+            log(f"[stridepack] IMPORT FAILED: {type(e).__name__}: {e}")
+            log("  (PYTHONPATH must name <build>/python after building the targets "
+                "stridepack_python and stridepack_native)")
+            return 2
     cuda_anchors = [a for a in ("flashkda", "ffkda") if a in want]
     if cuda_anchors:
         mods, sk = build_anchors(cuda_anchors)
