@@ -2,7 +2,8 @@
  * k3_problem.h — K3-layout input buffers for the boundary tests (host
  * memory): the [T, 3P] convolution output holding q, k, v, the [T, W]
  * projection holding beta, and g, filled with valid bf16 values in the
- * ranges of kda_problem.h, with the five views over them.
+ * ranges of kda_problem.h, with the five views over them; and their copies
+ * in a memory backend's memory (ts_mem.h).
  */
 #ifndef TS_K3_PROBLEM_H
 #define TS_K3_PROBLEM_H
@@ -10,6 +11,7 @@
 #include "kda_problem.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct k3_bufs {
     ts_k3 k;
@@ -17,9 +19,13 @@ typedef struct k3_bufs {
     sp_tensor views[5];   /* q, k, v, g, beta */
 } k3_bufs;
 
+/* At least 256 bytes past `bytes`, zeroed: views moved a few elements read
+ * there. */
 static inline void *k3_alloc(size_t bytes) {
-    void *p = aligned_alloc(256, (bytes + 511) / 256 * 256);
+    const size_t all = (bytes + 511) / 256 * 256;
+    unsigned char *p = aligned_alloc(256, all);
     if (!p) abort(); /* a test, not the library */
+    memset(p + bytes, 0, all - bytes);
     return p;
 }
 
@@ -38,6 +44,25 @@ static inline void k3_make(k3_bufs *b, int64_t T, int64_t H, int beta_kind, ts_r
     b->g = k3_alloc(b->k.g_bytes);
     k3_fill(b, r);
     ts_k3_views(&b->k, b->qkv, b->proj, b->g, sp_cpu(), b->views);
+}
+
+/* The same buffers in a memory backend's memory, with the 256 bytes past
+ * each (views may be moved a few elements), and views on its device. */
+static inline void k3_upload(const ts_mem *m, const k3_bufs *h, k3_bufs *b) {
+    b->k = h->k;
+    b->qkv = m->alloc(h->k.qkv_bytes + 256);
+    b->proj = m->alloc(h->k.proj_bytes + 256);
+    b->g = m->alloc(h->k.g_bytes + 256);
+    m->upload(b->qkv, h->qkv, h->k.qkv_bytes + 256);
+    m->upload(b->proj, h->proj, h->k.proj_bytes + 256);
+    m->upload(b->g, h->g, h->k.g_bytes + 256);
+    ts_k3_views(&b->k, b->qkv, b->proj, b->g, m->device, b->views);
+}
+
+static inline void k3_release(const ts_mem *m, k3_bufs *b) {
+    m->release(b->qkv);
+    m->release(b->proj);
+    m->release(b->g);
 }
 
 static inline void k3_free(k3_bufs *b) {

@@ -149,6 +149,27 @@ void kp_free_copy(void *bufs[KB_COUNT]) {
     }
 }
 
+void kp_upload(const ts_mem *m, const kda_problem *p, void *const host[KB_COUNT], int first,
+               void *buf[KB_COUNT]) {
+    for (int b = 0; b < KB_COUNT; b++) {
+        buf[b] = m->alloc(p->bytes[b] + 256);
+        if (b >= first && p->bytes[b] > 0) m->upload(buf[b], host[b], p->bytes[b]);
+    }
+}
+
+void kp_download(const ts_mem *m, const kda_problem *p, void *const buf[KB_COUNT],
+                 void *host[KB_COUNT]) {
+    for (int b = KB_O; b < KB_COUNT; b++)
+        if (p->bytes[b] > 0) m->download(host[b], buf[b], p->bytes[b]);
+}
+
+void kp_release(const ts_mem *m, void *buf[KB_COUNT]) {
+    for (int b = 0; b < KB_COUNT; b++) {
+        m->release(buf[b]);
+        buf[b] = NULL;
+    }
+}
+
 void kp_args(const kda_problem *p, void *const ptr[KB_COUNT], sp_device dev, sp_kda_args *a) {
     sp_kda_args_init(a);
     const int64_t x4[4] = {1, p->T, p->H, D}, x3[3] = {1, p->T, p->H};

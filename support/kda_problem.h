@@ -10,6 +10,7 @@
 #define TS_KDA_PROBLEM_H
 
 #include "test_support.h"
+#include "ts_mem.h"
 #include "stridepack_kda.h"
 
 #include <stddef.h>
@@ -71,6 +72,17 @@ void kp_extreme_gates(kda_problem *p, uint64_t seed);
 /* Host copies of the initial buffers (each malloc'ed; kp_free_copy). */
 void kp_copy(const kda_problem *p, void *out[KB_COUNT]);
 void kp_free_copy(void *bufs[KB_COUNT]);
+
+/* A problem's buffers in a memory backend's memory (ts_mem.h), each 256
+ * bytes longer than the problem's; those from `first` on get host[]
+ * uploaded (q .. beta before it are left for the caller to fill). */
+void kp_upload(const ts_mem *m, const kda_problem *p, void *const host[KB_COUNT], int first,
+               void *buf[KB_COUNT]);
+/* The outputs (o, state pool, checkpoints) back into host[], after the
+ * work queued on the device. */
+void kp_download(const ts_mem *m, const kda_problem *p, void *const buf[KB_COUNT],
+                 void *host[KB_COUNT]);
+void kp_release(const ts_mem *m, void *buf[KB_COUNT]);
 
 /* The prefill arguments over buffers ptr (host or device) on dev. */
 void kp_args(const kda_problem *p, void *const ptr[KB_COUNT], sp_device dev, sp_kda_args *a);

@@ -1,0 +1,699 @@
+/*
+ * test_kda.c — the KDA prefill against its float64 reference, one body over
+ * the memory backends (ts_mem.h): built as test_kda (host memory: the CPU
+ * prefill) and test_kda_gpu (CUDA device memory: each CUDA kernel forced;
+ * it exits 77 without a usable device).
+ *
+ * On every backend: varlen batches against the reference (both state
+ * dtypes, both gates, checkpoint intervals), bit-identical reruns, the
+ * no-op cases, an empty sequence's slot left bit for bit, and every bad
+ * argument with its status and nothing written. On the host only: the
+ * reference against an independent one-token computation written here, the
+ * reference's own refusals, and the checks of index arrays' contents (the
+ * host reads index arrays only when they are CPU tensors). On the device
+ * only: the chunked kernels at their edges (every length modulo the chunk,
+ * a long sequence, gates at their extremes), the kernels' guard against bad
+ * index arrays, and the dispatcher's rules. SP_TEST_SMALL=1 shrinks it for
+ * compute-sanitizer.
+ */
+#include "check.h"
+#include "kda_problem.h"
+
+#include <math.h>
+#include <string.h>
+
+enum { D = SP_KDA_HEAD_DIM };
+
+static const ts_mem *M; /* the backend of this build */
+
+static int on_device(void) { return M->device.type == SP_DEVICE_CUDA; }
+
+static const char *kernel_name(int32_t k) {
+    return on_device() ? sp_kda_kernel_name((sp_kda_kernel)k) : "cpu";
+}
+static int is_chunked(int32_t k) {
+    return on_device() && (k == SP_KDA_KERNEL_CHUNKED || k == SP_KDA_KERNEL_CHUNKED_TWO_PASS);
+}
+
+/* Run the prefill on the backend from the initial buffers `init`; the
+ * outputs into out. The two-pass kernel gets a workspace of the size the
+ * library asks for, filled with NaN garbage (every record it reads it
+ * writes first). */
+static sp_status run_backend(const kda_problem *p, void *const init[KB_COUNT],
+                             void *out[KB_COUNT]) {
+    void *buf[KB_COUNT], *ws = NULL;
+    kp_upload(M, p, init, 0, buf);
+    sp_kda_args a;
+    kp_args(p, buf, M->device, &a);
+    if (p->kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS) {
+        size_t bytes = 0;
+        CHECK_OK(sp_kda_prefill_workspace_bytes(&a, &bytes));
+        CHECK(bytes > 0);
+        ws = M->alloc(bytes);
+        unsigned char *garbage = malloc(bytes);
+        CHECK(garbage != NULL);
+        memset(garbage, 0xff, bytes);
+        M->upload(ws, garbage, bytes);
+        free(garbage);
+        a.workspace = ws;
+        a.workspace_bytes = bytes;
+    }
+    sp_status s = sp_kda_prefill(&a, NULL);
+    kp_download(M, p, buf, out);
+    kp_release(M, buf);
+    if (ws) M->release(ws);
+    return s;
+}
+
+/* o, the pool and the checkpoints on the backend hold their initial bytes. */
+static int untouched(const kda_problem *p, void *const buf[KB_COUNT]) {
+    void *got[KB_COUNT];
+    kp_copy(p, got);
+    kp_download(M, p, buf, got);
+    const int same = kp_outputs_equal(p, got, p->host);
+    kp_free_copy(got);
+    return same;
+}
+
+/* Accuracy bounds against the float64 reference: the CPU prefill and the
+ * recurrent kernel are fp32 throughout; the chunked kernels' 16-bit
+ * products must stay below 4e-3 (o) and 3e-3 (final state), or the bf16
+ * pool's own rounding. */
+static double o_tol(int32_t kernel) { return is_chunked(kernel) ? 4e-3 : 5e-3; }
+static double state_tol(const kda_problem *p) {
+    const double t = kp_state_tol(p);
+    return is_chunked(p->kernel) && t < 3e-3 ? 3e-3 : t;
+}
+
+/* Run p (already made, p->kernel set) on the backend twice and once on the
+ * reference; compare. */
+static void check_problem(kda_problem *p, const char *what) {
+    void *ref[KB_COUNT], *g1[KB_COUNT], *g2[KB_COUNT];
+    kp_copy(p, ref);
+    kp_copy(p, g1);
+    kp_copy(p, g2);
+    sp_kda_args a;
+    kp_args(p, ref, sp_cpu(), &a);
+    CHECK_OK(sp_kda_prefill_reference(&a));
+    if (p->T > 0 && p->N > 0 && p->H > 0) /* the reference itself wrote: its state moved */
+        CHECK(memcmp(ref[KB_STATE], p->host[KB_STATE], p->bytes[KB_STATE]) != 0);
+    CHECK_OK(run_backend(p, p->host, g1));
+    CHECK_OK(run_backend(p, p->host, g2));
+    int64_t so, ss, sc;
+    const double eo = kp_err_o(p, g1[KB_O], ref[KB_O], &so);
+    const double es = kp_err_state(p, g1[KB_STATE], ref[KB_STATE], &ss);
+    const double ec = kp_err_ckpt(p, g1[KB_CKPT], ref[KB_CKPT], &sc);
+    printf("%-16s %-36s: o %.2e state %.2e ckpt %.2e\n", kernel_name(p->kernel), what, eo, es, ec);
+    CHECKF(eo < o_tol(p->kernel) && so == 0, "%s: o err %.3g, %lld stray", what, eo, (long long)so);
+    CHECKF(es < state_tol(p) && ss == 0, "%s: state err %.3g, %lld stray", what, es, (long long)ss);
+    CHECKF(ec < state_tol(p) && sc == 0, "%s: ckpt err %.3g, %lld stray", what, ec, (long long)sc);
+    CHECKF(kp_outputs_equal(p, g1, g2), "%s: two runs differ", what);
+    kp_free_copy(ref);
+    kp_free_copy(g1);
+    kp_free_copy(g2);
+}
+
+static void batch_case(int32_t kernel, sp_dtype sdt, int32_t gate, int64_t interval,
+                       const int64_t *lens, int N, int64_t H) {
+    kda_problem p;
+    kp_make(&p, N, lens, 3, H, sdt, gate, interval,
+            2000 + (uint64_t)sdt * 100 + (uint64_t)gate * 10 + (uint64_t)interval);
+    p.kernel = kernel;
+    char what[96];
+    snprintf(what, sizeof what, "%s gate %d interval %lld N %d", sp_dtype_name(sdt), gate,
+             (long long)interval, N);
+    check_problem(&p, what);
+    kp_free(&p);
+}
+
+/* ---- the host only ------------------------------------------------------------ */
+
+static double bf(const void *p, int64_t i) {
+    uint32_t u = (uint32_t)((const uint16_t *)p)[i] << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* One token of one sequence, S0 from the pool, computed straight from the
+ * formulas of the header (not from the library's code): checks layout
+ * (V-first pool, [t,h,d] inputs), normalization, both gates, beta, scale. */
+static void one_token_case(int32_t gate, float scale) {
+    const int64_t len = 1;
+    kda_problem p;
+    kp_make(&p, 1, &len, 0, 2, SP_F32, gate, 0, 77 + (uint64_t)gate);
+    p.scale = scale;
+    void *b[KB_COUNT];
+    kp_copy(&p, b);
+    sp_kda_args a;
+    kp_args(&p, b, sp_cpu(), &a);
+    CHECK_OK(sp_kda_prefill_reference(&a));
+
+    const int32_t slot = ((int32_t *)p.host[KB_IDX])[0];
+    double o_num = 0, o_den = 0, s_num = 0, s_den = 0;
+    for (int64_t h = 0; h < p.H; h++) {
+        static double S[D][D];
+        double q[D], k[D], u[D], sq = 0, sk = 0;
+        const float *S0 = (const float *)p.host[KB_STATE] + slot * p.pitch + h * D * D;
+        const double A = ((float *)p.host[KB_ALOG])[h];
+        for (int d = 0; d < D; d++) {
+            q[d] = bf(p.host[KB_Q], h * D + d);
+            k[d] = bf(p.host[KB_K], h * D + d);
+            sq += q[d] * q[d];
+            sk += k[d] * k[d];
+        }
+        const double sc = scale != 0.0f ? scale : 1.0 / sqrt(128.0);
+        for (int d = 0; d < D; d++) {
+            q[d] *= sc / sqrt(sq + 1e-6);
+            k[d] /= sqrt(sk + 1e-6);
+            double x = bf(p.host[KB_G], h * D + d) + ((float *)p.host[KB_DTB])[h * D + d];
+            double g = gate == SP_KDA_GATE_LOWER_BOUND
+                           ? p.lower_bound * (1.0 / (1.0 + exp(-exp(A) * x)))
+                           : -exp(A) * log(1.0 + exp(x));
+            for (int j = 0; j < D; j++) S[d][j] = exp(g) * S0[j * D + d];
+        }
+        const double beta = 1.0 / (1.0 + exp(-bf(p.host[KB_BETA], h)));
+        for (int j = 0; j < D; j++) {
+            double acc = 0;
+            for (int d = 0; d < D; d++) acc += S[d][j] * k[d];
+            u[j] = bf(p.host[KB_V], h * D + j) - acc;
+        }
+        const float *S1 = (const float *)b[KB_STATE] + slot * p.pitch + h * D * D;
+        for (int j = 0; j < D; j++) {
+            double acc = 0;
+            for (int d = 0; d < D; d++) {
+                S[d][j] += beta * k[d] * u[j];
+                acc += S[d][j] * q[d];
+                s_num += (S1[j * D + d] - S[d][j]) * (S1[j * D + d] - S[d][j]);
+                s_den += S[d][j] * S[d][j];
+            }
+            double got = bf(b[KB_O], h * D + j);
+            o_num += (got - acc) * (got - acc);
+            o_den += acc * acc;
+        }
+    }
+    CHECKF(sqrt(o_num / o_den) < 4e-3, "gate %d scale %g: o err %.3g", gate, scale,
+           sqrt(o_num / o_den));
+    CHECKF(sqrt(s_num / s_den) < 1e-6, "gate %d scale %g: state err %.3g", gate, scale,
+           sqrt(s_num / s_den));
+    kp_free_copy(b);
+    kp_free(&p);
+}
+
+/* ---- every backend -------------------------------------------------------------- */
+
+/* T = 0 (one empty sequence), N = 0 with tokens present, H = 0: nothing is
+ * written, on the backend and (host) by the reference. */
+static void noop_cases(void) {
+    const int64_t zero = 0, five = 5;
+    for (int c = 0; c < 3; c++) {
+        kda_problem p;
+        if (c == 0) kp_make(&p, 1, &zero, 0, 2, SP_BF16, SP_KDA_GATE_LOWER_BOUND, 8, 5);
+        if (c == 1) kp_make(&p, 0, NULL, 40, 2, SP_F32, SP_KDA_GATE_SOFTPLUS, 0, 6);
+        if (c == 2) kp_make(&p, 1, &five, 0, 0, SP_F32, SP_KDA_GATE_LOWER_BOUND, 0, 7);
+        void *b[KB_COUNT];
+        kp_copy(&p, b);
+        CHECKF(run_backend(&p, p.host, b) == SP_OK, "no-op case %d: %s", c, sp_last_error());
+        CHECKF(kp_outputs_equal(&p, b, p.host), "no-op case %d: an output was written", c);
+        if (!on_device()) {
+            sp_kda_args a;
+            kp_args(&p, b, sp_cpu(), &a);
+            CHECK_OK(sp_kda_prefill_reference(&a));
+            CHECKF(kp_outputs_equal(&p, b, p.host), "no-op case %d: the reference wrote", c);
+        }
+        kp_free_copy(b);
+        kp_free(&p);
+    }
+}
+
+/* Sequences of length 0 leave their slots' bits as they are: slots of the
+ * pool holding signalling NaNs (0x7f81, which a read to fp32 and a rounding
+ * back would quiet to 0x7fc1) and other bit patterns come back byte for
+ * byte, while the sequences around them run; on the host the reference is
+ * held to the same. */
+static void empty_sequence_case(int32_t kernel, sp_dtype sdt) {
+    static const int64_t lens[] = {0, 40, 0, 9};
+    kda_problem p;
+    kp_make(&p, 4, lens, 2, 2, sdt, SP_KDA_GATE_LOWER_BOUND, 0, 31 + (uint64_t)sdt);
+    p.kernel = kernel;
+    const int32_t *idx = (const int32_t *)p.host[KB_IDX];
+    const size_t es = sp_dtype_size(sdt), bytes = (size_t)(p.H * D * D) * es;
+    static const uint16_t pat[] = {0x7f81, 0xff81, 0x7fbf, 0x0001, 0x8000, 0x7f80};
+    for (int n = 0; n < 4; n += 2) {
+        unsigned char *s0 = (unsigned char *)p.host[KB_STATE] + (size_t)(idx[n] * p.pitch) * es;
+        for (size_t i = 0; i < bytes / 2; i++) memcpy(s0 + 2 * i, &pat[i % 6], 2);
+    }
+    for (int run = 0; run < (on_device() ? 1 : 2); run++) {
+        void *b[KB_COUNT];
+        kp_copy(&p, b);
+        if (run) {
+            sp_kda_args a;
+            kp_args(&p, b, sp_cpu(), &a);
+            CHECK_OK(sp_kda_prefill_reference(&a));
+        } else {
+            CHECK_OK(run_backend(&p, p.host, b));
+        }
+        const char *who = run ? "reference" : kernel_name(kernel);
+        for (int n = 0; n < 4; n++) {
+            const size_t at = (size_t)(idx[n] * p.pitch) * es;
+            const int same = memcmp((char *)b[KB_STATE] + at, (char *)p.host[KB_STATE] + at, bytes) == 0;
+            if (lens[n] == 0)
+                CHECKF(same, "%s, %s state: the empty sequence %d's slot changed", who,
+                       sp_dtype_name(sdt), n);
+            else
+                CHECKF(!same, "%s, %s state: sequence %d's slot was not written", who,
+                       sp_dtype_name(sdt), n);
+        }
+        kp_free_copy(b);
+    }
+    kp_free(&p);
+}
+
+/* Each mutation breaks one rule; the call must return its status and leave
+ * o, the pool and the checkpoints as they were. */
+typedef void (*mutate_fn)(sp_kda_args *a, void *const b[KB_COUNT], kda_problem *p);
+
+#define MUT(name, ...)                                                            \
+    static void name(sp_kda_args *a, void *const b[KB_COUNT], kda_problem *p) { \
+        (void)a, (void)b, (void)p;                                                \
+        __VA_ARGS__;                                                              \
+    }
+
+/* The other kind of device than the backend's. */
+static sp_device other_device(void) { return on_device() ? sp_cpu() : sp_cuda(0); }
+
+MUT(m_q_dtype, a->q.dtype = SP_F16)
+MUT(m_k_T, a->k.shape[1] -= 1)
+MUT(m_v_rank, a->v.ndim = 3)
+MUT(m_headdim, {
+    sp_tensor *t[5] = {&a->q, &a->k, &a->v, &a->g, &a->o};
+    for (int i = 0; i < 5; i++) {
+        t[i]->shape[3] = 64;
+        t[i]->strides[2] = 64;
+        t[i]->strides[1] = 64 * p->H;
+        t[i]->strides[0] = 64 * p->H * p->T;
+    }
+})
+MUT(m_batch2, a->q.shape[0] = 2)
+/* Every other token of a buffer, rows 8 bytes off 16-byte alignment: not
+ * read in place (a token stride of 2 rows would be). */
+MUT(m_g_strided, {
+    a->g.shape[1] = p->T / 2;
+    a->g.strides[1] = 2 * a->g.strides[1] + 4;
+    a->q.shape[1] = a->k.shape[1] = a->v.shape[1] = a->o.shape[1] = p->T / 2;
+    a->beta.shape[1] = p->T / 2;
+})
+MUT(m_k_inner, a->k.strides[3] = 2)
+MUT(m_beta_H, a->beta.shape[2] += 1)
+MUT(m_beta_misaligned, a->beta.data = (char *)a->beta.data + 1)
+MUT(m_beta_dtype, a->beta.dtype = SP_F32)
+MUT(m_alog_dtype, a->A_log.dtype = SP_BF16)
+MUT(m_alog_H, a->A_log.shape[0] += 1)
+MUT(m_dtb_shape, a->dt_bias.shape[0] = 64 * p->H)
+MUT(m_lb_zero, a->lower_bound = 0.0f)
+MUT(m_lb_positive, a->lower_bound = 1.0f)
+MUT(m_lb_low, a->lower_bound = -5.5f)
+MUT(m_lb_nan, a->lower_bound = NAN)
+MUT(m_gate_enum, a->gate = 7)
+MUT(m_scale_nan, a->scale = NAN)
+MUT(m_scale_inf, a->scale = INFINITY)
+MUT(m_cu_dtype, a->cu_seqlens.dtype = SP_I32)
+MUT(m_cu_decreasing, ((int64_t *)b[KB_CU])[2] = ((int64_t *)b[KB_CU])[1] - 1)
+MUT(m_cu_past_T, ((int64_t *)b[KB_CU])[p->N] = p->T + 1)
+MUT(m_cu_negative, ((int64_t *)b[KB_CU])[0] = -1)
+MUT(m_idx_range, ((int32_t *)b[KB_IDX])[1] = (int32_t)p->slots)
+MUT(m_idx_negative, ((int32_t *)b[KB_IDX])[0] = -1)
+MUT(m_idx_dup, ((int32_t *)b[KB_IDX])[2] = ((int32_t *)b[KB_IDX])[0])
+MUT(m_idx_N, a->state_indices.shape[0] -= 1)
+MUT(m_idx_dtype, a->state_indices.dtype = SP_I64)
+MUT(m_state_pitch, a->state.strides[0] = p->H * D * D - 1)
+MUT(m_state_inner, a->state.strides[2] = D + 1)
+MUT(m_state_dtype, a->state.dtype = SP_F16)
+MUT(m_state_H, a->state.shape[1] += 1)
+MUT(m_state_misaligned, a->state.data = (char *)a->state.data + 2)
+MUT(m_interval_neg, a->checkpoint_interval = -1)
+MUT(m_interval_zero, a->checkpoint_interval = 0)
+MUT(m_ckpt_missing, memset(&a->checkpoints, 0, sizeof a->checkpoints))
+MUT(m_cks_missing, memset(&a->checkpoint_cu_starts, 0, sizeof a->checkpoint_cu_starts))
+MUT(m_ckpt_dtype, a->checkpoints.dtype = SP_BF16)
+MUT(m_ckpt_H, a->checkpoints.shape[1] += 1)
+MUT(m_cks_short, ((int64_t *)b[KB_CKS])[3] = ((int64_t *)b[KB_CKS])[2])
+MUT(m_cks_past_C, ((int64_t *)b[KB_CKS])[p->N] = p->C + 1)
+MUT(m_o_overlaps_q, a->o.data = a->q.data)
+MUT(m_o_overlaps_k, a->o.data = a->k.data)
+MUT(m_state_overlaps_ckpt, a->checkpoints.data = a->state.data)
+MUT(m_o_dense, a->o.strides[3] = 2)
+MUT(m_alog_device, a->A_log.device = other_device())
+MUT(m_cu_device, a->cu_seqlens.device = other_device())
+MUT(m_device_type, a->q.device.type = 9)
+MUT(m_q_null, a->q.data = NULL)
+
+static void bad_argument_cases(void) {
+    static const int64_t lens[] = {5, 17, 9, 40};
+    static const struct {
+        const char *what;
+        mutate_fn f;
+        sp_status want;
+        const char *says; /* in the message, where given */
+        int host_reads;   /* changes an index array's contents: checked on the host only */
+    } cases[] = {
+        {"q dtype", m_q_dtype, SP_ERR_DTYPE_MISMATCH, NULL, 0},
+        {"k T", m_k_T, SP_ERR_SHAPE_MISMATCH, "differs from q [1, ", 0},
+        {"v rank", m_v_rank, SP_ERR_SHAPE_MISMATCH, NULL, 0},
+        {"head dim 64", m_headdim, SP_ERR_UNSUPPORTED, NULL, 0},
+        {"batch 2", m_batch2, SP_ERR_SHAPE_MISMATCH, NULL, 0},
+        {"g rows off alignment", m_g_strided, SP_ERR_INVALID_ARGUMENT, NULL, 0},
+        {"k inner stride 2", m_k_inner, SP_ERR_INVALID_ARGUMENT, NULL, 0},
+        {"beta H", m_beta_H, SP_ERR_SHAPE_MISMATCH, "(q's T, H)", 0},
+        {"beta misaligned", m_beta_misaligned, SP_ERR_MISALIGNED, NULL, 0},
+        {"beta dtype", m_beta_dtype, SP_ERR_DTYPE_MISMATCH, NULL, 0},
+        {"A_log dtype", m_alog_dtype, SP_ERR_DTYPE_MISMATCH, NULL, 0},
+        {"A_log H", m_alog_H, SP_ERR_SHAPE_MISMATCH, "A_log: shape [3], expected [H] as q", 0},
+        {"dt_bias shape", m_dtb_shape, SP_ERR_SHAPE_MISMATCH, "expected [H * 128] as q", 0},
+        {"lower_bound 0", m_lb_zero, SP_ERR_INVALID_ARGUMENT, NULL, 0},
+        {"lower_bound 1", m_lb_positive, SP_ERR_INVALID_ARGUMENT, NULL, 0},
+        {"lower_bound -5.5", m_lb_low, SP_ERR_INVALID_ARGUMENT, NULL, 0},
+        {"lower_bound NaN", m_lb_nan, SP_ERR_INVALID_ARGUMENT, NULL, 0},
+        {"gate enum", m_gate_enum, SP_ERR_INVALID_ARGUMENT, NULL, 0},
+        {"scale NaN", m_scale_nan, SP_ERR_INVALID_ARGUMENT, NULL, 0},
+        {"scale inf", m_scale_inf, SP_ERR_INVALID_ARGUMENT, NULL, 0},
+        {"cu_seqlens dtype", m_cu_dtype, SP_ERR_DTYPE_MISMATCH, NULL, 0},
+        {"cu_seqlens decreasing", m_cu_decreasing, SP_ERR_INVALID_ARGUMENT, NULL, 1},
+        {"cu_seqlens past T", m_cu_past_T, SP_ERR_INVALID_ARGUMENT, NULL, 1},
+        {"cu_seqlens negative", m_cu_negative, SP_ERR_INVALID_ARGUMENT, NULL, 1},
+        {"state_indices range", m_idx_range, SP_ERR_INVALID_ARGUMENT, NULL, 1},
+        {"state_indices negative", m_idx_negative, SP_ERR_INVALID_ARGUMENT, NULL, 1},
+        {"state_indices duplicate", m_idx_dup, SP_ERR_INVALID_ARGUMENT, NULL, 1},
+        {"state_indices N", m_idx_N, SP_ERR_SHAPE_MISMATCH, "expected [N] (N + 1 = cu_seqlens' size)", 0},
+        {"state_indices dtype", m_idx_dtype, SP_ERR_DTYPE_MISMATCH, NULL, 0},
+        {"state pitch", m_state_pitch, SP_ERR_INVALID_ARGUMENT, NULL, 0},
+        {"state inner strides", m_state_inner, SP_ERR_INVALID_ARGUMENT, NULL, 0},
+        {"state dtype", m_state_dtype, SP_ERR_DTYPE_MISMATCH, NULL, 0},
+        {"state H", m_state_H, SP_ERR_SHAPE_MISMATCH, "expected [slots, H, 128, 128] with H 2", 0},
+        {"state misaligned", m_state_misaligned, SP_ERR_MISALIGNED, NULL, 0},
+        {"interval negative", m_interval_neg, SP_ERR_INVALID_ARGUMENT, NULL, 0},
+        {"interval 0 with checkpoints", m_interval_zero, SP_ERR_INVALID_ARGUMENT, NULL, 0},
+        {"checkpoints missing", m_ckpt_missing, SP_ERR_INVALID_ARGUMENT, NULL, 0},
+        {"cu_starts missing", m_cks_missing, SP_ERR_INVALID_ARGUMENT, NULL, 0},
+        {"checkpoints dtype", m_ckpt_dtype, SP_ERR_DTYPE_MISMATCH, NULL, 0},
+        {"checkpoints H", m_ckpt_H, SP_ERR_SHAPE_MISMATCH, "expected [C, H, 128, 128] with H 2", 0},
+        {"cu_starts too few rows", m_cks_short, SP_ERR_INVALID_ARGUMENT, NULL, 1},
+        {"cu_starts past C", m_cks_past_C, SP_ERR_INVALID_ARGUMENT, NULL, 1},
+        {"o overlaps q", m_o_overlaps_q, SP_ERR_OVERLAP, NULL, 0},
+        {"o overlaps k", m_o_overlaps_k, SP_ERR_OVERLAP, NULL, 0},
+        {"state overlaps checkpoints", m_state_overlaps_ckpt, SP_ERR_OVERLAP, NULL, 0},
+        {"o not dense", m_o_dense, SP_ERR_INVALID_ARGUMENT, NULL, 0},
+        {"A_log on another device", m_alog_device, SP_ERR_DEVICE_MISMATCH, NULL, 0},
+        {"cu_seqlens on another device", m_cu_device, SP_ERR_DEVICE_MISMATCH, NULL, 0},
+        {"unknown device type", m_device_type, SP_ERR_INVALID_ARGUMENT, NULL, 0},
+        {"q NULL", m_q_null, SP_ERR_INVALID_ARGUMENT, NULL, 0},
+    };
+    kda_problem p;
+    kp_make(&p, 4, lens, 2, 2, SP_F32, SP_KDA_GATE_LOWER_BOUND, 8, 9);
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        if (cases[c].host_reads && on_device()) continue; /* device_guard_cases */
+        void *b[KB_COUNT];
+        kp_upload(M, &p, p.host, 0, b);
+        sp_kda_args a;
+        kp_args(&p, b, M->device, &a);
+        cases[c].f(&a, b, &p);
+        sp_status s = sp_kda_prefill(&a, NULL);
+        CHECKF(s == cases[c].want, "%s: got %s, want %s (%s)", cases[c].what,
+               sp_status_string(s), sp_status_string(cases[c].want), sp_last_error());
+        CHECKF(strlen(sp_last_error()) > 0, "%s: no message", cases[c].what);
+        CHECKF(!cases[c].says || strstr(sp_last_error(), cases[c].says), "%s: message '%s'",
+               cases[c].what, sp_last_error());
+        CHECKF(untouched(&p, b), "%s: an output was written", cases[c].what);
+        if (!on_device()) {
+            s = sp_kda_prefill_reference(&a);
+            CHECKF(s == cases[c].want, "%s (reference): got %s", cases[c].what,
+                   sp_status_string(s));
+            CHECKF(untouched(&p, b), "%s (reference): an output was written", cases[c].what);
+        }
+        kp_release(M, b);
+    }
+    /* The unmutated problem passes, so each failure above is the mutation's. */
+    void *b[KB_COUNT];
+    kp_upload(M, &p, p.host, 0, b);
+    sp_kda_args a;
+    kp_args(&p, b, M->device, &a);
+    CHECK_OK(sp_kda_prefill(&a, NULL));
+    CHECK(!untouched(&p, b));
+    if (on_device()) /* the reference runs on the CPU only */
+        CHECK_STATUS(sp_kda_prefill_reference(&a), SP_ERR_UNSUPPORTED);
+    CHECK_STATUS(sp_kda_prefill(NULL, NULL), SP_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(sp_kda_args_init(NULL), SP_ERR_INVALID_ARGUMENT);
+    kp_release(M, b);
+    kp_free(&p);
+}
+
+/* ---- the device only ---------------------------------------------------------- */
+
+/* The chunked kernels at their edges: every length modulo the chunk (two
+ * batches of 16 sequences, 32k + m tokens for m = 0..31), a long sequence,
+ * gates pinned at the lower bound or at ~0 and beta logits of +-10. */
+static void chunked_edge_cases(int32_t kernel, int small) {
+    int64_t lens[16];
+    for (int half = 0; half < 2; half++) {
+        for (int i = 0; i < 16; i++) {
+            const int m = 16 * half + i;
+            lens[i] = m + 32 * (m % 3);
+        }
+        kda_problem p;
+        /* 48 pairs (16 when small), then 32: on 132 multiprocessors the two-pass kernel's
+         * state pass then takes blocks of 16 and 32 V rows. */
+        kp_make(&p, 16, lens, 5, half ? 2 : small ? 1 : 3, half ? SP_BF16 : SP_F32,
+                SP_KDA_GATE_LOWER_BOUND, half ? 64 : 32, 3100 + (uint64_t)half);
+        p.kernel = kernel;
+        check_problem(&p, half ? "lengths 16..31 mod 32" : "lengths 0..15 mod 32");
+        kp_free(&p);
+    }
+    const int64_t extreme_lens[3] = {small ? 70 : 700, 33, small ? 90 : 1000};
+    for (int k = 0; k < 2; k++) {
+        kda_problem p;
+        kp_make(&p, 3, extreme_lens, 0, 2, SP_F32, SP_KDA_GATE_LOWER_BOUND, 32, 3200);
+        kp_extreme_gates(&p, 3201);
+        p.kernel = k ? kernel : SP_KDA_KERNEL_RECURRENT;
+        check_problem(&p, "gates at -5 and ~0, beta +-10");
+        kp_free(&p);
+    }
+    if (small) return;
+    const int64_t long_len = 8200; /* not a multiple of the chunk */
+    kda_problem p;
+    kp_make(&p, 1, &long_len, 0, 2, SP_F32, SP_KDA_GATE_LOWER_BOUND, 1024, 3300);
+    p.kernel = kernel;
+    check_problem(&p, "one sequence of 8200 tokens");
+    kp_free(&p);
+}
+
+/* Which kernel AUTO picks, and forced kernels that cannot serve a call:
+ * SP_ERR_UNSUPPORTED (or INVALID_ARGUMENT for no kernel at all), nothing
+ * written. */
+static void dispatch_cases(void) {
+    static const int64_t lens[] = {100, 40};
+    kda_problem p;
+    kp_make(&p, 2, lens, 0, 2, SP_F32, SP_KDA_GATE_LOWER_BOUND, 32, 51);
+    void *dev[KB_COUNT];
+    kp_upload(M, &p, p.host, 0, dev);
+    sp_kda_args a;
+    sp_kda_kernel k = SP_KDA_KERNEL_AUTO;
+    kp_args(&p, dev, M->device, &a);
+    CHECK_OK(sp_kda_prefill_kernel(&a, &k));
+    CHECKF(k == SP_KDA_KERNEL_CHUNKED, "AUTO on 70 tokens a sequence chose %d", (int)k);
+    a.kernel = SP_KDA_KERNEL_RECURRENT;
+    CHECK_OK(sp_kda_prefill_kernel(&a, &k));
+    CHECK(k == SP_KDA_KERNEL_RECURRENT);
+    a.kernel = SP_KDA_KERNEL_AUTO;
+    a.gate = SP_KDA_GATE_SOFTPLUS;
+    CHECK_OK(sp_kda_prefill_kernel(&a, &k));
+    CHECK(k == SP_KDA_KERNEL_RECURRENT);
+    size_t need = 1;
+    CHECK_OK(sp_kda_prefill_workspace_bytes(&a, &need));
+    CHECKF(need == 0, "softplus gate: workspace %zu, want 0 (no kernel needs one)", need);
+
+    /* With a large enough workspace, AUTO takes the two-pass kernel for
+     * these 4 (sequence, head) pairs; one byte less and it does not. */
+    kp_args(&p, dev, M->device, &a);
+    CHECK_OK(sp_kda_prefill_workspace_bytes(&a, &need));
+    const size_t want_need = (size_t)(p.T / 32 + p.N) * (size_t)p.H * 37504;
+    CHECKF(need == want_need, "workspace %zu, want %zu", need, want_need);
+    void *ws = M->alloc(need + 256);
+    a.workspace = ws;
+    a.workspace_bytes = need;
+    CHECK_OK(sp_kda_prefill_kernel(&a, &k));
+    CHECKF(k == SP_KDA_KERNEL_CHUNKED_TWO_PASS, "AUTO with a workspace chose %d", (int)k);
+    a.workspace_bytes = need - 1;
+    CHECK_OK(sp_kda_prefill_kernel(&a, &k));
+    CHECK(k == SP_KDA_KERNEL_CHUNKED);
+    a.kernel = SP_KDA_KERNEL_CHUNKED_TWO_PASS;
+    CHECK_STATUS(sp_kda_prefill(&a, NULL), SP_ERR_WORKSPACE_TOO_SMALL);
+    a.workspace_bytes = need;
+    a.workspace = (char *)ws + 8;
+    CHECK_STATUS(sp_kda_prefill(&a, NULL), SP_ERR_MISALIGNED);
+    a.workspace = NULL;
+    CHECK_STATUS(sp_kda_prefill(&a, NULL), SP_ERR_INVALID_ARGUMENT);
+    a.workspace = a.o.data; /* the output's memory */
+    CHECK_STATUS(sp_kda_prefill(&a, NULL), SP_ERR_OVERLAP);
+    a.workspace = ws;
+    a.workspace_bytes = 0;
+    CHECK_STATUS(sp_kda_prefill(&a, NULL), SP_ERR_INVALID_ARGUMENT); /* a pointer, no size */
+    M->release(ws);
+    CHECK(untouched(&p, dev)); /* every refusal above wrote nothing */
+    for (int c = 0; c < 7; c++) {
+        kp_args(&p, dev, M->device, &a);
+        a.kernel = c == 5 || c == 6 ? SP_KDA_KERNEL_CHUNKED_TWO_PASS : SP_KDA_KERNEL_CHUNKED;
+        sp_status want = SP_ERR_UNSUPPORTED;
+        const char *needle = NULL;
+        switch (c) {
+        case 0: a.gate = SP_KDA_GATE_SOFTPLUS; needle = "lower-bound gate"; break;
+        case 1:
+            a.checkpoint_interval = 16;
+            needle = "multiple of 32";
+            break;
+        case 2: /* a dense q 2 bytes off 16-byte alignment: k's buffer, shifted */
+            a.q.data = (char *)a.k.data + 2;
+            a.q.shape[1] -= 1;
+            a.k.shape[1] -= 1, a.v.shape[1] -= 1, a.g.shape[1] -= 1, a.o.shape[1] -= 1;
+            a.beta.shape[1] -= 1;
+            needle = "16-byte aligned";
+            break;
+        case 3: a.kernel = 7; want = SP_ERR_INVALID_ARGUMENT; needle = "kernel"; break;
+        case 4: a.kernel = -1; want = SP_ERR_INVALID_ARGUMENT; needle = "kernel"; break;
+        case 5: want = SP_ERR_WORKSPACE_TOO_SMALL; needle = "sp_kda_prefill_workspace_bytes"; break;
+        case 6: /* o 2 bytes off 16-byte alignment (its outputs are 16-byte stores) */
+            a.o.data = (char *)a.o.data + 2;
+            a.q.shape[1] -= 1, a.k.shape[1] -= 1, a.v.shape[1] -= 1, a.g.shape[1] -= 1;
+            a.o.shape[1] -= 1, a.beta.shape[1] -= 1;
+            needle = "16-byte aligned";
+            break;
+        }
+        sp_status s = sp_kda_prefill(&a, NULL);
+        CHECKF(s == want, "dispatch case %d: got %s, want %s (%s)", c, sp_status_string(s),
+               sp_status_string(want), sp_last_error());
+        CHECKF(strstr(sp_last_error(), needle) != NULL, "dispatch case %d: message '%s'", c,
+               sp_last_error());
+        CHECK_STATUS(sp_kda_prefill_kernel(&a, &k), want);
+        CHECKF(untouched(&p, dev), "dispatch case %d: an output was written", c);
+    }
+    kp_release(M, dev);
+    kp_free(&p);
+}
+
+/* Where AUTO stops choosing the two-pass kernel, given the workspace it
+ * asks for: 48 (sequence, head) pairs take it, 49 the one-pass kernel. */
+static void dispatch_pairs_cases(void) {
+    static const int64_t lens[] = {64};
+    for (int64_t H = 48; H <= 49; H++) {
+        kda_problem p;
+        kp_make(&p, 1, lens, 0, H, SP_F32, SP_KDA_GATE_LOWER_BOUND, 0, 52);
+        void *dev[KB_COUNT];
+        kp_upload(M, &p, p.host, 0, dev);
+        sp_kda_args a;
+        kp_args(&p, dev, M->device, &a);
+        size_t need = 0;
+        CHECK_OK(sp_kda_prefill_workspace_bytes(&a, &need));
+        void *ws = M->alloc(need + 256);
+        a.workspace = ws;
+        a.workspace_bytes = need;
+        sp_kda_kernel k = SP_KDA_KERNEL_AUTO;
+        CHECK_OK(sp_kda_prefill_kernel(&a, &k));
+        const sp_kda_kernel want = H <= 48 ? SP_KDA_KERNEL_CHUNKED_TWO_PASS : SP_KDA_KERNEL_CHUNKED;
+        CHECKF(k == want, "AUTO at %lld pairs chose %s", (long long)H, kernel_name(k));
+        M->release(ws);
+        kp_release(M, dev);
+        kp_free(&p);
+    }
+}
+
+/* Index arrays live on the device: the kernel skips a sequence whose slot
+ * or token range is out of bounds, writing nothing for it, and runs the
+ * others exactly as usual. */
+static void device_guard_cases(int32_t kernel) {
+    static const int64_t lens[] = {20, 33, 17};
+    kda_problem p;
+    kp_make(&p, 3, lens, 0, 2, SP_F32, SP_KDA_GATE_LOWER_BOUND, 32, 31);
+    p.kernel = kernel;
+    void *good[KB_COUNT], *bad[KB_COUNT], *init[KB_COUNT];
+    kp_copy(&p, good);
+    kp_copy(&p, bad);
+    kp_copy(&p, init);
+    CHECK_OK(run_backend(&p, p.host, good));
+    const size_t row = (size_t)p.H * SP_KDA_HEAD_DIM * 2;
+    const int32_t *idx = p.host[KB_IDX];
+    const size_t slot_bytes = (size_t)p.pitch * 4;
+
+    ((int32_t *)init[KB_IDX])[1] = (int32_t)p.slots; /* sequence 1: slot out of range */
+    CHECK_OK(run_backend(&p, init, bad));
+    const char *go = good[KB_O], *bo = bad[KB_O], *po = p.host[KB_O];
+    CHECK(memcmp(bo + 20 * row, po + 20 * row, 33 * row) == 0);           /* skipped */
+    CHECK(memcmp(bo, go, 20 * row) == 0);                                  /* others */
+    CHECK(memcmp(bo + 53 * row, go + 53 * row, 17 * row) == 0);
+    CHECK(memcmp((char *)bad[KB_STATE] + idx[0] * slot_bytes,
+                 (char *)good[KB_STATE] + idx[0] * slot_bytes, slot_bytes) == 0);
+
+    memcpy(init[KB_IDX], p.host[KB_IDX], p.bytes[KB_IDX]);
+    ((int64_t *)init[KB_CU])[3] = p.T + 5; /* sequence 2 reaches past T */
+    CHECK_OK(run_backend(&p, init, bad));
+    CHECK(memcmp(bo + 53 * row, po + 53 * row, 17 * row) == 0);
+    CHECK(memcmp(bo, go, 53 * row) == 0);
+    CHECK(memcmp((char *)bad[KB_STATE] + idx[2] * slot_bytes,
+                 (char *)p.host[KB_STATE] + idx[2] * slot_bytes, slot_bytes) == 0);
+    kp_free_copy(good);
+    kp_free_copy(bad);
+    kp_free_copy(init);
+    kp_free(&p);
+}
+
+int main(void) {
+    M = ts_mem_or_skip(TS_MEM_BACKEND);
+    static const int64_t lens[] = {1, 63, 64, 65, 300}, small[] = {1, 17, 40};
+    static const int64_t extra[] = {0, 130, 2}; /* an empty sequence inside */
+    static const sp_dtype dts[] = {SP_F32, SP_BF16};
+    static const int32_t gates[] = {SP_KDA_GATE_LOWER_BOUND, SP_KDA_GATE_SOFTPLUS};
+    static const int64_t intervals[] = {0, 1, 32, 64};
+    const int32_t R = SP_KDA_KERNEL_RECURRENT, CH = SP_KDA_KERNEL_CHUNKED,
+                  TP = SP_KDA_KERNEL_CHUNKED_TWO_PASS;
+    const int sm = ts_test_small();
+    if (!on_device()) { /* the CPU prefill: one path, AUTO */
+        one_token_case(SP_KDA_GATE_LOWER_BOUND, 0.0f);
+        one_token_case(SP_KDA_GATE_SOFTPLUS, 0.3f);
+        for (int di = 0; di < 2; di++)
+            for (int gi = 0; gi < 2; gi++)
+                for (int ii = 0; ii < 4; ii++)
+                    batch_case(SP_KDA_KERNEL_AUTO, dts[di], gates[gi], intervals[ii],
+                               sm ? small : lens, sm ? 3 : 5, 2);
+        batch_case(SP_KDA_KERNEL_AUTO, SP_F32, SP_KDA_GATE_SOFTPLUS, 64, extra, 3, 2);
+        for (int di = 0; di < 2; di++) empty_sequence_case(SP_KDA_KERNEL_AUTO, dts[di]);
+    } else {
+        if (sm) {
+            batch_case(R, SP_F32, SP_KDA_GATE_LOWER_BOUND, 16, small, 3, 2);
+            batch_case(R, SP_BF16, SP_KDA_GATE_SOFTPLUS, 1, small, 3, 1);
+            for (int32_t k = CH; k <= TP; k++) {
+                batch_case(k, SP_F32, SP_KDA_GATE_LOWER_BOUND, 32, small, 3, 2);
+                batch_case(k, SP_BF16, SP_KDA_GATE_LOWER_BOUND, 0, small, 3, 1);
+            }
+        } else {
+            for (int di = 0; di < 2; di++)
+                for (int gi = 0; gi < 2; gi++)
+                    for (int ii = 0; ii < 4; ii++) {
+                        batch_case(R, dts[di], gates[gi], intervals[ii], lens, 5, 3);
+                        if (gates[gi] == SP_KDA_GATE_LOWER_BOUND && intervals[ii] % 32 == 0)
+                            for (int32_t k = CH; k <= TP; k++)
+                                batch_case(k, dts[di], gates[gi], intervals[ii], lens, 5, 3);
+                    }
+            batch_case(R, SP_F32, SP_KDA_GATE_SOFTPLUS, 64, extra, 3, 4);
+            batch_case(CH, SP_F32, SP_KDA_GATE_LOWER_BOUND, 64, extra, 3, 4);
+            batch_case(TP, SP_F32, SP_KDA_GATE_LOWER_BOUND, 64, extra, 3, 4);
+        }
+        chunked_edge_cases(CH, sm);
+        chunked_edge_cases(TP, sm);
+        for (int32_t k = R; k <= TP; k++)
+            for (int di = 0; di < 2; di++) empty_sequence_case(k, dts[di]);
+        for (int32_t k = R; k <= TP; k++) device_guard_cases(k);
+        dispatch_cases();
+        dispatch_pairs_cases();
+    }
+    noop_cases();
+    bad_argument_cases();
+    return sp_test_finish(ts_mem_test_name(M, "test_kda"));
+}
