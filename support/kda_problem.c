@@ -163,6 +163,15 @@ void kp_download(const ts_mem *m, const kda_problem *p, void *const buf[KB_COUNT
         if (p->bytes[b] > 0) m->download(host[b], buf[b], p->bytes[b]);
 }
 
+int kp_untouched(const ts_mem *m, const kda_problem *p, void *const buf[KB_COUNT]) {
+    void *got[KB_COUNT];
+    kp_copy(p, got);
+    kp_download(m, p, buf, got);
+    const int same = kp_outputs_equal(p, got, p->host);
+    kp_free_copy(got);
+    return same;
+}
+
 void kp_release(const ts_mem *m, void *buf[KB_COUNT]) {
     for (int b = 0; b < KB_COUNT; b++) {
         m->release(buf[b]);

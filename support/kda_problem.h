@@ -83,6 +83,9 @@ void kp_upload(const ts_mem *m, const kda_problem *p, void *const host[KB_COUNT]
 void kp_download(const ts_mem *m, const kda_problem *p, void *const buf[KB_COUNT],
                  void *host[KB_COUNT]);
 void kp_release(const ts_mem *m, void *buf[KB_COUNT]);
+/* 1 when the outputs in buf (m's memory) still hold the problem's initial
+ * bytes. */
+int kp_untouched(const ts_mem *m, const kda_problem *p, void *const buf[KB_COUNT]);
 
 /* The prefill arguments over buffers ptr (host or device) on dev. */
 void kp_args(const kda_problem *p, void *const ptr[KB_COUNT], sp_device dev, sp_kda_args *a);

@@ -49,9 +49,8 @@ static int read_in_place(const sp_tensor *x) {
            (x->shape[2] <= 1 || x->strides[2] % 8 == 0) && (uintptr_t)x->data % 16 == 0;
 }
 
-/* The prefill on the backend over buffers buf with args a, given a
- * workspace of the size it asks for (so that AUTO chooses as in a boundary
- * that owns one). */
+/* The prefill on the backend with args a, given a workspace of the size it
+ * asks for (so that AUTO chooses as in a boundary that owns one). */
 static sp_status prefill_with_workspace(sp_kda_args *a) {
     size_t bytes = 0;
     CHECK_OK(sp_kda_prefill_workspace_bytes(a, &bytes));
@@ -69,14 +68,6 @@ static sp_status prefill_with_workspace(sp_kda_args *a) {
 static void outputs(const kda_problem *p, void *const buf[KB_COUNT], void *out[KB_COUNT]) {
     kp_copy(p, out);
     kp_download(M, p, buf, out);
-}
-
-static int untouched(const kda_problem *p, void *const buf[KB_COUNT]) {
-    void *o[KB_COUNT];
-    outputs(p, buf, o);
-    const int same = kp_outputs_equal(p, o, p->host);
-    kp_free_copy(o);
-    return same;
 }
 
 static void k3_gate_case(sp_kda_boundary *bd, int64_t T, int64_t H, int beta_kind, sp_dtype sdt,
@@ -151,7 +142,7 @@ static void k3_gate_case(sp_kda_boundary *bd, int64_t T, int64_t H, int beta_kin
         kp_free_copy(direct);
     } else {
         CHECK_STATUS(sp_kda_prefill(&da, NULL), SP_ERR_INVALID_ARGUMENT);
-        CHECK(untouched(&p, direct_b));
+        CHECK(kp_untouched(M, &p, direct_b));
     }
     const uint64_t before = sp_copy_pass_count();
     CHECK_OK(sp_kda_boundary_run(bd, &a, NULL));
@@ -243,7 +234,7 @@ static void bad_input_cases(sp_kda_boundary *bd) {
         CHECKF(s == want, "%s: got %s, want %s (%s)", what, sp_status_string(s),
                sp_status_string(want), sp_last_error());
         CHECKF(sp_copy_pass_count() == before, "%s: a copy pass ran", what);
-        CHECKF(untouched(&p, b), "%s: an output was written", what);
+        CHECKF(kp_untouched(M, &p, b), "%s: an output was written", what);
         kp_release(M, b);
     }
     /* Unmutated, the same call succeeds (each failure was its mutation's). */
@@ -253,7 +244,7 @@ static void bad_input_cases(sp_kda_boundary *bd) {
     kp_args(&p, b, M->device, &a);
     a.beta = k3.views[4];
     CHECK_OK(sp_kda_boundary_run(bd, &a, NULL));
-    CHECK(!untouched(&p, b));
+    CHECK(!kp_untouched(M, &p, b));
     kp_release(M, b);
     CHECK_OK(sp_kda_boundary_destroy(small_t));
     CHECK_OK(sp_kda_boundary_destroy(small_h));

@@ -65,16 +65,6 @@ static sp_status run_backend(const kda_problem *p, void *const init[KB_COUNT],
     return s;
 }
 
-/* o, the pool and the checkpoints on the backend hold their initial bytes. */
-static int untouched(const kda_problem *p, void *const buf[KB_COUNT]) {
-    void *got[KB_COUNT];
-    kp_copy(p, got);
-    kp_download(M, p, buf, got);
-    const int same = kp_outputs_equal(p, got, p->host);
-    kp_free_copy(got);
-    return same;
-}
-
 /* Accuracy bounds against the float64 reference: the CPU prefill and the
  * recurrent kernel are fp32 throughout; the chunked kernels' 16-bit
  * products must stay below 4e-3 (o) and 3e-3 (final state), or the bf16
@@ -423,12 +413,12 @@ static void bad_argument_cases(void) {
         CHECKF(strlen(sp_last_error()) > 0, "%s: no message", cases[c].what);
         CHECKF(!cases[c].says || strstr(sp_last_error(), cases[c].says), "%s: message '%s'",
                cases[c].what, sp_last_error());
-        CHECKF(untouched(&p, b), "%s: an output was written", cases[c].what);
+        CHECKF(kp_untouched(M, &p, b), "%s: an output was written", cases[c].what);
         if (!on_device()) {
             s = sp_kda_prefill_reference(&a);
             CHECKF(s == cases[c].want, "%s (reference): got %s", cases[c].what,
                    sp_status_string(s));
-            CHECKF(untouched(&p, b), "%s (reference): an output was written", cases[c].what);
+            CHECKF(kp_untouched(M, &p, b), "%s (reference): an output was written", cases[c].what);
         }
         kp_release(M, b);
     }
@@ -438,7 +428,7 @@ static void bad_argument_cases(void) {
     sp_kda_args a;
     kp_args(&p, b, M->device, &a);
     CHECK_OK(sp_kda_prefill(&a, NULL));
-    CHECK(!untouched(&p, b));
+    CHECK(!kp_untouched(M, &p, b));
     if (on_device()) /* the reference runs on the CPU only */
         CHECK_STATUS(sp_kda_prefill_reference(&a), SP_ERR_UNSUPPORTED);
     CHECK_STATUS(sp_kda_prefill(NULL, NULL), SP_ERR_INVALID_ARGUMENT);
@@ -538,7 +528,7 @@ static void dispatch_cases(void) {
     a.workspace_bytes = 0;
     CHECK_STATUS(sp_kda_prefill(&a, NULL), SP_ERR_INVALID_ARGUMENT); /* a pointer, no size */
     M->release(ws);
-    CHECK(untouched(&p, dev)); /* every refusal above wrote nothing */
+    CHECK(kp_untouched(M, &p, dev)); /* every refusal above wrote nothing */
     for (int c = 0; c < 7; c++) {
         kp_args(&p, dev, M->device, &a);
         a.kernel = c == 5 || c == 6 ? SP_KDA_KERNEL_CHUNKED_TWO_PASS : SP_KDA_KERNEL_CHUNKED;
@@ -573,7 +563,7 @@ static void dispatch_cases(void) {
         CHECKF(strstr(sp_last_error(), needle) != NULL, "dispatch case %d: message '%s'", c,
                sp_last_error());
         CHECK_STATUS(sp_kda_prefill_kernel(&a, &k), want);
-        CHECKF(untouched(&p, dev), "dispatch case %d: an output was written", c);
+        CHECKF(kp_untouched(M, &p, dev), "dispatch case %d: an output was written", c);
     }
     kp_release(M, dev);
     kp_free(&p);

@@ -4,8 +4,8 @@
  * loading a chunk, its K side (gates, norms, the operands Lk, Lq, R, the
  * products A and QK, T = (I + A)^-1), and the state's fragments. The math
  * is described in chunked.cu. The K side's functions take NT, the number of
- * threads that run them together (threads 0 .. NT - 1 of the block, NT a
- * multiple of 128 that divides 32 x 128); the V side's are per warp.
+ * threads that run them together (threads 0 .. NT - 1 of the block, NT 128
+ * or 256: see kside); the V side's are per warp.
  */
 #ifndef SP_KDA_CUDA_CHUNK_CUH
 #define SP_KDA_CUDA_CHUNK_CUH
@@ -19,7 +19,7 @@ static constexpr int CT = SP_KDA_CHUNK; /* tokens per chunk (32) */
 static constexpr int MID = 15;          /* reference token of the factorization */
 static constexpr int D = SP_KDA_D;
 static constexpr int SB = D + 8;  /* lk, lq, r (bf16): 272-byte rows, 8 ldmatrix rows on distinct banks */
-static constexpr int SA = CT + 8; /* a, qk, t (fp32): 8 mod 32, for float2 fragment loads */
+static constexpr int SA = CT + 8; /* at, qk, t (fp32): 8 mod 32, for float2 fragment loads */
 
 /* A chunk's k, q and g as they arrive (bf16); v comes separately, only the
  * columns a block owns. */
