@@ -124,6 +124,21 @@ static __device__ __forceinline__ void sp_mbarrier_wait_(unsigned bar, unsigned 
                  : "memory");
 }
 
+/* sm_90a: this warpgroup's registers a thread lowered (dec) or raised (inc)
+ * to N, from the launch's even share; every warp of the warpgroup executes
+ * it. Compiled for plain sm_90 it does nothing (ptxas then keeps the
+ * launch's share everywhere). */
+template <int N> static __device__ __forceinline__ void sp_setmaxnreg_dec_(void) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+template <int N> static __device__ __forceinline__ void sp_setmaxnreg_inc_(void) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+
 /* ---- bf16 conversions ------------------------------------------------------ */
 
 /* Two floats as a bf16x2 word (lo in the low half), each rounded to nearest

@@ -89,16 +89,17 @@ sp_status sp_kda_choose_kernel_(const sp_kda_args *a, sp_kda_dims *d) {
     return SP_OK;
 }
 
-int sp_kda_two_pass_groups_(int64_t pairs, int sms) {
-    /* A state-pass block takes a multiprocessor to itself either way. One
-     * row group (8 blocks a pair) keeps three records in flight and walks a
-     * 16384-token sequence in about 0.55 ms on the H200; two (4 blocks a
-     * pair, room for two records) in about 0.93 ms. So the cost is waves of
-     * blocks times that (docs/PERFORMANCE.md: 12 and 48 pairs favour one
-     * group, 24 two). */
+int sp_kda_two_pass_records_(int64_t pairs, int sms) {
+    /* A state-pass block (8 a pair) waits on its records' arrival: four in
+     * flight walk fastest, but then it takes a multiprocessor to itself;
+     * with two, two blocks share one. So two where that makes one wave of
+     * blocks out of more, four elsewhere (on the H200 at T = 16384, four
+     * against three: 0.595 against 0.653 ms at 12 pairs, 1.910 against
+     * 2.009 at 48; two at 24 pairs: 1.007 against 1.149 for the former two
+     * row groups a block; docs/PERFORMANCE.md). */
     if (sms < 1) sms = 1;
-    const int64_t waves1 = (8 * pairs + sms - 1) / sms, waves2 = (4 * pairs + sms - 1) / sms;
-    return waves1 * 55 <= waves2 * 93 ? 1 : 2;
+    const int64_t blocks = 8 * pairs;
+    return blocks > sms && blocks <= 2 * (int64_t)sms ? 2 : 4;
 }
 
 int sp_kda_chunked_splits_(int64_t pairs, int sms) {

@@ -111,9 +111,9 @@ int sp_kda_chunked_splits_(int64_t pairs, int sms);
  * SP_ERR_OVERFLOW when the count does not fit a size_t. */
 sp_status sp_kda_two_pass_bytes_(int64_t T, int64_t N, int64_t H, size_t *bytes);
 
-/* Row groups of 16 V rows per state-pass block of the two-pass kernel (1
- * or 2), for `pairs` (sequence, head) pairs on `sms` multiprocessors. */
-int sp_kda_two_pass_groups_(int64_t pairs, int sms);
+/* Records in flight per state-pass block of the two-pass kernel (2 or 4),
+ * for `pairs` (sequence, head) pairs on `sms` multiprocessors. */
+int sp_kda_two_pass_records_(int64_t pairs, int sms);
 
 /* Run a checked call on its backend (no check again): what sp_kda_prefill
  * and the boundary do after sp_kda_check_. */

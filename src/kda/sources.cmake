@@ -14,3 +14,6 @@ set(SP_KDA_CUDA_SOURCES
   kda/cuda/chunked.cu    # chunked kernel on tensor cores, one pass
   kda/cuda/chunked_two_pass.cu  # the same in two kernels, for few (sequence, head) pairs
 )
+# The one-pass kernel moves registers between its warpgroups (setmaxnreg):
+# its Hopper code is sm_90a (cmake/cuda_arch.cmake).
+set_source_files_properties(kda/cuda/chunked.cu PROPERTIES SP_CUDA_SM90A ON)

@@ -36,7 +36,7 @@
  * 2c+1 serves as the A operand's columns c and c+4, the B operand's rows
  * permuted alike), so the V side's products need no shared memory of
  * their own. The K side (gates, norms, Lk, Lq, R, A, QK) is computed by
- * the block's first warpgroup, a chunk ahead (see the kernel below).
+ * the block's first two warpgroups, a chunk ahead (see the kernel below).
  *
  * Shared-memory row strides are chosen so that each warp's fragment loads
  * hit 32 distinct banks: 4 mod 32 floats for scalar loads with rows
@@ -65,9 +65,9 @@ static __device__ void state_update(float S[D / 8][4], float P[4][4], float O[4]
 
 /* ---- the kernel ------------------------------------------------------------ */
 
-/* Warp specialization: the block's first warpgroup (the K warps) computes
- * each chunk's K side (gates, norms, Lk, Lq, R, A and QK) into one of two
- * operand buffers while the other two warpgroups (the V warps, 16 V rows
+/* Warp specialization: the block's first two warpgroups (the K warps)
+ * compute each chunk's K side (gates, norms, Lk, Lq, R, A and QK) into one of
+ * the operand buffers while the other two warpgroups (the V warps, 16 V rows
  * each) run the previous chunk's V side from the other buffer, one of them
  * first solving for T while the others start the state's products; so the
  * serial walk over the chunks pays only the V side. The K warps also copy
@@ -76,10 +76,18 @@ static __device__ void state_update(float S[D / 8][4], float P[4][4], float O[4]
  * named barriers per operand buffer hand it over: FULL (the K warps arrive
  * once it is written, the V warps wait) and EMPTY (both wait: the V warps
  * once done with it, the K warps before writing it again). */
-#define K_THREADS 128
+#define K_THREADS 256
 #define V_WARPS 8
 #define BLOCK (K_THREADS + 32 * V_WARPS)
 #define V_SOLVER (V_WARPS - 1) /* the V warp that solves for T */
+/* Two warpgroups of K warps and two of V warps: a 512-thread launch holds
+ * 128 registers a thread, which the V side's state and products exceed.
+ * On sm_90a the K warpgroups give up registers to the V warpgroups
+ * (setmaxnreg): K_REGS a K thread, the rest of 256 a V thread, no spills
+ * (at plain sm_90 the kernel spills some 88 bytes a thread). Eight K warps
+ * with the registers moved took 1.987 ms at T = 16384, H = 96 against
+ * 2.115 for four (docs/PERFORMANCE.md). */
+#define K_REGS 96
 /* Named barriers; FULL and EMPTY + the operand buffer. */
 enum { BAR_K = 1, BAR_FULL = 2, BAR_EMPTY = 5, BAR_V = 8, BAR_O = 9 };
 
@@ -139,6 +147,7 @@ static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params
     const int64_t L = sq.len, chunks = (L + CT - 1) / CT;
 
     if (w < K_THREADS / 32) { /* ---- the K warps ---- */
+        sp_setmaxnreg_dec_<K_REGS>();
         const float expA = expf(p.A_log[h]);
         const float2 bias = pair_bias(p, h, tid);
         float beta_logit = 0.0f;
@@ -178,6 +187,7 @@ static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params
     }
 
     /* ---- the V warps ---- */
+    sp_setmaxnreg_inc_<256 - K_REGS>();
     const int vw = w - K_THREADS / 32, r = lane >> 2, q = lane & 3;
     const int is_v = vw < bv / 16;
     const int vrow = v0 + 16 * vw + r; /* this lane's first V row */

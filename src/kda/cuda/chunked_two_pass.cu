@@ -9,17 +9,18 @@
  *   1. prepare: one block per (chunk, head) computes the chunk's operands
  *      (chunk.cuh) and stores them, one chunk_ops record per (chunk, head),
  *      in the caller's workspace;
- *   2. state pass: per (sequence, head), blocks of 16 or 32 V rows walk
- *      the chunks, the records of the next chunks copied in while one is
- *      used. A block's slice of S^T is split over warps of 16 rows by 32 K
+ *   2. state pass: per (sequence, head), blocks of 16 V rows walk the
+ *      chunks, the records of the next chunks copied in while one is used.
+ *      A block's slice of S^T is split over warps of 16 rows by 32 K
  *      columns; the partial products over K of the 4 warps of a row group
  *      are summed through shared memory (each warp sums a quarter), then
  *      each warp updates its own columns and writes 8 of the chunk's 32
- *      output rows. What a chunk waits on is its record's arrival (a 62 KB
- *      copy, mostly from memory): with 16 rows a block there is room for
- *      three records in flight, and the walk takes 0.7 of the time it takes
- *      with two (docs/PERFORMANCE.md); 32 rows a block (room for two) halve
- *      the blocks, which pays where 16-row blocks would need another wave.
+ *      output rows. What a chunk waits on is its record's arrival (a 37.5
+ *      KB copy, mostly from memory): four records in flight, or two where
+ *      two blocks share a multiprocessor so that the blocks make one wave
+ *      (sp_kda_two_pass_records_). The kernel also takes G = 2 row groups a
+ *      block; on the H200 that lost to one group at 12 to 48 pairs with two
+ *      to four records (docs/PERFORMANCE.md), so the launcher uses one.
  *
  * Record slots: chunk c of sequence n goes to slot floor(bos_n / 32) + n + c.
  * Slots of different sequences are distinct and fewer than floor(T / 32) + N
@@ -326,13 +327,13 @@ static __global__ void __launch_bounds__(32 * KW * G, 1)
     if (L > 0) state_store(p.state, p.state_bf16, sq.slot_base, vrow, d0, q, S, NDS);
 }
 
-static_assert(sizeof(pass_smem<1, 3>) <= 227 * 1024, "a block's shared memory on sm_90");
+static_assert(sizeof(pass_smem<1, 4>) <= 227 * 1024 && 2 * sizeof(pass_smem<1, 2>) <= 227 * 1024,
+              "a block's shared memory on sm_90 (with two records, two blocks)");
 
 extern "C" size_t sp_kda_chunked_smem_bytes_(void) {
     size_t m = sp_kda_chunked_one_pass_smem_bytes_();
     if (sizeof(prepare_smem) > m) m = sizeof(prepare_smem);
-    if (sizeof(pass_smem<2, 2>) > m) m = sizeof(pass_smem<2, 2>);
-    if (sizeof(pass_smem<1, 3>) > m) m = sizeof(pass_smem<1, 3>);
+    if (sizeof(pass_smem<1, 4>) > m) m = sizeof(pass_smem<1, 4>);
     return m;
 }
 
@@ -348,7 +349,7 @@ static cudaError_t launch_pass(const kda_params *p, const void *ws, cudaStream_t
 }
 
 extern "C" cudaError_t sp_kda_launch_chunked_two_pass_(const kda_params *p, void *workspace,
-                                                       int groups, cudaStream_t stream) {
+                                                       int records, cudaStream_t stream) {
     const int prep_smem = (int)sizeof(prepare_smem);
     cudaError_t e = cudaFuncSetAttribute((const void *)kda_prepare_kernel,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, prep_smem);
@@ -358,8 +359,8 @@ extern "C" cudaError_t sp_kda_launch_chunked_two_pass_(const kda_params *p, void
     e = cudaLaunchKernel((const void *)kda_prepare_kernel, dim3((unsigned)slots, (unsigned)p->H),
                          dim3(PREP_THREADS), prep_args, (size_t)prep_smem, stream);
     if (e != cudaSuccess) return e;
-    /* One row group: three records in flight (what the pass waits on is the
-     * record's arrival); two groups: room for two. */
-    return groups == 1 ? launch_pass<1, 3>(p, workspace, stream)
-                       : launch_pass<2, 2>(p, workspace, stream);
+    /* What the pass waits on is the record's arrival: four in flight, or
+     * two where two blocks are to share a multiprocessor. */
+    return records == 2 ? launch_pass<1, 2>(p, workspace, stream)
+                        : launch_pass<1, 4>(p, workspace, stream);
 }

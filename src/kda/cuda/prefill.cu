@@ -55,7 +55,7 @@ static sp_status launch(const kda_params *p, int kernel, void *workspace, int de
     SP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     if (kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS)
         SP_CUDA_CHECK(sp_kda_launch_chunked_two_pass_(
-            p, workspace, sp_kda_two_pass_groups_(p->N * p->H, sms), stream));
+            p, workspace, sp_kda_two_pass_records_(p->N * p->H, sms), stream));
     else
         SP_CUDA_CHECK(
             sp_kda_launch_chunked_(p, sp_kda_chunked_splits_(p->N * p->H, sms), stream));
