@@ -58,14 +58,14 @@ typedef enum sp_kda_gate {
  *   CHUNKED: 32 tokens at a time as matrix products on tensor cores (bf16
  *     operands for the products with the 128 channels, tf32 for the 32 x 32
  *     ones, fp32 accumulation, fp32 state; o about 3e-3, final state about
- *     2.4e-3 on K3-contract inputs), one pass: in each block one warpgroup
- *     prepares the operands up to two chunks ahead while two walk the
- *     state; several blocks per
- *     (sequence, head) when there are few pairs. The fastest kernel from
- *     about 64 (sequence, head) pairs on (K3 with 64 or 96 heads a GPU).
+ *     2.4e-3 on K3-contract inputs), one pass: in each block two
+ *     warpgroups prepare the operands up to two chunks ahead while two walk
+ *     the state; several blocks per (sequence, head) when there are few
+ *     pairs. The fastest kernel from about 33 (sequence, head) pairs on (K3
+ *     with 48 to 96 heads a GPU).
  *   CHUNKED_TWO_PASS: the same arithmetic in two kernels: first the
  *     chunk-local products of every chunk in parallel, into a workspace,
- *     then the pass over the chunks. Faster up to about 48
+ *     then the pass over the chunks. Faster up to about 32
  *     (sequence, head) pairs (one sequence at 4- or 8-way tensor
  *     parallelism: 12 or 24 heads); needs args->workspace
  *     (sp_kda_prefill_workspace_bytes).
@@ -75,7 +75,7 @@ typedef enum sp_kda_gate {
  *   boundary's packed copies always are).
  *   AUTO (the default): RECURRENT where the chunked kernels cannot serve
  *     the call or the sequences average under 8 tokens; else
- *     CHUNKED_TWO_PASS for at most 48 (sequence, head) pairs when the
+ *     CHUNKED_TWO_PASS for at most 32 (sequence, head) pairs when the
  *     workspace given is large enough; else CHUNKED. CPU tensors have one
  *     implementation (the recurrent form); AUTO and RECURRENT select it. */
 typedef enum sp_kda_kernel {

@@ -40,9 +40,11 @@ static inline SP_HD float sp_kda_gate_f32_(int gate, float lower_bound, float ex
 #define SP_KDA_TWO_PASS_RECORD_BYTES 37504
 /* Calls with at most this many (sequence, head) pairs go to the two-pass
  * kernel when a large enough workspace is given (dispatch.c): on the H200
- * it wins at 48 pairs (2.235 against 2.410 ms at T = 16384) and loses at
- * 64 (2.640 against 2.407; docs/PERFORMANCE.md). */
-#define SP_KDA_TWO_PASS_MAX_PAIRS 48
+ * at T = 16384 it wins at 24 pairs (1.009 against 1.507 ms) and loses at
+ * 48 (1.911 against 1.575) since the one-pass kernel's eight K warps;
+ * up to 33 pairs its state pass makes one wave of blocks two a
+ * multiprocessor (docs/PERFORMANCE.md). */
+#define SP_KDA_TWO_PASS_MAX_PAIRS 32
 
 /* Which build of the one-pass chunked kernel later launches use: 0, the
  * kernel (the default); 1 or 2, timing probes for benchmarks that do only
