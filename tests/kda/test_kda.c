@@ -570,10 +570,11 @@ static void dispatch_cases(void) {
 }
 
 /* Where AUTO stops choosing the two-pass kernel, given the workspace it
- * asks for: 48 (sequence, head) pairs take it, 49 the one-pass kernel. */
+ * asks for: 32 (sequence, head) pairs take it, 33 the one-pass kernel
+ * (SP_KDA_TWO_PASS_MAX_PAIRS). */
 static void dispatch_pairs_cases(void) {
     static const int64_t lens[] = {64};
-    for (int64_t H = 48; H <= 49; H++) {
+    for (int64_t H = 32; H <= 33; H++) {
         kda_problem p;
         kp_make(&p, 1, lens, 0, H, SP_F32, SP_KDA_GATE_LOWER_BOUND, 0, 52);
         void *dev[KB_COUNT];
@@ -587,7 +588,7 @@ static void dispatch_pairs_cases(void) {
         a.workspace_bytes = need;
         sp_kda_kernel k = SP_KDA_KERNEL_AUTO;
         CHECK_OK(sp_kda_prefill_kernel(&a, &k));
-        const sp_kda_kernel want = H <= 48 ? SP_KDA_KERNEL_CHUNKED_TWO_PASS : SP_KDA_KERNEL_CHUNKED;
+        const sp_kda_kernel want = H <= 32 ? SP_KDA_KERNEL_CHUNKED_TWO_PASS : SP_KDA_KERNEL_CHUNKED;
         CHECKF(k == want, "AUTO at %lld pairs chose %s", (long long)H, kernel_name(k));
         M->release(ws);
         kp_release(M, dev);
