@@ -391,6 +391,10 @@ def check_arm(a):
 # ---------------------------------------------------------------- run
 
 def git_commit():
+    """SP_COMMIT when given (a copy of the tree elsewhere may carry another
+    checkout's history), else the checkout's HEAD."""
+    if os.environ.get("SP_COMMIT"):
+        return os.environ["SP_COMMIT"]
     here = os.path.dirname(os.path.abspath(__file__))
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
@@ -399,7 +403,7 @@ def git_commit():
             return out.stdout.strip()
     except Exception:  # noqa: BLE001
         pass
-    return os.environ.get("SP_COMMIT", "unknown")
+    return "unknown"
 
 
 def parse_shapes(s):
