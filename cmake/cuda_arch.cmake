@@ -10,7 +10,8 @@
 #            sm_103, RTX 50xx sm_120), plus compute_80 PTX so that any later
 #            chip can JIT it. Nothing in the kernels needs more than sm_80 (the
 #            pack kernel moves integer words; the KDA kernels use bf16
-#            mma.sync).
+#            mma.sync); the one-pass KDA kernel's H100/H200 code is sm_90a
+#            (SP_CUDA_SM90A, below).
 #   auto     the architectures of the GPUs this machine shows (nvidia-smi),
 #            machine code for those only; no CUDA backend at all when it shows
 #            none (no driver, no device, or only chips older than sm_80). The
