@@ -18,9 +18,9 @@
  *      output rows. What a chunk waits on is its record's arrival (a 37.5
  *      KB copy, mostly from memory): four records in flight, or two where
  *      two blocks share a multiprocessor so that the blocks make one wave
- *      (sp_kda_two_pass_records_). The kernel also takes G = 2 row groups a
- *      block; on the H200 that lost to one group at 12 to 48 pairs with two
- *      to four records (docs/PERFORMANCE.md), so the launcher uses one.
+ *      (sp_kda_two_pass_records_). (Two row groups a block lost to one at
+ *      12 to 48 pairs with two to four records on the H200,
+ *      docs/PERFORMANCE.md.)
  *
  * Record slots: chunk c of sequence n goes to slot floor(bos_n / 32) + n + c.
  * Slots of different sequences are distinct and fewer than floor(T / 32) + N
@@ -125,10 +125,11 @@ static __global__ void __launch_bounds__(PREP_THREADS, 2) kda_prepare_kernel(kda
 
 /* ---- 2. state pass --------------------------------------------------------- */
 
-/* G row groups of 16 V rows, each split over KW warps by K columns; NB
- * records in flight. */
+/* G row groups of 16 V rows a block (one: see above), each split over KW
+ * warps by K columns; NB records in flight. */
 #define KW 4
-template <int G, int NB> struct pass_smem {
+static constexpr int G = 1;
+template <int NB> struct pass_smem {
     uint64_t arrived[NB];           /* mbarriers: a record's bytes have landed */
     alignas(16) chunk_ops ops[NB];  /* this chunk's record and the next ones */
     alignas(16) uint16_t v[NB][CT][16 * G]; /* the block's V columns */
@@ -211,11 +212,11 @@ static __device__ __forceinline__ void reduce_share(const float (*part)[16][SR],
  * w holds rows 16 (w / KW) .. +15 of them and K columns D / KW (w % KW) ..
  * of S^T. The per-thread addressing (a V piece to copy, an output vector
  * to store) is worked out once; a chunk only adds its offset. */
-template <int G, int NB>
+template <int NB>
 static __global__ void __launch_bounds__(32 * KW * G, 1)
     kda_state_pass_kernel(kda_params p, const void *ws) {
     constexpr int ROWS = 16 * G, SPLITS = D / ROWS, THR = 32 * KW * G, KC = D / KW, NDS = KC / 8;
-    typedef pass_smem<G, NB> smem_t;
+    typedef pass_smem<NB> smem_t;
     extern __shared__ __align__(16) unsigned char smem_bytes[];
     smem_t &s = *(smem_t *)smem_bytes;
     const int split = (int)(blockIdx.x % SPLITS);
@@ -327,20 +328,20 @@ static __global__ void __launch_bounds__(32 * KW * G, 1)
     if (L > 0) state_store(p.state, p.state_bf16, sq.slot_base, vrow, d0, q, S, NDS);
 }
 
-static_assert(sizeof(pass_smem<1, 4>) <= 227 * 1024 && 2 * sizeof(pass_smem<1, 2>) <= 227 * 1024,
+static_assert(sizeof(pass_smem<4>) <= 227 * 1024 && 2 * sizeof(pass_smem<2>) <= 227 * 1024,
               "a block's shared memory on sm_90 (with two records, two blocks)");
 
 extern "C" size_t sp_kda_chunked_smem_bytes_(void) {
     size_t m = sp_kda_chunked_one_pass_smem_bytes_();
     if (sizeof(prepare_smem) > m) m = sizeof(prepare_smem);
-    if (sizeof(pass_smem<1, 4>) > m) m = sizeof(pass_smem<1, 4>);
+    if (sizeof(pass_smem<4>) > m) m = sizeof(pass_smem<4>);
     return m;
 }
 
-template <int G, int NB>
+template <int NB>
 static cudaError_t launch_pass(const kda_params *p, const void *ws, cudaStream_t stream) {
-    const int bytes = (int)sizeof(pass_smem<G, NB>);
-    const void *kernel = (const void *)kda_state_pass_kernel<G, NB>;
+    const int bytes = (int)sizeof(pass_smem<NB>);
+    const void *kernel = (const void *)kda_state_pass_kernel<NB>;
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     if (e != cudaSuccess) return e;
     void *args[] = {(void *)p, &ws};
@@ -361,6 +362,6 @@ extern "C" cudaError_t sp_kda_launch_chunked_two_pass_(const kda_params *p, void
     if (e != cudaSuccess) return e;
     /* What the pass waits on is the record's arrival: four in flight, or
      * two where two blocks are to share a multiprocessor. */
-    return records == 2 ? launch_pass<1, 2>(p, workspace, stream)
-                        : launch_pass<1, 4>(p, workspace, stream);
+    return records == 2 ? launch_pass<2>(p, workspace, stream)
+                        : launch_pass<4>(p, workspace, stream);
 }
