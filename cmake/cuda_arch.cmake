@@ -143,6 +143,8 @@ endmacro()
 # chips sm_90 code serves: H100, H200, GH200).
 # Without such a source the target simply uses CMAKE_CUDA_ARCHITECTURES.
 function(sp_cuda_architectures target)
+  # A numbered entry of the list: the architecture, then -real or -virtual.
+  set(numbered_re "^([0-9]+[af]?)(-real|-virtual)?$")
   get_target_property(srcs ${target} SOURCES)
   list(FILTER srcs INCLUDE REGEX "\\.cu$")
   set(any_min OFF)
@@ -161,7 +163,7 @@ function(sp_cuda_architectures target)
   # source is built like the rest (plain sm_90 code, without setmaxnreg).
   set(numbered ON)
   foreach(a IN LISTS CMAKE_CUDA_ARCHITECTURES)
-    if(NOT a MATCHES "^[0-9]+[af]?(-real|-virtual)?$")
+    if(NOT a MATCHES "${numbered_re}")
       set(numbered OFF)
     endif()
   endforeach()
@@ -179,7 +181,7 @@ function(sp_cuda_architectures target)
     get_source_file_property(sm90a ${src} SP_CUDA_SM90A)
     set(flags)
     foreach(a IN LISTS CMAKE_CUDA_ARCHITECTURES)
-      if(NOT a MATCHES "^([0-9]+[af]?)(-real|-virtual)?$")
+      if(NOT a MATCHES "${numbered_re}")
         message(FATAL_ERROR "${src} has SP_CUDA_MIN_ARCH ${min}: CMAKE_CUDA_ARCHITECTURES must "
                             "list numbered architectures, not '${a}'")
       endif()
