@@ -69,7 +69,12 @@
 #define THREADS 128
 #define VEC 8   /* channels per thread: one 16-byte vector of bf16 */
 #define AHEAD 8 /* tokens loaded before the first of them is used */
-#define RING 16 /* tokens in flight per thread on the vector path (device) */
+/* Tokens in flight per thread on the vector path (device). 8, not 16: the
+ * ring's loop is unrolled, and the shorter code and start-up paid off at
+ * every prefill shape measured on an H200 (docs/PERFORMANCE.md: T = 1024,
+ * H = 96 0.73 -> 0.81 of the limit; T = 16384, H = 12 0.86 -> 0.88; K3
+ * TP1 0.93 -> 0.94); 4, 6 and 12 did no better overall. */
+#define RING 8
 #define DBATCH 2 /* decode: sequences in flight per thread */
 
 typedef struct conv_params {

@@ -19,7 +19,8 @@ static constexpr int CT = SP_KDA_CHUNK; /* tokens per chunk (32) */
 static constexpr int MID = 15;          /* reference token of the factorization */
 static constexpr int D = SP_KDA_D;
 static constexpr int SB = D + 8;  /* lk, lq, r (bf16): 272-byte rows, 8 ldmatrix rows on distinct banks */
-static constexpr int SA = CT + 8; /* at, qk, t (fp32): 8 mod 32, for float2 fragment loads */
+static constexpr int SA = CT + 8; /* qk, t (fp32): 8 mod 32, for float2 fragment loads */
+static constexpr int SAT = CT + 4; /* at (fp32): 4 mod 32, its transposed fragment stores conflict-free */
 
 /* A chunk's k, q and g as they arrive (bf16); v comes separately, only the
  * columns a block owns. */
@@ -43,7 +44,7 @@ typedef struct chunk_work {
      * on: one array. */
     union {
         float seg_end[4][D]; /* each segment's cumulative gate at its end (log2 units) */
-        float at[CT][SA]; /* A transposed: at[j][i] = A[i][j] (columns of A as rows, for solve_t) */
+        float at[CT][SAT]; /* A transposed: at[j][i] = A[i][j] (columns of A as rows, for solve_t) */
     };
     alignas(16) float rk[CT];
     alignas(16) float rq[CT];
@@ -575,19 +576,30 @@ static __device__ __forceinline__ void acc_times_m(const float X[CT / 8][4], con
 
 /* For this warp's 16 V rows (P^T = S' Lk^T summed over K, as accumulator
  * tiles): X^T = diag(b) (V - P)^T in place of P, then W^T = X^T T^T. v
- * holds the chunk's V rows (token t at v + t * pitch), this warp's first
- * column at v_local. */
+ * holds the chunk's V rows (token t at v + t * pitch, 16-byte aligned
+ * rows), this warp's first column at v_warp. V^T comes in the accumulators'
+ * layout by transposing loads: 8x8 tiles (tokens 8 t8 .., columns v_warp
+ * + 8 hf ..), whose transpose gives lane (r, q) tokens 2q, 2q + 1 of
+ * column r. */
 static __device__ __forceinline__ void solve_w(float P[CT / 8][4], const uint16_t *v, int pitch,
-                                               int v_local, const chunk_ops &s, int lane,
+                                               int v_warp, const chunk_ops &s, int lane,
                                                float W[CT / 8][4]) {
-    const int q = lane & 3;
+    const int q = lane & 3, m = lane >> 3;
+    uint32_t vt[CT / 8][2]; /* [t8][hf]: tokens 8 t8 + 2q, +1 of column v_warp + 8 hf + r */
+#pragma unroll
+    for (int j = 0; j < CT / 16; j++) {
+        uint32_t x[4];
+        sp_ldsm_x4_<1>(v + (16 * j + 8 * (m >> 1) + (lane & 7)) * pitch + v_warp + 8 * (m & 1), x);
+        vt[2 * j][0] = x[0], vt[2 * j][1] = x[1], vt[2 * j + 1][0] = x[2], vt[2 * j + 1][1] = x[3];
+    }
 #pragma unroll
     for (int t8 = 0; t8 < CT / 8; t8++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             const int t = 8 * t8 + 2 * q + (e & 1);
-            const float vt = sp_bf16_to_f32_(v[t * pitch + v_local + 8 * (e >> 1)]);
-            P[t8][e] = s.b[t] * (vt - P[t8][e]);
+            const uint32_t two = vt[t8][e >> 1];
+            const float x = e & 1 ? sp_bf16x2_hi_(two) : sp_bf16x2_lo_(two);
+            P[t8][e] = s.b[t] * (x - P[t8][e]);
             W[t8][e] = 0.0f;
         }
     acc_times_m(P, s.t, lane, W);

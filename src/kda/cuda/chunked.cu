@@ -44,15 +44,15 @@
  */
 #include "kda/cuda/chunk.cuh"
 
-/* The rest, for this warp's 16 V rows (v_local: the first, relative to the
+/* The rest, for this warp's 16 V rows (v_warp: the first, relative to the
  * block's columns): X^T = diag(b) (V - P)^T in place of P; W^T = X^T T^T;
  * o^T += W^T QK^T; S = diag(e) (S' + W^T R). */
 static __device__ void state_update(float S[D / 8][4], float P[4][4], float O[4][4],
-                                    const uint16_t (*v)[D], int v_local, int lane,
+                                    const uint16_t (*v)[SB], int v_warp, int lane,
                                     const chunk_ops &s) {
     const int q = lane & 3;
     float W[CT / 8][4];
-    solve_w(P, &v[0][0], D, v_local, s, lane, W);
+    solve_w(P, &v[0][0], SB, v_warp, s, lane, W);
     acc_times_m(W, s.qk, lane, O);
 #pragma unroll
     for (int kt = 0; kt < CT / 16; kt++) {
@@ -97,7 +97,8 @@ enum { BAR_K = 1, BAR_FULL = 2, BAR_EMPTY = 5, BAR_V = 8, BAR_O = 9 };
 static constexpr int NB = 3;
 typedef struct fused_smem {
     raw_chunk raw[2];          /* k, q, g of this chunk and, arriving, the next one's */
-    uint16_t v[NB + 1][CT][D]; /* v, the block's columns first */
+    uint16_t v[NB + 1][CT][SB]; /* v, the block's columns first; rows padded (SB) so that
+                                 the V warps' transposing loads of it are conflict-free */
     chunk_ops ops[NB];
     chunk_work work[NB]; /* its A is read by the V warps' solver */
     alignas(16) uint16_t o[2][CT][SB]; /* o of a chunk, [token][the block's V columns] */
@@ -154,7 +155,7 @@ static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params
         if (w == 0 && lane < L) beta_logit = sp_bf16_to_f32_(*kda_row(p.beta, sq.bos + lane, h));
         if (L > 0) {
             load_kqg<K_THREADS>(p, sq, h, 0, tid, s.raw[0]);
-            load_v(p, sq, h, 0, v0, bv, tid, K_THREADS, &s.v[0][0][0], D);
+            load_v(p, sq, h, 0, v0, bv, tid, K_THREADS, &s.v[0][0][0], SB);
         }
         sp_cp_async_commit_();
         float gam[2][kside<K_THREADS>::SEG];
@@ -168,7 +169,7 @@ static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params
             if (c0 + CT < L) {
                 load_kqg<K_THREADS>(p, sq, h, c0 + CT, tid, s.raw[rb ^ 1]);
                 load_v(p, sq, h, c0 + CT, v0, bv, tid, K_THREADS, &s.v[(ci + 1) % (NB + 1)][0][0],
-                       D);
+                       SB);
             }
             sp_cp_async_commit_();
             if (DO_K)
@@ -213,7 +214,7 @@ static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params
         if (DO_V && is_v) state_products(S, D / 8, 0, lane, s.ops[b], P, O);
         sp_bar_sync_(BAR_V, 32 * V_WARPS);
         if (DO_V && is_v) {
-            state_update(S, P, O, s.v[ci % (NB + 1)], 16 * vw + r, lane, s.ops[b]);
+            state_update(S, P, O, s.v[ci % (NB + 1)], 16 * vw, lane, s.ops[b]);
             stage_o(O, s.o[ci & 1], 16 * vw, lane);
             if (chunks_per_ckpt > 0 && nt == CT && (ci + 1) % chunks_per_ckpt == 0)
                 state_store(p.ckpt, p.state_bf16, kda_ckpt_base(p, crow++, h), vrow, 0, q, S,

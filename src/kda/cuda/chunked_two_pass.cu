@@ -292,7 +292,7 @@ static __global__ void __launch_bounds__(32 * KW * G, 1)
 #pragma unroll
         for (int t8 = 0; t8 < CT / 8; t8++) get_tile(s.sum_p[rg], t8, r, q, P[t8]);
         float W[CT / 8][4];
-        solve_w(P, &s.v[buf][0][0], ROWS, vl, o, lane, W);
+        solve_w(P, &s.v[buf][0][0], ROWS, 16 * rg, o, lane, W);
         /* Output rows 8 kq .. +7 of our 16 V rows: S'^T Lq^T + W^T QK^T. */
         float Ow[4];
         if (outputs) get_tile(s.sum_o[rg], kq, r, q, Ow);
