@@ -132,6 +132,7 @@ def main():
         times = {k: [] for k in arms}
         for _ in range(args.reps):
             evs = []
+            ka.gpu_ahead()
             for k, fn in arms.items():
                 e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 e0.record()

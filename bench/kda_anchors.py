@@ -418,6 +418,16 @@ def parse_shapes(s):
     return out
 
 
+def gpu_ahead(ms=2.0):
+    """Queue about `ms` of GPU idling (torch.cuda._sleep) so that a round of
+    timed arms starts with the GPU behind the host, as every later arm of the
+    round does, rather than idle after the synchronize. In the run of efa6939
+    the first arm of each round at 16384/96/1 (the forced one-pass kernel)
+    took 1.963 ms where AUTO, the same kernel later in the round, took 1.863;
+    at 16384/96/8, where the recurrent arm comes first, the two agreed."""
+    torch.cuda._sleep(int(ms * 1.0e6 * 2.0))  # cycles, at up to 2 GHz
+
+
 def time_shape(arms, warmup, reps):
     """Warm up (the first two calls checked), then reps interleaved rounds.
     Returns {label: dict(ms=..., ...)} or {label: dict(error=...)}."""
@@ -441,6 +451,7 @@ def time_shape(arms, warmup, reps):
     times = {a.label: [] for a in live}
     for _ in range(reps):
         ev = []
+        gpu_ahead()
         for a in live:
             if "error" in res[a.label]:
                 continue
