@@ -228,14 +228,15 @@ static __global__ void __launch_bounds__(32 * KW * G, 1)
     if (!kda_seq_of(p, n, h, &sq)) return;
     const int64_t L = sq.len, HD = p.H * D;
     const chunk_ops *rec = record_of(ws, first_slot(sq.bos, n), p.H, h);
-    const int v0 = split * ROWS, vl = 16 * rg + r, vrow = v0 + vl, d0 = KC * kq;
+    /* vw0: the warp's first V row of the block's; vrow: this lane's first of the head's */
+    const int v0 = split * ROWS, vw0 = 16 * rg, vrow = v0 + vw0 + r, d0 = KC * kq;
     /* V: thread tid < 2 ROWS copies token vt's 8 columns from vc. */
     const int vt = tid / (ROWS / 8), vc = tid % (ROWS / 8) * 8, copies_v = tid < CT * ROWS / 8;
     const uint16_t *v_at = kda_row(p.v, sq.bos + vt, h) + v0 + vc;
     /* Output: lane < 16 of an output warp stores token 8 kq + ot's V rows
      * from oh. */
     const int ot = lane >> 1, oh = (lane & 1) * 8;
-    uint16_t *o_at = p.o + (sq.bos + 8 * kq + ot) * HD + h * D + v0 + 16 * rg + oh;
+    uint16_t *o_at = p.o + (sq.bos + 8 * kq + ot) * HD + h * D + v0 + vw0 + oh;
 
     float S[NDS][4]; /* S^T rows vrow, vrow + 8; K columns d0 .. d0 + KC - 1 */
     /* A sequence without tokens leaves its slot as it was, bit for bit. */
@@ -292,7 +293,7 @@ static __global__ void __launch_bounds__(32 * KW * G, 1)
 #pragma unroll
         for (int t8 = 0; t8 < CT / 8; t8++) get_tile(s.sum_p[rg], t8, r, q, P[t8]);
         float W[CT / 8][4];
-        solve_w(P, &s.v[buf][0][0], ROWS, 16 * rg, o, lane, W);
+        solve_w(P, &s.v[buf][0][0], ROWS, vw0, o, lane, W);
         /* Output rows 8 kq .. +7 of our 16 V rows: S'^T Lq^T + W^T QK^T. */
         float Ow[4];
         if (outputs) get_tile(s.sum_o[rg], kq, r, q, Ow);
