@@ -178,9 +178,14 @@ int main(int argc, char **argv) {
     int probe = 0;
     for (int i = 1; i + 1 < argc; i++)
         if (strcmp(argv[i], "--probe") == 0) {
-            probe = strcmp(argv[i + 1], "v") == 0 ? 1 : strcmp(argv[i + 1], "k") == 0 ? 2 : -1;
+            probe = strcmp(argv[i + 1], "v") == 0     ? 1
+                    : strcmp(argv[i + 1], "k") == 0   ? 2
+                    : strcmp(argv[i + 1], "g") == 0   ? 3
+                    : strcmp(argv[i + 1], "g.v") == 0 ? 4
+                    : strcmp(argv[i + 1], "g.k") == 0 ? 5
+                                                      : -1;
             if (probe < 0) {
-                fprintf(stderr, "--probe takes v or k\n");
+                fprintf(stderr, "--probe takes v, k, g, g.v or g.k\n");
                 return 2;
             }
             for (int k = i; k + 2 < argc; k++) argv[k] = argv[k + 2];
@@ -304,7 +309,11 @@ int main(int argc, char **argv) {
                     bench_json_num(&j, "state_rel_err_vs_recurrent", serr[k]);
                 }
                 if (kernels[k] == SP_KDA_KERNEL_CHUNKED && probe)
-                    bench_json_str(&j, "probe", probe == 1 ? "V side only" : "K side only");
+                    bench_json_str(&j, "probe", probe == 1   ? "V side only"
+                                                : probe == 2 ? "K side only"
+                                                : probe == 3 ? "V products by wgmma"
+                                                : probe == 4 ? "V products by wgmma, V side only"
+                                                             : "V products by wgmma, K side only");
                 if (k >= 2) bench_json_int(&j, "workspace_bytes", (int64_t)ws_bytes);
                 bench_json_emit(&j, out);
                 if (rows < 96)

@@ -139,6 +139,89 @@ template <int N> static __device__ __forceinline__ void sp_setmaxnreg_inc_(void)
 #endif
 }
 
+/* ---- warpgroup matrix products (wgmma, sm_90a) ------------------------------ */
+
+/* The shared-memory descriptor of a bf16 operand in the 128-byte swizzled
+ * layout (1024-byte aligned groups of 8 rows of 128 bytes): `smem` its
+ * first element (within a row, the k16 slice's 32-byte offset), `lbo` and
+ * `sbo` the leading and stride byte offsets (K-major: sbo from one 8-row
+ * group to the next, lbo unused; MN-major: lbo from one 64-element block
+ * of the MN index to the next, sbo from one 8-row group of K to the next). */
+static __device__ __forceinline__ uint64_t sp_gmma_desc_sw128_(unsigned smem, unsigned lbo,
+                                                               unsigned sbo) {
+    return (uint64_t)((smem & 0x3ffff) >> 4) | (uint64_t)((lbo >> 4) & 0x3fff) << 16 |
+           (uint64_t)((sbo >> 4) & 0x3fff) << 32 | (uint64_t)1 << 62;
+}
+
+/* Before the first product that reads registers written otherwise; after a
+ * batch of products; waiting until at most N batches are in flight. */
+static __device__ __forceinline__ void sp_wgmma_fence_(void) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+static __device__ __forceinline__ void sp_wgmma_commit_(void) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+template <int N> static __device__ __forceinline__ void sp_wgmma_wait_(void) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+/* The compiler keeps register x where it is across this point (after a
+ * wait: later reads of x stay after it). */
+static __device__ __forceinline__ void sp_reg_fence_(float &x) {
+    asm volatile("" : "+f"(x)::"memory");
+}
+
+/* D (64 x 32 fp32: this thread's 16) += A (64 x 16 bf16, from registers:
+ * the mma.sync m16n8k16 A fragment of this warp's 16 rows) times B (16 x
+ * 32 bf16, a shared-memory descriptor); TRANS_B: B's rows are its N index
+ * (MN-major). Asynchronous: D and A must not be touched until
+ * sp_wgmma_wait_ (after sp_wgmma_commit_). */
+template <int TRANS_B>
+static __device__ __forceinline__ void sp_wgmma_m64n32k16_(float d[16], const uint32_t a[4],
+                                                     uint64_t b) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+                 "}, {%16, %17, %18, %19}, %20, p, 1, 1, %22;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1), "n"(TRANS_B));
+#else
+    (void)d, (void)a, (void)b;
+#endif
+}
+
+/* The same, 64 x 64. */
+template <int TRANS_B>
+static __device__ __forceinline__ void sp_wgmma_m64n64k16_(float d[32], const uint32_t a[4],
+                                                     uint64_t b) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, "
+                 "%15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, "
+                 "%30, %31"
+                 "}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+                   "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+                   "+f"(d[30]), "+f"(d[31])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1), "n"(TRANS_B));
+#else
+    (void)d, (void)a, (void)b;
+#endif
+}
+
 /* ---- bf16 conversions ------------------------------------------------------ */
 
 /* Two floats as a bf16x2 word (lo in the low half), each rounded to nearest

@@ -21,6 +21,10 @@
 
 #include <math.h>
 #include <string.h>
+#ifdef TS_MEM_IS_CUDA
+#include <stdlib.h>
+void sp_kda_chunked_probe_(int side); /* src/kda/kda_internal.h */
+#endif
 
 enum { D = SP_KDA_HEAD_DIM };
 
@@ -637,6 +641,9 @@ static void device_guard_cases(int32_t kernel) {
 
 int main(void) {
     M = ts_mem_or_skip(TS_MEM_BACKEND);
+#ifdef TS_MEM_IS_CUDA
+    if (getenv("SP_KDA_PROBE")) sp_kda_chunked_probe_(atoi(getenv("SP_KDA_PROBE")));
+#endif
     static const int64_t lens[] = {1, 63, 64, 65, 300}, small[] = {1, 17, 40};
     static const int64_t extra[] = {0, 130, 2}; /* an empty sequence inside */
     static const sp_dtype dts[] = {SP_F32, SP_BF16};

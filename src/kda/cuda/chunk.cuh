@@ -38,6 +38,41 @@ typedef struct chunk_ops {
     float c[D], e[D]; /* exp(gam_m), exp(gam_31 - gam_m) */
 } chunk_ops;
 
+/* The same for the V side's warpgroup products (wgmma, sm_90a: the
+ * one-pass kernel's experiment G): Lk, Lq, R as 32 x 128 bf16 in the
+ * tensor cores' 128-byte swizzled layout (op_at): 8-token row groups of
+ * 1 KB, 64 channels a 128-byte row, its 16-byte pieces permuted by the
+ * token's row in the group; channels 64 .. 127 4 KB on. The rest as in
+ * chunk_ops. */
+typedef struct chunk_ops_g {
+    alignas(1024) uint16_t lk[CT * D];
+    alignas(1024) uint16_t lq[CT * D];
+    alignas(1024) uint16_t r[CT * D];
+    float qk[CT][SA], t[CT][SA];
+    float b[CT];
+    float c[D], e[D];
+} chunk_ops_g;
+
+/* Element (t, d) of an operand: row-major with padded rows (chunk_ops), or
+ * swizzled (chunk_ops_g). Eight consecutive channels from a multiple of 8
+ * stay 16 contiguous bytes either way. */
+static __device__ __forceinline__ uint16_t *op_at(uint16_t (*x)[SB], int t, int d) {
+    return &x[t][d];
+}
+static __device__ __forceinline__ const uint16_t *op_at(const uint16_t (*x)[SB], int t, int d) {
+    return &x[t][d];
+}
+static __device__ __forceinline__ int swizzled(int t, int d) {
+    const int row = t & 7;
+    return (d >> 6) * (CT * 64) + (t >> 3) * 512 + row * 64 + ((((d >> 3) & 7) ^ row) << 3) + (d & 7);
+}
+static __device__ __forceinline__ uint16_t *op_at(uint16_t *x, int t, int d) {
+    return x + swizzled(t, d);
+}
+static __device__ __forceinline__ const uint16_t *op_at(const uint16_t *x, int t, int d) {
+    return x + swizzled(t, d);
+}
+
 /* The K side's intermediates (its operands go to a chunk_ops). */
 typedef struct chunk_work {
     /* seg_end lives from gates_and_norms to operands, at from intra_products
@@ -231,11 +266,11 @@ static __device__ __forceinline__ void gate_sums(const uint32_t graw[SEG], int v
  * gate 0 (no decay). bias: the two channels' dt_bias. Then warp w: the
  * norms of k and q of its CT / (NT / 32) tokens, and warp 0 the beta gates
  * (lane t holds token t's logit, loaded a chunk ahead). */
-template <int NT>
+template <int NT, typename OPS>
 static __device__ __forceinline__ void gates_and_norms(const kda_params &p, const raw_chunk &raw,
                                                        int nt, int tid, float expA, float2 bias,
                                                        float beta_logit, chunk_work &s,
-                                                       chunk_ops &ops,
+                                                       OPS &ops,
                                                        float gam[2][kside<NT>::SEG]) {
     constexpr int SEG = kside<NT>::SEG, TPW = CT / (NT / 32);
     const int d = 2 * (tid % (D / 2)), seg = tid / (D / 2), t0 = seg * SEG;
@@ -289,10 +324,10 @@ static __device__ __forceinline__ void gates_and_norms(const kda_params &p, cons
  * for its tokens and two channels (rounded to bf16 once here, stored as
  * pairs) from its gam, and the threads of segment 0 their channels' two
  * state scalings. */
-template <int NT>
+template <int NT, typename OPS>
 static __device__ __forceinline__ void operands(const raw_chunk &raw, int tid, const chunk_work &s,
                                                 const float gam[2][kside<NT>::SEG],
-                                                chunk_ops &ops) {
+                                                OPS &ops) {
     constexpr int NSEG = kside<NT>::NSEG, SEG = kside<NT>::SEG, MIDSEG = kside<NT>::MIDSEG;
     const int d = 2 * (tid % (D / 2)), seg = tid / (D / 2), t0 = seg * SEG;
     /* gam is relative to the segment's start: token t's offset from the
@@ -338,9 +373,9 @@ static __device__ __forceinline__ void operands(const raw_chunk &raw, int tid, c
                 to_mid[h] = sp_ex2_ftz_(gam[h][i0 + j] + base[h]);
                 from_mid[h] = sp_rcp_ftz_(to_mid[h]);
             }
-            *(uint32_t *)&ops.lk[t + j][d] = sp_bf16x2_(kh[0] * to_mid[0], kh[1] * to_mid[1]);
-            *(uint32_t *)&ops.lq[t + j][d] = sp_bf16x2_(qh[0] * to_mid[0], qh[1] * to_mid[1]);
-            *(uint32_t *)&ops.r[t + j][d] = sp_bf16x2_(kh[0] * from_mid[0], kh[1] * from_mid[1]);
+            *(uint32_t *)op_at(ops.lk, t + j, d) = sp_bf16x2_(kh[0] * to_mid[0], kh[1] * to_mid[1]);
+            *(uint32_t *)op_at(ops.lq, t + j, d) = sp_bf16x2_(qh[0] * to_mid[0], qh[1] * to_mid[1]);
+            *(uint32_t *)op_at(ops.r, t + j, d) = sp_bf16x2_(kh[0] * from_mid[0], kh[1] * from_mid[1]);
         }
     }
 }
@@ -351,8 +386,8 @@ static __device__ __forceinline__ void operands(const raw_chunk &raw, int tid, c
  * four (they share the R operand, and four independent accumulations hide
  * the tensor cores' latency better than two). The pair right of the
  * diagonal block of rows 0..15 is zero: written without multiplying. */
-template <int NT>
-static __device__ void intra_products(int w, int lane, chunk_work &s, chunk_ops &ops) {
+template <int NT, typename OPS>
+static __device__ void intra_products(int w, int lane, chunk_work &s, OPS &ops) {
     constexpr int BOTH = NT / 32 == 4;
     static_assert(NT / 32 == 4 || NT / 32 == 8, "four or eight warps");
     const int r = lane >> 2, q = lane & 3, pos = w & 3, mi = pos >> 1, nb = (pos & 1) * 2;
@@ -364,12 +399,11 @@ static __device__ void intra_products(int w, int lane, chunk_work &s, chunk_ops 
 #pragma unroll 4
         for (int ks = 0; ks < D / 16; ks++) {
             uint32_t b[4];
-            sp_ldsm_x4_<0>(&ops.r[8 * nb + lb.x][16 * ks + lb.y], b);
+            sp_ldsm_x4_<0>(op_at(ops.r, 8 * nb + lb.x, 16 * ks + lb.y), b);
 #pragma unroll
             for (int m = 0; m < 1 + BOTH; m++) {
-                const uint16_t(*L)[SB] = (first + m) ? ops.lq : ops.lk;
                 uint32_t a[4];
-                sp_ldsm_x4_<0>(&L[16 * mi + la.x][16 * ks + la.y], a);
+                sp_ldsm_x4_<0>(op_at((first + m) ? ops.lq : ops.lk, 16 * mi + la.x, 16 * ks + la.y), a);
                 sp_mma_bf16_(acc[m][0], a, b[0], b[1]);
                 sp_mma_bf16_(acc[m][1], a, b[2], b[3]);
             }
@@ -402,7 +436,8 @@ static __device__ void intra_products(int w, int lane, chunk_work &s, chunk_ops 
  * A's columns read as float4 rows of at). Then T21 = -T22 A21 T11 on the
  * tensor cores (tf32, fp32 accumulation), as T21^T = -(T11^T A21^T) T22^T so
  * that the first product's accumulators are the second's A operand. T12 = 0. */
-static __device__ void solve_t(int lane, const chunk_work &s, chunk_ops &ops) {
+template <typename OPS>
+static __device__ void solve_t(int lane, const chunk_work &s, OPS &ops) {
     constexpr int B = CT / 2;
     const int j = lane & (B - 1), base = lane & B;
     float x[B];
@@ -518,8 +553,9 @@ static __device__ __forceinline__ void scale_columns(float S[][4], const float *
  * holds (all of them in the one-pass kernel, a range in the two-pass
  * state pass): S' = S diag(c), then P^T += S' Lk^T and O^T += S' Lq^T (the
  * inter-chunk part of o^T). */
+template <typename OPS>
 static __device__ __forceinline__ void state_products(float S[][4], int nds, int d0, int lane,
-                                                      const chunk_ops &s, float P[CT / 8][4],
+                                                      const OPS &s, float P[CT / 8][4],
                                                       float O[CT / 8][4]) {
     scale_columns(S, s.c, d0, lane & 3, nds);
     const int2 lb = b_at(lane);
@@ -531,10 +567,10 @@ static __device__ __forceinline__ void state_products(float S[][4], int nds, int
 #pragma unroll
         for (int t16 = 0; t16 < CT / 16; t16++) {
             uint32_t b[4];
-            sp_ldsm_x4_<0>(&s.lk[16 * t16 + lb.x][col], b);
+            sp_ldsm_x4_<0>(op_at(s.lk, 16 * t16 + lb.x, col), b);
             sp_mma_bf16_(P[2 * t16], a, b[0], b[1]);
             sp_mma_bf16_(P[2 * t16 + 1], a, b[2], b[3]);
-            sp_ldsm_x4_<0>(&s.lq[16 * t16 + lb.x][col], b);
+            sp_ldsm_x4_<0>(op_at(s.lq, 16 * t16 + lb.x, col), b);
             sp_mma_bf16_(O[2 * t16], a, b[0], b[1]);
             sp_mma_bf16_(O[2 * t16 + 1], a, b[2], b[3]);
         }
@@ -543,13 +579,14 @@ static __device__ __forceinline__ void state_products(float S[][4], int nds, int
 
 /* S' += W^T R over the same K columns, for the k16 step kt (tokens 16 kt ..
  * + 15) of W^T, given as the A fragment a. */
+template <typename OPS>
 static __device__ __forceinline__ void state_add_wr(float S[][4], int nds, int d0, int lane,
-                                                    const chunk_ops &s, int kt, const uint32_t a[4]) {
+                                                    const OPS &s, int kt, const uint32_t a[4]) {
     const int2 lt = bt_at(lane);
 #pragma unroll
     for (int nd = 0; nd < nds; nd += 2) {
         uint32_t b[4];
-        sp_ldsm_x4_<1>(&s.r[16 * kt + lt.x][d0 + 8 * nd + lt.y], b);
+        sp_ldsm_x4_<1>(op_at(s.r, 16 * kt + lt.x, d0 + 8 * nd + lt.y), b);
         sp_mma_bf16_(S[nd], a, b[0], b[1]);
         sp_mma_bf16_(S[nd + 1], a, b[2], b[3]);
     }
@@ -581,8 +618,9 @@ static __device__ __forceinline__ void acc_times_m(const float X[CT / 8][4], con
  * layout by transposing loads: 8x8 tiles (tokens 8 t8 .., columns v_warp
  * + 8 hf ..), whose transpose gives lane (r, q) tokens 2q, 2q + 1 of
  * column r. */
+template <typename OPS>
 static __device__ __forceinline__ void solve_w(float P[CT / 8][4], const uint16_t *v, int pitch,
-                                               int v_warp, const chunk_ops &s, int lane,
+                                               int v_warp, const OPS &s, int lane,
                                                float W[CT / 8][4]) {
     const int q = lane & 3, m = lane >> 3;
     uint32_t vt[CT / 8][2]; /* [t8][hf]: tokens 8 t8 + 2q, +1 of column v_warp + 8 hf + r */

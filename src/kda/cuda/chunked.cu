@@ -44,21 +44,89 @@
  */
 #include "kda/cuda/chunk.cuh"
 
+#include <type_traits>
+
+/* Experiment G (sm_90a, chunk_ops_g): the V side's bf16 products on the
+ * warpgroup's tensor cores, all 64 V rows of its four warps in one product
+ * (wgmma; A, this warp's 16 rows, from registers; B read by the tensor
+ * cores from the swizzled operands): P^T, O^T += S' Lk^T, S' Lq^T as 64 x
+ * 32 products over the 128 channels, and S' += W^T R as 64 x 64 products
+ * over the 32 tokens (R's rows are tokens: B MN-major). Each operand row is
+ * then read once a warpgroup instead of once a warp. */
+template <typename OPS> /* chunk_ops_g (a template: unused below sm_90a) */
+static __device__ __forceinline__ void state_products_g(float S[D / 8][4], int lane, const OPS &s,
+                                                        float P[CT / 8][4], float O[CT / 8][4]) {
+    scale_columns(S, s.c, 0, lane & 3, D / 8);
+    const unsigned lk = sp_smem_addr_(s.lk), lq = sp_smem_addr_(s.lq);
+    /* In two halves of the channels (64-channel blocks), so that only one
+     * half's A fragments are held while the tensor cores read them. */
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        uint32_t a[D / 32][4];
+#pragma unroll
+        for (int k = 0; k < D / 32; k++)
+            acc_pair_as_a(S[2 * (4 * half + k)], S[2 * (4 * half + k) + 1], a[k]);
+        sp_wgmma_fence_();
+#pragma unroll
+        for (int k = 0; k < D / 32; k++) {
+            /* channels 64 half + 16 k ..: block `half`, 32-byte slice k of its rows */
+            const unsigned off = half * (CT * 64 * 2) + k * 32;
+            sp_wgmma_m64n32k16_<0>(&P[0][0], a[k], sp_gmma_desc_sw128_(lk + off, 16, 1024));
+            sp_wgmma_m64n32k16_<0>(&O[0][0], a[k], sp_gmma_desc_sw128_(lq + off, 16, 1024));
+        }
+        sp_wgmma_commit_();
+        sp_wgmma_wait_<0>();
+    }
+#pragma unroll
+    for (int j = 0; j < CT / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) sp_reg_fence_(P[j][e]), sp_reg_fence_(O[j][e]);
+}
+
+template <typename OPS>
+static __device__ __forceinline__ void state_add_g(float S[D / 8][4], const float W[CT / 8][4],
+                                                   const OPS &s) {
+    uint32_t a[CT / 16][4];
+#pragma unroll
+    for (int kt = 0; kt < CT / 16; kt++) acc_pair_as_a(W[2 * kt], W[2 * kt + 1], a[kt]);
+    const unsigned r = sp_smem_addr_(s.r);
+    sp_wgmma_fence_();
+    /* Tokens 16 kt ..: 8-token groups 2 kt, 2 kt + 1; channels in two
+     * 64-channel blocks (64 x 64 products: 32 accumulators each). */
+#pragma unroll
+    for (int kt = 0; kt < CT / 16; kt++)
+#pragma unroll
+        for (int nb = 0; nb < 2; nb++)
+            sp_wgmma_m64n64k16_<1>(&S[8 * nb][0], a[kt],
+                                   sp_gmma_desc_sw128_(r + nb * 4096 + kt * 2048, 4096, 1024));
+    sp_wgmma_commit_();
+    sp_wgmma_wait_<0>();
+#pragma unroll
+    for (int nd = 0; nd < D / 8; nd++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) sp_reg_fence_(S[nd][e]);
+}
+
 /* The rest, for this warp's 16 V rows (v_warp: the first, relative to the
  * block's columns): X^T = diag(b) (V - P)^T in place of P; W^T = X^T T^T;
  * o^T += W^T QK^T; S = diag(e) (S' + W^T R). */
+template <int WG, typename OPS>
 static __device__ void state_update(float S[D / 8][4], float P[4][4], float O[4][4],
                                     const uint16_t (*v)[SB], int v_warp, int lane,
-                                    const chunk_ops &s) {
+                                    const OPS &s) {
     const int q = lane & 3;
     float W[CT / 8][4];
     solve_w(P, &v[0][0], SB, v_warp, s, lane, W);
     acc_times_m(W, s.qk, lane, O);
+    if constexpr (WG) {
+        state_add_g(S, W, s);
+    } else {
 #pragma unroll
-    for (int kt = 0; kt < CT / 16; kt++) {
-        uint32_t a[4];
-        acc_pair_as_a(W[2 * kt], W[2 * kt + 1], a);
-        state_add_wr(S, D / 8, 0, lane, s, kt, a);
+        for (int kt = 0; kt < CT / 16; kt++) {
+            uint32_t a[4];
+            acc_pair_as_a(W[2 * kt], W[2 * kt + 1], a);
+            state_add_wr(S, D / 8, 0, lane, s, kt, a);
+        }
     }
     scale_columns(S, s.e, 0, q, D / 8);
 }
@@ -88,6 +156,9 @@ static __device__ void state_update(float S[D / 8][4], float P[4][4], float O[4]
  * with the registers moved took 1.987 ms at T = 16384, H = 96 against
  * 2.115 for four (docs/PERFORMANCE.md). */
 #define K_REGS 96
+/* Experiment G: the K side at 104 (its swizzled stores), the V side at 152
+ * (wgmma's B operands take no registers). */
+static __host__ __device__ constexpr int k_regs(int g) { return g ? 104 : K_REGS; }
 /* Named barriers; FULL and EMPTY + the operand buffer. */
 enum { BAR_K = 1, BAR_FULL = 2, BAR_EMPTY = 5, BAR_V = 8, BAR_O = 9 };
 
@@ -95,14 +166,19 @@ enum { BAR_K = 1, BAR_FULL = 2, BAR_EMPTY = 5, BAR_V = 8, BAR_O = 9 };
  * warps. (Two did as well, 2.546 against 2.551 ms at T = 16384, H = 96:
  * the spare shared memory is there for the K side to grow into.) */
 static constexpr int NB = 3;
-typedef struct fused_smem {
+template <typename OPS> struct fused_smem_of {
     raw_chunk raw[2];          /* k, q, g of this chunk and, arriving, the next one's */
     uint16_t v[NB + 1][CT][SB]; /* v, the block's columns first; rows padded (SB) so that
                                  the V warps' transposing loads of it are conflict-free */
-    chunk_ops ops[NB];
+    OPS ops[NB];
     chunk_work work[NB]; /* its A is read by the V warps' solver */
     alignas(16) uint16_t o[2][CT][SB]; /* o of a chunk, [token][the block's V columns] */
-} fused_smem;
+};
+typedef fused_smem_of<chunk_ops> fused_smem;
+/* Experiment G's: its operands 1 KB aligned (the launch adds the slack to
+ * align the dynamic shared memory's start). */
+typedef fused_smem_of<chunk_ops_g> fused_smem_g;
+static_assert(sizeof(fused_smem_g) + 1024 <= 227 * 1024, "a block's shared memory on sm_90");
 
 /* This warp's O^T (accumulator tiles: V rows v .. v + 15 of the block's,
  * tokens 8 nt8 + ...) into o[token][v ..], bf16. */
@@ -132,11 +208,20 @@ static __device__ __forceinline__ void stage_o(const float O[CT / 8][4], uint16_
 
 /* PROBE (sp_kda_chunked_probe_): 0 the kernel; 1 and 2 timing probes,
  * only the V side's or only the K side's arithmetic (wrong results). */
-template <int PROBE>
+/* G_ASKED: the V side's bf16 products by wgmma (state_products_g; sm_90a,
+ * else the same products by mma.sync on the swizzled operands). */
+template <int PROBE, int G_ASKED = 0>
 static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params p, int splits) {
     constexpr int DO_K = PROBE != 1, DO_V = PROBE != 2;
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int WG = G_ASKED;
+#else
+    constexpr int WG = 0;
+#endif
+    typedef typename std::conditional<G_ASKED != 0, fused_smem_g, fused_smem>::type smem_t;
     extern __shared__ __align__(16) unsigned char smem_bytes[];
-    fused_smem &s = *(fused_smem *)smem_bytes;
+    smem_t &s = *(smem_t *)(G_ASKED ? smem_bytes + ((1024 - (sp_smem_addr_(smem_bytes) & 1023)) & 1023)
+                                    : smem_bytes);
 
     const int split = (int)(blockIdx.x % (unsigned)splits);
     const int64_t nh = blockIdx.x / (unsigned)splits, h = nh % p.H, n = nh / p.H;
@@ -148,7 +233,7 @@ static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params
     const int64_t L = sq.len, chunks = (L + CT - 1) / CT;
 
     if (w < K_THREADS / 32) { /* ---- the K warps ---- */
-        sp_setmaxnreg_dec_<K_REGS>();
+        sp_setmaxnreg_dec_<k_regs(G_ASKED)>();
         const float expA = expf(p.A_log[h]);
         const float2 bias = pair_bias(p, h, tid);
         float beta_logit = 0.0f;
@@ -181,6 +266,9 @@ static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params
             if (DO_K) operands<K_THREADS>(s.raw[rb], tid, s.work[b], gam, s.ops[b]);
             sp_bar_sync_(BAR_K, K_THREADS);
             if (DO_K) intra_products<K_THREADS>(w, lane, s.work[b], s.ops[b]);
+            /* G: the V side's tensor cores read Lk, Lq, R through the async
+             * proxy; this thread's stores are ordered before those reads. */
+            if (WG) sp_fence_proxy_async_();
             sp_bar_arrive_(BAR_FULL + b, BLOCK);
         }
         sp_cp_async_wait_<0>();
@@ -188,13 +276,19 @@ static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params
     }
 
     /* ---- the V warps ---- */
-    sp_setmaxnreg_inc_<256 - K_REGS>();
+    sp_setmaxnreg_inc_<256 - k_regs(G_ASKED)>();
     const int vw = w - K_THREADS / 32, r = lane >> 2, q = lane & 3;
     const int is_v = vw < bv / 16;
+    /* WG: a warpgroup's products take all four of its warps; those without
+     * V rows of the block (splits of 32 columns) compute rows never stored. */
+    const int does_v = WG ? 16 * (vw & ~3) < bv : is_v;
     const int vrow = v0 + 16 * vw + r; /* this lane's first V row */
     float S[D / 8][4];
     /* A sequence without tokens leaves its slot as it was, bit for bit. */
     if (is_v && L > 0) state_load(p.state, p.state_bf16, sq.slot_base, vrow, 0, q, S, D / 8);
+    if (WG && !is_v)
+#pragma unroll
+        for (int nd = 0; nd < D / 8; nd++) S[nd][0] = S[nd][1] = S[nd][2] = S[nd][3] = 0.0f;
     int64_t crow = sq.crow;
     /* o's pieces: bv / 8 (a power of two) to a token's row of the block's
      * columns. */
@@ -211,10 +305,15 @@ static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params
          * state's products meanwhile. */
         if (DO_V && vw == V_SOLVER) solve_t(lane, s.work[b], s.ops[b]);
         float P[4][4] = {}, O[4][4] = {};
-        if (DO_V && is_v) state_products(S, D / 8, 0, lane, s.ops[b], P, O);
+        if (DO_V && does_v) {
+            if constexpr (WG)
+                state_products_g(S, lane, s.ops[b], P, O);
+            else
+                state_products(S, D / 8, 0, lane, s.ops[b], P, O);
+        }
         sp_bar_sync_(BAR_V, 32 * V_WARPS);
+        if (DO_V && does_v) state_update<WG>(S, P, O, s.v[ci % (NB + 1)], 16 * vw, lane, s.ops[b]);
         if (DO_V && is_v) {
-            state_update(S, P, O, s.v[ci % (NB + 1)], 16 * vw, lane, s.ops[b]);
             stage_o(O, s.o[ci & 1], 16 * vw, lane);
             if (chunks_per_ckpt > 0 && nt == CT && (ci + 1) % chunks_per_ckpt == 0)
                 state_store(p.ckpt, p.state_bf16, kda_ckpt_base(p, crow++, h), vrow, 0, q, S,
@@ -246,9 +345,14 @@ extern "C" void sp_kda_chunked_probe_(int side) { probe = side; }
 
 extern "C" cudaError_t sp_kda_launch_chunked_(const kda_params *p, int splits,
                                               cudaStream_t stream) {
-    const int smem = (int)sizeof(fused_smem);
+    /* probe 3: experiment G (4, 5: its V side, K side alone) */
+    const int g = probe >= 3 && probe <= 5;
+    const int smem = g ? (int)sizeof(fused_smem_g) + 1024 : (int)sizeof(fused_smem);
     const void *kernel = probe == 1   ? (const void *)kda_chunked_kernel<1>
                          : probe == 2 ? (const void *)kda_chunked_kernel<2>
+                         : probe == 3 ? (const void *)kda_chunked_kernel<0, 1>
+                         : probe == 4 ? (const void *)kda_chunked_kernel<1, 1>
+                         : probe == 5 ? (const void *)kda_chunked_kernel<2, 1>
                                       : (const void *)kda_chunked_kernel<0>;
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
