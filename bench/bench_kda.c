@@ -6,13 +6,15 @@
  * at T = 16384, its GPU kernel time. Dense inputs, fp32 and bf16 state
  * pools, no checkpoints. Before timing, the chunked kernel's output is
  * compared with the recurrent kernel's, and so is its final state
- * (relative L2 errors in the JSON). --probe v (k) times the one-pass
- * chunked kernel with only its V side's (K side's) arithmetic
- * (sp_kda_chunked_probe_): how long each side takes alone.
+ * (relative L2 errors in the JSON). --probe picks the one-pass chunked
+ * kernel's build (sp_kda_chunked_probe_): m the mma.sync build, g the
+ * wgmma build (without --probe, the dispatcher's choice); v (k) the
+ * mma.sync build with only its V side's (K side's) arithmetic, g.v and g.k
+ * the same of the wgmma build: how long each side takes alone.
  * Prints one JSON line per kernel x shape x state (also appended to FILE
  * with --json FILE), then a table.
  *
- * Run: build/bench/bench_kda [--shape T H N] [--probe v|k] [--json FILE]
+ * Run: build/bench/bench_kda [--shape T H N] [--probe m|g|v|k|g.v|g.k] [--json FILE]
  */
 #include "harness.h"
 #include "kda/kda_internal.h" /* sp_kda_chunked_probe_ */
@@ -176,16 +178,23 @@ int main(int argc, char **argv) {
             break;
         }
     int probe = 0;
+    static const char *const probe_names[] = {
+        "",
+        "mma.sync build, V side only",
+        "mma.sync build, K side only",
+        "wgmma build",
+        "wgmma build, V side only",
+        "wgmma build, K side only",
+        "mma.sync build",
+    };
     for (int i = 1; i + 1 < argc; i++)
         if (strcmp(argv[i], "--probe") == 0) {
-            probe = strcmp(argv[i + 1], "v") == 0     ? 1
-                    : strcmp(argv[i + 1], "k") == 0   ? 2
-                    : strcmp(argv[i + 1], "g") == 0   ? 3
-                    : strcmp(argv[i + 1], "g.v") == 0 ? 4
-                    : strcmp(argv[i + 1], "g.k") == 0 ? 5
-                                                      : -1;
+            static const char *const names[] = {"v", "k", "g", "g.v", "g.k", "m"};
+            probe = -1;
+            for (int n = 0; n < 6; n++)
+                if (strcmp(argv[i + 1], names[n]) == 0) probe = n + 1; /* SP_KDA_PROBE_* */
             if (probe < 0) {
-                fprintf(stderr, "--probe takes v, k, g, g.v or g.k\n");
+                fprintf(stderr, "--probe takes v, k, g, g.v, g.k or m\n");
                 return 2;
             }
             for (int k = i; k + 2 < argc; k++) argv[k] = argv[k + 2];
@@ -309,11 +318,7 @@ int main(int argc, char **argv) {
                     bench_json_num(&j, "state_rel_err_vs_recurrent", serr[k]);
                 }
                 if (kernels[k] == SP_KDA_KERNEL_CHUNKED && probe)
-                    bench_json_str(&j, "probe", probe == 1   ? "V side only"
-                                                : probe == 2 ? "K side only"
-                                                : probe == 3 ? "V products by wgmma"
-                                                : probe == 4 ? "V products by wgmma, V side only"
-                                                             : "V products by wgmma, K side only");
+                    bench_json_str(&j, "probe", probe_names[probe]);
                 if (k >= 2) bench_json_int(&j, "workspace_bytes", (int64_t)ws_bytes);
                 bench_json_emit(&j, out);
                 if (rows < 96)

@@ -110,3 +110,14 @@ int sp_kda_chunked_splits_(int64_t pairs, int sms) {
     while (s < 8 && pairs * s * 2 <= sms) s *= 2;
     return s;
 }
+
+int sp_kda_chunked_wgmma_(int64_t blocks, int sms) {
+    /* The wgmma build reads each V operand row once a warpgroup instead of
+     * once a warp, which wins where the grid is one wave (on the H200 at
+     * T = 16384: 1.827 against 1.853 ms at H = 96, 1.546 against 1.578 at
+     * H = 64, two splits; 0.921 against 0.934 at T = 8192, H = 96) and
+     * loses where blocks follow one another on a multiprocessor (1.453
+     * against 1.449 at H = 96 in 8 sequences, 0.295 against 0.286 at
+     * T = 2048 in 16; docs/PERFORMANCE.md). */
+    return blocks <= (int64_t)(sms < 1 ? 1 : sms);
+}

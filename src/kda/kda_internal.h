@@ -46,10 +46,21 @@ static inline SP_HD float sp_kda_gate_f32_(int gate, float lower_bound, float ex
  * multiprocessor (docs/PERFORMANCE.md). */
 #define SP_KDA_TWO_PASS_MAX_PAIRS 32
 
-/* Which build of the one-pass chunked kernel later launches use: 0, the
- * kernel (the default); 1 or 2, timing probes for benchmarks that do only
- * the V side's or only the K side's arithmetic (their results are wrong).
+/* Which build of the one-pass chunked kernel later launches use, for
+ * tests and benchmarks: SP_KDA_PROBE_AUTO, the dispatcher's choice
+ * (sp_kda_chunked_wgmma_); MMA and WGMMA, that build always; V and K (of
+ * the mma.sync build), WGMMA_V and WGMMA_K, timing probes that do only the
+ * V side's or only the K side's arithmetic (their results are wrong).
  * Not thread-safe. */
+enum {
+    SP_KDA_PROBE_AUTO = 0,
+    SP_KDA_PROBE_V = 1,
+    SP_KDA_PROBE_K = 2,
+    SP_KDA_PROBE_WGMMA = 3,
+    SP_KDA_PROBE_WGMMA_V = 4,
+    SP_KDA_PROBE_WGMMA_K = 5,
+    SP_KDA_PROBE_MMA = 6
+};
 void sp_kda_chunked_probe_(int side);
 
 /* Record slots of the two-pass kernel for T tokens in N sequences. */
@@ -108,6 +119,9 @@ int sp_kda_chunked_can_serve_(const sp_kda_args *a, const sp_kda_dims *d);
 /* How many blocks share one (sequence, head) in the chunked kernel, for
  * `pairs` (sequence, head) pairs on `sms` multiprocessors: 1, 2, 4 or 8. */
 int sp_kda_chunked_splits_(int64_t pairs, int sms);
+/* Whether a one-pass launch of `blocks` blocks takes the wgmma build (its
+ * V side's products by wgmma) rather than the mma.sync one. */
+int sp_kda_chunked_wgmma_(int64_t blocks, int sms);
 
 /* The two-pass kernel's workspace for T tokens, N sequences, H heads;
  * SP_ERR_OVERFLOW when the count does not fit a size_t. */

@@ -22,8 +22,9 @@
 #include <math.h>
 #include <string.h>
 #ifdef TS_MEM_IS_CUDA
+#include "kda/kda_internal.h" /* sp_kda_chunked_probe_ */
+
 #include <stdlib.h>
-void sp_kda_chunked_probe_(int side); /* src/kda/kda_internal.h */
 #endif
 
 enum { D = SP_KDA_HEAD_DIM };
@@ -639,11 +640,27 @@ static void device_guard_cases(int32_t kernel) {
     kp_free(&p);
 }
 
+/* The one-pass kernel's cases (and the two-pass kernel's: kernel TP). */
+static void chunked_cases(int32_t kernel, int sm) {
+    static const int64_t lens[] = {1, 63, 64, 65, 300}, small[] = {1, 17, 40};
+    static const int64_t extra[] = {0, 130, 2}; /* an empty sequence inside */
+    static const sp_dtype dts[] = {SP_F32, SP_BF16};
+    if (sm) {
+        batch_case(kernel, SP_F32, SP_KDA_GATE_LOWER_BOUND, 32, small, 3, 2);
+        batch_case(kernel, SP_BF16, SP_KDA_GATE_LOWER_BOUND, 0, small, 3, 1);
+    } else {
+        for (int di = 0; di < 2; di++)
+            for (int ii = 0; ii < 3; ii++)
+                batch_case(kernel, dts[di], SP_KDA_GATE_LOWER_BOUND, 32 * ii, lens, 5, 3);
+        batch_case(kernel, SP_F32, SP_KDA_GATE_LOWER_BOUND, 64, extra, 3, 4);
+    }
+    chunked_edge_cases(kernel, sm);
+    for (int di = 0; di < 2; di++) empty_sequence_case(kernel, dts[di]);
+    device_guard_cases(kernel);
+}
+
 int main(void) {
     M = ts_mem_or_skip(TS_MEM_BACKEND);
-#ifdef TS_MEM_IS_CUDA
-    if (getenv("SP_KDA_PROBE")) sp_kda_chunked_probe_(atoi(getenv("SP_KDA_PROBE")));
-#endif
     static const int64_t lens[] = {1, 63, 64, 65, 300}, small[] = {1, 17, 40};
     static const int64_t extra[] = {0, 130, 2}; /* an empty sequence inside */
     static const sp_dtype dts[] = {SP_F32, SP_BF16};
@@ -666,28 +683,30 @@ int main(void) {
         if (sm) {
             batch_case(R, SP_F32, SP_KDA_GATE_LOWER_BOUND, 16, small, 3, 2);
             batch_case(R, SP_BF16, SP_KDA_GATE_SOFTPLUS, 1, small, 3, 1);
-            for (int32_t k = CH; k <= TP; k++) {
-                batch_case(k, SP_F32, SP_KDA_GATE_LOWER_BOUND, 32, small, 3, 2);
-                batch_case(k, SP_BF16, SP_KDA_GATE_LOWER_BOUND, 0, small, 3, 1);
-            }
         } else {
             for (int di = 0; di < 2; di++)
                 for (int gi = 0; gi < 2; gi++)
-                    for (int ii = 0; ii < 4; ii++) {
+                    for (int ii = 0; ii < 4; ii++)
                         batch_case(R, dts[di], gates[gi], intervals[ii], lens, 5, 3);
-                        if (gates[gi] == SP_KDA_GATE_LOWER_BOUND && intervals[ii] % 32 == 0)
-                            for (int32_t k = CH; k <= TP; k++)
-                                batch_case(k, dts[di], gates[gi], intervals[ii], lens, 5, 3);
-                    }
             batch_case(R, SP_F32, SP_KDA_GATE_SOFTPLUS, 64, extra, 3, 4);
-            batch_case(CH, SP_F32, SP_KDA_GATE_LOWER_BOUND, 64, extra, 3, 4);
-            batch_case(TP, SP_F32, SP_KDA_GATE_LOWER_BOUND, 64, extra, 3, 4);
         }
-        chunked_edge_cases(CH, sm);
-        chunked_edge_cases(TP, sm);
-        for (int32_t k = R; k <= TP; k++)
-            for (int di = 0; di < 2; di++) empty_sequence_case(k, dts[di]);
-        for (int32_t k = R; k <= TP; k++) device_guard_cases(k);
+        for (int di = 0; di < 2; di++) empty_sequence_case(R, dts[di]);
+        device_guard_cases(R);
+#ifdef TS_MEM_IS_CUDA
+        /* The one-pass kernel's builds (kda_internal.h): the dispatcher's
+         * (the wgmma build at these sizes) and the mma.sync build; or the
+         * one SP_KDA_PROBE names. */
+        const char *only = getenv("SP_KDA_PROBE");
+        static const int builds[] = {SP_KDA_PROBE_AUTO, SP_KDA_PROBE_MMA};
+        for (int b = 0; b < (only ? 1 : 2); b++) {
+            sp_kda_chunked_probe_(only ? atoi(only) : builds[b]);
+            chunked_cases(CH, sm);
+        }
+        sp_kda_chunked_probe_(SP_KDA_PROBE_AUTO);
+#else
+        chunked_cases(CH, sm);
+#endif
+        chunked_cases(TP, sm);
         dispatch_cases();
         dispatch_pairs_cases();
     }

@@ -39,7 +39,7 @@ typedef struct chunk_ops {
 } chunk_ops;
 
 /* The same for the V side's warpgroup products (wgmma, sm_90a: the
- * one-pass kernel's experiment G): Lk, Lq, R as 32 x 128 bf16 in the
+ * one-pass kernel's wgmma build): Lk, Lq, R as 32 x 128 bf16 in the
  * tensor cores' 128-byte swizzled layout (op_at): 8-token row groups of
  * 1 KB, 64 channels a 128-byte row, its 16-byte pieces permuted by the
  * token's row in the group; channels 64 .. 127 4 KB on. The rest as in

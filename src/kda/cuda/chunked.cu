@@ -46,7 +46,7 @@
 
 #include <type_traits>
 
-/* Experiment G (sm_90a, chunk_ops_g): the V side's bf16 products on the
+/* The wgmma build (sm_90a, chunk_ops_g): the V side's bf16 products on the
  * warpgroup's tensor cores, all 64 V rows of its four warps in one product
  * (wgmma; A, this warp's 16 rows, from registers; B read by the tensor
  * cores from the swizzled operands): P^T, O^T += S' Lk^T, S' Lq^T as 64 x
@@ -156,8 +156,8 @@ static __device__ void state_update(float S[D / 8][4], float P[4][4], float O[4]
  * with the registers moved took 1.987 ms at T = 16384, H = 96 against
  * 2.115 for four (docs/PERFORMANCE.md). */
 #define K_REGS 96
-/* Experiment G: the K side at 104 (its swizzled stores), the V side at 152
- * (wgmma's B operands take no registers). */
+/* The wgmma build: the K side at 104 (its swizzled stores), the V side at
+ * 152 (wgmma's B operands take no registers). */
 static __host__ __device__ constexpr int k_regs(int g) { return g ? 104 : K_REGS; }
 /* Named barriers; FULL and EMPTY + the operand buffer. */
 enum { BAR_K = 1, BAR_FULL = 2, BAR_EMPTY = 5, BAR_V = 8, BAR_O = 9 };
@@ -175,7 +175,7 @@ template <typename OPS> struct fused_smem_of {
     alignas(16) uint16_t o[2][CT][SB]; /* o of a chunk, [token][the block's V columns] */
 };
 typedef fused_smem_of<chunk_ops> fused_smem;
-/* Experiment G's: its operands 1 KB aligned (the launch adds the slack to
+/* The wgmma build's: its operands 1 KB aligned (the launch adds the slack to
  * align the dynamic shared memory's start). */
 typedef fused_smem_of<chunk_ops_g> fused_smem_g;
 static_assert(sizeof(fused_smem_g) + 1024 <= 227 * 1024, "a block's shared memory on sm_90");
@@ -207,9 +207,10 @@ static __device__ __forceinline__ void stage_o(const float O[CT / 8][4], uint16_
 }
 
 /* PROBE (sp_kda_chunked_probe_): 0 the kernel; 1 and 2 timing probes,
- * only the V side's or only the K side's arithmetic (wrong results). */
-/* G_ASKED: the V side's bf16 products by wgmma (state_products_g; sm_90a,
- * else the same products by mma.sync on the swizzled operands). */
+ * only the V side's or only the K side's arithmetic (wrong results).
+ * G_ASKED: the wgmma build, the V side's bf16 products by wgmma
+ * (state_products_g; built below sm_90a, the same products by mma.sync on
+ * the swizzled operands). */
 template <int PROBE, int G_ASKED = 0>
 static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params p, int splits) {
     constexpr int DO_K = PROBE != 1, DO_V = PROBE != 2;
@@ -337,23 +338,32 @@ static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params
     if (is_v && L > 0) state_store(p.state, p.state_bf16, sq.slot_base, vrow, 0, q, S, D / 8);
 }
 
-extern "C" size_t sp_kda_chunked_one_pass_smem_bytes_(void) { return sizeof(fused_smem); }
+extern "C" size_t sp_kda_chunked_one_pass_smem_bytes_(void) {
+    return sizeof(fused_smem_g) + 1024 > sizeof(fused_smem) ? sizeof(fused_smem_g) + 1024
+                                                            : sizeof(fused_smem);
+}
 
 static int probe; /* sp_kda_chunked_probe_ */
 
 extern "C" void sp_kda_chunked_probe_(int side) { probe = side; }
 
-extern "C" cudaError_t sp_kda_launch_chunked_(const kda_params *p, int splits,
+extern "C" cudaError_t sp_kda_launch_chunked_(const kda_params *p, int splits, int wgmma,
                                               cudaStream_t stream) {
-    /* probe 3: experiment G (4, 5: its V side, K side alone) */
-    const int g = probe >= 3 && probe <= 5;
+    /* A probe overrides the dispatcher's build (kda_internal.h). */
+    const int g = probe == SP_KDA_PROBE_MMA || probe == SP_KDA_PROBE_V || probe == SP_KDA_PROBE_K
+                      ? 0
+                  : probe >= SP_KDA_PROBE_WGMMA && probe <= SP_KDA_PROBE_WGMMA_K ? 1
+                                                                                : wgmma;
+    const int side = probe == SP_KDA_PROBE_V || probe == SP_KDA_PROBE_WGMMA_V   ? 1
+                     : probe == SP_KDA_PROBE_K || probe == SP_KDA_PROBE_WGMMA_K ? 2
+                                                                                 : 0;
     const int smem = g ? (int)sizeof(fused_smem_g) + 1024 : (int)sizeof(fused_smem);
-    const void *kernel = probe == 1   ? (const void *)kda_chunked_kernel<1>
-                         : probe == 2 ? (const void *)kda_chunked_kernel<2>
-                         : probe == 3 ? (const void *)kda_chunked_kernel<0, 1>
-                         : probe == 4 ? (const void *)kda_chunked_kernel<1, 1>
-                         : probe == 5 ? (const void *)kda_chunked_kernel<2, 1>
-                                      : (const void *)kda_chunked_kernel<0>;
+    const void *kernel = g ? (side == 1   ? (const void *)kda_chunked_kernel<1, 1>
+                              : side == 2 ? (const void *)kda_chunked_kernel<2, 1>
+                                          : (const void *)kda_chunked_kernel<0, 1>)
+                           : (side == 1   ? (const void *)kda_chunked_kernel<1>
+                              : side == 2 ? (const void *)kda_chunked_kernel<2>
+                                          : (const void *)kda_chunked_kernel<0>);
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
     void *params[] = {(void *)p, &splits};

@@ -78,8 +78,10 @@ extern "C" {
  * tensors'); return the launch's own error. */
 cudaError_t sp_kda_launch_recurrent_(const kda_params *p, cudaStream_t stream);
 /* splits: how many blocks share one (sequence, head), each owning 128 /
- * splits of the V columns (1, 2, 4 or 8). */
-cudaError_t sp_kda_launch_chunked_(const kda_params *p, int splits, cudaStream_t stream);
+ * splits of the V columns (1, 2, 4 or 8); wgmma: the build whose V side's
+ * products are wgmma (sp_kda_chunked_wgmma_). */
+cudaError_t sp_kda_launch_chunked_(const kda_params *p, int splits, int wgmma,
+                                   cudaStream_t stream);
 /* The most shared memory a block of the chunked kernels asks for (of the
  * one-pass kernel alone, of all). */
 size_t sp_kda_chunked_one_pass_smem_bytes_(void);

@@ -56,9 +56,11 @@ static sp_status launch(const kda_params *p, int kernel, void *workspace, int de
     if (kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS)
         SP_CUDA_CHECK(sp_kda_launch_chunked_two_pass_(
             p, workspace, sp_kda_two_pass_records_(p->N * p->H, sms), stream));
-    else
-        SP_CUDA_CHECK(
-            sp_kda_launch_chunked_(p, sp_kda_chunked_splits_(p->N * p->H, sms), stream));
+    else {
+        const int splits = sp_kda_chunked_splits_(p->N * p->H, sms);
+        SP_CUDA_CHECK(sp_kda_launch_chunked_(
+            p, splits, sp_kda_chunked_wgmma_(p->N * p->H * splits, sms), stream));
+    }
     return SP_OK;
 }
 
