@@ -15,6 +15,8 @@ the longer, this is the GPU's time). Arms:
   pack_into     stridepack.pack_into(xs, outs) into preallocated dense tensors
   pack_alloc    stridepack.pack(xs) (the workspace allocated per call)
   pack_dense    stridepack.pack on four dense tensors (nothing launched)
+  inputs_pack   KdaInputs.pack(q, k, v, g, beta) (g dense: four copied)
+  inputs_dense  KdaInputs.pack on five dense tensors (each comes back as itself)
   torch4        four .copy_ into preallocated dense tensors
   torch1        one .copy_ (q alone)
 Each stridepack arm is checked bit for bit against .contiguous() first.
@@ -99,24 +101,32 @@ def main():
     outs = [torch.empty_like(r) for r in refs]
     dense = [torch.empty_like(r) for r in refs]
     q_out = torch.empty_like(refs[0])
+    g = torch.zeros(1, T, H, 128, dtype=torch.bfloat16, device=dev)
+    inputs = stridepack.KdaInputs(dev, T, H)
+    kda_xs, kda_dense = xs[:3] + [g, xs[3]], dense[:3] + [g, dense[3]]
     arms = {
         "pack_ws": lambda: stridepack.pack(xs, workspace=ws),
         "pack_into": lambda: stridepack.pack_into(xs, outs),
         "pack_alloc": lambda: stridepack.pack(xs),
         "pack_dense": lambda: stridepack.pack(dense, workspace=ws),
+        "inputs_pack": lambda: inputs.pack(*kda_xs),
+        "inputs_dense": lambda: inputs.pack(*kda_dense),
         "torch4": lambda: [d.copy_(x) for d, x in zip(outs, xs)],
         "torch1": lambda: q_out.copy_(xs[0]),
     }
-    for name in ("pack_ws", "pack_into", "pack_alloc"):
+    for name in ("pack_ws", "pack_into", "pack_alloc", "inputs_pack"):
         got = arms[name]()
         sync()
-        for g, r in zip(got, refs):
-            if not torch.equal(g.view(torch.int16), r.view(torch.int16)):
+        want = refs[:3] + [g, refs[3]] if name == "inputs_pack" else refs
+        for x, r in zip(got, want):
+            if not torch.equal(x.view(torch.int16), r.view(torch.int16)):
                 sys.exit(f"{name}: output differs from .contiguous()")
     passes = stridepack.copy_pass_count()
     arms["pack_dense"]()
+    if any(x is not d for x, d in zip(arms["inputs_dense"](), kda_dense)):
+        sys.exit("inputs_dense: a dense input did not come back as itself")
     if stridepack.copy_pass_count() != passes:
-        sys.exit("pack_dense launched a copy")
+        sys.exit("pack_dense or inputs_dense launched a copy")
     single = single_us(arms, args.calls, sync)
     row = {name: round(in_a_row_us(fn, args.calls, args.warmup, sync), 2)
            for name, fn in arms.items()}
