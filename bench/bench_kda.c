@@ -317,6 +317,8 @@ int main(int argc, char **argv) {
                     bench_json_num(&j, "o_rel_err_vs_recurrent", err[k]);
                     bench_json_num(&j, "state_rel_err_vs_recurrent", serr[k]);
                 }
+                if (kernels[k] == SP_KDA_KERNEL_CHUNKED || kernels[k] == SP_KDA_KERNEL_AUTO)
+                    bench_json_int(&j, "wgmma_build_available", sp_kda_chunked_has_wgmma_(0));
                 if (kernels[k] == SP_KDA_KERNEL_CHUNKED && probe)
                     bench_json_str(&j, "probe", probe_names[probe]);
                 if (k >= 2) bench_json_int(&j, "workspace_bytes", (int64_t)ws_bytes);

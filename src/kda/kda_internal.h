@@ -122,6 +122,10 @@ int sp_kda_chunked_splits_(int64_t pairs, int sms);
 /* Whether a one-pass launch of `blocks` blocks takes the wgmma build (its
  * V side's products by wgmma) rather than the mma.sync one. */
 int sp_kda_chunked_wgmma_(int64_t blocks, int sms);
+/* Whether the wgmma build's code for the current device, `device`, has
+ * its products on wgmma (its sm_90a code; CUDA builds only): else the
+ * dispatcher keeps to the mma.sync build. */
+int sp_kda_chunked_has_wgmma_(int device);
 
 /* The two-pass kernel's workspace for T tokens, N sequences, H heads;
  * SP_ERR_OVERFLOW when the count does not fit a size_t. */

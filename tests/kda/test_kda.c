@@ -693,11 +693,12 @@ int main(void) {
         for (int di = 0; di < 2; di++) empty_sequence_case(R, dts[di]);
         device_guard_cases(R);
 #ifdef TS_MEM_IS_CUDA
-        /* The one-pass kernel's builds (kda_internal.h): the dispatcher's
-         * (the wgmma build at these sizes) and the mma.sync build; or the
-         * one SP_KDA_PROBE names. */
+        /* The one-pass kernel's builds (kda_internal.h), each forced: the
+         * wgmma build (where the device's code has no wgmma, its swizzled
+         * operands by mma.sync) and the mma.sync build; or the one
+         * SP_KDA_PROBE names. */
         const char *only = getenv("SP_KDA_PROBE");
-        static const int builds[] = {SP_KDA_PROBE_AUTO, SP_KDA_PROBE_MMA};
+        static const int builds[] = {SP_KDA_PROBE_WGMMA, SP_KDA_PROBE_MMA};
         for (int b = 0; b < (only ? 1 : 2); b++) {
             sp_kda_chunked_probe_(only ? atoi(only) : builds[b]);
             chunked_cases(CH, sm);

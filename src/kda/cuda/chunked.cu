@@ -347,6 +347,27 @@ static int probe; /* sp_kda_chunked_probe_ */
 
 extern "C" void sp_kda_chunked_probe_(int side) { probe = side; }
 
+extern "C" int sp_kda_chunked_has_wgmma_(int device) {
+    /* The wgmma build's products are wgmma only in its sm_90a code (PTX
+     * 9.0, which runs on compute capability 9.0 alone); elsewhere that
+     * build would multiply its swizzled operands by mma.sync, a path no
+     * test runs: the dispatcher then keeps to the mma.sync build. Asked
+     * once a device (a race between first callers computes the same
+     * answer twice). */
+    static int known[64]; /* 0 unknown, 1 no, 2 yes */
+    if (device < 0 || device >= 64) return 0;
+    int v = __atomic_load_n(&known[device], __ATOMIC_ACQUIRE);
+    if (v) return v == 2;
+    cudaFuncAttributes a;
+    if (cudaFuncGetAttributes(&a, (const void *)kda_chunked_kernel<0, 1>) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    v = a.ptxVersion == 90 && a.binaryVersion == 90 ? 2 : 1;
+    __atomic_store_n(&known[device], v, __ATOMIC_RELEASE);
+    return v == 2;
+}
+
 extern "C" cudaError_t sp_kda_launch_chunked_(const kda_params *p, int splits, int wgmma,
                                               cudaStream_t stream) {
     /* A probe overrides the dispatcher's build (kda_internal.h). */
