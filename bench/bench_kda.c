@@ -178,21 +178,23 @@ int main(int argc, char **argv) {
             break;
         }
     int probe = 0;
-    static const char *const probe_names[] = {
-        "",
-        "mma.sync build, V side only",
-        "mma.sync build, K side only",
-        "wgmma build",
-        "wgmma build, V side only",
-        "wgmma build, K side only",
-        "mma.sync build",
+    /* Indexed by SP_KDA_PROBE_* (kda_internal.h): --probe's word, the JSON's words. */
+    static const struct {
+        const char *flag, *what;
+    } probes[] = {
+        {"", ""},
+        {"v", "mma.sync build, V side only"},
+        {"k", "mma.sync build, K side only"},
+        {"g", "wgmma build"},
+        {"g.v", "wgmma build, V side only"},
+        {"g.k", "wgmma build, K side only"},
+        {"m", "mma.sync build"},
     };
     for (int i = 1; i + 1 < argc; i++)
         if (strcmp(argv[i], "--probe") == 0) {
-            static const char *const names[] = {"v", "k", "g", "g.v", "g.k", "m"};
             probe = -1;
-            for (int n = 0; n < 6; n++)
-                if (strcmp(argv[i + 1], names[n]) == 0) probe = n + 1; /* SP_KDA_PROBE_* */
+            for (int n = 1; n < (int)(sizeof probes / sizeof probes[0]); n++)
+                if (strcmp(argv[i + 1], probes[n].flag) == 0) probe = n;
             if (probe < 0) {
                 fprintf(stderr, "--probe takes v, k, g, g.v, g.k or m\n");
                 return 2;
@@ -320,7 +322,7 @@ int main(int argc, char **argv) {
                 if (kernels[k] == SP_KDA_KERNEL_CHUNKED || kernels[k] == SP_KDA_KERNEL_AUTO)
                     bench_json_int(&j, "wgmma_build_available", sp_kda_chunked_has_wgmma_(0));
                 if (kernels[k] == SP_KDA_KERNEL_CHUNKED && probe)
-                    bench_json_str(&j, "probe", probe_names[probe]);
+                    bench_json_str(&j, "probe", probes[probe].what);
                 if (k >= 2) bench_json_int(&j, "workspace_bytes", (int64_t)ws_bytes);
                 bench_json_emit(&j, out);
                 if (rows < 96)

@@ -178,7 +178,9 @@ typedef fused_smem_of<chunk_ops> fused_smem;
 /* The wgmma build's: its operands 1 KB aligned (the launch adds the slack to
  * align the dynamic shared memory's start). */
 typedef fused_smem_of<chunk_ops_g> fused_smem_g;
-static_assert(sizeof(fused_smem_g) + 1024 <= 227 * 1024, "a block's shared memory on sm_90");
+/* The dynamic shared memory each build's launch asks for. */
+static constexpr size_t SMEM_BYTES = sizeof(fused_smem), SMEM_BYTES_G = sizeof(fused_smem_g) + 1024;
+static_assert(SMEM_BYTES_G <= 227 * 1024, "a block's shared memory on sm_90");
 
 /* This warp's O^T (accumulator tiles: V rows v .. v + 15 of the block's,
  * tokens 8 nt8 + ...) into o[token][v ..], bf16. */
@@ -339,8 +341,7 @@ static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params
 }
 
 extern "C" size_t sp_kda_chunked_one_pass_smem_bytes_(void) {
-    return sizeof(fused_smem_g) + 1024 > sizeof(fused_smem) ? sizeof(fused_smem_g) + 1024
-                                                            : sizeof(fused_smem);
+    return SMEM_BYTES_G > SMEM_BYTES ? SMEM_BYTES_G : SMEM_BYTES;
 }
 
 static int probe; /* sp_kda_chunked_probe_ */
@@ -378,13 +379,13 @@ extern "C" cudaError_t sp_kda_launch_chunked_(const kda_params *p, int splits, i
     const int side = probe == SP_KDA_PROBE_V || probe == SP_KDA_PROBE_WGMMA_V   ? 1
                      : probe == SP_KDA_PROBE_K || probe == SP_KDA_PROBE_WGMMA_K ? 2
                                                                                  : 0;
-    const int smem = g ? (int)sizeof(fused_smem_g) + 1024 : (int)sizeof(fused_smem);
-    const void *kernel = g ? (side == 1   ? (const void *)kda_chunked_kernel<1, 1>
-                              : side == 2 ? (const void *)kda_chunked_kernel<2, 1>
-                                          : (const void *)kda_chunked_kernel<0, 1>)
-                           : (side == 1   ? (const void *)kda_chunked_kernel<1>
-                              : side == 2 ? (const void *)kda_chunked_kernel<2>
-                                          : (const void *)kda_chunked_kernel<0>);
+    static const void *const kernels[2][3] = {
+        {(const void *)kda_chunked_kernel<0>, (const void *)kda_chunked_kernel<1>,
+         (const void *)kda_chunked_kernel<2>},
+        {(const void *)kda_chunked_kernel<0, 1>, (const void *)kda_chunked_kernel<1, 1>,
+         (const void *)kda_chunked_kernel<2, 1>}};
+    const int smem = (int)(g ? SMEM_BYTES_G : SMEM_BYTES);
+    const void *kernel = kernels[g][side];
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
     void *params[] = {(void *)p, &splits};
