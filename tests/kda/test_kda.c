@@ -640,30 +640,31 @@ static void device_guard_cases(int32_t kernel) {
     kp_free(&p);
 }
 
+/* The batches main and chunked_cases run: sequence lengths (SP_TEST_SMALL:
+ * small), a batch with an empty sequence inside, both state dtypes. */
+static const int64_t batch_lens[] = {1, 63, 64, 65, 300}, small_lens[] = {1, 17, 40};
+static const int64_t extra_lens[] = {0, 130, 2};
+static const sp_dtype state_dts[] = {SP_F32, SP_BF16};
+
 /* The one-pass kernel's cases (and the two-pass kernel's: kernel TP). */
 static void chunked_cases(int32_t kernel, int sm) {
-    static const int64_t lens[] = {1, 63, 64, 65, 300}, small[] = {1, 17, 40};
-    static const int64_t extra[] = {0, 130, 2}; /* an empty sequence inside */
-    static const sp_dtype dts[] = {SP_F32, SP_BF16};
     if (sm) {
-        batch_case(kernel, SP_F32, SP_KDA_GATE_LOWER_BOUND, 32, small, 3, 2);
-        batch_case(kernel, SP_BF16, SP_KDA_GATE_LOWER_BOUND, 0, small, 3, 1);
+        batch_case(kernel, SP_F32, SP_KDA_GATE_LOWER_BOUND, 32, small_lens, 3, 2);
+        batch_case(kernel, SP_BF16, SP_KDA_GATE_LOWER_BOUND, 0, small_lens, 3, 1);
     } else {
         for (int di = 0; di < 2; di++)
             for (int ii = 0; ii < 3; ii++)
-                batch_case(kernel, dts[di], SP_KDA_GATE_LOWER_BOUND, 32 * ii, lens, 5, 3);
-        batch_case(kernel, SP_F32, SP_KDA_GATE_LOWER_BOUND, 64, extra, 3, 4);
+                batch_case(kernel, state_dts[di], SP_KDA_GATE_LOWER_BOUND, 32 * ii, batch_lens, 5,
+                           3);
+        batch_case(kernel, SP_F32, SP_KDA_GATE_LOWER_BOUND, 64, extra_lens, 3, 4);
     }
     chunked_edge_cases(kernel, sm);
-    for (int di = 0; di < 2; di++) empty_sequence_case(kernel, dts[di]);
+    for (int di = 0; di < 2; di++) empty_sequence_case(kernel, state_dts[di]);
     device_guard_cases(kernel);
 }
 
 int main(void) {
     M = ts_mem_or_skip(TS_MEM_BACKEND);
-    static const int64_t lens[] = {1, 63, 64, 65, 300}, small[] = {1, 17, 40};
-    static const int64_t extra[] = {0, 130, 2}; /* an empty sequence inside */
-    static const sp_dtype dts[] = {SP_F32, SP_BF16};
     static const int32_t gates[] = {SP_KDA_GATE_LOWER_BOUND, SP_KDA_GATE_SOFTPLUS};
     static const int64_t intervals[] = {0, 1, 32, 64};
     const int32_t R = SP_KDA_KERNEL_RECURRENT, CH = SP_KDA_KERNEL_CHUNKED,
@@ -675,22 +676,22 @@ int main(void) {
         for (int di = 0; di < 2; di++)
             for (int gi = 0; gi < 2; gi++)
                 for (int ii = 0; ii < 4; ii++)
-                    batch_case(SP_KDA_KERNEL_AUTO, dts[di], gates[gi], intervals[ii],
-                               sm ? small : lens, sm ? 3 : 5, 2);
-        batch_case(SP_KDA_KERNEL_AUTO, SP_F32, SP_KDA_GATE_SOFTPLUS, 64, extra, 3, 2);
-        for (int di = 0; di < 2; di++) empty_sequence_case(SP_KDA_KERNEL_AUTO, dts[di]);
+                    batch_case(SP_KDA_KERNEL_AUTO, state_dts[di], gates[gi], intervals[ii],
+                               sm ? small_lens : batch_lens, sm ? 3 : 5, 2);
+        batch_case(SP_KDA_KERNEL_AUTO, SP_F32, SP_KDA_GATE_SOFTPLUS, 64, extra_lens, 3, 2);
+        for (int di = 0; di < 2; di++) empty_sequence_case(SP_KDA_KERNEL_AUTO, state_dts[di]);
     } else {
         if (sm) {
-            batch_case(R, SP_F32, SP_KDA_GATE_LOWER_BOUND, 16, small, 3, 2);
-            batch_case(R, SP_BF16, SP_KDA_GATE_SOFTPLUS, 1, small, 3, 1);
+            batch_case(R, SP_F32, SP_KDA_GATE_LOWER_BOUND, 16, small_lens, 3, 2);
+            batch_case(R, SP_BF16, SP_KDA_GATE_SOFTPLUS, 1, small_lens, 3, 1);
         } else {
             for (int di = 0; di < 2; di++)
                 for (int gi = 0; gi < 2; gi++)
                     for (int ii = 0; ii < 4; ii++)
-                        batch_case(R, dts[di], gates[gi], intervals[ii], lens, 5, 3);
-            batch_case(R, SP_F32, SP_KDA_GATE_SOFTPLUS, 64, extra, 3, 4);
+                        batch_case(R, state_dts[di], gates[gi], intervals[ii], batch_lens, 5, 3);
+            batch_case(R, SP_F32, SP_KDA_GATE_SOFTPLUS, 64, extra_lens, 3, 4);
         }
-        for (int di = 0; di < 2; di++) empty_sequence_case(R, dts[di]);
+        for (int di = 0; di < 2; di++) empty_sequence_case(R, state_dts[di]);
         device_guard_cases(R);
 #ifdef TS_MEM_IS_CUDA
         /* The one-pass kernel's builds (kda_internal.h), each forced: the

@@ -223,8 +223,9 @@ static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params
 #endif
     typedef typename std::conditional<G_ASKED != 0, fused_smem_g, fused_smem>::type smem_t;
     extern __shared__ __align__(16) unsigned char smem_bytes[];
-    smem_t &s = *(smem_t *)(G_ASKED ? smem_bytes + ((1024 - (sp_smem_addr_(smem_bytes) & 1023)) & 1023)
-                                    : smem_bytes);
+    /* The wgmma build's operands 1 KB aligned (SMEM_BYTES_G has the slack). */
+    const unsigned align = G_ASKED ? (1024 - (sp_smem_addr_(smem_bytes) & 1023)) & 1023 : 0;
+    smem_t &s = *(smem_t *)(smem_bytes + align);
 
     const int split = (int)(blockIdx.x % (unsigned)splits);
     const int64_t nh = blockIdx.x / (unsigned)splits, h = nh % p.H, n = nh / p.H;
