@@ -176,6 +176,9 @@ template <int N> static __device__ __forceinline__ void sp_wgmma_wait_(void) {
 static __device__ __forceinline__ void sp_reg_fence_(float &x) {
     asm volatile("" : "+f"(x)::"memory");
 }
+static __device__ __forceinline__ void sp_reg_fence_(uint32_t &x) {
+    asm volatile("" : "+r"(x)::"memory");
+}
 
 /* D (64 x 32 fp32: this thread's 16) += A (64 x 16 bf16, from registers:
  * the mma.sync m16n8k16 A fragment of this warp's 16 rows) times B (16 x

@@ -53,6 +53,24 @@
  * 32 products over the 128 channels, and S' += W^T R as 64 x 64 products
  * over the 32 tokens (R's rows are tokens: B MN-major). Each operand row is
  * then read once a warpgroup instead of once a warp. */
+/* The registers a batch of products reads (A fragments a; accumulator
+ * tiles c) made final before wgmma.fence: else the compiler may move one
+ * after it and then has to wait for the tensor cores in between (ptxas
+ * C7517, C7519). */
+template <int NA>
+static __device__ __forceinline__ void fence_fragments(uint32_t (&a)[NA][4]) {
+#pragma unroll
+    for (int k = 0; k < NA; k++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) sp_reg_fence_(a[k][e]);
+}
+template <int NC> static __device__ __forceinline__ void fence_tiles(float (*c)[4]) {
+#pragma unroll
+    for (int j = 0; j < NC; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) sp_reg_fence_(c[j][e]);
+}
+
 template <typename OPS> /* chunk_ops_g (a template: unused below sm_90a) */
 static __device__ __forceinline__ void state_products_g(float S[D / 8][4], int lane, const OPS &s,
                                                         float P[CT / 8][4], float O[CT / 8][4]) {
@@ -66,6 +84,7 @@ static __device__ __forceinline__ void state_products_g(float S[D / 8][4], int l
 #pragma unroll
         for (int k = 0; k < D / 32; k++)
             acc_pair_as_a(S[2 * (4 * half + k)], S[2 * (4 * half + k) + 1], a[k]);
+        fence_fragments(a), fence_tiles<CT / 8>(P), fence_tiles<CT / 8>(O);
         sp_wgmma_fence_();
 #pragma unroll
         for (int k = 0; k < D / 32; k++) {
@@ -77,10 +96,7 @@ static __device__ __forceinline__ void state_products_g(float S[D / 8][4], int l
         sp_wgmma_commit_();
         sp_wgmma_wait_<0>();
     }
-#pragma unroll
-    for (int j = 0; j < CT / 8; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) sp_reg_fence_(P[j][e]), sp_reg_fence_(O[j][e]);
+    fence_tiles<CT / 8>(P), fence_tiles<CT / 8>(O);
 }
 
 template <typename OPS>
@@ -90,6 +106,7 @@ static __device__ __forceinline__ void state_add_g(float S[D / 8][4], const floa
 #pragma unroll
     for (int kt = 0; kt < CT / 16; kt++) acc_pair_as_a(W[2 * kt], W[2 * kt + 1], a[kt]);
     const unsigned r = sp_smem_addr_(s.r);
+    fence_fragments(a), fence_tiles<D / 8>(S);
     sp_wgmma_fence_();
     /* Tokens 16 kt ..: 8-token groups 2 kt, 2 kt + 1; channels in two
      * 64-channel blocks (64 x 64 products: 32 accumulators each). */
@@ -101,10 +118,7 @@ static __device__ __forceinline__ void state_add_g(float S[D / 8][4], const floa
                                    sp_gmma_desc_sw128_(r + nb * 4096 + kt * 2048, 4096, 1024));
     sp_wgmma_commit_();
     sp_wgmma_wait_<0>();
-#pragma unroll
-    for (int nd = 0; nd < D / 8; nd++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) sp_reg_fence_(S[nd][e]);
+    fence_tiles<D / 8>(S);
 }
 
 /* The rest, for this warp's 16 V rows (v_warp: the first, relative to the
@@ -230,7 +244,10 @@ static __global__ void __launch_bounds__(BLOCK, 1) kda_chunked_kernel(kda_params
     const int split = (int)(blockIdx.x % (unsigned)splits);
     const int64_t nh = blockIdx.x / (unsigned)splits, h = nh % p.H, n = nh / p.H;
     const int bv = D / splits, v0 = split * bv;
-    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    /* w through a shuffle from lane 0: the compiler then knows it is the
+     * same over the warp, so the products under branches on it are not in a
+     * divergent path (where ptxas serializes wgmma: C7520). */
+    const int tid = threadIdx.x, lane = tid & 31, w = __shfl_sync(SP_KDA_FULL_MASK, tid >> 5, 0);
 
     kda_seq sq;
     if (!kda_seq_of(p, n, h, &sq)) return;
