@@ -61,8 +61,10 @@ typedef enum sp_kda_gate {
  *     2.4e-3 on K3-contract inputs), one pass: in each block two
  *     warpgroups prepare the operands up to two chunks ahead while two walk
  *     the state; several blocks per (sequence, head) when there are few
- *     pairs. The fastest kernel from about 33 (sequence, head) pairs on (K3
- *     with 48 to 96 heads a GPU).
+ *     pairs. Built for sm_90a and run on one, where a block owns all 128 V
+ *     columns, the state's products are warpgroup (wgmma) products; else
+ *     mma.sync, same results within the error above. The fastest kernel
+ *     from about 33 (sequence, head) pairs on (K3 with 48 to 96 heads a GPU).
  *   CHUNKED_TWO_PASS: the same arithmetic in two kernels: first the
  *     chunk-local products of every chunk in parallel, into a workspace,
  *     then the pass over the chunks. Faster up to about 32

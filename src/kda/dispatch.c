@@ -111,13 +111,15 @@ int sp_kda_chunked_splits_(int64_t pairs, int sms) {
     return s;
 }
 
-int sp_kda_chunked_wgmma_(int64_t blocks, int sms) {
+int sp_kda_chunked_wgmma_(int splits) {
     /* The wgmma build reads each V operand row once a warpgroup instead of
-     * once a warp, which wins where the grid is one wave (on the H200 at
-     * T = 16384: 1.827 against 1.853 ms at H = 96, 1.546 against 1.578 at
-     * H = 64, two splits; 0.921 against 0.934 at T = 8192, H = 96) and
-     * loses where blocks follow one another on a multiprocessor (1.453
-     * against 1.449 at H = 96 in 8 sequences, 0.295 against 0.286 at
-     * T = 2048 in 16; docs/PERFORMANCE.md). */
-    return blocks <= (int64_t)(sms < 1 ? 1 : sms);
+     * once a warp. Since its products are no longer serialized (the warp
+     * index known uniform, their registers fenced) it wins wherever a block
+     * owns all 128 V columns, one wave or several (on the H200 at
+     * T = 16384: 1.776 against the mma.sync build's ~1.84 ms at H = 96,
+     * 1.393 against 1.450 at H = 96 in 8 sequences; T = 8192, H = 96: 0.895;
+     * T = 2048, H = 96: 0.232 against 0.242, in 16 sequences 0.277 against
+     * 0.286) and loses where blocks split them (two splits: 1.605 against
+     * 1.529 at H = 64, 1.586 against 1.519 at H = 48; docs/PERFORMANCE.md). */
+    return splits == 1;
 }

@@ -119,9 +119,10 @@ int sp_kda_chunked_can_serve_(const sp_kda_args *a, const sp_kda_dims *d);
 /* How many blocks share one (sequence, head) in the chunked kernel, for
  * `pairs` (sequence, head) pairs on `sms` multiprocessors: 1, 2, 4 or 8. */
 int sp_kda_chunked_splits_(int64_t pairs, int sms);
-/* Whether a one-pass launch of `blocks` blocks takes the wgmma build (its
- * V side's products by wgmma) rather than the mma.sync one. */
-int sp_kda_chunked_wgmma_(int64_t blocks, int sms);
+/* Whether a one-pass launch with `splits` splits of the V columns takes
+ * the wgmma build (its V side's products by wgmma) rather than the
+ * mma.sync one. */
+int sp_kda_chunked_wgmma_(int splits);
 /* Whether the wgmma build's code for the current device, `device`, has
  * its products on wgmma (its sm_90a code; CUDA builds only): else the
  * dispatcher keeps to the mma.sync build. */

@@ -60,7 +60,7 @@ static sp_status launch(const kda_params *p, int kernel, void *workspace, int de
         const int splits = sp_kda_chunked_splits_(p->N * p->H, sms);
         SP_CUDA_CHECK(sp_kda_launch_chunked_(
             p, splits,
-            sp_kda_chunked_wgmma_(p->N * p->H * splits, sms) && sp_kda_chunked_has_wgmma_(device),
+            sp_kda_chunked_wgmma_(splits) && sp_kda_chunked_has_wgmma_(device),
             stream));
     }
     return SP_OK;
