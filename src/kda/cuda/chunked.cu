@@ -46,13 +46,6 @@
 
 #include <type_traits>
 
-/* The wgmma build (sm_90a, chunk_ops_g): the V side's bf16 products on the
- * warpgroup's tensor cores, all 64 V rows of its four warps in one product
- * (wgmma; A, this warp's 16 rows, from registers; B read by the tensor
- * cores from the swizzled operands): P^T, O^T += S' Lk^T, S' Lq^T as 64 x
- * 32 products over the 128 channels, and S' += W^T R as 64 x 64 products
- * over the 32 tokens (R's rows are tokens: B MN-major). Each operand row is
- * then read once a warpgroup instead of once a warp. */
 /* The registers a batch of products reads (A fragments a; accumulator
  * tiles c) made final before wgmma.fence: else the compiler may move one
  * after it and then has to wait for the tensor cores in between (ptxas
@@ -71,6 +64,13 @@ template <int NC> static __device__ __forceinline__ void fence_tiles(float (*c)[
         for (int e = 0; e < 4; e++) sp_reg_fence_(c[j][e]);
 }
 
+/* The wgmma build (sm_90a, chunk_ops_g): the V side's bf16 products on the
+ * warpgroup's tensor cores, all 64 V rows of its four warps in one product
+ * (wgmma; A, this warp's 16 rows, from registers; B read by the tensor
+ * cores from the swizzled operands): P^T, O^T += S' Lk^T, S' Lq^T as 64 x
+ * 32 products over the 128 channels, and S' += W^T R as 64 x 64 products
+ * over the 32 tokens (R's rows are tokens: B MN-major). Each operand row is
+ * then read once a warpgroup instead of once a warp. */
 template <typename OPS> /* chunk_ops_g (a template: unused below sm_90a) */
 static __device__ __forceinline__ void state_products_g(float S[D / 8][4], int lane, const OPS &s,
                                                         float P[CT / 8][4], float O[CT / 8][4]) {
