@@ -14,11 +14,7 @@
  * Prints one JSON line per kernel x shape x state (also appended to FILE
  * with --json FILE), then a table.
  *
- * --two-pass R.F forces the two-pass kernel's records in flight (2, 4) and
- * form (1: two kernels, 2: fused) (sp_kda_two_pass_force_).
- *
- * Run: build/bench/bench_kda [--shape T H N] [--probe m|g|v|k|g.v|g.k] [--two-pass R.F]
- *      [--json FILE]
+ * Run: build/bench/bench_kda [--shape T H N] [--probe m|g|v|k|g.v|g.k] [--json FILE]
  */
 #include "harness.h"
 #include "kda/kda_internal.h" /* sp_kda_chunked_probe_ */
@@ -208,22 +204,6 @@ int main(int argc, char **argv) {
             break;
         }
     sp_kda_chunked_probe_(probe);
-    /* --two-pass R.F: the two-pass kernel with R records in flight, as two
-     * kernels (F = 1) or fused (F = 2) (sp_kda_two_pass_force_), not the
-     * dispatcher's plan. */
-    int tp_records = 0, tp_form = 0;
-    for (int i = 1; i + 1 < argc; i++)
-        if (strcmp(argv[i], "--two-pass") == 0) {
-            if (sscanf(argv[i + 1], "%d.%d", &tp_records, &tp_form) != 2 ||
-                (tp_records != 2 && tp_records != 4) || (tp_form != 1 && tp_form != 2)) {
-                fprintf(stderr, "--two-pass takes R.F: R 2 or 4, F 1 (two kernels) or 2 (fused)\n");
-                return 2;
-            }
-            for (int k = i; k + 2 < argc; k++) argv[k] = argv[k + 2];
-            argc -= 2;
-            break;
-        }
-    sp_kda_two_pass_force_(tp_records, tp_form);
     FILE *out = NULL;
     if (bench_json_arg(argc, argv, &out)) return 2;
     char name[256];
@@ -344,10 +324,6 @@ int main(int argc, char **argv) {
                 if (kernels[k] == SP_KDA_KERNEL_CHUNKED && probe)
                     bench_json_str(&j, "probe", probes[probe].what);
                 if (k >= 2) bench_json_int(&j, "workspace_bytes", (int64_t)ws_bytes);
-                if (k >= 2 && tp_records) {
-                    bench_json_int(&j, "two_pass_records", tp_records);
-                    bench_json_str(&j, "two_pass_form", tp_form == 2 ? "fused" : "two kernels");
-                }
                 bench_json_emit(&j, out);
                 if (rows < 96)
                     snprintf(table[rows++], sizeof table[0],

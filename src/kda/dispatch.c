@@ -26,12 +26,11 @@ const char *sp_kda_kernel_name(sp_kda_kernel k) {
 }
 
 sp_status sp_kda_two_pass_bytes_(int64_t T, int64_t N, int64_t H, size_t *bytes) {
-    /* A record and a 4-byte flag (the fused kernel's) per slot and head. */
     const int64_t slots = sp_kda_two_pass_slots_(T, N);
     int64_t records;
     SP_REQUIRE(!__builtin_mul_overflow(slots, H, &records) &&
-                   !__builtin_mul_overflow((uint64_t)records,
-                                           (uint64_t)SP_KDA_TWO_PASS_RECORD_BYTES + 4, bytes),
+                   !__builtin_mul_overflow((uint64_t)records, (uint64_t)SP_KDA_TWO_PASS_RECORD_BYTES,
+                                           bytes),
                SP_ERR_OVERFLOW, "workspace: the two-pass kernel's size for T %lld, N %lld, H %lld "
                "overflows", (long long)T, (long long)N, (long long)H);
     return SP_OK;
@@ -101,24 +100,6 @@ int sp_kda_two_pass_records_(int64_t pairs, int sms) {
     if (sms < 1) sms = 1;
     const int64_t blocks = 8 * pairs;
     return blocks > sms && blocks <= 2 * (int64_t)sms ? 2 : 4;
-}
-
-int sp_kda_two_pass_fused_(int64_t pairs, int sms, int records) {
-    (void)pairs, (void)sms, (void)records;
-    return 0;
-}
-
-static int forced_records, forced_form; /* sp_kda_two_pass_force_ */
-
-void sp_kda_two_pass_force_(int records, int form) {
-    forced_records = records;
-    forced_form = form;
-}
-
-void sp_kda_two_pass_plan_(int64_t pairs, int sms, int *records, int *fused) {
-    *records = forced_records ? forced_records : sp_kda_two_pass_records_(pairs, sms);
-    *fused = forced_form ? forced_form == SP_KDA_TWO_PASS_FUSED
-                         : sp_kda_two_pass_fused_(pairs, sms, *records);
 }
 
 int sp_kda_chunked_splits_(int64_t pairs, int sms) {

@@ -64,7 +64,7 @@ enum {
 void sp_kda_chunked_probe_(int side);
 
 /* Record slots of the two-pass kernel for T tokens in N sequences. */
-static inline SP_HD int64_t sp_kda_two_pass_slots_(int64_t T, int64_t N) {
+static inline int64_t sp_kda_two_pass_slots_(int64_t T, int64_t N) {
     return T / SP_KDA_CHUNK + N;
 }
 
@@ -135,20 +135,6 @@ sp_status sp_kda_two_pass_bytes_(int64_t T, int64_t N, int64_t H, size_t *bytes)
 /* Records in flight per state-pass block of the two-pass kernel (2 or 4),
  * for `pairs` (sequence, head) pairs on `sms` multiprocessors. */
 int sp_kda_two_pass_records_(int64_t pairs, int sms);
-/* Whether the two kernels run as one (the state pass starting while the
- * records are prepared, chunk by chunk: chunked_two_pass.cu) for `pairs`
- * pairs on `sms` multiprocessors with `records` in flight. */
-int sp_kda_two_pass_fused_(int64_t pairs, int sms, int records);
-/* The state pass's records (2 or 4) and form (SP_KDA_TWO_PASS_SPLIT: two
- * kernels, SP_KDA_TWO_PASS_FUSED: one) that later launches use in place of
- * the dispatcher's (0: the dispatcher's), for tests and benchmarks. Where
- * the device cannot hold the fused kernel's state pass and a preparing
- * block at once, two kernels run. Not thread-safe. */
-enum { SP_KDA_TWO_PASS_SPLIT = 1, SP_KDA_TWO_PASS_FUSED = 2 };
-void sp_kda_two_pass_force_(int records, int form);
-/* The records and whether fused, for a two-pass launch (the forced ones
- * where set). */
-void sp_kda_two_pass_plan_(int64_t pairs, int sms, int *records, int *fused);
 
 /* Run a checked call on its backend (no check again): what sp_kda_prefill
  * and the boundary do after sp_kda_check_. */

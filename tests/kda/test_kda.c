@@ -481,35 +481,6 @@ static void chunked_edge_cases(int32_t kernel, int small) {
     kp_free(&p);
 }
 
-#ifdef TS_MEM_IS_CUDA
-/* The two-pass kernel's plans (records in flight; two kernels or fused)
- * only move bytes differently: every plan's o, final state and checkpoints are
- * the bytes of the first plan's, over sequences of every length mod 32
- * (and an empty one), with checkpoints. */
-static void two_pass_plans_identical(const int (*plans)[2], size_t n) {
-    int64_t lens[16];
-    for (int i = 0; i < 16; i++) lens[i] = i == 5 ? 0 : 2 * i + 32 * (i % 4) + 1;
-    kda_problem p;
-    kp_make(&p, 16, lens, 3, 3, SP_F32, SP_KDA_GATE_LOWER_BOUND, 32, 3400);
-    p.kernel = SP_KDA_KERNEL_CHUNKED_TWO_PASS;
-    void *first[KB_COUNT], *other[KB_COUNT];
-    kp_copy(&p, first);
-    kp_copy(&p, other);
-    sp_kda_two_pass_force_(plans[0][0], plans[0][1]);
-    CHECK_OK(run_backend(&p, p.host, first));
-    for (size_t i = 1; i < n; i++) {
-        sp_kda_two_pass_force_(plans[i][0], plans[i][1]);
-        CHECK_OK(run_backend(&p, p.host, other));
-        CHECKF(kp_outputs_equal(&p, first, other), "two-pass plan %d.%d: outputs differ from %d.%d",
-               plans[i][0], plans[i][1], plans[0][0], plans[0][1]);
-    }
-    sp_kda_two_pass_force_(0, 0);
-    kp_free_copy(first);
-    kp_free_copy(other);
-    kp_free(&p);
-}
-#endif
-
 /* Which kernel AUTO picks, and forced kernels that cannot serve a call:
  * SP_ERR_UNSUPPORTED (or INVALID_ARGUMENT for no kernel at all), nothing
  * written. */
@@ -539,7 +510,7 @@ static void dispatch_cases(void) {
      * these 4 (sequence, head) pairs; one byte less and it does not. */
     kp_args(&p, dev, M->device, &a);
     CHECK_OK(sp_kda_prefill_workspace_bytes(&a, &need));
-    const size_t want_need = (size_t)(p.T / 32 + p.N) * (size_t)p.H * (37504 + 4);
+    const size_t want_need = (size_t)(p.T / 32 + p.N) * (size_t)p.H * 37504;
     CHECKF(need == want_need, "workspace %zu, want %zu", need, want_need);
     void *ws = M->alloc(need + 256);
     a.workspace = ws;
@@ -737,27 +708,7 @@ int main(void) {
 #else
         chunked_cases(CH, sm);
 #endif
-#ifdef TS_MEM_IS_CUDA
-        /* The two-pass kernel's plans (records in flight; two kernels or
-         * fused), each forced, then the dispatcher's; or the one
-         * SP_KDA_TWO_PASS names ("R.F"). */
-        static const int plans[][2] = {{2, 1}, {4, 1}, {2, 2}, {4, 2}, {0, 0}};
-        const char *plan = getenv("SP_KDA_TWO_PASS");
-        for (size_t i = 0; i < sizeof plans / sizeof plans[0]; i++) {
-            int r = plans[i][0], c = plans[i][1];
-            if (plan && sscanf(plan, "%d.%d", &r, &c) != 2) {
-                fprintf(stderr, "SP_KDA_TWO_PASS: %s is not R.F\n", plan);
-                return 2;
-            }
-            if (plan && i > 0) break;
-            sp_kda_two_pass_force_(r, c);
-            chunked_cases(TP, sm);
-        }
-        sp_kda_two_pass_force_(0, 0);
-        two_pass_plans_identical(plans, sizeof plans / sizeof plans[0]);
-#else
         chunked_cases(TP, sm);
-#endif
         dispatch_cases();
         dispatch_pairs_cases();
     }

@@ -86,12 +86,10 @@ cudaError_t sp_kda_launch_chunked_(const kda_params *p, int splits, int wgmma,
  * one-pass kernel alone, of all). */
 size_t sp_kda_chunked_one_pass_smem_bytes_(void);
 size_t sp_kda_chunked_smem_bytes_(void);
-/* Two kernels, or the two as one where fused is set and `device` (of `sms`
- * multiprocessors) holds all the state pass's blocks and more; workspace:
- * sp_kda_two_pass_bytes_ of p's T, N, H; records: records in flight per
- * state-pass block (2 or 4). */
+/* Two kernels; workspace: sp_kda_two_pass_bytes_ of p's T, N, H; records:
+ * records in flight per state-pass block (2 or 4). */
 cudaError_t sp_kda_launch_chunked_two_pass_(const kda_params *p, void *workspace, int records,
-                                            int fused, int device, int sms, cudaStream_t stream);
+                                            cudaStream_t stream);
 
 #ifdef __cplusplus
 }
