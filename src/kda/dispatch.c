@@ -115,11 +115,11 @@ int sp_kda_chunked_wgmma_(int splits) {
     /* The wgmma build reads each V operand row once a warpgroup instead of
      * once a warp. Since its products are no longer serialized (the warp
      * index known uniform, their registers fenced) it wins wherever a block
-     * owns all 128 V columns, one wave or several (on the H200 at
-     * T = 16384, H = 96: 1.393 against 1.450 ms in 8 sequences; T = 2048,
-     * H = 96: 0.232 against 0.242, in 16 sequences 0.277 against 0.286; in
-     * one wave it was the faster already, and is faster still: 1.776
-     * against 1.837 before at T = 16384, H = 96) and loses where blocks split them (two splits: 1.605 against
-     * 1.529 at H = 64, 1.586 against 1.519 at H = 48; docs/PERFORMANCE.md). */
+     * owns all 128 V columns, in one wave or several, and loses where blocks
+     * split them (on the H200 at T = 16384, H = 96: 1.393 against 1.450 ms
+     * in 8 sequences, 1.776 against 1.837 before in one; T = 2048, H = 96:
+     * 0.232 against 0.242, in 16 sequences 0.277 against 0.286; two splits:
+     * 1.605 against 1.529 at H = 64, 1.586 against 1.519 at H = 48;
+     * docs/PERFORMANCE.md). */
     return splits == 1;
 }
