@@ -13,9 +13,10 @@
  *      chunks, the records of the next chunks copied in while one is used.
  *      A block's slice of S^T is split over warps of 16 rows by 32 K
  *      columns; the partial products over K of the 4 warps of a row group
- *      are summed through shared memory (each warp sums a quarter), then
- *      each warp updates its own columns and writes 8 of the chunk's 32
- *      output rows. What a chunk waits on is its record's arrival (a 37.5
+ *      meet in shared memory, where each warp adds up the sums it needs
+ *      itself, in one order (one barrier a chunk, where a shared reduction
+ *      took two: 0.583 -> 0.555 ms at 12 pairs on the H200), then each warp
+ *      updates its own columns and writes 8 of the chunk's 32 output rows. What a chunk waits on is its record's arrival (a 37.5
  *      KB copy, mostly from memory): four records in flight, or two where
  *      two blocks share a multiprocessor so that the blocks make one wave
  *      (sp_kda_two_pass_records_). (Two row groups a block lost to one at
@@ -129,14 +130,16 @@ static __global__ void __launch_bounds__(PREP_THREADS, 2) kda_prepare_kernel(kda
  * warps by K columns; NB records in flight. */
 #define KW 4
 static constexpr int G = 1;
+/* V's row pitch in shared memory: 16 G columns and 16 bytes more, so that
+ * the transposing loads of 8 token rows (solve_w) hit distinct banks; at 32
+ * bytes a row they took twice the wavefronts (ncu). */
+static constexpr int VP = 16 * G + 8;
 template <int NB> struct pass_smem {
     uint64_t arrived[NB];           /* mbarriers: a record's bytes have landed */
     alignas(16) chunk_ops ops[NB];  /* this chunk's record and the next ones */
-    alignas(16) uint16_t v[NB][CT][16 * G]; /* the block's V columns */
+    alignas(16) uint16_t v[NB][CT][VP]; /* the block's V columns */
     float part_p[G][KW][16][SR];    /* each warp's P^T over its K columns */
     float part_o[G][KW][16][SR];    /* and its S'^T Lq^T */
-    float sum_p[G][16][SR];         /* their sums over the row group */
-    float sum_o[G][16][SR];
     alignas(16) uint16_t out[4 * G][8][OP]; /* each warp's 8 output tokens, 16 V rows */
 };
 
@@ -190,21 +193,23 @@ static __device__ __forceinline__ void get_tile(const float (*from)[SR], int nt,
     x[0] = a.x, x[1] = a.y, x[2] = b.x, x[3] = b.y;
 }
 
-/* Warp kq of a row group: its 1/KW share of the sums over the KW partial
- * 16 x 32 tiles, into sum. */
-static __device__ __forceinline__ void reduce_share(const float (*part)[16][SR], float (*sum)[SR],
-                                                    int kq, int lane) {
-    constexpr int PAIRS = 16 * CT / 2, PER_LANE = PAIRS / KW / 32;
+/* Tile nt of the sum of a row group's KW partial [16][SR] arrays, added
+ * in the order of k whichever warp adds them (so every warp's sum is the
+ * same, bit for bit); part[mine] (mine -1: none) is this warp's own tile,
+ * taken from its registers, own. */
+static __device__ __forceinline__ void sum_tiles(const float (*part)[16][SR], int nt, int r, int q,
+                                                 int mine, const float own[4], float x[4]) {
 #pragma unroll
-    for (int j = 0; j < PER_LANE; j++) {
-        const int f = kq * (PAIRS / KW) + 32 * j + lane, row = f / (CT / 2), col = 2 * (f % (CT / 2));
-        float2 x = *(const float2 *)&part[0][row][col];
-#pragma unroll
-        for (int k = 1; k < KW; k++) {
-            const float2 y = *(const float2 *)&part[k][row][col];
-            x.x += y.x, x.y += y.y;
-        }
-        *(float2 *)&sum[row][col] = x;
+    for (int k = 0; k < KW; k++) {
+        float y[4];
+        if (k == mine)
+            y[0] = own[0], y[1] = own[1], y[2] = own[2], y[3] = own[3];
+        else
+            get_tile(part[k], nt, r, q, y);
+        if (k == 0)
+            x[0] = y[0], x[1] = y[1], x[2] = y[2], x[3] = y[3];
+        else
+            x[0] += y[0], x[1] += y[1], x[2] += y[2], x[3] += y[3];
     }
 }
 
@@ -285,18 +290,20 @@ static __global__ void __launch_bounds__(32 * KW * G, 1)
             put_tile(s.part_o[rg][kq], t8, r, q, O[t8]);
         }
         __syncthreads();
-        reduce_share(s.part_p[rg], s.sum_p[rg], kq, lane);
-        reduce_share(s.part_o[rg], s.sum_o[rg], kq, lane);
-        __syncthreads();
-
-        /* Every warp: the whole X^T = diag(b) (V - P)^T and W^T = X^T T^T. */
+        /* Every warp: the sums it needs of the partial tiles, added itself
+         * (no second barrier); then the whole X^T = diag(b) (V - P)^T and
+         * W^T = X^T T^T. */
 #pragma unroll
-        for (int t8 = 0; t8 < CT / 8; t8++) get_tile(s.sum_p[rg], t8, r, q, P[t8]);
+        for (int t8 = 0; t8 < CT / 8; t8++) {
+            float x[4];
+            sum_tiles(s.part_p[rg], t8, r, q, kq, P[t8], x);
+            P[t8][0] = x[0], P[t8][1] = x[1], P[t8][2] = x[2], P[t8][3] = x[3];
+        }
         float W[CT / 8][4];
-        solve_w(P, &s.v[buf][0][0], ROWS, vw0, o, lane, W);
+        solve_w(P, &s.v[buf][0][0], VP, vw0, o, lane, W);
         /* Output rows 8 kq .. +7 of our 16 V rows: S'^T Lq^T + W^T QK^T. */
         float Ow[4];
-        if (outputs) get_tile(s.sum_o[rg], kq, r, q, Ow);
+        if (outputs) sum_tiles(s.part_o[rg], kq, r, q, -1, Ow, Ow);
         /* Our columns: S = diag(e) (S' + W^T R). */
         if (outputs)
 #pragma unroll
