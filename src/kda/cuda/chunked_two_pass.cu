@@ -16,9 +16,10 @@
  *      meet in shared memory, where each warp adds up the sums it needs
  *      itself, in one order (one barrier a chunk, where a shared reduction
  *      took two: 0.583 -> 0.555 ms at 12 pairs on the H200), then each warp
- *      updates its own columns and writes 8 of the chunk's 32 output rows. What a chunk waits on is its record's arrival (a 37.5
- *      KB copy, mostly from memory): four records in flight, or two where
- *      two blocks share a multiprocessor so that the blocks make one wave
+ *      updates its own columns and writes 8 of the chunk's 32 output rows.
+ *      What a chunk waits on is its record's arrival (a 37.5 KB copy,
+ *      mostly from memory): four records in flight, or two where two
+ *      blocks share a multiprocessor so that the blocks make one wave
  *      (sp_kda_two_pass_records_). (Two row groups a block lost to one at
  *      12 to 48 pairs with two to four records on the H200,
  *      docs/PERFORMANCE.md.)
@@ -195,8 +196,8 @@ static __device__ __forceinline__ void get_tile(const float (*from)[SR], int nt,
 
 /* Tile nt of the sum of a row group's KW partial [16][SR] arrays, added
  * in the order of k whichever warp adds them (so every warp's sum is the
- * same, bit for bit); part[mine] (mine -1: none) is this warp's own tile,
- * taken from its registers, own. */
+ * same, bit for bit); part[mine] is this warp's own tile, taken from its
+ * registers, own (mine -1, own NULL: every tile from shared memory). */
 static __device__ __forceinline__ void sum_tiles(const float (*part)[16][SR], int nt, int r, int q,
                                                  int mine, const float own[4], float x[4]) {
 #pragma unroll
@@ -303,7 +304,7 @@ static __global__ void __launch_bounds__(32 * KW * G, 1)
         solve_w(P, &s.v[buf][0][0], VP, vw0, o, lane, W);
         /* Output rows 8 kq .. +7 of our 16 V rows: S'^T Lq^T + W^T QK^T. */
         float Ow[4];
-        if (outputs) sum_tiles(s.part_o[rg], kq, r, q, -1, Ow, Ow);
+        if (outputs) sum_tiles(s.part_o[rg], kq, r, q, -1, NULL, Ow);
         /* Our columns: S = diag(e) (S' + W^T R). */
         if (outputs)
 #pragma unroll
