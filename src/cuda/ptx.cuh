@@ -124,6 +124,22 @@ static __device__ __forceinline__ void sp_mbarrier_wait_(unsigned bar, unsigned 
                  : "memory");
 }
 
+/* Programmatic dependent launch (sm_90; nothing below): let the grid
+ * launched after this one in its stream start its blocks early
+ * (launch_dependents, once every block of this grid has executed it or
+ * ended), and, in that later grid, wait until the earlier one has ended
+ * and its writes are visible (wait). */
+static __device__ __forceinline__ void sp_grid_launch_dependents_(void) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+static __device__ __forceinline__ void sp_grid_wait_(void) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
 /* sm_90a: this warpgroup's registers a thread lowered (dec) or raised (inc)
  * to N, from the launch's even share; every warp of the warpgroup executes
  * it. Compiled for plain sm_90 it does nothing (ptxas then keeps the

@@ -35,9 +35,9 @@ static inline SP_HD float sp_kda_gate_f32_(int gate, float lower_bound, float ex
 #define SP_KDA_EPS 1e-6
 #define SP_KDA_CHUNK 32 /* tokens per chunk of the chunked kernels */
 /* The two-pass kernel's record per (chunk, head): its operands, Lk, Lq and
- * R in bf16, the rest in fp32 (chunked_two_pass.cu checks the size against
- * its struct). */
-#define SP_KDA_TWO_PASS_RECORD_BYTES 37504
+ * R in bf16, the rest in fp32, without padding or QK's and T's zero blocks
+ * (chunked_two_pass.cu checks the size against its struct). */
+#define SP_KDA_TWO_PASS_RECORD_BYTES 31872
 /* Calls with at most this many (sequence, head) pairs go to the two-pass
  * kernel when a large enough workspace is given (dispatch.c): on the H200
  * at T = 16384 it wins at 24 pairs (1.009 against 1.507 ms) and loses at

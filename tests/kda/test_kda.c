@@ -510,7 +510,7 @@ static void dispatch_cases(void) {
      * these 4 (sequence, head) pairs; one byte less and it does not. */
     kp_args(&p, dev, M->device, &a);
     CHECK_OK(sp_kda_prefill_workspace_bytes(&a, &need));
-    const size_t want_need = (size_t)(p.T / 32 + p.N) * (size_t)p.H * 37504;
+    const size_t want_need = (size_t)(p.T / 32 + p.N) * (size_t)p.H * 31872;
     CHECKF(need == want_need, "workspace %zu, want %zu", need, want_need);
     void *ws = M->alloc(need + 256);
     a.workspace = ws;

@@ -7,7 +7,7 @@
  * serial walk over the chunks does only the state's products:
  *
  *   1. prepare: one block per (chunk, head) computes the chunk's operands
- *      (chunk.cuh) and stores them, one chunk_ops record per (chunk, head),
+ *      (chunk.cuh) and stores them, one chunk_rec record per (chunk, head),
  *      in the caller's workspace;
  *   2. state pass: per (sequence, head), blocks of 16 V rows walk the
  *      chunks, the records of the next chunks copied in while one is used.
@@ -17,7 +17,7 @@
  *      itself, in one order (one barrier a chunk, where a shared reduction
  *      took two: 0.583 -> 0.555 ms at 12 pairs on the H200), then each warp
  *      updates its own columns and writes 8 of the chunk's 32 output rows.
- *      What a chunk waits on is its record's arrival (a 37.5 KB copy,
+ *      What a chunk waits on is its record's arrival (a 31.1 KB copy,
  *      mostly from memory): four records in flight, or two where two
  *      blocks share a multiprocessor so that the blocks make one wave
  *      (sp_kda_two_pass_records_). (Two row groups a block lost to one at
@@ -37,16 +37,16 @@
 #define SR (CT + 8) /* partial products' row stride: float2 stores conflict-free */
 #define OP 24       /* output staging row pitch: 16-bit stores conflict-free */
 
-static_assert(sizeof(chunk_ops) == SP_KDA_TWO_PASS_RECORD_BYTES, "record size");
-static_assert(sizeof(chunk_ops) % 16 == 0, "records are copied in 16-byte pieces");
-static_assert(offsetof(chunk_ops, t) % 16 == 0 && offsetof(chunk_ops, b) % 16 == 0,
+static_assert(sizeof(chunk_rec) == SP_KDA_TWO_PASS_RECORD_BYTES, "record size");
+static_assert(sizeof(chunk_rec) % 16 == 0, "records are copied in 16-byte pieces");
+static_assert(offsetof(chunk_rec, t) % 16 == 0 && offsetof(chunk_rec, b) % 16 == 0,
               "T's rows are stored in 16-byte pieces of their own");
 
 /* The record of (slot, head h): written by the prepare kernel, read by
  * the state pass. */
-static __device__ __forceinline__ chunk_ops *record_of(const void *ws, int64_t slot, int64_t H,
+static __device__ __forceinline__ chunk_rec *record_of(const void *ws, int64_t slot, int64_t H,
                                                        int64_t h) {
-    return (chunk_ops *)ws + (slot * H + h);
+    return (chunk_rec *)ws + (slot * H + h);
 }
 
 static __device__ __forceinline__ int64_t first_slot(int64_t bos, int64_t n) {
@@ -78,14 +78,18 @@ static __device__ int chunk_at(const kda_params &p, int64_t slot, int64_t *n, in
 typedef struct prepare_smem {
     raw_chunk raw;
     chunk_work work;
-    chunk_ops ops;
+    chunk_rec ops;
 } prepare_smem;
 
-static __global__ void __launch_bounds__(PREP_THREADS, 2) kda_prepare_kernel(kda_params p, void *ws) {
-    extern __shared__ __align__(16) unsigned char smem_bytes[];
+static __global__ void __launch_bounds__(PREP_THREADS, 3) kda_prepare_kernel(kda_params p, void *ws) {
+    extern __shared__ __align__(128) unsigned char smem_bytes[];
     prepare_smem &s = *(prepare_smem *)smem_bytes;
     const int64_t slot = blockIdx.x, h = blockIdx.y;
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    /* The state pass may start once every block here has: its blocks then
+     * take the multiprocessors this grid's last blocks leave, load their
+     * state and wait for this grid's end (sp_grid_wait_). */
+    sp_grid_launch_dependents_();
     int64_t n, c;
     kda_seq sq;
     if (!chunk_at(p, slot, &n, &c) || !kda_seq_of(p, n, h, &sq) || c * CT >= sq.len) return;
@@ -111,13 +115,13 @@ static __global__ void __launch_bounds__(PREP_THREADS, 2) kda_prepare_kernel(kda
      * other warps meanwhile. */
     const float4 *from = (const float4 *)&s.ops;
     float4 *to = (float4 *)record_of(ws, first_slot(sq.bos, n) + c, p.H, h);
-    const int t_lo = (int)(offsetof(chunk_ops, t) / 16), t_hi = (int)(offsetof(chunk_ops, b) / 16);
+    const int t_lo = (int)(offsetof(chunk_rec, t) / 16), t_hi = (int)(offsetof(chunk_rec, b) / 16);
     if (w == PREP_T_WARP) {
         solve_t(lane, s.work, s.ops);
         __syncwarp();
         for (int i = t_lo + lane; i < t_hi; i += 32) to[i] = from[i];
     } else {
-        const int n16 = (int)(sizeof(chunk_ops) / 16), others = PREP_THREADS - 32;
+        const int n16 = (int)(sizeof(chunk_rec) / 16), others = PREP_THREADS - 32;
         for (int i = tid; i < n16 - (t_hi - t_lo); i += others) {
             const int j = i < t_lo ? i : i + (t_hi - t_lo);
             to[j] = from[j];
@@ -137,7 +141,7 @@ static constexpr int G = 1;
 static constexpr int VP = 16 * G + 8;
 template <int NB> struct pass_smem {
     uint64_t arrived[NB];           /* mbarriers: a record's bytes have landed */
-    alignas(16) chunk_ops ops[NB];  /* this chunk's record and the next ones */
+    chunk_rec ops[NB];              /* this chunk's record and the next ones (128-byte aligned) */
     alignas(16) uint16_t v[NB][CT][VP]; /* the block's V columns */
     float part_p[G][KW][16][SR];    /* each warp's P^T over its K columns */
     float part_o[G][KW][16][SR];    /* and its S'^T Lq^T */
@@ -149,19 +153,19 @@ template <int NB> struct pass_smem {
  * mbarrier (a loop of 16-byte copies by every thread costs more issue slots
  * than the pass's arithmetic). */
 template <typename Smem>
-static __device__ __forceinline__ void load_record(const chunk_ops *from, int tid, int threads,
+static __device__ __forceinline__ void load_record(const chunk_rec *from, int tid, int threads,
                                                    Smem &s, int buf) {
 #if __CUDA_ARCH__ >= 900
     (void)threads;
     if (tid == 0) {
-        const unsigned bar = sp_smem_addr_(&s.arrived[buf]), bytes = (unsigned)sizeof(chunk_ops);
+        const unsigned bar = sp_smem_addr_(&s.arrived[buf]), bytes = (unsigned)sizeof(chunk_rec);
         sp_fence_proxy_async_();
         sp_mbarrier_expect_tx_(bar, bytes);
         sp_bulk_copy_g2s_(sp_smem_addr_(&s.ops[buf]), from, bytes, bar);
     }
 #else
     char *to = (char *)&s.ops[buf];
-    for (int i = tid; i < (int)(sizeof(chunk_ops) / 16); i += threads)
+    for (int i = tid; i < (int)(sizeof(chunk_rec) / 16); i += threads)
         sp_cp_async16_fill_(to + 16 * i, (const char *)from + 16 * i, 16);
 #endif
 }
@@ -223,7 +227,7 @@ static __global__ void __launch_bounds__(32 * KW * G, 1)
     kda_state_pass_kernel(kda_params p, const void *ws) {
     constexpr int ROWS = 16 * G, SPLITS = D / ROWS, THR = 32 * KW * G, KC = D / KW, NDS = KC / 8;
     typedef pass_smem<NB> smem_t;
-    extern __shared__ __align__(16) unsigned char smem_bytes[];
+    extern __shared__ __align__(128) unsigned char smem_bytes[];
     smem_t &s = *(smem_t *)smem_bytes;
     const int split = (int)(blockIdx.x % SPLITS);
     const int64_t nh = blockIdx.x / SPLITS, h = nh % p.H, n = nh / p.H;
@@ -233,7 +237,7 @@ static __global__ void __launch_bounds__(32 * KW * G, 1)
     kda_seq sq;
     if (!kda_seq_of(p, n, h, &sq)) return;
     const int64_t L = sq.len, HD = p.H * D;
-    const chunk_ops *rec = record_of(ws, first_slot(sq.bos, n), p.H, h);
+    const chunk_rec *rec = record_of(ws, first_slot(sq.bos, n), p.H, h);
     /* vw0: the warp's first V row of the block's; vrow: this lane's first of the head's */
     const int v0 = split * ROWS, vw0 = 16 * rg, vrow = v0 + vw0 + r, d0 = KC * kq;
     /* V: thread tid < 2 ROWS copies token vt's 8 columns from vc. */
@@ -254,6 +258,9 @@ static __global__ void __launch_bounds__(32 * KW * G, 1)
     }
     __syncthreads();
 #endif
+    /* Until here nothing the prepare kernel writes was read: the records
+     * are, from here, once that kernel has ended. */
+    sp_grid_wait_();
     /* Chunks 0 .. NB - 2 in flight; then each iteration starts chunk + NB - 1
      * into the buffer the last chunk used. */
 #pragma unroll
@@ -270,7 +277,7 @@ static __global__ void __launch_bounds__(32 * KW * G, 1)
     const int64_t chunks_per_ckpt = p.interval / CT;
     for (int64_t c0 = 0, ci = 0; c0 < L; c0 += CT, ci++) {
         const int buf = (int)(ci % NB), next = (int)((ci + NB - 1) % NB);
-        const chunk_ops &o = s.ops[buf];
+        const chunk_rec &o = s.ops[buf];
         const int nt = (int)(L - c0 < CT ? L - c0 : CT);
         wait_record<NB - 2>(s, buf, ci / NB); /* groups: NB - 1 + ci committed, ci + 1 done */
         __syncthreads(); /* the record landed; every warp is done with the last one */
@@ -309,9 +316,10 @@ static __global__ void __launch_bounds__(32 * KW * G, 1)
         if (outputs)
 #pragma unroll
             for (int kt = 0; kt < CT / 8; kt++) {
+                if (kq < 2 && kt >= 2) continue; /* QK's zero block */
                 uint32_t a[4], b0, b1;
                 acc_as_a(W[kt], a);
-                pair(&o.qk[8 * kq + r][8 * kt + 2 * q], &b0, &b1);
+                pair(qk_at(o, 8 * kq + r, 8 * kt + 2 * q), &b0, &b1);
                 sp_mma_tf32_(Ow, a, b0, b1);
             }
 #pragma unroll
@@ -348,18 +356,28 @@ extern "C" size_t sp_kda_chunked_smem_bytes_(void) {
 }
 
 template <int NB>
-static cudaError_t launch_pass(const kda_params *p, const void *ws, cudaStream_t stream) {
+static cudaError_t launch_pass(const kda_params *p, const void *ws, int early, cudaStream_t stream) {
     const int bytes = (int)sizeof(pass_smem<NB>);
     const void *kernel = (const void *)kda_state_pass_kernel<NB>;
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     if (e != cudaSuccess) return e;
     void *args[] = {(void *)p, &ws};
-    return cudaLaunchKernel(kernel, dim3((unsigned)(p->N * p->H * (D / (16 * G)))),
-                            dim3((unsigned)(32 * KW * G)), args, (size_t)bytes, stream);
+    cudaLaunchAttribute early_start;
+    early_start.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    early_start.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)(p->N * p->H * (D / (16 * G))));
+    cfg.blockDim = dim3((unsigned)(32 * KW * G));
+    cfg.dynamicSmemBytes = (size_t)bytes;
+    cfg.stream = stream;
+    cfg.attrs = &early_start;
+    cfg.numAttrs = early ? 1 : 0;
+    return cudaLaunchKernelExC(&cfg, kernel, args);
 }
 
 extern "C" cudaError_t sp_kda_launch_chunked_two_pass_(const kda_params *p, void *workspace,
-                                                       int records, cudaStream_t stream) {
+                                                       int records, int early,
+                                                       cudaStream_t stream) {
     const int prep_smem = (int)sizeof(prepare_smem);
     cudaError_t e = cudaFuncSetAttribute((const void *)kda_prepare_kernel,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, prep_smem);
@@ -371,6 +389,6 @@ extern "C" cudaError_t sp_kda_launch_chunked_two_pass_(const kda_params *p, void
     if (e != cudaSuccess) return e;
     /* What the pass waits on is the record's arrival: four in flight, or
      * two where two blocks are to share a multiprocessor. */
-    return records == 2 ? launch_pass<2>(p, workspace, stream)
-                        : launch_pass<4>(p, workspace, stream);
+    return records == 2 ? launch_pass<2>(p, workspace, early, stream)
+                        : launch_pass<4>(p, workspace, early, stream);
 }
