@@ -216,7 +216,7 @@ SP_API sp_status sp_kda_prefill(const sp_kda_args *args, struct CUstream_st *str
 /* The workspace bytes with which AUTO may choose, and CHUNKED_TWO_PASS
  * can run, for these arguments (their workspace and kernel fields are
  * ignored here); 0 when no kernel that needs one can serve the call. The
- * size grows with T, N and H: (T / 32 + N) * H records of 31872 bytes.
+ * size grows with T, N and H: (T / 32 + N) * H records of 37504 bytes.
  * @return SP_OK and *bytes; the errors of sp_kda_prefill's checks;
  *         SP_ERR_INVALID_ARGUMENT for a NULL bytes. */
 SP_API sp_status sp_kda_prefill_workspace_bytes(const sp_kda_args *args, size_t *bytes);
@@ -246,7 +246,7 @@ typedef struct sp_kda_boundary sp_kda_boundary;
  * (q, k, v, g and beta all strided at max_tokens x max_heads): cudaMalloc on
  * a CUDA device, host memory on the CPU. On a CUDA device with max_heads
  * <= 32 it also allocates the CHUNKED_TWO_PASS kernel's workspace,
- * (max_tokens / 32 + 64) * max_heads records of 31872 bytes (about 220 MB
+ * (max_tokens / 32 + 64) * max_heads records of 37504 bytes (about 260 MB
  * for 16384 tokens and 12 heads), used by calls that give none.
  * @return SP_OK and *out; SP_ERR_INVALID_ARGUMENT for a NULL out or negative
  *         capacity; SP_ERR_NO_DEVICE; SP_ERR_OVERFLOW; SP_ERR_OUT_OF_MEMORY;

@@ -35,9 +35,9 @@ static inline SP_HD float sp_kda_gate_f32_(int gate, float lower_bound, float ex
 #define SP_KDA_EPS 1e-6
 #define SP_KDA_CHUNK 32 /* tokens per chunk of the chunked kernels */
 /* The two-pass kernel's record per (chunk, head): its operands, Lk, Lq and
- * R in bf16, the rest in fp32, without padding or QK's and T's zero blocks
- * (chunked_two_pass.cu checks the size against its struct). */
-#define SP_KDA_TWO_PASS_RECORD_BYTES 31872
+ * R in bf16, the rest in fp32 (chunked_two_pass.cu checks the size against
+ * its struct). */
+#define SP_KDA_TWO_PASS_RECORD_BYTES 37504
 /* Calls with at most this many (sequence, head) pairs go to the two-pass
  * kernel when a large enough workspace is given (dispatch.c): on the H200
  * at T = 16384 it wins at 24 pairs (1.009 against 1.507 ms) and loses at
@@ -135,6 +135,9 @@ sp_status sp_kda_two_pass_bytes_(int64_t T, int64_t N, int64_t H, size_t *bytes)
 /* Records in flight per state-pass block of the two-pass kernel (2 or 4),
  * for `pairs` (sequence, head) pairs on `sms` multiprocessors. */
 int sp_kda_two_pass_records_(int64_t pairs, int sms);
+/* Whether the state pass with `records` in flight multicasts its records
+ * to the blocks of a pair (a cluster), where the device holds them. */
+int sp_kda_two_pass_multicast_(int records);
 
 /* Run a checked call on its backend (no check again): what sp_kda_prefill
  * and the boundary do after sp_kda_check_. */

@@ -53,23 +53,8 @@ typedef struct chunk_ops_g {
     float c[D], e[D];
 } chunk_ops_g;
 
-/* The two-pass kernel's record (chunked_two_pass.cu), compact, since it
- * goes through memory: Lk, Lq, R swizzled as in chunk_ops_g (8 ldmatrix
- * rows on distinct banks without padding); of QK and T only the blocks
- * that can be nonzero, their columns swizzled (tri_at). 31,872 bytes, where
- * chunk_ops takes 37,504. */
-static constexpr int TRI = 16 * 16 + 16 * 32;
-typedef struct chunk_rec {
-    alignas(128) uint16_t lk[CT * D];
-    uint16_t lq[CT * D];
-    uint16_t r[CT * D];
-    float qk[TRI], t[TRI];
-    float b[CT];
-    float c[D], e[D];
-} chunk_rec;
-
 /* Element (t, d) of an operand: row-major with padded rows (chunk_ops), or
- * swizzled (chunk_ops_g, chunk_rec). Eight consecutive channels from a multiple of 8
+ * swizzled (chunk_ops_g). Eight consecutive channels from a multiple of 8
  * stay 16 contiguous bytes either way. */
 static __device__ __forceinline__ uint16_t *op_at(uint16_t (*x)[SB], int t, int d) {
     return &x[t][d];
@@ -87,35 +72,6 @@ static __device__ __forceinline__ uint16_t *op_at(uint16_t *x, int t, int d) {
 static __device__ __forceinline__ const uint16_t *op_at(const uint16_t *x, int t, int d) {
     return x + swizzled(t, d);
 }
-
-/* Element (t, j) of QK or T. Both are zero right of their two diagonal
- * 16 x 16 blocks (j >= 16 > t): chunk_ops and chunk_ops_g store those zeros
- * in full padded rows, chunk_rec leaves them out: rows 0 .. 15 of 16
- * columns, then rows 16 .. 31 of 32, each row's 8-column groups permuted
- * (XOR) by its row so that the V side's float2 loads of 4 rows x 8 columns
- * a half-warp stay on distinct banks. full_tri: whether the zeros are
- * stored (and so must be written). */
-static __device__ __forceinline__ int tri_at(int t, int j) {
-    return t < 16 ? 16 * t + (j ^ (8 * ((t >> 1) & 1))) : 256 + 32 * (t - 16) + (j ^ (8 * (t & 3)));
-}
-template <typename OPS>
-static __device__ __forceinline__ auto qk_at(OPS &s, int t, int j) -> decltype(&s.qk[t][j]) {
-    return &s.qk[t][j];
-}
-template <typename OPS>
-static __device__ __forceinline__ auto t_at(OPS &s, int t, int j) -> decltype(&s.t[t][j]) {
-    return &s.t[t][j];
-}
-static __device__ __forceinline__ float *qk_at(chunk_rec &s, int t, int j) { return &s.qk[tri_at(t, j)]; }
-static __device__ __forceinline__ const float *qk_at(const chunk_rec &s, int t, int j) {
-    return &s.qk[tri_at(t, j)];
-}
-static __device__ __forceinline__ float *t_at(chunk_rec &s, int t, int j) { return &s.t[tri_at(t, j)]; }
-static __device__ __forceinline__ const float *t_at(const chunk_rec &s, int t, int j) {
-    return &s.t[tri_at(t, j)];
-}
-template <typename OPS> static constexpr bool full_tri = true;
-template <> constexpr bool full_tri<chunk_rec> = false;
 
 /* The K side's intermediates (its operands go to a chunk_ops). */
 typedef struct chunk_work {
@@ -464,9 +420,9 @@ static __device__ void intra_products(int w, int lane, chunk_work &s, OPS &ops) 
                 float x = 0.0f;
                 if (!zero_only && (jj < i || (is_qk && jj == i)))
                     x = is_qk ? tf32_round(acc[m][j][e]) : ops.b[i] * acc[m][j][e];
-                if (is_qk) {
-                    if (full_tri<OPS> || i >= 16 || jj < 16) *qk_at(ops, i, jj) = x;
-                } else
+                if (is_qk)
+                    ops.qk[i][jj] = x;
+                else
                     s.at[jj][i] = x;
             }
     }
@@ -501,8 +457,8 @@ static __device__ void solve_t(int lane, const chunk_work &s, OPS &ops) {
     }
 #pragma unroll
     for (int i = 0; i < B; i++) {
-        *t_at(ops, base + i, base + j) = tf32_round(x[i]);
-        if (full_tri<OPS> && base == 0) *t_at(ops, i, B + j) = 0.0f;
+        ops.t[base + i][base + j] = tf32_round(x[i]);
+        if (base == 0) ops.t[i][B + j] = 0.0f;
     }
     __syncwarp();
     /* C1 = T11^T A21^T (16 x 16: two n8 tiles), k permuted as in acc_as_a:
@@ -512,9 +468,9 @@ static __device__ void solve_t(int lane, const chunk_work &s, OPS &ops) {
 #pragma unroll
     for (int ks = 0; ks < 2; ks++) {
         const int k0 = 8 * ks + 2 * q;
-        const uint32_t a[4] = {__float_as_uint(*t_at(ops, k0, r)), __float_as_uint(*t_at(ops, k0, r + 8)),
-                               __float_as_uint(*t_at(ops, k0 + 1, r)),
-                               __float_as_uint(*t_at(ops, k0 + 1, r + 8))};
+        const uint32_t a[4] = {__float_as_uint(ops.t[k0][r]), __float_as_uint(ops.t[k0][r + 8]),
+                               __float_as_uint(ops.t[k0 + 1][r]),
+                               __float_as_uint(ops.t[k0 + 1][r + 8])};
 #pragma unroll
         for (int nt = 0; nt < 2; nt++)
             sp_mma_tf32_(c1[nt], a, to_tf32(s.at[k0][B + 8 * nt + r]),
@@ -528,7 +484,7 @@ static __device__ void solve_t(int lane, const chunk_work &s, OPS &ops) {
 #pragma unroll
         for (int nt = 0; nt < 2; nt++) {
             uint32_t b0, b1;
-            pair(t_at(ops, B + 8 * nt + r, B + 8 * kt + 2 * q), &b0, &b1);
+            pair(&ops.t[B + 8 * nt + r][B + 8 * kt + 2 * q], &b0, &b1);
             sp_mma_tf32_(c2[nt], a, b0, b1);
         }
     }
@@ -536,7 +492,7 @@ static __device__ void solve_t(int lane, const chunk_work &s, OPS &ops) {
     for (int nt = 0; nt < 2; nt++)
 #pragma unroll
         for (int e = 0; e < 4; e++)
-            *t_at(ops, B + 8 * nt + 2 * q + (e & 1), r + 8 * (e >> 1)) = tf32_round(-c2[nt][e]);
+            ops.t[B + 8 * nt + 2 * q + (e & 1)][r + 8 * (e >> 1)] = tf32_round(-c2[nt][e]);
 }
 
 /* ---- the V side of a chunk (each V-warp: 16 V rows, registers only) ---------- */
@@ -637,11 +593,10 @@ static __device__ __forceinline__ void state_add_wr(float S[][4], int nds, int d
 }
 
 /* C^T += X^T M^T for this warp's 16 V rows: X^T as accumulator tiles over
- * the chunk's 32 tokens, M a 32 x 32 tf32 operand of s (QK: qk, else t)
- * whose rows are C's tokens. M's zero block (tokens 0 .. 15 of C, 16 .. 31
- * of X) is skipped. */
-template <bool QK, typename OPS>
-static __device__ __forceinline__ void acc_times_m(const float X[CT / 8][4], const OPS &s,
+ * the chunk's 32 tokens, M a 32 x 32 tf32 operand (T or QK) whose rows are
+ * C's tokens. Both are zero right of their two diagonal 16 x 16 blocks
+ * (tokens 0 .. 15 of C, 16 .. 31 of X): those products are skipped. */
+static __device__ __forceinline__ void acc_times_m(const float X[CT / 8][4], const float (*M)[SA],
                                                    int lane, float C[CT / 8][4]) {
     const int r = lane >> 2, q = lane & 3;
 #pragma unroll
@@ -652,8 +607,7 @@ static __device__ __forceinline__ void acc_times_m(const float X[CT / 8][4], con
         for (int t8 = 0; t8 < CT / 8; t8++) {
             if (t8 < 2 && kt >= 2) continue;
             uint32_t b0, b1;
-            const int row = 8 * t8 + r, col = 8 * kt + 2 * q;
-            pair(QK ? qk_at(s, row, col) : t_at(s, row, col), &b0, &b1);
+            pair(&M[8 * t8 + r][8 * kt + 2 * q], &b0, &b1);
             sp_mma_tf32_(C[t8], a, b0, b1);
         }
     }
@@ -688,7 +642,7 @@ static __device__ __forceinline__ void solve_w(float P[CT / 8][4], const uint16_
             P[t8][e] = s.b[t] * (x - P[t8][e]);
             W[t8][e] = 0.0f;
         }
-    acc_times_m<false>(P, s, lane, W);
+    acc_times_m(P, s.t, lane, W);
 }
 
 #endif /* SP_KDA_CUDA_CHUNK_CUH */

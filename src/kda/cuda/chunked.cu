@@ -131,7 +131,7 @@ static __device__ void state_update(float S[D / 8][4], float P[4][4], float O[4]
     const int q = lane & 3;
     float W[CT / 8][4];
     solve_w(P, &v[0][0], SB, v_warp, s, lane, W);
-    acc_times_m<true>(W, s, lane, O);
+    acc_times_m(W, s.qk, lane, O);
     if constexpr (WG) {
         state_add_g(S, W, s);
     } else {

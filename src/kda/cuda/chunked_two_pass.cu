@@ -7,7 +7,7 @@
  * serial walk over the chunks does only the state's products:
  *
  *   1. prepare: one block per (chunk, head) computes the chunk's operands
- *      (chunk.cuh) and stores them, one chunk_rec record per (chunk, head),
+ *      (chunk.cuh) and stores them, one chunk_ops record per (chunk, head),
  *      in the caller's workspace;
  *   2. state pass: per (sequence, head), blocks of 16 V rows walk the
  *      chunks, the records of the next chunks copied in while one is used.
@@ -17,7 +17,7 @@
  *      itself, in one order (one barrier a chunk, where a shared reduction
  *      took two: 0.583 -> 0.555 ms at 12 pairs on the H200), then each warp
  *      updates its own columns and writes 8 of the chunk's 32 output rows.
- *      What a chunk waits on is its record's arrival (a 31.1 KB copy,
+ *      What a chunk waits on is its record's arrival (a 37.5 KB copy,
  *      mostly from memory): four records in flight, or two where two
  *      blocks share a multiprocessor so that the blocks make one wave
  *      (sp_kda_two_pass_records_). (Two row groups a block lost to one at
@@ -37,16 +37,16 @@
 #define SR (CT + 8) /* partial products' row stride: float2 stores conflict-free */
 #define OP 24       /* output staging row pitch: 16-bit stores conflict-free */
 
-static_assert(sizeof(chunk_rec) == SP_KDA_TWO_PASS_RECORD_BYTES, "record size");
-static_assert(sizeof(chunk_rec) % 16 == 0, "records are copied in 16-byte pieces");
-static_assert(offsetof(chunk_rec, t) % 16 == 0 && offsetof(chunk_rec, b) % 16 == 0,
+static_assert(sizeof(chunk_ops) == SP_KDA_TWO_PASS_RECORD_BYTES, "record size");
+static_assert(sizeof(chunk_ops) % 16 == 0, "records are copied in 16-byte pieces");
+static_assert(offsetof(chunk_ops, t) % 16 == 0 && offsetof(chunk_ops, b) % 16 == 0,
               "T's rows are stored in 16-byte pieces of their own");
 
 /* The record of (slot, head h): written by the prepare kernel, read by
  * the state pass. */
-static __device__ __forceinline__ chunk_rec *record_of(const void *ws, int64_t slot, int64_t H,
+static __device__ __forceinline__ chunk_ops *record_of(const void *ws, int64_t slot, int64_t H,
                                                        int64_t h) {
-    return (chunk_rec *)ws + (slot * H + h);
+    return (chunk_ops *)ws + (slot * H + h);
 }
 
 static __device__ __forceinline__ int64_t first_slot(int64_t bos, int64_t n) {
@@ -78,18 +78,14 @@ static __device__ int chunk_at(const kda_params &p, int64_t slot, int64_t *n, in
 typedef struct prepare_smem {
     raw_chunk raw;
     chunk_work work;
-    chunk_rec ops;
+    chunk_ops ops;
 } prepare_smem;
 
-static __global__ void __launch_bounds__(PREP_THREADS, 3) kda_prepare_kernel(kda_params p, void *ws) {
-    extern __shared__ __align__(128) unsigned char smem_bytes[];
+static __global__ void __launch_bounds__(PREP_THREADS, 2) kda_prepare_kernel(kda_params p, void *ws) {
+    extern __shared__ __align__(16) unsigned char smem_bytes[];
     prepare_smem &s = *(prepare_smem *)smem_bytes;
     const int64_t slot = blockIdx.x, h = blockIdx.y;
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
-    /* The state pass may start once every block here has: its blocks then
-     * take the multiprocessors this grid's last blocks leave, load their
-     * state and wait for this grid's end (sp_grid_wait_). */
-    sp_grid_launch_dependents_();
     int64_t n, c;
     kda_seq sq;
     if (!chunk_at(p, slot, &n, &c) || !kda_seq_of(p, n, h, &sq) || c * CT >= sq.len) return;
@@ -115,13 +111,13 @@ static __global__ void __launch_bounds__(PREP_THREADS, 3) kda_prepare_kernel(kda
      * other warps meanwhile. */
     const float4 *from = (const float4 *)&s.ops;
     float4 *to = (float4 *)record_of(ws, first_slot(sq.bos, n) + c, p.H, h);
-    const int t_lo = (int)(offsetof(chunk_rec, t) / 16), t_hi = (int)(offsetof(chunk_rec, b) / 16);
+    const int t_lo = (int)(offsetof(chunk_ops, t) / 16), t_hi = (int)(offsetof(chunk_ops, b) / 16);
     if (w == PREP_T_WARP) {
         solve_t(lane, s.work, s.ops);
         __syncwarp();
         for (int i = t_lo + lane; i < t_hi; i += 32) to[i] = from[i];
     } else {
-        const int n16 = (int)(sizeof(chunk_rec) / 16), others = PREP_THREADS - 32;
+        const int n16 = (int)(sizeof(chunk_ops) / 16), others = PREP_THREADS - 32;
         for (int i = tid; i < n16 - (t_hi - t_lo); i += others) {
             const int j = i < t_lo ? i : i + (t_hi - t_lo);
             to[j] = from[j];
@@ -132,16 +128,18 @@ static __global__ void __launch_bounds__(PREP_THREADS, 3) kda_prepare_kernel(kda
 /* ---- 2. state pass --------------------------------------------------------- */
 
 /* G row groups of 16 V rows a block (one: see above), each split over KW
- * warps by K columns; NB records in flight. */
+ * warps by K columns; NB records in flight. SPLITS_MAX: the blocks of a
+ * (sequence, head), a cluster with multicast. */
 #define KW 4
-static constexpr int G = 1;
+static constexpr int G = 1, SPLITS_MAX = D / (16 * G);
 /* V's row pitch in shared memory: 16 G columns and 16 bytes more, so that
  * the transposing loads of 8 token rows (solve_w) hit distinct banks; at 32
  * bytes a row they took twice the wavefronts (ncu). */
 static constexpr int VP = 16 * G + 8;
 template <int NB> struct pass_smem {
     uint64_t arrived[NB];           /* mbarriers: a record's bytes have landed */
-    chunk_rec ops[NB];              /* this chunk's record and the next ones (128-byte aligned) */
+    uint64_t emptied[NB];           /* multicast: every block of the cluster is done with a buffer */
+    alignas(16) chunk_ops ops[NB];  /* this chunk's record and the next ones */
     alignas(16) uint16_t v[NB][CT][VP]; /* the block's V columns */
     float part_p[G][KW][16][SR];    /* each warp's P^T over its K columns */
     float part_o[G][KW][16][SR];    /* and its S'^T Lq^T */
@@ -151,21 +149,34 @@ template <int NB> struct pass_smem {
 /* Start copying a record into buffer buf. The record is one contiguous
  * block: on Hopper one bulk copy by one thread, completing on the buffer's
  * mbarrier (a loop of 16-byte copies by every thread costs more issue slots
- * than the pass's arithmetic). */
-template <typename Smem>
-static __device__ __forceinline__ void load_record(const chunk_rec *from, int tid, int threads,
-                                                   Smem &s, int buf) {
+ * than the pass's arithmetic). MC (multicast): the blocks of a (sequence,
+ * head) are one cluster, and each copies its slice `rank` of the record
+ * into all of them, so that the record is read from L2 once a cluster, not
+ * once a block. */
+static_assert(sizeof(chunk_ops) % (16 * SPLITS_MAX) == 0, "records are multicast in 16-byte slices");
+template <bool MC, typename Smem>
+static __device__ __forceinline__ void load_record(const chunk_ops *from, int tid, int threads,
+                                                   Smem &s, int buf, int rank) {
 #if __CUDA_ARCH__ >= 900
-    (void)threads;
+    (void)threads, (void)rank;
     if (tid == 0) {
-        const unsigned bar = sp_smem_addr_(&s.arrived[buf]), bytes = (unsigned)sizeof(chunk_rec);
+        const unsigned bar = sp_smem_addr_(&s.arrived[buf]), bytes = (unsigned)sizeof(chunk_ops);
         sp_fence_proxy_async_();
         sp_mbarrier_expect_tx_(bar, bytes);
-        sp_bulk_copy_g2s_(sp_smem_addr_(&s.ops[buf]), from, bytes, bar);
+#if SP_HAS_MULTICAST
+        constexpr unsigned SLICE = sizeof(chunk_ops) / SPLITS_MAX;
+        if (MC)
+            sp_bulk_copy_g2s_multicast_(sp_smem_addr_(&s.ops[buf]) + rank * SLICE,
+                                        (const char *)from + rank * SLICE, SLICE, bar,
+                                        (uint16_t)((1u << SPLITS_MAX) - 1));
+        else
+#endif
+            sp_bulk_copy_g2s_(sp_smem_addr_(&s.ops[buf]), from, bytes, bar);
     }
 #else
+    (void)rank;
     char *to = (char *)&s.ops[buf];
-    for (int i = tid; i < (int)(sizeof(chunk_rec) / 16); i += threads)
+    for (int i = tid; i < (int)(sizeof(chunk_ops) / 16); i += threads)
         sp_cp_async16_fill_(to + 16 * i, (const char *)from + 16 * i, 16);
 #endif
 }
@@ -222,12 +233,12 @@ static __device__ __forceinline__ void sum_tiles(const float (*part)[16][SR], in
  * w holds rows 16 (w / KW) .. +15 of them and K columns D / KW (w % KW) ..
  * of S^T. The per-thread addressing (a V piece to copy, an output vector
  * to store) is worked out once; a chunk only adds its offset. */
-template <int NB>
+template <int NB, bool MC>
 static __global__ void __launch_bounds__(32 * KW * G, 1)
     kda_state_pass_kernel(kda_params p, const void *ws) {
     constexpr int ROWS = 16 * G, SPLITS = D / ROWS, THR = 32 * KW * G, KC = D / KW, NDS = KC / 8;
     typedef pass_smem<NB> smem_t;
-    extern __shared__ __align__(128) unsigned char smem_bytes[];
+    extern __shared__ __align__(16) unsigned char smem_bytes[];
     smem_t &s = *(smem_t *)smem_bytes;
     const int split = (int)(blockIdx.x % SPLITS);
     const int64_t nh = blockIdx.x / SPLITS, h = nh % p.H, n = nh / p.H;
@@ -237,7 +248,7 @@ static __global__ void __launch_bounds__(32 * KW * G, 1)
     kda_seq sq;
     if (!kda_seq_of(p, n, h, &sq)) return;
     const int64_t L = sq.len, HD = p.H * D;
-    const chunk_rec *rec = record_of(ws, first_slot(sq.bos, n), p.H, h);
+    const chunk_ops *rec = record_of(ws, first_slot(sq.bos, n), p.H, h);
     /* vw0: the warp's first V row of the block's; vrow: this lane's first of the head's */
     const int v0 = split * ROWS, vw0 = 16 * rg, vrow = v0 + vw0 + r, d0 = KC * kq;
     /* V: thread tid < 2 ROWS copies token vt's 8 columns from vc. */
@@ -253,21 +264,24 @@ static __global__ void __launch_bounds__(32 * KW * G, 1)
     if (L > 0) state_load(p.state, p.state_bf16, sq.slot_base, vrow, d0, q, S, NDS);
 #if __CUDA_ARCH__ >= 900
     if (tid == 0) {
-        for (int b = 0; b < NB; b++) sp_mbarrier_init_(sp_smem_addr_(&s.arrived[b]), 1);
+        for (int b = 0; b < NB; b++) {
+            sp_mbarrier_init_(sp_smem_addr_(&s.arrived[b]), 1);
+            sp_mbarrier_init_(sp_smem_addr_(&s.emptied[b]), SPLITS);
+        }
         sp_mbarrier_init_fence_();
     }
     __syncthreads();
 #endif
-    /* Until here nothing the prepare kernel writes was read: the records
-     * are, from here, once that kernel has ended. */
-    sp_grid_wait_();
+#if SP_HAS_MULTICAST
+    if (MC) sp_cluster_sync_(); /* every block's mbarriers ready before any copy lands */
+#endif
     /* Chunks 0 .. NB - 2 in flight; then each iteration starts chunk + NB - 1
      * into the buffer the last chunk used. */
 #pragma unroll
     for (int b = 0; b < NB - 1; b++) {
         const int64_t t0 = (int64_t)b * CT;
         if (t0 < L) {
-            load_record(rec + b * p.H, tid, THR, s, b);
+            load_record<MC>(rec + b * p.H, tid, THR, s, b, split);
             const int ok = t0 + vt < L;
             if (copies_v) sp_cp_async16_fill_(&s.v[b][vt][vc], ok ? v_at + t0 * p.v.ts : v_at, ok ? 16 : 0);
         }
@@ -277,13 +291,22 @@ static __global__ void __launch_bounds__(32 * KW * G, 1)
     const int64_t chunks_per_ckpt = p.interval / CT;
     for (int64_t c0 = 0, ci = 0; c0 < L; c0 += CT, ci++) {
         const int buf = (int)(ci % NB), next = (int)((ci + NB - 1) % NB);
-        const chunk_rec &o = s.ops[buf];
+        const chunk_ops &o = s.ops[buf];
         const int nt = (int)(L - c0 < CT ? L - c0 : CT);
         wait_record<NB - 2>(s, buf, ci / NB); /* groups: NB - 1 + ci committed, ci + 1 done */
         __syncthreads(); /* the record landed; every warp is done with the last one */
         const int64_t t0 = c0 + (int64_t)(NB - 1) * CT;
         if (t0 < L) {
-            load_record(rec + (ci + NB - 1) * p.H, tid, THR, s, next);
+#if SP_HAS_MULTICAST
+            /* Multicast: buffer next held chunk ci - 1, done with here; the
+             * copies into it wait until every block of the cluster is. */
+            if (MC && tid == 0 && ci >= 1) {
+                const unsigned e = sp_smem_addr_(&s.emptied[next]);
+                for (int j = 0; j < SPLITS; j++) sp_mbarrier_arrive_cluster_(sp_cluster_addr_(e, j));
+                sp_mbarrier_wait_cluster_(e, (unsigned)(((ci + NB - 1) / NB - 1) & 1));
+            }
+#endif
+            load_record<MC>(rec + (ci + NB - 1) * p.H, tid, THR, s, next, split);
             const int ok = t0 + vt < L;
             if (copies_v) sp_cp_async16_fill_(&s.v[next][vt][vc], ok ? v_at + t0 * p.v.ts : v_at, ok ? 16 : 0);
         }
@@ -319,7 +342,7 @@ static __global__ void __launch_bounds__(32 * KW * G, 1)
                 if (kq < 2 && kt >= 2) continue; /* QK's zero block */
                 uint32_t a[4], b0, b1;
                 acc_as_a(W[kt], a);
-                pair(qk_at(o, 8 * kq + r, 8 * kt + 2 * q), &b0, &b1);
+                pair(&o.qk[8 * kq + r][8 * kt + 2 * q], &b0, &b1);
                 sp_mma_tf32_(Ow, a, b0, b1);
             }
 #pragma unroll
@@ -343,6 +366,9 @@ static __global__ void __launch_bounds__(32 * KW * G, 1)
             state_store(p.ckpt, p.state_bf16, kda_ckpt_base(p, crow++, h), vrow, d0, q, S, NDS);
     }
     if (L > 0) state_store(p.state, p.state_bf16, sq.slot_base, vrow, d0, q, S, NDS);
+#if SP_HAS_MULTICAST
+    if (MC) sp_cluster_sync_(); /* no block leaves while another may arrive on its mbarriers */
+#endif
 }
 
 static_assert(sizeof(pass_smem<4>) <= 227 * 1024 && 2 * sizeof(pass_smem<2>) <= 227 * 1024,
@@ -355,28 +381,68 @@ extern "C" size_t sp_kda_chunked_smem_bytes_(void) {
     return m;
 }
 
-template <int NB>
-static cudaError_t launch_pass(const kda_params *p, const void *ws, int early, cudaStream_t stream) {
-    const int bytes = (int)sizeof(pass_smem<NB>);
-    const void *kernel = (const void *)kda_state_pass_kernel<NB>;
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+/* The launch of the state pass: NB records in flight, MC: multicast
+ * (clusters of the SPLITS_MAX blocks of a pair). */
+template <int NB, bool MC>
+static cudaLaunchConfig_t pass_config(const kda_params *p, cudaStream_t stream,
+                                      cudaLaunchAttribute *cluster) {
+    cluster->id = cudaLaunchAttributeClusterDimension;
+    cluster->val.clusterDim.x = SPLITS_MAX;
+    cluster->val.clusterDim.y = 1;
+    cluster->val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)(p->N * p->H * SPLITS_MAX));
+    cfg.blockDim = dim3((unsigned)(32 * KW * G));
+    cfg.dynamicSmemBytes = sizeof(pass_smem<NB>);
+    cfg.stream = stream;
+    cfg.attrs = cluster;
+    cfg.numAttrs = MC ? 1 : 0;
+    return cfg;
+}
+
+template <int NB, bool MC>
+static cudaError_t launch_pass(const kda_params *p, const void *ws, cudaStream_t stream) {
+    const void *kernel = (const void *)kda_state_pass_kernel<NB, MC>;
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)sizeof(pass_smem<NB>));
     if (e != cudaSuccess) return e;
     void *args[] = {(void *)p, &ws};
-    cudaLaunchAttribute early_start;
-    early_start.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    early_start.val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)(p->N * p->H * (D / (16 * G))));
-    cfg.blockDim = dim3((unsigned)(32 * KW * G));
-    cfg.dynamicSmemBytes = (size_t)bytes;
-    cfg.stream = stream;
-    cfg.attrs = &early_start;
-    cfg.numAttrs = early ? 1 : 0;
+    cudaLaunchAttribute cluster;
+    const cudaLaunchConfig_t cfg = pass_config<NB, MC>(p, stream, &cluster);
     return cudaLaunchKernelExC(&cfg, kernel, args);
 }
 
+/* Clusters of the multicast state pass (two records) the device holds at
+ * once, per device: 0 until asked, -1 for none. */
+static int mc_clusters[64];
+
+extern "C" int sp_kda_two_pass_multicast_fits_(int device, int64_t pairs) {
+    if (device < 0 || device >= 64) return 0;
+    int have = __atomic_load_n(&mc_clusters[device], __ATOMIC_RELAXED);
+    if (have == 0) {
+        /* The multicast is sm_90a code: compute capability 9.0 runs it. */
+        int major = 0, minor = 0;
+        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess)
+            (void)cudaGetLastError();
+        const void *kernel = (const void *)kda_state_pass_kernel<2, true>;
+        kda_params one = {};
+        one.N = 1, one.H = 1;
+        cudaLaunchAttribute cluster;
+        const cudaLaunchConfig_t cfg = pass_config<2, true>(&one, 0, &cluster);
+        if (major != 9 || minor != 0 ||
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)sizeof(pass_smem<2>)) != cudaSuccess ||
+            cudaOccupancyMaxActiveClusters(&have, kernel, &cfg) != cudaSuccess)
+            (void)cudaGetLastError(), have = 0;
+        have = have > 0 ? have : -1;
+        __atomic_store_n(&mc_clusters[device], have, __ATOMIC_RELAXED);
+    }
+    return have >= pairs;
+}
+
 extern "C" cudaError_t sp_kda_launch_chunked_two_pass_(const kda_params *p, void *workspace,
-                                                       int records, int early,
+                                                       int records, int multicast,
                                                        cudaStream_t stream) {
     const int prep_smem = (int)sizeof(prepare_smem);
     cudaError_t e = cudaFuncSetAttribute((const void *)kda_prepare_kernel,
@@ -389,6 +455,8 @@ extern "C" cudaError_t sp_kda_launch_chunked_two_pass_(const kda_params *p, void
     if (e != cudaSuccess) return e;
     /* What the pass waits on is the record's arrival: four in flight, or
      * two where two blocks are to share a multiprocessor. */
-    return records == 2 ? launch_pass<2>(p, workspace, early, stream)
-                        : launch_pass<4>(p, workspace, early, stream);
+    if (records == 2)
+        return multicast ? launch_pass<2, true>(p, workspace, stream)
+                         : launch_pass<2, false>(p, workspace, stream);
+    return launch_pass<4, false>(p, workspace, stream);
 }

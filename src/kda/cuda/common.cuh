@@ -87,11 +87,14 @@ cudaError_t sp_kda_launch_chunked_(const kda_params *p, int splits, int wgmma,
 size_t sp_kda_chunked_one_pass_smem_bytes_(void);
 size_t sp_kda_chunked_smem_bytes_(void);
 /* Two kernels; workspace: sp_kda_two_pass_bytes_ of p's T, N, H; records:
- * records in flight per state-pass block (2 or 4); early: the device has
- * programmatic dependent launch (compute capability 9 on), so that the
- * second kernel's blocks may start while the first one's last ones run. */
+ * records in flight per state-pass block (2 or 4); multicast (with two
+ * records): the blocks of a pair as one cluster, each record read once a
+ * cluster (sp_kda_two_pass_multicast_). */
 cudaError_t sp_kda_launch_chunked_two_pass_(const kda_params *p, void *workspace, int records,
-                                            int early, cudaStream_t stream);
+                                            int multicast, cudaStream_t stream);
+/* Whether the device holds all clusters of a multicast state pass of
+ * `pairs` (sequence, head) pairs at once (cached per device). */
+int sp_kda_two_pass_multicast_fits_(int device, int64_t pairs);
 
 #ifdef __cplusplus
 }
