@@ -22,7 +22,11 @@
  *      blocks share a multiprocessor so that the blocks make one wave
  *      (sp_kda_two_pass_records_). (Two row groups a block lost to one at
  *      12 to 48 pairs with two to four records on the H200,
- *      docs/PERFORMANCE.md.)
+ *      docs/PERFORMANCE.md.) With two, the copies themselves cost: the 8
+ *      blocks of a pair then form a cluster, each block copies one eighth
+ *      of a record into all 8 (multicast), and a buffer is refilled once
+ *      every block of the cluster is done with it (an mbarrier each block
+ *      arrives on in all 8).
  *
  * Record slots: chunk c of sequence n goes to slot floor(bos_n / 32) + n + c.
  * Slots of different sequences are distinct and fewer than floor(T / 32) + N
