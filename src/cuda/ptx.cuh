@@ -92,28 +92,6 @@ static __device__ __forceinline__ void sp_mbarrier_init_fence_(void) {
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
 
-/* Thread-block clusters (sm_90). The shared::cluster address of the
- * variable at shared address `at` in the cluster's block `rank`. */
-static __device__ __forceinline__ unsigned sp_cluster_addr_(unsigned at, unsigned rank) {
-    unsigned out;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(out) : "r"(at), "r"(rank));
-    return out;
-}
-
-/* Arrive on an mbarrier of any block of the cluster (a shared::cluster
- * address), this thread's earlier memory accesses ordered before. */
-static __device__ __forceinline__ void sp_mbarrier_arrive_cluster_(unsigned bar) {
-    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(bar)
-                 : "memory");
-}
-
-/* Every thread of the cluster's blocks: all of them arrive, then go on
- * (memory ordered at cluster scope). */
-static __device__ __forceinline__ void sp_cluster_sync_(void) {
-    asm volatile("barrier.cluster.arrive.release.aligned;\n"
-                 "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-
 /* This thread's shared-memory accesses ordered before the bulk copies it
  * issues next (the async proxy). */
 static __device__ __forceinline__ void sp_fence_proxy_async_(void) {
@@ -134,33 +112,6 @@ static __device__ __forceinline__ void sp_bulk_copy_g2s_(unsigned dst, const voi
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
                  "[%0], [%1], %2, [%3];\n" ::"r"(dst),
                  "l"(src), "r"(bytes), "r"(bar)
-                 : "memory");
-}
-
-/* The same bulk copy into the shared memory of every block of the cluster
- * in `blocks` (a bit mask of ranks), at dst's offset in each, completing on
- * each one's mbarrier at bar's offset. sm_90a only (SP_HAS_MULTICAST). */
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define SP_HAS_MULTICAST 1
-static __device__ __forceinline__ void sp_bulk_copy_g2s_multicast_(unsigned dst, const void *src,
-                                                                   unsigned bytes, unsigned bar,
-                                                                   uint16_t blocks) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
-                 ".multicast::cluster [%0], [%1], %2, [%3], %4;\n" ::"r"(dst),
-                 "l"(src), "r"(bytes), "r"(bar), "h"(blocks)
-                 : "memory");
-}
-#else
-#define SP_HAS_MULTICAST 0
-#endif
-
-/* Wait until `bar` completes the phase of parity `parity`, with what the
- * cluster's blocks did before arriving on it visible. */
-static __device__ __forceinline__ void sp_mbarrier_wait_cluster_(unsigned bar, unsigned parity) {
-    asm volatile("{\n.reg .pred done;\nWAIT_%=:\n"
-                 "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
-                 "@!done bra WAIT_%=;\n}\n" ::"r"(bar),
-                 "r"(parity)
                  : "memory");
 }
 

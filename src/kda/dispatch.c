@@ -102,15 +102,6 @@ int sp_kda_two_pass_records_(int64_t pairs, int sms) {
     return blocks > sms && blocks <= 2 * (int64_t)sms ? 2 : 4;
 }
 
-int sp_kda_two_pass_multicast_(int records) {
-    /* With two records in flight (two blocks a multiprocessor), copying each
-     * record to a block from L2 cost the pass about 10 % at 24 pairs (1 KB
-     * copied in its place: 0.891 against 0.996 ms on the H200; with four in
-     * flight, at 12 pairs, nothing); multicast reads it once for the 8
-     * blocks of the pair (docs/PERFORMANCE.md). */
-    return records == 2;
-}
-
 int sp_kda_chunked_splits_(int64_t pairs, int sms) {
     /* The most splits of the V columns (each block then owns 128 / splits)
      * that still keep every block in one wave, one block per multiprocessor:

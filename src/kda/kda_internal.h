@@ -135,9 +135,6 @@ sp_status sp_kda_two_pass_bytes_(int64_t T, int64_t N, int64_t H, size_t *bytes)
 /* Records in flight per state-pass block of the two-pass kernel (2 or 4),
  * for `pairs` (sequence, head) pairs on `sms` multiprocessors. */
 int sp_kda_two_pass_records_(int64_t pairs, int sms);
-/* Whether the state pass with `records` in flight multicasts its records
- * to the blocks of a pair (a cluster), where the device holds them. */
-int sp_kda_two_pass_multicast_(int records);
 
 /* Run a checked call on its backend (no check again): what sp_kda_prefill
  * and the boundary do after sp_kda_check_. */

@@ -17,6 +17,3 @@ set(SP_KDA_CUDA_SOURCES
 # The one-pass kernel moves registers between its warpgroups (setmaxnreg):
 # its Hopper code is sm_90a (cmake/cuda_arch.cmake).
 set_source_files_properties(kda/cuda/chunked.cu PROPERTIES SP_CUDA_SM90A ON)
-# The two-pass kernel's state pass multicasts its records to a cluster's
-# blocks, which sm_90a code does (elsewhere each block copies its own).
-set_source_files_properties(kda/cuda/chunked_two_pass.cu PROPERTIES SP_CUDA_SM90A ON)

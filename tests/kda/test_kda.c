@@ -464,9 +464,9 @@ static void chunked_edge_cases(int32_t kernel, int small) {
         kp_free(&p);
     }
     {
-        /* 24 pairs, fp32 state: the two-pass kernel's state pass at two blocks a
-         * multiprocessor, its records multicast to the 8 blocks of a pair
-         * (on 132 multiprocessors; dispatch.c). */
+        /* 24 pairs, fp32 state: the two-pass kernel's state pass with two
+         * records in flight, two blocks a multiprocessor (on 132
+         * multiprocessors; dispatch.c). */
         for (int i = 0; i < 12; i++) lens[i] = i + 32 * (i % 3);
         kda_problem p;
         kp_make(&p, 12, lens, 7, 2, SP_F32, SP_KDA_GATE_LOWER_BOUND, 0, 3150);

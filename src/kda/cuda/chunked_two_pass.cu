@@ -22,11 +22,7 @@
  *      blocks share a multiprocessor so that the blocks make one wave
  *      (sp_kda_two_pass_records_). (Two row groups a block lost to one at
  *      12 to 48 pairs with two to four records on the H200,
- *      docs/PERFORMANCE.md.) With two, the copies themselves cost: the 8
- *      blocks of a pair then form a cluster, each block copies one eighth
- *      of a record into all 8 (multicast), and a buffer is refilled once
- *      every block of the cluster is done with it (an mbarrier each block
- *      arrives on in all 8).
+ *      docs/PERFORMANCE.md.)
  *
  * Record slots: chunk c of sequence n goes to slot floor(bos_n / 32) + n + c.
  * Slots of different sequences are distinct and fewer than floor(T / 32) + N
@@ -132,17 +128,15 @@ static __global__ void __launch_bounds__(PREP_THREADS, 2) kda_prepare_kernel(kda
 /* ---- 2. state pass --------------------------------------------------------- */
 
 /* G row groups of 16 V rows a block (one: see above), each split over KW
- * warps by K columns; NB records in flight. SPLITS_MAX: the blocks of a
- * (sequence, head), a cluster with multicast. */
+ * warps by K columns; NB records in flight. */
 #define KW 4
-static constexpr int G = 1, SPLITS_MAX = D / (16 * G);
+static constexpr int G = 1;
 /* V's row pitch in shared memory: 16 G columns and 16 bytes more, so that
  * the transposing loads of 8 token rows (solve_w) hit distinct banks; at 32
  * bytes a row they took twice the wavefronts (ncu). */
 static constexpr int VP = 16 * G + 8;
 template <int NB> struct pass_smem {
     uint64_t arrived[NB];           /* mbarriers: a record's bytes have landed */
-    uint64_t emptied[NB];           /* multicast: every block of the cluster is done with a buffer */
     alignas(16) chunk_ops ops[NB];  /* this chunk's record and the next ones */
     alignas(16) uint16_t v[NB][CT][VP]; /* the block's V columns */
     float part_p[G][KW][16][SR];    /* each warp's P^T over its K columns */
@@ -153,32 +147,19 @@ template <int NB> struct pass_smem {
 /* Start copying a record into buffer buf. The record is one contiguous
  * block: on Hopper one bulk copy by one thread, completing on the buffer's
  * mbarrier (a loop of 16-byte copies by every thread costs more issue slots
- * than the pass's arithmetic). MC (multicast): the blocks of a (sequence,
- * head) are one cluster, and each copies its slice `rank` of the record
- * into all of them, so that the record is read from L2 once a cluster, not
- * once a block. */
-static_assert(sizeof(chunk_ops) % (16 * SPLITS_MAX) == 0, "records are multicast in 16-byte slices");
-template <bool MC, typename Smem>
+ * than the pass's arithmetic). */
+template <typename Smem>
 static __device__ __forceinline__ void load_record(const chunk_ops *from, int tid, int threads,
-                                                   Smem &s, int buf, int rank) {
+                                                   Smem &s, int buf) {
 #if __CUDA_ARCH__ >= 900
-    (void)threads, (void)rank;
+    (void)threads;
     if (tid == 0) {
         const unsigned bar = sp_smem_addr_(&s.arrived[buf]), bytes = (unsigned)sizeof(chunk_ops);
         sp_fence_proxy_async_();
         sp_mbarrier_expect_tx_(bar, bytes);
-#if SP_HAS_MULTICAST
-        constexpr unsigned SLICE = sizeof(chunk_ops) / SPLITS_MAX;
-        if (MC)
-            sp_bulk_copy_g2s_multicast_(sp_smem_addr_(&s.ops[buf]) + rank * SLICE,
-                                        (const char *)from + rank * SLICE, SLICE, bar,
-                                        (uint16_t)((1u << SPLITS_MAX) - 1));
-        else
-#endif
-            sp_bulk_copy_g2s_(sp_smem_addr_(&s.ops[buf]), from, bytes, bar);
+        sp_bulk_copy_g2s_(sp_smem_addr_(&s.ops[buf]), from, bytes, bar);
     }
 #else
-    (void)rank;
     char *to = (char *)&s.ops[buf];
     for (int i = tid; i < (int)(sizeof(chunk_ops) / 16); i += threads)
         sp_cp_async16_fill_(to + 16 * i, (const char *)from + 16 * i, 16);
@@ -237,7 +218,7 @@ static __device__ __forceinline__ void sum_tiles(const float (*part)[16][SR], in
  * w holds rows 16 (w / KW) .. +15 of them and K columns D / KW (w % KW) ..
  * of S^T. The per-thread addressing (a V piece to copy, an output vector
  * to store) is worked out once; a chunk only adds its offset. */
-template <int NB, bool MC>
+template <int NB>
 static __global__ void __launch_bounds__(32 * KW * G, 1)
     kda_state_pass_kernel(kda_params p, const void *ws) {
     constexpr int ROWS = 16 * G, SPLITS = D / ROWS, THR = 32 * KW * G, KC = D / KW, NDS = KC / 8;
@@ -268,16 +249,10 @@ static __global__ void __launch_bounds__(32 * KW * G, 1)
     if (L > 0) state_load(p.state, p.state_bf16, sq.slot_base, vrow, d0, q, S, NDS);
 #if __CUDA_ARCH__ >= 900
     if (tid == 0) {
-        for (int b = 0; b < NB; b++) {
-            sp_mbarrier_init_(sp_smem_addr_(&s.arrived[b]), 1);
-            sp_mbarrier_init_(sp_smem_addr_(&s.emptied[b]), SPLITS);
-        }
+        for (int b = 0; b < NB; b++) sp_mbarrier_init_(sp_smem_addr_(&s.arrived[b]), 1);
         sp_mbarrier_init_fence_();
     }
     __syncthreads();
-#endif
-#if SP_HAS_MULTICAST
-    if (MC) sp_cluster_sync_(); /* every block's mbarriers ready before any copy lands */
 #endif
     /* Chunks 0 .. NB - 2 in flight; then each iteration starts chunk + NB - 1
      * into the buffer the last chunk used. */
@@ -285,7 +260,7 @@ static __global__ void __launch_bounds__(32 * KW * G, 1)
     for (int b = 0; b < NB - 1; b++) {
         const int64_t t0 = (int64_t)b * CT;
         if (t0 < L) {
-            load_record<MC>(rec + b * p.H, tid, THR, s, b, split);
+            load_record(rec + b * p.H, tid, THR, s, b);
             const int ok = t0 + vt < L;
             if (copies_v) sp_cp_async16_fill_(&s.v[b][vt][vc], ok ? v_at + t0 * p.v.ts : v_at, ok ? 16 : 0);
         }
@@ -301,16 +276,7 @@ static __global__ void __launch_bounds__(32 * KW * G, 1)
         __syncthreads(); /* the record landed; every warp is done with the last one */
         const int64_t t0 = c0 + (int64_t)(NB - 1) * CT;
         if (t0 < L) {
-#if SP_HAS_MULTICAST
-            /* Multicast: buffer next held chunk ci - 1, done with here; the
-             * copies into it wait until every block of the cluster is. */
-            if (MC && tid == 0 && ci >= 1) {
-                const unsigned e = sp_smem_addr_(&s.emptied[next]);
-                for (int j = 0; j < SPLITS; j++) sp_mbarrier_arrive_cluster_(sp_cluster_addr_(e, j));
-                sp_mbarrier_wait_cluster_(e, (unsigned)(((ci + NB - 1) / NB - 1) & 1));
-            }
-#endif
-            load_record<MC>(rec + (ci + NB - 1) * p.H, tid, THR, s, next, split);
+            load_record(rec + (ci + NB - 1) * p.H, tid, THR, s, next);
             const int ok = t0 + vt < L;
             if (copies_v) sp_cp_async16_fill_(&s.v[next][vt][vc], ok ? v_at + t0 * p.v.ts : v_at, ok ? 16 : 0);
         }
@@ -370,9 +336,6 @@ static __global__ void __launch_bounds__(32 * KW * G, 1)
             state_store(p.ckpt, p.state_bf16, kda_ckpt_base(p, crow++, h), vrow, d0, q, S, NDS);
     }
     if (L > 0) state_store(p.state, p.state_bf16, sq.slot_base, vrow, d0, q, S, NDS);
-#if SP_HAS_MULTICAST
-    if (MC) sp_cluster_sync_(); /* no block leaves while another may arrive on its mbarriers */
-#endif
 }
 
 static_assert(sizeof(pass_smem<4>) <= 227 * 1024 && 2 * sizeof(pass_smem<2>) <= 227 * 1024,
@@ -385,69 +348,19 @@ extern "C" size_t sp_kda_chunked_smem_bytes_(void) {
     return m;
 }
 
-/* The launch of the state pass: NB records in flight, MC: multicast
- * (clusters of the SPLITS_MAX blocks of a pair). */
-template <int NB, bool MC>
-static cudaLaunchConfig_t pass_config(const kda_params *p, cudaStream_t stream,
-                                      cudaLaunchAttribute *cluster) {
-    cluster->id = cudaLaunchAttributeClusterDimension;
-    cluster->val.clusterDim.x = SPLITS_MAX;
-    cluster->val.clusterDim.y = 1;
-    cluster->val.clusterDim.z = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)(p->N * p->H * SPLITS_MAX));
-    cfg.blockDim = dim3((unsigned)(32 * KW * G));
-    cfg.dynamicSmemBytes = sizeof(pass_smem<NB>);
-    cfg.stream = stream;
-    cfg.attrs = cluster;
-    cfg.numAttrs = MC ? 1 : 0;
-    return cfg;
-}
-
-template <int NB, bool MC>
+template <int NB>
 static cudaError_t launch_pass(const kda_params *p, const void *ws, cudaStream_t stream) {
-    const void *kernel = (const void *)kda_state_pass_kernel<NB, MC>;
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)sizeof(pass_smem<NB>));
+    const int bytes = (int)sizeof(pass_smem<NB>);
+    const void *kernel = (const void *)kda_state_pass_kernel<NB>;
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     if (e != cudaSuccess) return e;
     void *args[] = {(void *)p, &ws};
-    cudaLaunchAttribute cluster;
-    const cudaLaunchConfig_t cfg = pass_config<NB, MC>(p, stream, &cluster);
-    return cudaLaunchKernelExC(&cfg, kernel, args);
-}
-
-/* Clusters of the multicast state pass (two records) the device holds at
- * once, per device: 0 until asked, -1 for none. */
-static int mc_clusters[64];
-
-extern "C" int sp_kda_two_pass_multicast_fits_(int device, int64_t pairs) {
-    if (device < 0 || device >= 64) return 0;
-    int have = __atomic_load_n(&mc_clusters[device], __ATOMIC_RELAXED);
-    if (have == 0) {
-        /* The multicast is sm_90a code: compute capability 9.0 runs it. */
-        int major = 0, minor = 0;
-        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess)
-            (void)cudaGetLastError();
-        const void *kernel = (const void *)kda_state_pass_kernel<2, true>;
-        kda_params one = {};
-        one.N = 1, one.H = 1;
-        cudaLaunchAttribute cluster;
-        const cudaLaunchConfig_t cfg = pass_config<2, true>(&one, 0, &cluster);
-        if (major != 9 || minor != 0 ||
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)sizeof(pass_smem<2>)) != cudaSuccess ||
-            cudaOccupancyMaxActiveClusters(&have, kernel, &cfg) != cudaSuccess)
-            (void)cudaGetLastError(), have = 0;
-        have = have > 0 ? have : -1;
-        __atomic_store_n(&mc_clusters[device], have, __ATOMIC_RELAXED);
-    }
-    return have >= pairs;
+    return cudaLaunchKernel(kernel, dim3((unsigned)(p->N * p->H * (D / (16 * G)))),
+                            dim3((unsigned)(32 * KW * G)), args, (size_t)bytes, stream);
 }
 
 extern "C" cudaError_t sp_kda_launch_chunked_two_pass_(const kda_params *p, void *workspace,
-                                                       int records, int multicast,
-                                                       cudaStream_t stream) {
+                                                       int records, cudaStream_t stream) {
     const int prep_smem = (int)sizeof(prepare_smem);
     cudaError_t e = cudaFuncSetAttribute((const void *)kda_prepare_kernel,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, prep_smem);
@@ -459,8 +372,6 @@ extern "C" cudaError_t sp_kda_launch_chunked_two_pass_(const kda_params *p, void
     if (e != cudaSuccess) return e;
     /* What the pass waits on is the record's arrival: four in flight, or
      * two where two blocks are to share a multiprocessor. */
-    if (records == 2)
-        return multicast ? launch_pass<2, true>(p, workspace, stream)
-                         : launch_pass<2, false>(p, workspace, stream);
-    return launch_pass<4, false>(p, workspace, stream);
+    return records == 2 ? launch_pass<2>(p, workspace, stream)
+                        : launch_pass<4>(p, workspace, stream);
 }

@@ -87,14 +87,9 @@ cudaError_t sp_kda_launch_chunked_(const kda_params *p, int splits, int wgmma,
 size_t sp_kda_chunked_one_pass_smem_bytes_(void);
 size_t sp_kda_chunked_smem_bytes_(void);
 /* Two kernels; workspace: sp_kda_two_pass_bytes_ of p's T, N, H; records:
- * records in flight per state-pass block (2 or 4); multicast (with two
- * records): the blocks of a pair as one cluster, each record read once a
- * cluster (sp_kda_two_pass_multicast_). */
+ * records in flight per state-pass block (2 or 4). */
 cudaError_t sp_kda_launch_chunked_two_pass_(const kda_params *p, void *workspace, int records,
-                                            int multicast, cudaStream_t stream);
-/* Whether the device holds all clusters of a multicast state pass of
- * `pairs` (sequence, head) pairs at once (cached per device). */
-int sp_kda_two_pass_multicast_fits_(int device, int64_t pairs);
+                                            cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -53,14 +53,10 @@ static sp_status launch(const kda_params *p, int kernel, void *workspace, int de
     }
     int sms = 0;
     SP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    if (kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS) {
-        const int64_t pairs = p->N * p->H;
-        const int records = sp_kda_two_pass_records_(pairs, sms);
+    if (kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS)
         SP_CUDA_CHECK(sp_kda_launch_chunked_two_pass_(
-            p, workspace, records,
-            sp_kda_two_pass_multicast_(records) && sp_kda_two_pass_multicast_fits_(device, pairs),
-            stream));
-    } else {
+            p, workspace, sp_kda_two_pass_records_(p->N * p->H, sms), stream));
+    else {
         const int splits = sp_kda_chunked_splits_(p->N * p->H, sms);
         SP_CUDA_CHECK(sp_kda_launch_chunked_(
             p, splits,
