@@ -136,7 +136,14 @@ static constexpr int G = 1;
  * bytes a row they took twice the wavefronts (ncu). */
 static constexpr int VP = 16 * G + 8;
 template <int NB> struct pass_smem {
-    uint64_t arrived[NB];           /* mbarriers: a record's bytes have landed */
+    /* mbarriers: a record's bytes have landed (NB of them used). Four slots
+     * put the records 32 bytes into the block's shared memory whatever NB.
+     * Where the records start within 128 bytes moves the whole pass
+     * (H200, the whole layout moved at run time, docs/PERFORMANCE.md): at
+     * 24 pairs (two records) 32 or 64 bytes 0.94 ms, 16 or 112 0.97-0.98,
+     * 0 1.005, 48 or 80 1.26; at 12 pairs (four) 48 or 80 0.66 ms, every
+     * other offset 0.55. Where the rest of the layout starts did not matter. */
+    uint64_t arrived[4];
     alignas(16) chunk_ops ops[NB];  /* this chunk's record and the next ones */
     alignas(16) uint16_t v[NB][CT][VP]; /* the block's V columns */
     float part_p[G][KW][16][SR];    /* each warp's P^T over its K columns */
@@ -338,6 +345,8 @@ static __global__ void __launch_bounds__(32 * KW * G, 1)
     if (L > 0) state_store(p.state, p.state_bf16, sq.slot_base, vrow, d0, q, S, NDS);
 }
 
+static_assert(offsetof(pass_smem<2>, ops) == 32 && offsetof(pass_smem<4>, ops) == 32,
+              "the records' offset in shared memory");
 static_assert(sizeof(pass_smem<4>) <= 227 * 1024 && 2 * sizeof(pass_smem<2>) <= 227 * 1024,
               "a block's shared memory on sm_90 (with two records, two blocks)");
 
