@@ -62,8 +62,10 @@
 #define FN __host__ __device__ __forceinline__
 #ifdef __CUDA_ARCH__
 #define UNROLL _Pragma("unroll")
+#define ROLLED _Pragma("unroll 1")
 #else
 #define UNROLL
+#define ROLLED
 #endif
 
 #define THREADS 128
@@ -386,63 +388,108 @@ static FN void load_params(const conv_params &p, int64_t c0, float (&w)[VEC][W],
     }
 }
 
+/* The vector path's next inputs: rows [row, row + RING) of the thread's 8
+ * channels, in flight while earlier ones are used. One stream runs through
+ * a tile, across the sequences in it, so that a sequence's first rows are
+ * on their way while the one before it ends (a stream restarted at each
+ * sequence waited out a memory latency there, most tiles once at T = 1024,
+ * docs/PERFORMANCE.md). On the device the rows are copied (cp.async) into
+ * the thread's own slots of shared memory, so that what is in flight costs
+ * no registers; a slot is read back by the thread that filled it, once its
+ * copy group has completed. The host loads them at once. */
+typedef struct xring {
+    const uint16_t *x; /* row 0's vector */
+    int64_t xr;        /* x's row stride */
+    int64_t row, end;  /* the next row used; rows from `end` are never read */
+    int u;             /* its slot */
+#ifndef __CUDA_ARCH__
+    bf8 slot[RING];
+#endif
+} xring;
+
+static FN void ring_init(xring &r, const conv_params &p, int64_t c0, int64_t end) {
+    r.x = p.x + c0;
+    r.xr = p.x_row;
+    r.row = -1;
+    r.end = end;
+    r.u = 0;
+}
+
+#ifdef __CUDA_ARCH__
+static __device__ __forceinline__ uint4 *ring_slot(int u) {
+    __shared__ uint4 ring[RING][THREADS];
+    return &ring[u][threadIdx.x];
+}
+#endif
+
+/* Row `row` into slot u, if it is to be read; one copy group either way. */
+static FN void ring_issue(xring &r, int u, int64_t row) {
+#ifdef __CUDA_ARCH__
+    if (row < r.end) sp_cp_async16_(ring_slot(u), r.x + row * r.xr);
+    sp_cp_async_commit_();
+#else
+    if (row < r.end) r.slot[u] = load16(r.x + row * r.xr);
+#endif
+}
+
+/* Row a next: the stream goes on if it is there already, else restarts. */
+static FN void ring_seek(xring &r, int64_t a) {
+    if (a == r.row) return;
+#ifdef __CUDA_ARCH__
+    sp_cp_async_wait_<0>();
+#endif
+    r.row = a;
+    r.u = 0;
+    UNROLL
+    for (int u = 0; u < RING; u++) ring_issue(r, u, a + u);
+}
+
+static FN bf8 ring_next(xring &r) {
+#ifdef __CUDA_ARCH__
+    sp_cp_async_wait_<RING - 1>();
+    const bf8 x = from_uint4(*ring_slot(r.u));
+#else
+    const bf8 x = r.slot[r.u];
+#endif
+    ring_issue(r, r.u, r.row + RING);
+    r.row++;
+    r.u = r.u == RING - 1 ? 0 : r.u + 1;
+    return x;
+}
+
+/* Every copy landed (before the thread ends). */
+static FN void ring_drain() {
+#ifdef __CUDA_ARCH__
+    sp_cp_async_wait_<0>();
+#endif
+}
+
 /* Tokens [a, b) of one sequence, the window z already holding the W-1
  * inputs before a; z ends holding the W-1 inputs before b. FAST: x rows
- * and outputs are 16-byte vectors (the common layouts), walked with
- * pointers; else each access takes the layout's general path. */
+ * and outputs are 16-byte vectors (the common layouts): x comes from the
+ * stream r and outputs are walked with a pointer; else each access takes
+ * the layout's general path. */
 template <int W, int FAST, int SILU>
 static FN void run_tokens(const conv_params &p, const float (&w)[VEC][W], const float (&bias)[VEC],
-                          float (&z)[W - 1][VEC], int64_t a, int64_t b, int64_t c0) {
+                          float (&z)[W - 1][VEC], xring &r, int64_t a, int64_t b, int64_t c0) {
+    if (a >= b) return;
     const int si = seg_of(p, c0);
     if (FAST) {
         const sp_conv_seg &g = p.seg[si];
-        const uint16_t *xp = p.x + a * p.x_row + c0;
         uint16_t *op = g.data + a * g.row + (c0 - g.first);
-        const int64_t xr = p.x_row, orow = g.row;
-#ifdef __CUDA_ARCH__
-        /* Each thread keeps RING of its next inputs in flight, copied
-         * (cp.async) into its own slots of shared memory, so that what is
-         * in flight costs no registers. A slot is read back by the thread
-         * that filled it, once its copy group has completed. */
-        __shared__ uint4 ring[RING][THREADS];
-        const unsigned tid = threadIdx.x;
-        UNROLL
-        for (int u = 0; u < RING; u++) {
-            if (a + u < b) sp_cp_async16_(&ring[u][tid], xp + u * xr);
-            sp_cp_async_commit_();
-        }
-        for (int64_t base = a; base < b; base += RING, xp += RING * xr, op += RING * orow) {
-            UNROLL
-            for (int u = 0; u < RING; u++) {
-                if (base + u >= b) break;
-                sp_cp_async_wait_<RING - 1>();
-                const bf8 x = from_uint4(ring[u][tid]);
-                if (base + u + RING < b) sp_cp_async16_(&ring[u][tid], xp + (u + RING) * xr);
-                sp_cp_async_commit_();
-                *(uint4 *)(op + u * orow) = to_uint4(step<W, SILU>(w, bias, z, x));
-            }
-        }
-        sp_cp_async_wait_<0>();
-        return;
-#endif
-        int64_t t = a;
-        for (; t + AHEAD <= b; t += AHEAD, xp += AHEAD * xr, op += AHEAD * orow) {
-            bf8 xs[AHEAD];
-            UNROLL
-            for (int u = 0; u < AHEAD; u++) xs[u] = load16(xp + u * xr);
-            UNROLL
-            for (int u = 0; u < AHEAD; u++) {
-                const bf8 y = step<W, SILU>(w, bias, z, xs[u]);
-                must_align(op + u * orow, 16);
-                *(uint4 *)(op + u * orow) = to_uint4(y);
-            }
-        }
-        for (; t < b; t++, xp += xr, op += orow) {
-            const bf8 y = step<W, SILU>(w, bias, z, load16(xp));
+        const int64_t orow = g.row;
+        ring_seek(r, a);
+        /* Not unrolled: the loop's code is what a short tile's warps wait
+         * to fetch (T = 1024, H = 96: 0.814 -> 0.824 of the limit; 1024,
+         * 12: 0.70 -> 0.73; K3 TP1 unchanged). */
+        ROLLED
+        for (int64_t t = a; t < b; t++, op += orow) {
+            const bf8 y = step<W, SILU>(w, bias, z, ring_next(r));
             must_align(op, 16);
             *(uint4 *)op = to_uint4(y);
         }
     } else {
+        (void)r;
         for (int64_t t = a; t < b; t += AHEAD) {
             const int64_t m = b - t;
             bf8 xs[AHEAD];
@@ -486,6 +533,9 @@ static FN void conv_thread(const conv_params &p, int64_t bx, int64_t tiles, int6
     float w[VEC][W], bias[VEC];
     load_params<W>(p, c0, w, bias);
     float z[W - 1][VEC] = {}; /* channels past C are never loaded: zeros */
+    /* The rows this tile reads: up to W-2 past t1 (see the file's header). */
+    xring r;
+    ring_init(r, p, c0, t1 + W - 1 < p.T ? t1 + W - 1 : p.T);
 
     /* A sequence that began in an earlier tile: tokens from t0, or from its
      * W-th token if that is later; the halo comes from x. */
@@ -496,7 +546,7 @@ static FN void conv_thread(const conv_params &p, int64_t bx, int64_t tiles, int6
         const int64_t a = t0 > s + W - 1 ? t0 : s + W - 1, b = t1 < e ? t1 : e;
         if (s >= 0 && s <= e && e <= p.T && slot >= 0 && slot < p.slots && a < b) {
             halo_from_x<W>(p, a, c0, z);
-            run_tokens<W, FAST, SILU>(p, w, bias, z, a, b, c0);
+            run_tokens<W, FAST, SILU>(p, w, bias, z, r, a, b, c0);
         }
     }
     /* Sequences that begin in this tile (the last tile also owns those
@@ -517,10 +567,11 @@ static FN void conv_thread(const conv_params &p, int64_t bx, int64_t tiles, int6
         }
         const int64_t own = t1 > s + W - 1 ? t1 : s + W - 1;
         const int64_t end = e < own ? e : own;
-        run_tokens<W, FAST, SILU>(p, w, bias, z, s, end, c0);
+        run_tokens<W, FAST, SILU>(p, w, bias, z, r, s, end, c0);
         if (end < e) halo_from_x<W>(p, e, c0, z);
         state_io<W>(p, slot, c0, z, true);
     }
+    ring_drain();
 }
 
 /* A slot's W-1 inputs of 8 channels as stored in the dense layout (tap j
