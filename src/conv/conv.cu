@@ -398,20 +398,25 @@ static FN void load_params(const conv_params &p, int64_t c0, float (&w)[VEC][W],
  * no registers; a slot is read back by the thread that filled it, once its
  * copy group has completed. The host loads them at once. */
 typedef struct xring {
-    const uint16_t *x; /* row 0's vector */
-    int64_t xr;        /* x's row stride */
-    int64_t row, end;  /* the next row used; rows from `end` are never read */
-    int u;             /* its slot */
+    const uint16_t *x;    /* row 0's vector */
+    const uint16_t *next; /* the next row to load */
+    int64_t xr;           /* x's row stride */
+    int64_t row, end;     /* the next row used; rows from `end` are never read */
+    int64_t left;         /* rows still to load */
+    int u;                /* the slot of `row` */
 #ifndef __CUDA_ARCH__
     bf8 slot[RING];
 #endif
 } xring;
 
+/* A stream over rows before `end`, none in flight yet. */
 static FN void ring_init(xring &r, const conv_params &p, int64_t c0, int64_t end) {
     r.x = p.x + c0;
+    r.next = r.x;
     r.xr = p.x_row;
     r.row = -1;
     r.end = end;
+    r.left = 0;
     r.u = 0;
 }
 
@@ -422,26 +427,33 @@ static __device__ __forceinline__ uint4 *ring_slot(int u) {
 }
 #endif
 
-/* Row `row` into slot u, if it is to be read; one copy group either way. */
-static FN void ring_issue(xring &r, int u, int64_t row) {
+/* The next row into slot u, if there is one to read; one copy group
+ * either way. */
+static FN void ring_issue(xring &r, int u) {
 #ifdef __CUDA_ARCH__
-    if (row < r.end) sp_cp_async16_(ring_slot(u), r.x + row * r.xr);
+    if (r.left > 0) sp_cp_async16_(ring_slot(u), r.next);
     sp_cp_async_commit_();
 #else
-    if (row < r.end) r.slot[u] = load16(r.x + row * r.xr);
+    if (r.left > 0) r.slot[u] = load16(r.next);
 #endif
+    r.next += r.xr;
+    r.left--;
 }
 
-/* Row a next: the stream goes on if it is there already, else restarts. */
-static FN void ring_seek(xring &r, int64_t a) {
-    if (a == r.row) return;
+/* Rows [a, b) next: the stream goes on if row a is its next, else (or if
+ * b is past what it reads) restarts at a. */
+static FN void ring_seek(xring &r, int64_t a, int64_t b) {
+    if (a == r.row && b <= r.end) return;
 #ifdef __CUDA_ARCH__
     sp_cp_async_wait_<0>();
 #endif
+    if (b > r.end) r.end = b;
     r.row = a;
+    r.next = r.x + a * r.xr;
+    r.left = r.end - a;
     r.u = 0;
     UNROLL
-    for (int u = 0; u < RING; u++) ring_issue(r, u, a + u);
+    for (int u = 0; u < RING; u++) ring_issue(r, u);
 }
 
 static FN bf8 ring_next(xring &r) {
@@ -451,7 +463,7 @@ static FN bf8 ring_next(xring &r) {
 #else
     const bf8 x = r.slot[r.u];
 #endif
-    ring_issue(r, r.u, r.row + RING);
+    ring_issue(r, r.u);
     r.row++;
     r.u = r.u == RING - 1 ? 0 : r.u + 1;
     return x;
@@ -478,7 +490,7 @@ static FN void run_tokens(const conv_params &p, const float (&w)[VEC][W], const 
         const sp_conv_seg &g = p.seg[si];
         uint16_t *op = g.data + a * g.row + (c0 - g.first);
         const int64_t orow = g.row;
-        ring_seek(r, a);
+        ring_seek(r, a, b);
         /* Not unrolled: the loop's code is what a short tile's warps wait
          * to fetch (T = 1024, H = 96: 0.814 -> 0.824 of the limit; 1024,
          * 12: 0.70 -> 0.73; K3 TP1 unchanged). */
@@ -533,9 +545,10 @@ static FN void conv_thread(const conv_params &p, int64_t bx, int64_t tiles, int6
     float w[VEC][W], bias[VEC];
     load_params<W>(p, c0, w, bias);
     float z[W - 1][VEC] = {}; /* channels past C are never loaded: zeros */
-    /* The rows this tile reads: up to W-2 past t1 (see the file's header). */
+    /* The rows of the tile; a sequence that starts in its last W-2 rows
+     * extends the stream past them (see the file's header). */
     xring r;
-    ring_init(r, p, c0, t1 + W - 1 < p.T ? t1 + W - 1 : p.T);
+    ring_init(r, p, c0, t1);
 
     /* A sequence that began in an earlier tile: tokens from t0, or from its
      * W-th token if that is later; the halo comes from x. */
