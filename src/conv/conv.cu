@@ -10,10 +10,12 @@
  * flight meanwhile: on the vector path (16-byte rows of x and outputs, the
  * common layouts) RING of them, copied with cp.async into the thread's own
  * slots of shared memory, so that what is in flight costs no registers
- * (0.74 -> 0.91 of the limit at K3 TP1); elsewhere AHEAD of them, loaded
- * into registers before the first is used. At the tile's start the window (the halo) is loaded from the W-1 rows
- * before it, which the neighbouring tile's block read moments earlier (an
- * L2 hit, mostly): x is read from memory about once.
+ * (0.74 -> 0.91 of the limit at K3 TP1), in one stream through the tile
+ * that runs on across its sequences (xring); elsewhere AHEAD of them,
+ * loaded into registers before the first is used. At the tile's start the
+ * window (the halo) is loaded from the W-1 rows before it, which the
+ * neighbouring tile's block read moments earlier (an L2 hit, mostly): x is
+ * read from memory about once.
  *
  * Sequences and the state pool. A sequence's first W-1 tokens and its state
  * slot belong to the tile that holds its first token, which may run up to
@@ -71,11 +73,12 @@
 #define THREADS 128
 #define VEC 8   /* channels per thread: one 16-byte vector of bf16 */
 #define AHEAD 8 /* tokens loaded before the first of them is used */
-/* Tokens in flight per thread on the vector path (device). 8, not 16: the
- * ring's loop is unrolled, and the shorter code and start-up paid off at
- * every prefill shape measured on an H200 (docs/PERFORMANCE.md: T = 1024,
- * H = 96 0.73 -> 0.81 of the limit; T = 16384, H = 12 0.86 -> 0.88; K3
- * TP1 0.93 -> 0.94); 4, 6 and 12 did no better overall. */
+/* Tokens in flight per thread on the vector path (device). 8, not 16: with
+ * the loop unrolled, the shorter code and start-up paid off at every
+ * prefill shape measured on an H200 (docs/PERFORMANCE.md: T = 1024, H = 96
+ * 0.73 -> 0.81 of the limit; T = 16384, H = 12 0.86 -> 0.88; K3 TP1 0.93
+ * -> 0.94); 4, 6 and 12 did no better overall. Not unrolled, 16 still lost
+ * (K3 TP1 0.935 against 0.940; T = 1024, H = 96 0.820 against 0.824). */
 #define RING 8
 #define DBATCH 2 /* decode: sequences in flight per thread */
 
