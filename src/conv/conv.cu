@@ -36,11 +36,12 @@
  * Instructions per element are the other budget: at the HBM rate an SM must
  * finish about 4.6 elements per clock, at most some 25 issued instructions
  * each, and the fewer the better. So the layout path and the activation are
- * compile-time (one instance each: the vector path walks x and the outputs
- * with pointers, no per-token branches), the window is kept in fp32 (one
- * conversion per input, not W), SiLU is four instructions (act), and
- * outputs are rounded two at a time with one cvt: about 13 instructions an
- * element on the vector path (ncu), from 25.
+ * compile-time (one instance each: the vector path takes x from its stream
+ * and walks the outputs with a pointer, no per-token layout branches), the
+ * window is kept in fp32 (one conversion per input, not W), SiLU is four
+ * instructions (act), and outputs are rounded two at a time with one cvt:
+ * about 13 instructions an element on the vector path (ncu, with the ring's
+ * loop unrolled), from 25.
  *
  * Grid: one dimension of 128-thread blocks; thread g takes the vector of 8
  * channels g mod ceil(C/8) of work item g / ceil(C/8), so that no thread

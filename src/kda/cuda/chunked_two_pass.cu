@@ -136,6 +136,7 @@ static constexpr int G = 1;
  * bytes a row they took twice the wavefronts (ncu). */
 static constexpr int VP = 16 * G + 8;
 template <int NB> struct pass_smem {
+    static_assert(NB == 2 || NB == 4, "two or four records in flight");
     /* mbarriers: a record's bytes have landed (NB of them used). Four slots
      * put the records 32 bytes into the block's shared memory whatever NB.
      * Where the records start within 128 bytes moves the whole pass
