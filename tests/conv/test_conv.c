@@ -492,6 +492,15 @@ static void prefill_matrix(void) {
     static const uint8_t mixed[] = {1, 1, 0, 1};
     prefill_case(4, 8, 16, 1 | 8, XL_DENSE, OL_TOKEN, 4, ends, slots2, mixed, 0, seed++);
     prefill_case(3, 8, 16, 8, XL_SLICE, OL_SPLIT, 2, none, slots2 + 2, mixed + 2, 0, seed++);
+    /* Sequences that start in a tile's last W-2 rows (at 7, 15 and 63: the
+     * last row of tiles of 8, 16 and 64 tokens), whose first W-1 tokens run
+     * past the tile: at W = 3 one row, at W = 4 two. */
+    static const int64_t late[] = {7, 8, 48, 10, 6};
+    static const int32_t slots3[] = {4, 0, 3, 1, 2};
+    static const uint8_t all[] = {1, 1, 1, 1, 1};
+    for (int64_t W = 3; W <= 4; W++)
+        for (int ol = OL_TOKEN; ol <= OL_SPLIT; ol++)
+            prefill_case(W, 16, 16, 1 | 8, XL_DENSE, ol, 5, late, slots3, all, 0, seed++);
     /* No sequence at all; one empty sequence only. */
     prefill_case(3, 16, 16, 8, XL_DENSE, OL_SPLIT, 0, lens, slots, init_of, 3, seed++);
     prefill_case(3, 16, 16, 0, XL_DENSE, OL_TOKEN, 1, lens, slots, init_of, 3, seed++);
