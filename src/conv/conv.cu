@@ -505,7 +505,6 @@ static FN void run_tokens(const conv_params &p, const float (&w)[VEC][W], const 
             *(uint4 *)op = to_uint4(y);
         }
     } else {
-        (void)r;
         for (int64_t t = a; t < b; t += AHEAD) {
             const int64_t m = b - t;
             bf8 xs[AHEAD];
