@@ -520,29 +520,15 @@ static FN void run_tokens(const conv_params &p, const float (&w)[VEC][W], const 
     }
 }
 
-/* Where key goes in v[0 .. n): the first k with v[k] >= key, n if none,
- * for a non-decreasing v (cu_seqlens, which the host does not read: for
- * any other v, some k in [0, n]). Each round loads PROBES entries at once
- * and keeps the stretch between two of them: a round costs one memory
- * latency, as one step of a binary search does, and eight sequences take
- * one round, not four. A tile's first work waits on this. */
-#define PROBES 8
-static FN int64_t seq_search(const int64_t *v, int64_t n, int64_t key) {
-    int64_t lo = 0, hi = n; /* v[.. lo) < key, v[hi ..) >= key */
+/* First k in [0, n) with v[k] >= key, n if none. */
+static FN int64_t lower_bound(const int64_t *v, int64_t n, int64_t key) {
+    int64_t lo = 0, hi = n;
     while (lo < hi) {
-        int64_t m[PROBES];
-        bool ge[PROBES];
-        UNROLL
-        for (int k = 0; k < PROBES; k++) m[k] = lo + (k + 1) * (hi - lo) / (PROBES + 1);
-        UNROLL
-        for (int k = 0; k < PROBES; k++) ge[k] = v[m[k]] >= key;
-        int c = PROBES; /* the first probe at or past key */
-        UNROLL
-        for (int k = PROBES - 1; k >= 0; k--)
-            if (ge[k]) c = k;
-        const int64_t next_lo = c > 0 ? m[c - 1] + 1 : lo;
-        hi = c < PROBES ? m[c] : hi;
-        lo = next_lo;
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (v[mid] < key)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return lo;
 }
@@ -569,19 +555,7 @@ static FN void conv_thread(const conv_params &p, int64_t bx, int64_t tiles, int6
 
     /* A sequence that began in an earlier tile: tokens from t0, or from its
      * W-th token if that is later; the halo comes from x. */
-    const int64_t lo = seq_search(p.cu, p.N + 1, t0);
-    /* The slot of the first sequence that begins here, read now, and its
-     * state on its way to L2: at that sequence's start (mid-tile, most
-     * tiles at T = 1024) the thread then waits on one L2 hit, not two
-     * loads from memory. */
-    const int32_t first_slot = lo < p.N ? p.idx[lo] : -1;
-    const bool first_init = lo < p.N && p.init && p.init[lo];
-    if (FAST && first_init && first_slot >= 0 && first_slot < p.slots) {
-        const uint16_t *st = p.state + first_slot * p.s_slot;
-        const int64_t cl = (c0 + VEC < p.C ? c0 + VEC : p.C) - 1; /* the last channel */
-        prefetch_l2(st + c0 * p.s_c);
-        prefetch_l2(st + cl * p.s_c + (W - 2) * p.s_j);
-    }
+    const int64_t lo = lower_bound(p.cu, p.N + 1, t0);
     if (lo >= 1 && lo <= p.N) {
         const int64_t n = lo - 1, s = p.cu[n], e = p.cu[n + 1];
         const int32_t slot = p.idx[n];
@@ -597,9 +571,9 @@ static FN void conv_thread(const conv_params &p, int64_t bx, int64_t tiles, int6
     for (int64_t n = lo; n < p.N; n++) {
         const int64_t s = p.cu[n], e = p.cu[n + 1];
         if (!(s < t1 || (last && s <= p.T))) break;
-        const int32_t slot = n == lo ? first_slot : p.idx[n];
+        const int32_t slot = p.idx[n];
         if (s < 0 || s > e || e > p.T || slot < 0 || slot >= p.slots) continue;
-        if (n == lo ? first_init : p.init && p.init[n]) {
+        if (p.init && p.init[n]) {
             state_io<W>(p, slot, c0, z, false);
         } else {
             UNROLL

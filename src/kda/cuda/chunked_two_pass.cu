@@ -16,10 +16,7 @@
  *      meet in shared memory, where each warp adds up the sums it needs
  *      itself, in one order (one barrier a chunk, where a shared reduction
  *      took two: 0.583 -> 0.555 ms at 12 pairs on the H200), then each warp
- *      updates its own columns. The outputs' products come after that
- *      update, off the chain from chunk to chunk, and their partial sums
- *      meet at the next chunk's barrier, where each warp writes 8 of the
- *      chunk's 32 output rows.
+ *      updates its own columns and writes 8 of the chunk's 32 output rows.
  *      What a chunk waits on is its record's arrival (a 37.5 KB copy,
  *      mostly from memory): four records in flight, or two where two
  *      blocks share a multiprocessor so that the blocks make one wave
@@ -225,43 +222,6 @@ static __device__ __forceinline__ void sum_tiles(const float (*part)[16][SR], in
     }
 }
 
-/* X^T += S' M^T over the warp's K columns d0 ..: sa holds S' (S diag(c))
- * as the A operands of its NDS / 2 k16 steps, M is Lk or Lq (32 x 128). */
-template <int NDS>
-static __device__ __forceinline__ void sprime_times(const uint32_t (*sa)[4], const uint16_t (*m)[SB],
-                                                    int d0, int lane, float X[CT / 8][4]) {
-    const int2 lb = b_at(lane);
-#pragma unroll
-    for (int kk = 0; kk < NDS / 2; kk++) {
-        const int col = d0 + 16 * kk + lb.y;
-#pragma unroll
-        for (int t16 = 0; t16 < CT / 16; t16++) {
-            uint32_t b[4];
-            sp_ldsm_x4_<0>(op_at(m, 16 * t16 + lb.x, col), b);
-            sp_mma_bf16_(X[2 * t16], sa[kk], b[0], b[1]);
-            sp_mma_bf16_(X[2 * t16 + 1], sa[kk], b[2], b[3]);
-        }
-    }
-}
-
-/* A chunk's output rows 8 kq .. +7 of the warp's 16 V rows: the partial
- * S'^T Lq^T summed over the warps plus W^T QK^T, through shared memory as
- * 16-byte rows, tokens below nt only. */
-static __device__ __forceinline__ void finish_out(const float (*part)[16][SR], uint16_t (*ob)[OP],
-                                                  int kq, int lane, const float wqk[4],
-                                                  uint16_t *at, int nt) {
-    const int r = lane >> 2, q = lane & 3, ot = lane >> 1, oh = (lane & 1) * 8;
-    float Ow[4];
-    sum_tiles(part, kq, r, q, -1, NULL, Ow);
-    ob[2 * q][r] = sp_f32_to_bf16_(Ow[0] + wqk[0]);
-    ob[2 * q + 1][r] = sp_f32_to_bf16_(Ow[1] + wqk[1]);
-    ob[2 * q][r + 8] = sp_f32_to_bf16_(Ow[2] + wqk[2]);
-    ob[2 * q + 1][r + 8] = sp_f32_to_bf16_(Ow[3] + wqk[3]);
-    __syncwarp();
-    if (lane < 16 && 8 * kq + ot < nt) *(uint4 *)at = *(const uint4 *)&ob[ot][oh];
-    __syncwarp();
-}
-
 /* Blocks of 32 KW G threads own 16 G V rows of one (sequence, head); warp
  * w holds rows 16 (w / KW) .. +15 of them and K columns D / KW (w % KW) ..
  * of S^T. The per-thread addressing (a V piece to copy, an output vector
@@ -277,6 +237,7 @@ static __global__ void __launch_bounds__(32 * KW * G, 1)
     const int64_t nh = blockIdx.x / SPLITS, h = nh % p.H, n = nh / p.H;
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
     const int r = lane >> 2, q = lane & 3, rg = w / KW, kq = w % KW;
+    const bool outputs = kq < 4; /* warps whose 8 tokens of output are kq's */
     kda_seq sq;
     if (!kda_seq_of(p, n, h, &sq)) return;
     const int64_t L = sq.len, HD = p.H * D;
@@ -315,8 +276,6 @@ static __global__ void __launch_bounds__(32 * KW * G, 1)
     }
     int64_t crow = sq.crow;
     const int64_t chunks_per_ckpt = p.interval / CT;
-    float wqk[4] = {};
-    int last_nt = 0;
     for (int64_t c0 = 0, ci = 0; c0 < L; c0 += CT, ci++) {
         const int buf = (int)(ci % NB), next = (int)((ci + NB - 1) % NB);
         const chunk_ops &o = s.ops[buf];
@@ -331,19 +290,14 @@ static __global__ void __launch_bounds__(32 * KW * G, 1)
         }
         sp_cp_async_commit_();
 
-        /* S' = S diag(c), kept as A operands (k16 steps of our columns);
-         * partial P^T = S' Lk^T over our columns. */
-        float P[4][4] = {};
-        uint32_t sa[NDS / 2][4];
-        scale_columns(S, o.c, d0, q, NDS);
+        /* S' = S diag(c); partial P^T = S' Lk^T and S' Lq^T over our columns. */
+        float P[4][4] = {}, O[4][4] = {};
+        state_products(S, NDS, d0, lane, o, P, O);
 #pragma unroll
-        for (int kk = 0; kk < NDS / 2; kk++) acc_pair_as_a(S[2 * kk], S[2 * kk + 1], sa[kk]);
-        sprime_times<NDS>(sa, o.lk, d0, lane, P);
-#pragma unroll
-        for (int t8 = 0; t8 < CT / 8; t8++) put_tile(s.part_p[rg][kq], t8, r, q, P[t8]);
-        /* The previous chunk's outputs (a full chunk: only a sequence's last
-         * one is not). */
-        if (ci > 0) finish_out(s.part_o[rg], s.out[4 * rg + kq], kq, lane, wqk, o_at + (c0 - CT) * HD, CT);
+        for (int t8 = 0; t8 < CT / 8; t8++) {
+            put_tile(s.part_p[rg][kq], t8, r, q, P[t8]);
+            put_tile(s.part_o[rg][kq], t8, r, q, O[t8]);
+        }
         __syncthreads();
         /* Every warp: the sums it needs of the partial tiles, added itself
          * (no second barrier); then the whole X^T = diag(b) (V - P)^T and
@@ -356,9 +310,19 @@ static __global__ void __launch_bounds__(32 * KW * G, 1)
         }
         float W[CT / 8][4];
         solve_w(P, &s.v[buf][0][0], VP, vw0, o, lane, W);
-        /* Our columns, the chain from one chunk to the next: S = diag(e) (S'
-         * + W^T R). It goes first: the tensor cores take a warp's products
-         * in the order they are issued. */
+        /* Output rows 8 kq .. +7 of our 16 V rows: S'^T Lq^T + W^T QK^T. */
+        float Ow[4];
+        if (outputs) sum_tiles(s.part_o[rg], kq, r, q, -1, NULL, Ow);
+        /* Our columns: S = diag(e) (S' + W^T R). */
+        if (outputs)
+#pragma unroll
+            for (int kt = 0; kt < CT / 8; kt++) {
+                if (kq < 2 && kt >= 2) continue; /* QK's zero block */
+                uint32_t a[4], b0, b1;
+                acc_as_a(W[kt], a);
+                pair(&o.qk[8 * kq + r][8 * kt + 2 * q], &b0, &b1);
+                sp_mma_tf32_(Ow, a, b0, b1);
+            }
 #pragma unroll
         for (int kt = 0; kt < CT / 16; kt++) {
             uint32_t a[4];
@@ -366,34 +330,20 @@ static __global__ void __launch_bounds__(32 * KW * G, 1)
             state_add_wr(S, NDS, d0, lane, o, kt, a);
         }
         scale_columns(S, o.e, d0, q, NDS);
-        /* Off that chain, for this chunk's outputs (finished after the next
-         * chunk's barrier): our partial S'^T Lq^T to shared memory, and
-         * W^T QK^T of our output rows kept. */
-        {
-            float O[4][4] = {};
-            sprime_times<NDS>(sa, o.lq, d0, lane, O);
-            wqk[0] = wqk[1] = wqk[2] = wqk[3] = 0.0f;
-#pragma unroll
-            for (int kt = 0; kt < CT / 8; kt++) {
-                if (kq < 2 && kt >= 2) continue; /* QK's zero block */
-                uint32_t a[4], b0, b1;
-                acc_as_a(W[kt], a);
-                pair(&o.qk[8 * kq + r][8 * kt + 2 * q], &b0, &b1);
-                sp_mma_tf32_(wqk, a, b0, b1);
-            }
-#pragma unroll
-            for (int t8 = 0; t8 < CT / 8; t8++) put_tile(s.part_o[rg][kq], t8, r, q, O[t8]);
+        if (outputs) { /* the 8 x 16 outputs through shared memory, as 16-byte rows */
+            uint16_t(*ob)[OP] = s.out[4 * rg + kq];
+            ob[2 * q][r] = sp_f32_to_bf16_(Ow[0]);
+            ob[2 * q + 1][r] = sp_f32_to_bf16_(Ow[1]);
+            ob[2 * q][r + 8] = sp_f32_to_bf16_(Ow[2]);
+            ob[2 * q + 1][r + 8] = sp_f32_to_bf16_(Ow[3]);
+            __syncwarp();
+            if (lane < 16 && 8 * kq + ot < nt)
+                *(uint4 *)(o_at + c0 * HD) = *(const uint4 *)&ob[ot][oh];
         }
-        last_nt = nt;
         if (chunks_per_ckpt > 0 && nt == CT && (ci + 1) % chunks_per_ckpt == 0)
             state_store(p.ckpt, p.state_bf16, kda_ckpt_base(p, crow++, h), vrow, d0, q, S, NDS);
     }
-    if (L > 0) {
-        __syncthreads();
-        finish_out(s.part_o[rg], s.out[4 * rg + kq], kq, lane, wqk,
-                   o_at + ((L - 1) / CT) * CT * HD, last_nt);
-        state_store(p.state, p.state_bf16, sq.slot_base, vrow, d0, q, S, NDS);
-    }
+    if (L > 0) state_store(p.state, p.state_bf16, sq.slot_base, vrow, d0, q, S, NDS);
 }
 
 static_assert(offsetof(pass_smem<2>, ops) == 32 && offsetof(pass_smem<4>, ops) == 32,
