@@ -14,7 +14,13 @@
  * Prints one JSON line per kernel x shape x state (also appended to FILE
  * with --json FILE), then a table.
  *
- * Run: build/bench/bench_kda [--shape T H N] [--probe m|g|v|k|g.v|g.k] [--json FILE]
+ * --two-pass R.P forces the two-pass kernel's records in flight (2, 4) and
+ * the thousandths of its records prepared before its state pass starts
+ * (1000: two kernels; else the rest beside the pass in one kernel).
+ * --shape T H N runs that shape alone, in the table or not.
+ *
+ * Run: build/bench/bench_kda [--shape T H N] [--probe m|g|v|k|g.v|g.k] [--two-pass R.P]
+ *      [--json FILE]
  */
 #include "harness.h"
 #include "kda/kda_internal.h" /* sp_kda_chunked_probe_ */
@@ -204,6 +210,22 @@ int main(int argc, char **argv) {
             break;
         }
     sp_kda_chunked_probe_(probe);
+    /* --two-pass R.P: the two-pass kernel with R records in flight and the
+     * first P thousandths of its records prepared before the state pass
+     * (1000: two kernels; sp_kda_two_pass_force_), not the dispatcher's plan. */
+    int tp_records = 0, tp_head = 0;
+    for (int i = 1; i + 1 < argc; i++)
+        if (strcmp(argv[i], "--two-pass") == 0) {
+            if (sscanf(argv[i + 1], "%d.%d", &tp_records, &tp_head) != 2 ||
+                (tp_records != 2 && tp_records != 4) || tp_head < 1 || tp_head > 1000) {
+                fprintf(stderr, "--two-pass takes R.P: R 2 or 4, P 1 to 1000\n");
+                return 2;
+            }
+            for (int k = i; k + 2 < argc; k++) argv[k] = argv[k + 2];
+            argc -= 2;
+            break;
+        }
+    sp_kda_two_pass_force_(tp_records, tp_head);
     FILE *out = NULL;
     if (bench_json_arg(argc, argv, &out)) return 2;
     char name[256];
@@ -214,7 +236,7 @@ int main(int argc, char **argv) {
     BENCH_CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     /* fla chunk_kda on one H200 (2026-11-30): Python-call ms, and GPU
      * kernel ms (torch profiler) where measured (0: not measured). */
-    static const struct {
+    static struct {
         int64_t T, H, N;
         double fla_ms, fla_kernel_ms;
     } shapes[] = {{16384, 96, 1, 5.86, 5.27},
@@ -242,6 +264,14 @@ int main(int argc, char **argv) {
                                         SP_KDA_KERNEL_CHUNKED_TWO_PASS, SP_KDA_KERNEL_AUTO};
     char table[160][160];
     int rows = 0;
+    /* --shape outside the table: it alone, in the first row's place. */
+    int listed = 0;
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+        listed |= only[0] == shapes[i].T && only[1] == shapes[i].H && only[2] == shapes[i].N;
+    if (only[0] && !listed) {
+        shapes[0].T = only[0], shapes[0].H = only[1], shapes[0].N = only[2];
+        shapes[0].fla_ms = shapes[0].fla_kernel_ms = 0;
+    }
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
         for (int si = 0; si < 2; si++) {
             if (si > 0 && shapes[i].fla_ms == 0) continue; /* probes: fp32 state only */
@@ -324,6 +354,10 @@ int main(int argc, char **argv) {
                 if (kernels[k] == SP_KDA_KERNEL_CHUNKED && probe)
                     bench_json_str(&j, "probe", probes[probe].what);
                 if (k >= 2) bench_json_int(&j, "workspace_bytes", (int64_t)ws_bytes);
+                if (k >= 2 && tp_records) {
+                    bench_json_int(&j, "two_pass_records", tp_records);
+                    bench_json_int(&j, "two_pass_head_permille", tp_head);
+                }
                 bench_json_emit(&j, out);
                 if (rows < 96)
                     snprintf(table[rows++], sizeof table[0],

@@ -70,7 +70,10 @@ typedef enum sp_kda_gate {
  *     then the pass over the chunks. Faster up to about 32
  *     (sequence, head) pairs (one sequence at 4- or 8-way tensor
  *     parallelism: 12 or 24 heads); needs args->workspace
- *     (sp_kda_prefill_workspace_bytes).
+ *     (sp_kda_prefill_workspace_bytes). From about 17 to 30 pairs (on an
+ *     H200) the pass leaves room on the GPU, and the second kernel
+ *     prepares the last chunks' products beside the pass (a cooperative
+ *     launch); the results are the same bits either way.
  *   Both chunked kernels serve CUDA calls with the lower-bound gate, a
  *   checkpoint interval that is 0 or a multiple of 32, and q, k, v, g and
  *   o 16-byte aligned (strided inputs are by the rule in sp_kda_args; the
@@ -216,7 +219,7 @@ SP_API sp_status sp_kda_prefill(const sp_kda_args *args, struct CUstream_st *str
 /* The workspace bytes with which AUTO may choose, and CHUNKED_TWO_PASS
  * can run, for these arguments (their workspace and kernel fields are
  * ignored here); 0 when no kernel that needs one can serve the call. The
- * size grows with T, N and H: (T / 32 + N) * H records of 37504 bytes.
+ * size grows with T, N and H: (T / 32 + N) * H records of 37508 bytes.
  * @return SP_OK and *bytes; the errors of sp_kda_prefill's checks;
  *         SP_ERR_INVALID_ARGUMENT for a NULL bytes. */
 SP_API sp_status sp_kda_prefill_workspace_bytes(const sp_kda_args *args, size_t *bytes);
@@ -246,7 +249,7 @@ typedef struct sp_kda_boundary sp_kda_boundary;
  * (q, k, v, g and beta all strided at max_tokens x max_heads): cudaMalloc on
  * a CUDA device, host memory on the CPU. On a CUDA device with max_heads
  * <= 32 it also allocates the CHUNKED_TWO_PASS kernel's workspace,
- * (max_tokens / 32 + 64) * max_heads records of 37504 bytes (about 260 MB
+ * (max_tokens / 32 + 64) * max_heads records of 37508 bytes (about 260 MB
  * for 16384 tokens and 12 heads), used by calls that give none.
  * @return SP_OK and *out; SP_ERR_INVALID_ARGUMENT for a NULL out or negative
  *         capacity; SP_ERR_NO_DEVICE; SP_ERR_OVERFLOW; SP_ERR_OUT_OF_MEMORY;

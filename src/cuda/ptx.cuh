@@ -115,6 +115,24 @@ static __device__ __forceinline__ void sp_bulk_copy_g2s_(unsigned dst, const voi
                  : "memory");
 }
 
+/* A flag between blocks of one grid: set with release at GPU scope (what
+ * the setting thread wrote before, and what its block wrote before a block
+ * barrier, is seen by a thread that acquires the flag), read with acquire. */
+static __device__ __forceinline__ void sp_flag_release_(int *at, int v) {
+    asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(at), "r"(v) : "memory");
+}
+static __device__ __forceinline__ int sp_flag_acquire_(const int *at) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(at) : "memory");
+    return v;
+}
+
+/* This thread's global-memory accesses so far ordered before the bulk
+ * copies it issues next (sm_90). */
+static __device__ __forceinline__ void sp_fence_proxy_async_global_(void) {
+    asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+
 /* Wait until `bar` completes the phase of parity `parity`. */
 static __device__ __forceinline__ void sp_mbarrier_wait_(unsigned bar, unsigned parity) {
     asm volatile("{\n.reg .pred done;\nWAIT_%=:\n"

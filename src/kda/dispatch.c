@@ -26,11 +26,12 @@ const char *sp_kda_kernel_name(sp_kda_kernel k) {
 }
 
 sp_status sp_kda_two_pass_bytes_(int64_t T, int64_t N, int64_t H, size_t *bytes) {
+    /* A record and a 4-byte flag (the one-kernel form's) per slot and head. */
     const int64_t slots = sp_kda_two_pass_slots_(T, N);
     int64_t records;
     SP_REQUIRE(!__builtin_mul_overflow(slots, H, &records) &&
-                   !__builtin_mul_overflow((uint64_t)records, (uint64_t)SP_KDA_TWO_PASS_RECORD_BYTES,
-                                           bytes),
+                   !__builtin_mul_overflow((uint64_t)records,
+                                           (uint64_t)SP_KDA_TWO_PASS_RECORD_BYTES + 4, bytes),
                SP_ERR_OVERFLOW, "workspace: the two-pass kernel's size for T %lld, N %lld, H %lld "
                "overflows", (long long)T, (long long)N, (long long)H);
     return SP_OK;
@@ -100,6 +101,53 @@ int sp_kda_two_pass_records_(int64_t pairs, int sms) {
     if (sms < 1) sms = 1;
     const int64_t blocks = 8 * pairs;
     return blocks > sms && blocks <= 2 * (int64_t)sms ? 2 : 4;
+}
+
+/* The head share is 1 - HEAD_K free / pairs (fitted to the best shares
+ * measured), at least HEAD_MIN; above HEAD_MAX two kernels run. */
+#define HEAD_K 0.21
+#define HEAD_MIN 0.05
+#define HEAD_MAX 0.8
+
+int64_t sp_kda_two_pass_head_slots_(int64_t pairs, int sms, int records, int64_t slots) {
+    /* With two records in flight, 8 pairs blocks leave 2 sms - 8 pairs
+     * block slots free: there the last records are prepared beside the
+     * state pass, which starts once the first share `head` of them is
+     * written, so that the preparing blocks, fewer and slower than a whole
+     * prepare kernel's, keep ahead of the pass to its end. The pass's time
+     * then hides theirs. On the H200 at T = 16384 (docs/PERFORMANCE.md),
+     * ms, two kernels against the best share measured: 20 pairs 0.907
+     * against 0.834 (0.05), 24 pairs 0.957 against 0.889 (0.35), 28 pairs
+     * 1.005 against 0.984 (0.7); at 32 pairs (8 free) every share lost
+     * (1.046 against 2.05 at 0.85). With four records a block has a
+     * multiprocessor to itself and the few preparing blocks left lose (12
+     * pairs: 0.551 against 0.617 at best). */
+    if (records != 2 || sms < 1 || pairs < 1) return slots;
+    const int64_t free_blocks = 2 * (int64_t)sms - 8 * pairs;
+    if (free_blocks < 1) return slots;
+    double head = 1.0 - HEAD_K * (double)free_blocks / (double)pairs;
+    if (head > HEAD_MAX) return slots;
+    if (head < HEAD_MIN) head = HEAD_MIN;
+    const int64_t h = (int64_t)(head * (double)slots);
+    return h < 1 ? 1 : h;
+}
+
+static int forced_records, forced_head; /* sp_kda_two_pass_force_ */
+
+void sp_kda_two_pass_force_(int records, int head_permille) {
+    forced_records = records;
+    forced_head = head_permille;
+}
+
+void sp_kda_two_pass_plan_(int64_t pairs, int sms, int64_t slots, int *records,
+                           int64_t *head_slots) {
+    *records = forced_records ? forced_records : sp_kda_two_pass_records_(pairs, sms);
+    if (forced_head > 0) {
+        const int64_t h = slots * forced_head / 1000;
+        *head_slots = h < 1 ? 1 : h > slots ? slots : h;
+    } else {
+        *head_slots = sp_kda_two_pass_head_slots_(pairs, sms, *records, slots);
+    }
 }
 
 int sp_kda_chunked_splits_(int64_t pairs, int sms) {

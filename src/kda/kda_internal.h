@@ -64,7 +64,7 @@ enum {
 void sp_kda_chunked_probe_(int side);
 
 /* Record slots of the two-pass kernel for T tokens in N sequences. */
-static inline int64_t sp_kda_two_pass_slots_(int64_t T, int64_t N) {
+static inline SP_HD int64_t sp_kda_two_pass_slots_(int64_t T, int64_t N) {
     return T / SP_KDA_CHUNK + N;
 }
 
@@ -135,6 +135,19 @@ sp_status sp_kda_two_pass_bytes_(int64_t T, int64_t N, int64_t H, size_t *bytes)
 /* Records in flight per state-pass block of the two-pass kernel (2 or 4),
  * for `pairs` (sequence, head) pairs on `sms` multiprocessors. */
 int sp_kda_two_pass_records_(int64_t pairs, int sms);
+/* Of the two-pass kernel's `slots` record slots, those prepared before the
+ * state pass starts, the rest beside it in one kernel (chunked_two_pass.cu);
+ * `slots` itself for two kernels. */
+int64_t sp_kda_two_pass_head_slots_(int64_t pairs, int sms, int records, int64_t slots);
+/* Records in flight (2 or 4; 0: the dispatcher's) and the share of the slots
+ * prepared first, in thousandths (1000: two kernels; 0: the dispatcher's),
+ * that later two-pass launches use, for tests and benchmarks. Not
+ * thread-safe. */
+void sp_kda_two_pass_force_(int records, int head_permille);
+/* The plan of a two-pass launch: records in flight and head slots (the
+ * forced ones where set). */
+void sp_kda_two_pass_plan_(int64_t pairs, int sms, int64_t slots, int *records,
+                           int64_t *head_slots);
 
 /* Run a checked call on its backend (no check again): what sp_kda_prefill
  * and the boundary do after sp_kda_check_. */

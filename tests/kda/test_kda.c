@@ -19,13 +19,11 @@
 #include "check.h"
 #include "kda_problem.h"
 
-#include <math.h>
-#include <string.h>
-#ifdef TS_MEM_IS_CUDA
-#include "kda/kda_internal.h" /* sp_kda_chunked_probe_ */
+#include "kda/kda_internal.h" /* sp_kda_chunked_probe_, the two-pass plan */
 
+#include <math.h>
 #include <stdlib.h>
-#endif
+#include <string.h>
 
 enum { D = SP_KDA_HEAD_DIM };
 
@@ -492,6 +490,63 @@ static void chunked_edge_cases(int32_t kernel, int small) {
     kp_free(&p);
 }
 
+#ifdef TS_MEM_IS_CUDA
+/* The two-pass kernel's plans (records in flight; the share of records
+ * prepared before the state pass, the rest beside it in one kernel) only
+ * move bytes differently: every plan's o, final state and checkpoints are
+ * the bytes of the first plan's, over sequences of every length mod 32 (and
+ * an empty one), with checkpoints, in 16 (sequence, head) pairs (so that
+ * every plan's one kernel fits the device). */
+static void two_pass_plans_identical(const int (*plans)[2], size_t n) {
+    int64_t lens[8];
+    for (int i = 0; i < 8; i++) lens[i] = i == 5 ? 0 : 9 * i + 32 * (i % 4) + 1;
+    kda_problem p;
+    kp_make(&p, 8, lens, 3, 2, SP_F32, SP_KDA_GATE_LOWER_BOUND, 32, 3400);
+    p.kernel = SP_KDA_KERNEL_CHUNKED_TWO_PASS;
+    void *first[KB_COUNT], *other[KB_COUNT];
+    kp_copy(&p, first);
+    kp_copy(&p, other);
+    sp_kda_two_pass_force_(plans[0][0], plans[0][1]);
+    CHECK_OK(run_backend(&p, p.host, first));
+    for (size_t i = 1; i < n; i++) {
+        sp_kda_two_pass_force_(plans[i][0], plans[i][1]);
+        CHECK_OK(run_backend(&p, p.host, other));
+        CHECKF(kp_outputs_equal(&p, first, other), "two-pass plan %d.%d: outputs differ from %d.%d",
+               plans[i][0], plans[i][1], plans[0][0], plans[0][1]);
+    }
+    sp_kda_two_pass_force_(0, 0);
+    kp_free_copy(first);
+    kp_free_copy(other);
+    kp_free(&p);
+}
+#endif
+
+/* The dispatcher's head share (sp_kda_two_pass_head_slots_): two kernels
+ * with four records in flight, with no block slot free, and where few are
+ * (32 pairs on 132 multiprocessors: 8); with two, the best shares measured
+ * on the H200: 0.05 at 20 pairs, 0.35 at 24, 0.7 at 28; never no slot. */
+static void two_pass_head_cases(void) {
+    CHECK(sp_kda_two_pass_head_slots_(12, 132, 4, 1000) == 1000);
+    CHECK(sp_kda_two_pass_head_slots_(32, 132, 2, 1000) == 1000);
+    CHECK(sp_kda_two_pass_head_slots_(33, 132, 2, 1000) == 1000);
+    CHECK(sp_kda_two_pass_head_slots_(40, 132, 2, 1000) == 1000);
+    const int64_t h20 = sp_kda_two_pass_head_slots_(20, 132, 2, 1000),
+                  h24 = sp_kda_two_pass_head_slots_(24, 132, 2, 1000),
+                  h28 = sp_kda_two_pass_head_slots_(28, 132, 2, 1000);
+    CHECKF(h20 >= 40 && h20 <= 100, "20 pairs: %lld head slots of 1000", (long long)h20);
+    CHECKF(h24 >= 300 && h24 <= 400, "24 pairs: %lld head slots of 1000", (long long)h24);
+    CHECKF(h28 >= 650 && h28 <= 750, "28 pairs: %lld head slots of 1000", (long long)h28);
+    CHECK(sp_kda_two_pass_head_slots_(17, 132, 2, 10) == 1);
+    int r = 0;
+    int64_t h = 0;
+    sp_kda_two_pass_force_(4, 300);
+    sp_kda_two_pass_plan_(24, 132, 1000, &r, &h);
+    CHECK(r == 4 && h == 300);
+    sp_kda_two_pass_force_(0, 0);
+    sp_kda_two_pass_plan_(24, 132, 1000, &r, &h);
+    CHECK(r == 2 && h == h24);
+}
+
 /* Which kernel AUTO picks, and forced kernels that cannot serve a call:
  * SP_ERR_UNSUPPORTED (or INVALID_ARGUMENT for no kernel at all), nothing
  * written. */
@@ -521,7 +576,7 @@ static void dispatch_cases(void) {
      * these 4 (sequence, head) pairs; one byte less and it does not. */
     kp_args(&p, dev, M->device, &a);
     CHECK_OK(sp_kda_prefill_workspace_bytes(&a, &need));
-    const size_t want_need = (size_t)(p.T / 32 + p.N) * (size_t)p.H * 37504;
+    const size_t want_need = (size_t)(p.T / 32 + p.N) * (size_t)p.H * (37504 + 4);
     CHECKF(need == want_need, "workspace %zu, want %zu", need, want_need);
     void *ws = M->alloc(need + 256);
     a.workspace = ws;
@@ -719,10 +774,31 @@ int main(void) {
 #else
         chunked_cases(CH, sm);
 #endif
+#ifdef TS_MEM_IS_CUDA
+        /* The two-pass kernel's plans (R records in flight, P thousandths
+         * prepared first: 1000 two kernels), each forced, then the
+         * dispatcher's; or the one SP_KDA_TWO_PASS names ("R.P"). */
+        static const int plans[][2] = {{2, 1000}, {4, 1000}, {2, 300}, {4, 500}, {2, 1}, {0, 0}};
+        const char *plan = getenv("SP_KDA_TWO_PASS");
+        for (size_t i = 0; i < sizeof plans / sizeof plans[0]; i++) {
+            int r = plans[i][0], c = plans[i][1];
+            if (plan && sscanf(plan, "%d.%d", &r, &c) != 2) {
+                fprintf(stderr, "SP_KDA_TWO_PASS: %s is not R.P\n", plan);
+                return 2;
+            }
+            if (plan && i > 0) break;
+            sp_kda_two_pass_force_(r, c);
+            chunked_cases(TP, sm);
+        }
+        sp_kda_two_pass_force_(0, 0);
+        two_pass_plans_identical(plans, sizeof plans / sizeof plans[0]);
+#else
         chunked_cases(TP, sm);
+#endif
         dispatch_cases();
         dispatch_pairs_cases();
     }
+    two_pass_head_cases();
     noop_cases();
     bad_argument_cases();
     return sp_test_finish(ts_mem_test_name(M, "test_kda"));

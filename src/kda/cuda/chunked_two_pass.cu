@@ -24,11 +24,24 @@
  *      12 to 48 pairs with two to four records on the H200,
  *      docs/PERFORMANCE.md.)
  *
+ * Where the state pass leaves block slots free (two blocks a multiprocessor
+ * and fewer than twice as many blocks as multiprocessors), the second
+ * kernel is one cooperative kernel: the state-pass blocks, and on the free
+ * slots blocks that prepare the records from slot head_slots on, in slot
+ * order, each setting the record's flag once written; a state-pass block
+ * waits for a record's flag before copying it. The first kernel then
+ * prepares only slots 0 .. head_slots - 1 (and clears the flags), so the
+ * pass starts that much sooner, and the preparing blocks, fewer than a
+ * whole prepare kernel's, keep ahead of it (sp_kda_two_pass_head_slots_
+ * picks the share). A record's bits do not depend on which kernel wrote
+ * it (prepare_record).
+ *
  * Record slots: chunk c of sequence n goes to slot floor(bos_n / 32) + n + c.
  * Slots of different sequences are distinct and fewer than floor(T / 32) + N
  * (a sequence of L tokens from bos ends before slot floor((bos + L) / 32) +
  * n + 1, the next one's first), so the workspace holds
- * (floor(T / 32) + N) * H records of SP_KDA_TWO_PASS_RECORD_BYTES.
+ * (floor(T / 32) + N) * H records of SP_KDA_TWO_PASS_RECORD_BYTES, then as
+ * many 4-byte flags.
  */
 #include "kda/cuda/chunk.cuh"
 
@@ -47,6 +60,12 @@ static_assert(offsetof(chunk_ops, t) % 16 == 0 && offsetof(chunk_ops, b) % 16 ==
 static __device__ __forceinline__ chunk_ops *record_of(const void *ws, int64_t slot, int64_t H,
                                                        int64_t h) {
     return (chunk_ops *)ws + (slot * H + h);
+}
+
+/* The flags of the one-kernel form, one per record, after the records. */
+static __host__ __device__ __forceinline__ int *flags_of(void *ws, int64_t T, int64_t N,
+                                                         int64_t H) {
+    return (int *)((chunk_ops *)ws + sp_kda_two_pass_slots_(T, N) * H);
 }
 
 static __device__ __forceinline__ int64_t first_slot(int64_t bos, int64_t n) {
@@ -73,7 +92,6 @@ static __device__ int chunk_at(const kda_params &p, int64_t slot, int64_t *n, in
 /* ---- 1. prepare ------------------------------------------------------------ */
 
 #define PREP_THREADS 256
-#define PREP_T_WARP (PREP_THREADS / 32 - 1) /* the warp that solves for T */
 
 typedef struct prepare_smem {
     raw_chunk raw;
@@ -81,10 +99,14 @@ typedef struct prepare_smem {
     chunk_ops ops;
 } prepare_smem;
 
-static __global__ void __launch_bounds__(PREP_THREADS, 2) kda_prepare_kernel(kda_params p, void *ws) {
-    extern __shared__ __align__(16) unsigned char smem_bytes[];
-    prepare_smem &s = *(prepare_smem *)smem_bytes;
-    const int64_t slot = blockIdx.x, h = blockIdx.y;
+/* The record of chunk `slot`, head h, by threads 0 .. NT - 1 of the block
+ * (the last warp solves for T); nothing where the slot holds no chunk.
+ * The gates' running sums and the norms are added as PREP_THREADS threads
+ * add them, whatever NT (each thread then takes PREP_THREADS / NT of their
+ * places), so that a record has the same bits whichever kernel wrote it. */
+template <int NT>
+static __device__ __forceinline__ void prepare_record(const kda_params &p, void *ws, int64_t slot,
+                                                      int64_t h, prepare_smem &s) {
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
     int64_t n, c;
     kda_seq sq;
@@ -92,7 +114,7 @@ static __global__ void __launch_bounds__(PREP_THREADS, 2) kda_prepare_kernel(kda
     const int64_t c0 = c * CT;
     const int nt = (int)(sq.len - c0 < CT ? sq.len - c0 : CT);
 
-    load_kqg<PREP_THREADS>(p, sq, h, c0, tid, s.raw);
+    load_kqg<NT>(p, sq, h, c0, tid, s.raw);
     sp_cp_async_commit_();
     const float expA = expf(p.A_log[h]);
     const float2 bias = pair_bias(p, h, tid);
@@ -100,29 +122,50 @@ static __global__ void __launch_bounds__(PREP_THREADS, 2) kda_prepare_kernel(kda
         w == 0 && lane < nt ? sp_bf16_to_f32_(*kda_row(p.beta, sq.bos + c0 + lane, h)) : 0.0f;
     sp_cp_async_wait_<0>();
     __syncthreads();
-    float gam[2][kside<PREP_THREADS>::SEG];
-    gates_and_norms<PREP_THREADS>(p, s.raw, nt, tid, expA, bias, beta_logit, s.work, s.ops, gam);
+    constexpr int E = PREP_THREADS / NT; /* places a thread takes */
+    static_assert(E * NT == PREP_THREADS, "NT divides PREP_THREADS");
+    float gam[E][2][kside<PREP_THREADS>::SEG];
+#pragma unroll
+    for (int e = 0; e < E; e++)
+        gates_and_norms<PREP_THREADS>(p, s.raw, nt, tid + e * NT, expA, bias,
+                                      e == 0 ? beta_logit : 0.0f, s.work, s.ops, gam[e]);
     __syncthreads();
-    operands<PREP_THREADS>(s.raw, tid, s.work, gam, s.ops);
+#pragma unroll
+    for (int e = 0; e < E; e++) operands<PREP_THREADS>(s.raw, tid + e * NT, s.work, gam[e], s.ops);
     __syncthreads();
-    intra_products<PREP_THREADS>(w, lane, s.work, s.ops);
+    intra_products<NT>(w, lane, s.work, s.ops);
     __syncthreads();
     /* The record: T's rows by the warp that solves for them, the rest by the
      * other warps meanwhile. */
     const float4 *from = (const float4 *)&s.ops;
     float4 *to = (float4 *)record_of(ws, first_slot(sq.bos, n) + c, p.H, h);
     const int t_lo = (int)(offsetof(chunk_ops, t) / 16), t_hi = (int)(offsetof(chunk_ops, b) / 16);
-    if (w == PREP_T_WARP) {
+    if (w == NT / 32 - 1) {
         solve_t(lane, s.work, s.ops);
         __syncwarp();
         for (int i = t_lo + lane; i < t_hi; i += 32) to[i] = from[i];
     } else {
-        const int n16 = (int)(sizeof(chunk_ops) / 16), others = PREP_THREADS - 32;
+        const int n16 = (int)(sizeof(chunk_ops) / 16), others = NT - 32;
         for (int i = tid; i < n16 - (t_hi - t_lo); i += others) {
             const int j = i < t_lo ? i : i + (t_hi - t_lo);
             to[j] = from[j];
         }
     }
+}
+
+/* One block per (slot, head) of slots 0 .. gridDim.x - 1. Where the one
+ * kernel follows, the blocks also clear its flags of records clear_from ..
+ * items - 1 (flags: NULL otherwise). */
+static __global__ void __launch_bounds__(PREP_THREADS, 2)
+    kda_prepare_kernel(kda_params p, void *ws, int *flags, int64_t clear_from, int64_t items) {
+    extern __shared__ __align__(16) unsigned char smem_bytes[];
+    if (flags) {
+        const int64_t b = (int64_t)blockIdx.y * gridDim.x + blockIdx.x,
+                      stride = (int64_t)gridDim.x * gridDim.y * PREP_THREADS;
+        for (int64_t i = clear_from + b * PREP_THREADS + threadIdx.x; i < items; i += stride)
+            flags[i] = 0;
+    }
+    prepare_record<PREP_THREADS>(p, ws, blockIdx.x, blockIdx.y, *(prepare_smem *)smem_bytes);
 }
 
 /* ---- 2. state pass --------------------------------------------------------- */
@@ -157,17 +200,23 @@ template <int NB> struct pass_smem {
  * mbarrier (a loop of 16-byte copies by every thread costs more issue slots
  * than the pass's arithmetic). */
 template <typename Smem>
-static __device__ __forceinline__ void load_record(const chunk_ops *from, int tid, int threads,
-                                                   Smem &s, int buf) {
+static __device__ __forceinline__ void load_record(const chunk_ops *from, const int *flag, int tid,
+                                                   int threads, Smem &s, int buf) {
 #if __CUDA_ARCH__ >= 900
     (void)threads;
     if (tid == 0) {
         const unsigned bar = sp_smem_addr_(&s.arrived[buf]), bytes = (unsigned)sizeof(chunk_ops);
+        if (flag) { /* the one kernel: the record is written once its flag is set */
+            while (!sp_flag_acquire_(flag)) __nanosleep(64);
+            sp_fence_proxy_async_global_();
+        }
         sp_fence_proxy_async_();
         sp_mbarrier_expect_tx_(bar, bytes);
         sp_bulk_copy_g2s_(sp_smem_addr_(&s.ops[buf]), from, bytes, bar);
     }
 #else
+    if (flag)
+        while (!sp_flag_acquire_(flag)) __nanosleep(64);
     char *to = (char *)&s.ops[buf];
     for (int i = tid; i < (int)(sizeof(chunk_ops) / 16); i += threads)
         sp_cp_async16_fill_(to + 16 * i, (const char *)from + 16 * i, 16);
@@ -227,21 +276,23 @@ static __device__ __forceinline__ void sum_tiles(const float (*part)[16][SR], in
  * of S^T. The per-thread addressing (a V piece to copy, an output vector
  * to store) is worked out once; a chunk only adds its offset. */
 template <int NB>
-static __global__ void __launch_bounds__(32 * KW * G, 1)
-    kda_state_pass_kernel(kda_params p, const void *ws) {
+static __device__ __forceinline__ void state_pass(const kda_params &p, const void *ws,
+                                                  const int *flags, int64_t head_slots, int64_t bx,
+                                                  pass_smem<NB> &s) {
     constexpr int ROWS = 16 * G, SPLITS = D / ROWS, THR = 32 * KW * G, KC = D / KW, NDS = KC / 8;
-    typedef pass_smem<NB> smem_t;
-    extern __shared__ __align__(16) unsigned char smem_bytes[];
-    smem_t &s = *(smem_t *)smem_bytes;
-    const int split = (int)(blockIdx.x % SPLITS);
-    const int64_t nh = blockIdx.x / SPLITS, h = nh % p.H, n = nh / p.H;
+    const int split = (int)(bx % SPLITS);
+    const int64_t nh = bx / SPLITS, h = nh % p.H, n = nh / p.H;
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
     const int r = lane >> 2, q = lane & 3, rg = w / KW, kq = w % KW;
     const bool outputs = kq < 4; /* warps whose 8 tokens of output are kq's */
     kda_seq sq;
     if (!kda_seq_of(p, n, h, &sq)) return;
     const int64_t L = sq.len, HD = p.H * D;
-    const chunk_ops *rec = record_of(ws, first_slot(sq.bos, n), p.H, h);
+    const int64_t slot0 = first_slot(sq.bos, n);
+    const chunk_ops *rec = record_of(ws, slot0, p.H, h);
+    /* The one kernel: chunk c's record is written once flag[c H] is set
+     * (chunks in slots below head_slots were written before the launch). */
+    const int *flag = flags ? flags + slot0 * p.H + h : NULL;
     /* vw0: the warp's first V row of the block's; vrow: this lane's first of the head's */
     const int v0 = split * ROWS, vw0 = 16 * rg, vrow = v0 + vw0 + r, d0 = KC * kq;
     /* V: thread tid < 2 ROWS copies token vt's 8 columns from vc. */
@@ -268,7 +319,8 @@ static __global__ void __launch_bounds__(32 * KW * G, 1)
     for (int b = 0; b < NB - 1; b++) {
         const int64_t t0 = (int64_t)b * CT;
         if (t0 < L) {
-            load_record(rec + b * p.H, tid, THR, s, b);
+            load_record(rec + b * p.H, flag && slot0 + b >= head_slots ? flag + b * p.H : NULL,
+                        tid, THR, s, b);
             const int ok = t0 + vt < L;
             if (copies_v) sp_cp_async16_fill_(&s.v[b][vt][vc], ok ? v_at + t0 * p.v.ts : v_at, ok ? 16 : 0);
         }
@@ -284,7 +336,9 @@ static __global__ void __launch_bounds__(32 * KW * G, 1)
         __syncthreads(); /* the record landed; every warp is done with the last one */
         const int64_t t0 = c0 + (int64_t)(NB - 1) * CT;
         if (t0 < L) {
-            load_record(rec + (ci + NB - 1) * p.H, tid, THR, s, next);
+            const int64_t cn = ci + NB - 1;
+            load_record(rec + cn * p.H, flag && slot0 + cn >= head_slots ? flag + cn * p.H : NULL,
+                        tid, THR, s, next);
             const int ok = t0 + vt < L;
             if (copies_v) sp_cp_async16_fill_(&s.v[next][vt][vc], ok ? v_at + t0 * p.v.ts : v_at, ok ? 16 : 0);
         }
@@ -346,15 +400,55 @@ static __global__ void __launch_bounds__(32 * KW * G, 1)
     if (L > 0) state_store(p.state, p.state_bf16, sq.slot_base, vrow, d0, q, S, NDS);
 }
 
+template <int NB>
+static __global__ void __launch_bounds__(32 * KW * G, 1)
+    kda_state_pass_kernel(kda_params p, const void *ws) {
+    extern __shared__ __align__(16) unsigned char smem_bytes[];
+    state_pass<NB>(p, ws, NULL, 0, blockIdx.x, *(pass_smem<NB> *)smem_bytes);
+}
+
+/* ---- the state pass and the last records' preparation as one kernel ------- */
+
+/* Blocks below state_blocks run the state pass; the others prepare the
+ * records from slot head_slots on, in slot order, each setting the record's
+ * flag once written. Every block is resident at once (a cooperative
+ * launch), so a state-pass block waiting on a flag always has a preparing
+ * block to wait for. */
+template <int NB>
+static __global__ void __launch_bounds__(32 * KW * G, 1)
+    kda_two_pass_fused_kernel(kda_params p, void *ws, int64_t state_blocks, int64_t head_slots) {
+    extern __shared__ __align__(16) unsigned char smem_bytes[];
+    int *flags = flags_of(ws, p.T, p.N, p.H);
+    if ((int64_t)blockIdx.x < state_blocks) {
+        state_pass<NB>(p, ws, flags, head_slots, blockIdx.x, *(pass_smem<NB> *)smem_bytes);
+        return;
+    }
+    prepare_smem &s = *(prepare_smem *)smem_bytes;
+    const int64_t workers = gridDim.x - state_blocks, items = sp_kda_two_pass_slots_(p.T, p.N) * p.H;
+    for (int64_t j = head_slots * p.H + (blockIdx.x - state_blocks); j < items; j += workers) {
+        prepare_record<32 * KW * G>(p, ws, j / p.H, j % p.H, s);
+        __syncthreads(); /* the block's stores of the record are done; shared memory is free */
+        if (threadIdx.x == 0) {
+            __threadfence();
+            sp_flag_release_(&flags[j], 1);
+        }
+    }
+}
+
 static_assert(offsetof(pass_smem<2>, ops) == 32 && offsetof(pass_smem<4>, ops) == 32,
               "the records' offset in shared memory");
 static_assert(sizeof(pass_smem<4>) <= 227 * 1024 && 2 * sizeof(pass_smem<2>) <= 227 * 1024,
               "a block's shared memory on sm_90 (with two records, two blocks)");
 
+/* The one kernel's shared memory: a state-pass block's or a preparing one's. */
+template <int NB> static constexpr size_t fused_smem(void) {
+    return sizeof(pass_smem<NB>) > sizeof(prepare_smem) ? sizeof(pass_smem<NB>)
+                                                         : sizeof(prepare_smem);
+}
+
 extern "C" size_t sp_kda_chunked_smem_bytes_(void) {
     size_t m = sp_kda_chunked_one_pass_smem_bytes_();
-    if (sizeof(prepare_smem) > m) m = sizeof(prepare_smem);
-    if (sizeof(pass_smem<4>) > m) m = sizeof(pass_smem<4>);
+    if (fused_smem<4>() > m) m = fused_smem<4>();
     return m;
 }
 
@@ -369,14 +463,71 @@ static cudaError_t launch_pass(const kda_params *p, const void *ws, cudaStream_t
                             dim3((unsigned)(32 * KW * G)), args, (size_t)bytes, stream);
 }
 
+/* Blocks of the one kernel (NB records) a multiprocessor holds, per
+ * device; 0 until asked. */
+static int fused_per_sm[64][2];
+
+/* The state pass with the records from head_slots on prepared beside it,
+ * where every state-pass block and at least one preparing block are
+ * resident together; else *launched = 0 and nothing is done. */
+template <int NB>
+static cudaError_t launch_fused(const kda_params *p, void *ws, int64_t head_slots, int device,
+                                int sms, cudaStream_t stream, int *launched) {
+    *launched = 0;
+    const int bytes = (int)fused_smem<NB>();
+    const void *kernel = (const void *)kda_two_pass_fused_kernel<NB>;
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (e != cudaSuccess) return e;
+    int *cache = device >= 0 && device < 64 ? &fused_per_sm[device][NB == 4] : NULL;
+    int per_sm = cache ? __atomic_load_n(cache, __ATOMIC_RELAXED) : 0;
+    if (per_sm == 0) {
+        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * KW * G, bytes);
+        if (e != cudaSuccess) return e;
+        if (cache) __atomic_store_n(cache, per_sm, __ATOMIC_RELAXED);
+    }
+    int64_t state_blocks = p->N * p->H * (D / (16 * G));
+    const int64_t resident = (int64_t)per_sm * sms;
+    if (state_blocks >= resident) return cudaSuccess;
+    const int64_t slots = sp_kda_two_pass_slots_(p->T, p->N), items = slots * p->H;
+    int *flags = flags_of(ws, p->T, p->N, p->H);
+    int64_t clear_from = head_slots * p->H;
+    void *prep_args[] = {(void *)p, &ws, &flags, &clear_from, (void *)&items};
+    e = cudaLaunchKernel((const void *)kda_prepare_kernel, dim3((unsigned)head_slots, (unsigned)p->H),
+                         dim3(PREP_THREADS), prep_args, sizeof(prepare_smem), stream);
+    if (e != cudaSuccess) return e;
+    void *args[] = {(void *)p, &ws, &state_blocks, &head_slots};
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)resident);
+    cfg.blockDim = dim3((unsigned)(32 * KW * G));
+    cfg.dynamicSmemBytes = (size_t)bytes;
+    cfg.stream = stream;
+    cudaLaunchAttribute coop[1];
+    coop[0].id = cudaLaunchAttributeCooperative; /* every block resident at once */
+    coop[0].val.cooperative = 1;
+    cfg.attrs = coop;
+    cfg.numAttrs = 1;
+    e = cudaLaunchKernelExC(&cfg, kernel, args);
+    *launched = e == cudaSuccess;
+    return e;
+}
+
 extern "C" cudaError_t sp_kda_launch_chunked_two_pass_(const kda_params *p, void *workspace,
-                                                       int records, cudaStream_t stream) {
+                                                       int records, int64_t head_slots,
+                                                       int device, int sms, cudaStream_t stream) {
     const int prep_smem = (int)sizeof(prepare_smem);
     cudaError_t e = cudaFuncSetAttribute((const void *)kda_prepare_kernel,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, prep_smem);
     if (e != cudaSuccess) return e;
     const int64_t slots = sp_kda_two_pass_slots_(p->T, p->N);
-    void *prep_args[] = {(void *)p, &workspace};
+    if (head_slots > 0 && head_slots < slots) {
+        int launched = 0;
+        e = records == 2 ? launch_fused<2>(p, workspace, head_slots, device, sms, stream, &launched)
+                         : launch_fused<4>(p, workspace, head_slots, device, sms, stream, &launched);
+        if (e != cudaSuccess || launched) return e;
+    }
+    int *no_flags = NULL;
+    int64_t zero = 0;
+    void *prep_args[] = {(void *)p, &workspace, &no_flags, &zero, &zero};
     e = cudaLaunchKernel((const void *)kda_prepare_kernel, dim3((unsigned)slots, (unsigned)p->H),
                          dim3(PREP_THREADS), prep_args, (size_t)prep_smem, stream);
     if (e != cudaSuccess) return e;

@@ -87,8 +87,12 @@ cudaError_t sp_kda_launch_chunked_(const kda_params *p, int splits, int wgmma,
 size_t sp_kda_chunked_one_pass_smem_bytes_(void);
 size_t sp_kda_chunked_smem_bytes_(void);
 /* Two kernels; workspace: sp_kda_two_pass_bytes_ of p's T, N, H; records:
- * records in flight per state-pass block (2 or 4). */
+ * records in flight per state-pass block (2 or 4); head_slots: the slots
+ * prepared before the state pass starts, the rest beside it in one kernel
+ * on `device` (of `sms` multiprocessors), where that fits (all slots: two
+ * kernels). */
 cudaError_t sp_kda_launch_chunked_two_pass_(const kda_params *p, void *workspace, int records,
+                                            int64_t head_slots, int device, int sms,
                                             cudaStream_t stream);
 
 #ifdef __cplusplus

@@ -53,10 +53,14 @@ static sp_status launch(const kda_params *p, int kernel, void *workspace, int de
     }
     int sms = 0;
     SP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    if (kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS)
-        SP_CUDA_CHECK(sp_kda_launch_chunked_two_pass_(
-            p, workspace, sp_kda_two_pass_records_(p->N * p->H, sms), stream));
-    else {
+    if (kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS) {
+        int records = 0;
+        int64_t head_slots = 0;
+        sp_kda_two_pass_plan_(p->N * p->H, sms, sp_kda_two_pass_slots_(p->T, p->N), &records,
+                              &head_slots);
+        SP_CUDA_CHECK(sp_kda_launch_chunked_two_pass_(p, workspace, records, head_slots, device,
+                                                      sms, stream));
+    } else {
         const int splits = sp_kda_chunked_splits_(p->N * p->H, sms);
         SP_CUDA_CHECK(sp_kda_launch_chunked_(
             p, splits,
