@@ -464,7 +464,8 @@ static cudaError_t launch_pass(const kda_params *p, const void *ws, cudaStream_t
 }
 
 /* Blocks of the one kernel (NB records) a multiprocessor holds, per
- * device; 0 until asked. */
+ * device; 0 until asked, -1 where the device cannot launch it (no
+ * cooperative launch). */
 static int fused_per_sm[64][2];
 
 /* The state pass with the records from head_slots on prepared beside it,
@@ -480,11 +481,18 @@ static cudaError_t launch_fused(const kda_params *p, void *ws, int64_t head_slot
     if (e != cudaSuccess) return e;
     int *cache = device >= 0 && device < 64 ? &fused_per_sm[device][NB == 4] : NULL;
     int per_sm = cache ? __atomic_load_n(cache, __ATOMIC_RELAXED) : 0;
-    if (per_sm == 0) {
-        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * KW * G, bytes);
+    if (per_sm == 0) { /* -1: the device has no cooperative launch */
+        int coop = 0;
+        e = cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, device);
         if (e != cudaSuccess) return e;
+        if (coop) {
+            e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * KW * G, bytes);
+            if (e != cudaSuccess) return e;
+        }
+        if (per_sm < 1) per_sm = -1;
         if (cache) __atomic_store_n(cache, per_sm, __ATOMIC_RELAXED);
     }
+    if (per_sm < 1) return cudaSuccess;
     int64_t state_blocks = p->N * p->H * (D / (16 * G));
     const int64_t resident = (int64_t)per_sm * sms;
     if (state_blocks >= resident) return cudaSuccess;
