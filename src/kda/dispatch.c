@@ -103,9 +103,11 @@ int sp_kda_two_pass_records_(int64_t pairs, int sms) {
     return blocks > sms && blocks <= 2 * (int64_t)sms ? 2 : 4;
 }
 
-/* The head share is 1 - HEAD_K free / pairs (fitted to the best shares
- * measured), at least HEAD_MIN; above HEAD_MAX two kernels run. */
-#define HEAD_K 0.21
+/* The head share is 1 - HEAD_K free / pairs, at least HEAD_MIN; above
+ * HEAD_MAX two kernels run. HEAD_K puts it on the gentle side of the best
+ * shares measured: too small a share makes the pass wait for records, and
+ * costs more than too large a one. */
+#define HEAD_K 0.17
 #define HEAD_MIN 0.05
 #define HEAD_MAX 0.8
 
@@ -119,7 +121,11 @@ int64_t sp_kda_two_pass_head_slots_(int64_t pairs, int sms, int records, int64_t
      * ms, two kernels against the best share measured: 20 pairs 0.907
      * against 0.834 (0.05), 24 pairs 0.957 against 0.889 (0.35), 28 pairs
      * 1.005 against 0.984 (0.7); at 32 pairs (8 free) every share lost
-     * (1.046 against 2.05 at 0.85). With four records a block has a
+     * (1.046 against 2.05 at 0.85). Those were preparing blocks faster
+     * than the ones that write a record's exact bits (prepare_record): at
+     * 24 pairs these gave 0.976 ms at 0.3, 0.928 at 0.37, 0.904 at 0.45,
+     * 0.913 at 0.55, so the shares now sit higher (0.12, 0.49, 0.76 at 20,
+     * 24, 28 pairs). With four records a block has a
      * multiprocessor to itself and the few preparing blocks left lose (12
      * pairs: 0.551 against 0.617 at best). */
     if (records != 2 || sms < 1 || pairs < 1) return slots;

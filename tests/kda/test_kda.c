@@ -524,7 +524,8 @@ static void two_pass_plans_identical(const int (*plans)[2], size_t n) {
 /* The dispatcher's head share (sp_kda_two_pass_head_slots_): two kernels
  * with four records in flight, with no block slot free, and where few are
  * (32 pairs on 132 multiprocessors: 8); with two, the best shares measured
- * on the H200: 0.05 at 20 pairs, 0.35 at 24, 0.7 at 28; never no slot. */
+ * on the H200, a little above (0.12 at 20 pairs, 0.49 at 24, 0.76 at 28);
+ * never no slot. */
 static void two_pass_head_cases(void) {
     CHECK(sp_kda_two_pass_head_slots_(12, 132, 4, 1000) == 1000);
     CHECK(sp_kda_two_pass_head_slots_(32, 132, 2, 1000) == 1000);
@@ -533,9 +534,9 @@ static void two_pass_head_cases(void) {
     const int64_t h20 = sp_kda_two_pass_head_slots_(20, 132, 2, 1000),
                   h24 = sp_kda_two_pass_head_slots_(24, 132, 2, 1000),
                   h28 = sp_kda_two_pass_head_slots_(28, 132, 2, 1000);
-    CHECKF(h20 >= 40 && h20 <= 100, "20 pairs: %lld head slots of 1000", (long long)h20);
-    CHECKF(h24 >= 300 && h24 <= 400, "24 pairs: %lld head slots of 1000", (long long)h24);
-    CHECKF(h28 >= 650 && h28 <= 750, "28 pairs: %lld head slots of 1000", (long long)h28);
+    CHECKF(h20 >= 80 && h20 <= 160, "20 pairs: %lld head slots of 1000", (long long)h20);
+    CHECKF(h24 >= 440 && h24 <= 540, "24 pairs: %lld head slots of 1000", (long long)h24);
+    CHECKF(h28 >= 700 && h28 <= 800, "28 pairs: %lld head slots of 1000", (long long)h28);
     CHECK(sp_kda_two_pass_head_slots_(17, 132, 2, 10) == 1);
     int r = 0;
     int64_t h = 0;
