@@ -70,7 +70,7 @@ typedef enum sp_kda_gate {
  *     then the pass over the chunks. Faster up to about 32
  *     (sequence, head) pairs (one sequence at 4- or 8-way tensor
  *     parallelism: 12 or 24 heads); needs args->workspace
- *     (sp_kda_prefill_workspace_bytes). From about 17 to 30 pairs (on an
+ *     (sp_kda_prefill_workspace_bytes). From about 17 to 28 pairs (on an
  *     H200) the pass leaves room on the GPU, and the second kernel
  *     prepares the last chunks' products beside the pass (a cooperative
  *     launch); the results are the same bits either way.
