@@ -90,6 +90,11 @@ sp_status sp_kda_choose_kernel_(const sp_kda_args *a, sp_kda_dims *d) {
     return SP_OK;
 }
 
+/* State-pass blocks a (sequence, head) pair: one per 16 of its 128 V rows
+ * (chunked_two_pass.cu); with two records in flight two share a
+ * multiprocessor. */
+#define PASS_BLOCKS_PER_PAIR 8
+
 int sp_kda_two_pass_records_(int64_t pairs, int sms) {
     /* A state-pass block (8 a pair) waits on its records' arrival: four in
      * flight walk fastest, but then it takes a multiprocessor to itself;
@@ -99,7 +104,7 @@ int sp_kda_two_pass_records_(int64_t pairs, int sms) {
      * 2.009 at 48; two at 24 pairs: 1.007 against 1.149 for the former two
      * row groups a block; docs/PERFORMANCE.md). */
     if (sms < 1) sms = 1;
-    const int64_t blocks = 8 * pairs;
+    const int64_t blocks = PASS_BLOCKS_PER_PAIR * pairs;
     return blocks > sms && blocks <= 2 * (int64_t)sms ? 2 : 4;
 }
 
@@ -129,7 +134,7 @@ int64_t sp_kda_two_pass_head_slots_(int64_t pairs, int sms, int records, int64_t
      * multiprocessor to itself and the few preparing blocks left lose (12
      * pairs: 0.551 against 0.617 at best). */
     if (records != 2 || sms < 1 || pairs < 1) return slots;
-    const int64_t free_blocks = 2 * (int64_t)sms - 8 * pairs;
+    const int64_t free_blocks = 2 * (int64_t)sms - PASS_BLOCKS_PER_PAIR * pairs;
     if (free_blocks < 1) return slots;
     double head = 1.0 - HEAD_K * (double)free_blocks / (double)pairs;
     if (head > HEAD_MAX) return slots;
