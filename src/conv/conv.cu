@@ -41,7 +41,8 @@
  * window is kept in fp32 (one conversion per input, not W), SiLU is four
  * instructions (act), and outputs are rounded two at a time with one cvt:
  * about 13 instructions an element on the vector path (ncu, with the ring's
- * loop unrolled), from 25.
+ * loop unrolled), from 25; the token loop runs four tokens a pass, so that
+ * the window slides by renaming registers, not by moving them.
  *
  * Grid: one dimension of 128-thread blocks; thread g takes the vector of 8
  * channels g mod ceil(C/8) of work item g / ceil(C/8), so that no thread
@@ -65,11 +66,12 @@
 #define FN __host__ __device__ __forceinline__
 #ifdef __CUDA_ARCH__
 #define UNROLL _Pragma("unroll")
-#define ROLLED _Pragma("unroll 1")
+#define UNROLL_BY(n) _Pragma(SP_STR_(unroll n))
 #else
 #define UNROLL
-#define ROLLED
+#define UNROLL_BY(n)
 #endif
+#define SP_STR_(x) #x
 
 #define THREADS 128
 #define VEC 8   /* channels per thread: one 16-byte vector of bf16 */
@@ -495,10 +497,13 @@ static FN void run_tokens(const conv_params &p, const float (&w)[VEC][W], const 
         uint16_t *op = g.data + a * g.row + (c0 - g.first);
         const int64_t orow = g.row;
         ring_seek(r, a, b);
-        /* Not unrolled: the loop's code is what a short tile's warps wait
-         * to fetch (T = 1024, H = 96: 0.814 -> 0.824 of the limit; 1024,
-         * 12: 0.70 -> 0.73; K3 TP1 unchanged). */
-        ROLLED
+        /* Four tokens a pass (two without SiLU, where ptxas spills at
+         * four, W = 4): the window's shifts become renamed registers
+         * instead of moves (ncu at T = 1024, H = 96: 18 % fewer
+         * instructions; faster at every prefill shape measured, 0.5 to 1 %,
+         * docs/PERFORMANCE.md). Fully unrolled with the ring, the loop's
+         * code was what a short tile's warps waited to fetch. */
+        UNROLL_BY((SILU ? 4 : 2))
         for (int64_t t = a; t < b; t++, op += orow) {
             const bf8 y = step<W, SILU>(w, bias, z, ring_next(r));
             must_align(op, 16);
