@@ -446,28 +446,10 @@ static FN void ring_issue(xring &r, int u) {
     r.left--;
 }
 
-static FN bf8 ring_next(xring &r) {
-#ifdef __CUDA_ARCH__
-    sp_cp_async_wait_<RING - 1>();
-    const bf8 x = from_uint4(*ring_slot(r.u));
-#else
-    const bf8 x = r.slot[r.u];
-#endif
-    ring_issue(r, r.u);
-    r.row++;
-    r.u = r.u == RING - 1 ? 0 : r.u + 1;
-    return x;
-}
-
-/* Rows [a, b) next: the stream goes on if row a is its next or at most
- * RING rows ahead of it (the rows between are read and dropped: they are
- * on their way already), else (or if b is past what it reads) restarts
- * at a. */
+/* Rows [a, b) next: the stream goes on if row a is its next, else (or if
+ * b is past what it reads) restarts at a. */
 static FN void ring_seek(xring &r, int64_t a, int64_t b) {
-    if (r.row >= 0 && a >= r.row && a - r.row <= RING && b <= r.end) {
-        while (r.row < a) (void)ring_next(r);
-        return;
-    }
+    if (a == r.row && b <= r.end) return;
 #ifdef __CUDA_ARCH__
     sp_cp_async_wait_<0>();
 #endif
@@ -480,17 +462,17 @@ static FN void ring_seek(xring &r, int64_t a, int64_t b) {
     for (int u = 0; u < RING; u++) ring_issue(r, u);
 }
 
-/* The window before token a (rows a-W+1 .. a-1, a >= W-1) from the
- * stream, which then stands at row a, ready for rows up to b. */
-template <int W>
-static FN void ring_window(xring &r, int64_t a, int64_t b, float (&z)[W - 1][VEC]) {
-    ring_seek(r, a - (W - 1), b);
-    UNROLL
-    for (int j = 0; j < W - 1; j++) {
-        const bf8 v = ring_next(r);
-        UNROLL
-        for (int i = 0; i < VEC; i++) z[j][i] = widen(get(v, i));
-    }
+static FN bf8 ring_next(xring &r) {
+#ifdef __CUDA_ARCH__
+    sp_cp_async_wait_<RING - 1>();
+    const bf8 x = from_uint4(*ring_slot(r.u));
+#else
+    const bf8 x = r.slot[r.u];
+#endif
+    ring_issue(r, r.u);
+    r.row++;
+    r.u = r.u == RING - 1 ? 0 : r.u + 1;
+    return x;
 }
 
 /* Every copy landed (before the thread ends). */
@@ -562,39 +544,29 @@ static FN void conv_thread(const conv_params &p, int64_t bx, int64_t tiles, int6
     if (c0 >= p.C) return;
     const int64_t t0 = bx * p.tile;
     const int64_t t1 = t0 + p.tile < p.T ? t0 + p.tile : p.T;
-    /* The rows of the tile; a sequence that starts in its last W-2 rows
-     * extends the stream past them (see the file's header). On the vector
-     * path the stream starts at once, at the halo (the W-1 rows before
-     * the tile), while the weights and the sequence lookups are read: the
-     * halo and the first rows are in shared memory by the time the first
-     * token needs them, and a tile's start waits on one chain of lookups,
-     * not on the halo and the stream after it. The rows after the stream's
-     * first RING are brought to L2 meanwhile. */
-    const int64_t h0 = t0 > W - 1 ? t0 - (W - 1) : 0;
-    xring r;
-    ring_init(r, p, c0, t1);
-    if (FAST) {
-        ring_seek(r, h0, t1);
-        for (int64_t t = h0 + RING; t < t0 + RING && t < p.T; t++)
-            prefetch_l2(p.x + t * p.x_row + c0);
-    }
+    /* The halo and the first rows of the tile, on their way to L2 while the
+     * sequence lookups and the weights are read: a tile's start then waits
+     * on L2, not on memory. */
+    if (FAST)
+        for (int64_t t = t0 - (W - 1); t < t0 + RING && t < p.T; t++)
+            if (t >= 0) prefetch_l2(p.x + t * p.x_row + c0);
     float w[VEC][W], bias[VEC];
     load_params<W>(p, c0, w, bias);
     float z[W - 1][VEC] = {}; /* channels past C are never loaded: zeros */
+    /* The rows of the tile; a sequence that starts in its last W-2 rows
+     * extends the stream past them (see the file's header). */
+    xring r;
+    ring_init(r, p, c0, t1);
 
     /* A sequence that began in an earlier tile: tokens from t0, or from its
-     * W-th token if that is later; the halo comes from x (the stream, on
-     * the vector path). */
+     * W-th token if that is later; the halo comes from x. */
     const int64_t lo = lower_bound(p.cu, p.N + 1, t0);
     if (lo >= 1 && lo <= p.N) {
         const int64_t n = lo - 1, s = p.cu[n], e = p.cu[n + 1];
         const int32_t slot = p.idx[n];
         const int64_t a = t0 > s + W - 1 ? t0 : s + W - 1, b = t1 < e ? t1 : e;
         if (s >= 0 && s <= e && e <= p.T && slot >= 0 && slot < p.slots && a < b) {
-            if (FAST)
-                ring_window<W>(r, a, b, z);
-            else
-                halo_from_x<W>(p, a, c0, z);
+            halo_from_x<W>(p, a, c0, z);
             run_tokens<W, FAST, SILU>(p, w, bias, z, r, a, b, c0);
         }
     }
