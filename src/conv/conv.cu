@@ -66,12 +66,11 @@
 #define FN __host__ __device__ __forceinline__
 #ifdef __CUDA_ARCH__
 #define UNROLL _Pragma("unroll")
-#define UNROLL_BY(n) _Pragma(SP_STR_(unroll n))
+#define UNROLL_TOKENS _Pragma("unroll (SILU ? 4 : 2)") /* run_tokens' loop */
 #else
 #define UNROLL
-#define UNROLL_BY(n)
+#define UNROLL_TOKENS
 #endif
-#define SP_STR_(x) #x
 
 #define THREADS 128
 #define VEC 8   /* channels per thread: one 16-byte vector of bf16 */
@@ -503,7 +502,7 @@ static FN void run_tokens(const conv_params &p, const float (&w)[VEC][W], const 
          * instructions; faster at every prefill shape measured, 0.5 to 1 %,
          * docs/PERFORMANCE.md). Fully unrolled with the ring, the loop's
          * code was what a short tile's warps waited to fetch. */
-        UNROLL_BY((SILU ? 4 : 2))
+        UNROLL_TOKENS
         for (int64_t t = a; t < b; t++, op += orow) {
             const bf8 y = step<W, SILU>(w, bias, z, ring_next(r));
             must_align(op, 16);
