@@ -22,14 +22,25 @@
  * that the figures are not the cache's. One JSON line per case (also
  * appended to FILE with --json FILE).
  *
- * Run: build/bench/bench_conv [--json FILE] [--only CASE] [--items LEN]
+ * With --floor, each prefill case is timed a second time against the
+ * yardsticks of conv_floor.cu, in one interleaved run: limit, split, then
+ *   copy         the convolution's access pattern alone (x rows copied to
+ *                q, k, v through the same ring, tiles and grid)
+ *   core_linear  its arithmetic without SiLU, no sequences or state
+ *   core_silu    with SiLU (3 blocks a multiprocessor, as the library)
+ *   core_silu4   with SiLU, 4 blocks a multiprocessor
+ * each over one wave of token tiles (3 or 4 blocks a multiprocessor).
+ *
+ * Run: build/bench/bench_conv [--json FILE] [--only CASE] [--items LEN] [--floor]
  *   --only CASE   the one case CASE, written prefill:T:H or decode:N:H
  *   --items LEN   every call with LEN tokens per tile (decode: sequences
  *                 per thread) instead of the launcher's choice, to compare
+ *   --floor       the yardsticks above, for prefill cases
  */
 #include "harness.h"
 #include "stridepack_conv.h"
 #include "conv/conv_internal.h" /* sp_conv_force_items_ */
+#include "conv_floor.h"
 
 #include <string.h>
 
@@ -46,7 +57,8 @@ typedef struct set {
 
 typedef struct bctx {
     set s[MAX_SETS];
-    int nsets, next[5]; /* the set each arm uses next */
+    int nsets, next[5 + BENCH_FLOOR_KINDS]; /* the set each arm uses next */
+    int64_t T, P, floor_tile[BENCH_FLOOR_KINDS];
     size_t limit_bytes;
     int decode;
 } bctx;
@@ -96,6 +108,22 @@ static void arm_split_pack(void *p, cudaStream_t st) {
     set *s = take(c, 4);
     conv(c, &s->split, st);
     check(sp_pack(&s->packin[3], 1, s->ws, s->ws_bytes, s->packed, NULL, st), "sp_pack beta");
+}
+
+/* A yardstick arm of --floor: kernel `kind` of conv_floor.cu. */
+typedef struct floor_arm {
+    bctx *c;
+    int kind;
+} floor_arm;
+
+static void arm_floor(void *p, cudaStream_t st) {
+    const floor_arm *f = p;
+    bctx *c = f->c;
+    set *s = take(c, 5 + f->kind);
+    const size_t plane = (size_t)(c->T * c->P) * 2;
+    char *qkv = s->qkv;
+    BENCH_CU(bench_conv_floor(f->kind, s->x, qkv, qkv + plane, qkv + 2 * plane,
+                              s->split.weight.data, c->T, c->P, c->floor_tile[f->kind], st));
 }
 
 /* One set of buffers: x [T, C] dense (the q/k/v projection), outputs both
@@ -215,12 +243,59 @@ static int layouts_agree(set *s, int64_t rows, int64_t P, cudaStream_t st, int d
 
 static char device_name[256];
 
+/* --floor: limit and split against the yardsticks, interleaved, one JSON
+ * line ("conv_floor"). Tiles: one wave at 3 blocks a multiprocessor (4 for
+ * core_silu4), the library's grid at one-wave shapes. */
+static void run_floor(bctx *c, int sms, cudaStream_t st, FILE *out) {
+    static const char *const keys[2 + BENCH_FLOOR_KINDS] = {
+        "limit_ms", "split_ms", "copy_ms", "core_linear_ms", "core_silu_ms", "core_silu4_ms"};
+    const int64_t C8 = 3 * c->P / 8;
+    bench_fn fns[2 + BENCH_FLOOR_KINDS] = {arm_limit, arm_split};
+    void *ctxs[2 + BENCH_FLOOR_KINDS] = {c, c};
+    floor_arm arms[BENCH_FLOOR_KINDS];
+    for (int k = 0; k < BENCH_FLOOR_KINDS; k++) {
+        const int blocks = k == BENCH_FLOOR_CORE_SILU4 ? 4 : 3;
+        if (bench_conv_floor_blocks(k) < blocks) {
+            fprintf(stderr, "floor kernel %d: fewer than %d blocks a multiprocessor fit\n", k,
+                    blocks);
+            exit(2);
+        }
+        const int64_t per_wave = (int64_t)blocks * sms * 128 / C8;
+        const int64_t tile = (c->T + (per_wave > 1 ? per_wave : 1) - 1) / (per_wave > 1 ? per_wave : 1);
+        c->floor_tile[k] = tile < 8 ? 8 : tile;
+        arms[k].c = c;
+        arms[k].kind = k;
+        fns[2 + k] = arm_floor;
+        ctxs[2 + k] = &arms[k];
+    }
+    bench_stats r[2 + BENCH_FLOOR_KINDS];
+    bench_time_interleaved(fns, ctxs, 2 + BENCH_FLOOR_KINDS, st, WARMUP, REPS, r);
+    bench_json j;
+    bench_json_begin(&j);
+    bench_json_str(&j, "bench", "conv_floor");
+    bench_json_str(&j, "device", device_name);
+    bench_json_int(&j, "T", c->T);
+    bench_json_int(&j, "H", c->P / D);
+    bench_json_int(&j, "tile", c->floor_tile[BENCH_FLOOR_CORE_SILU]);
+    bench_json_int(&j, "tile4", c->floor_tile[BENCH_FLOOR_CORE_SILU4]);
+    printf("  floor T %lld H %lld:", (long long)c->T, (long long)(c->P / D));
+    for (int i = 0; i < 2 + BENCH_FLOOR_KINDS; i++) {
+        bench_json_num(&j, keys[i], r[i].median_ms);
+        printf(" %.*s %.4f (%.3f)", (int)(strlen(keys[i]) - 3), keys[i], r[i].median_ms,
+               r[0].median_ms / r[i].median_ms);
+    }
+    printf("  [ms (share of the limit)]\n");
+    bench_json_emit(&j, out);
+}
+
 static void run_case(int64_t T, int64_t H, int64_t N, int decode, cudaStream_t st, FILE *out,
-                     size_t l2) {
+                     size_t l2, int sms, int floor) {
     const int64_t P = H * D, C = 3 * P, rows = decode ? N : T;
     bctx c;
     memset(&c, 0, sizeof c);
     c.decode = decode;
+    c.T = T;
+    c.P = P;
     /* Traffic: x read and outputs written; decode also reads and writes the
      * W-1 state entries of each channel. */
     const size_t xbytes = (size_t)(rows * C) * 2;
@@ -280,11 +355,13 @@ static void run_case(int64_t T, int64_t H, int64_t N, int decode, cudaStream_t s
                r[4].median_ms, r[3].median_ms, r[4].median_ms / r[3].median_ms);
     printf("\n");
     bench_json_emit(&j, out);
+    if (floor && !decode) run_floor(&c, sms, st, out);
     for (int i = 0; i < c.nsets; i++) free_set(&c.s[i]);
 }
 
 static int usage(void) {
-    fprintf(stderr, "usage: bench_conv [--json FILE] [--only prefill:T:H|decode:N:H] [--items LEN]\n");
+    fprintf(stderr, "usage: bench_conv [--json FILE] [--only prefill:T:H|decode:N:H] [--items LEN] "
+                    "[--floor]\n");
     return 2;
 }
 
@@ -293,6 +370,7 @@ int main(int argc, char **argv) {
     if (bench_take_json_arg(&argc, argv, &out)) return 2;
     char only_form[16] = "";
     long long only_size = 0, only_h = 0;
+    int floor = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--only") && i + 1 < argc) {
             if (sscanf(argv[++i], "%15[a-z]:%lld:%lld", only_form, &only_size, &only_h) != 3 ||
@@ -300,6 +378,8 @@ int main(int argc, char **argv) {
                 return usage();
         } else if (!strcmp(argv[i], "--items") && i + 1 < argc) {
             sp_conv_force_items_(atoll(argv[++i]));
+        } else if (!strcmp(argv[i], "--floor")) {
+            floor = 1;
         } else {
             return usage();
         }
@@ -316,10 +396,11 @@ int main(int argc, char **argv) {
     for (int h = 0; h < 2; h++)
         for (int t = 0; t < 3; t++)
             if (WANTED("prefill", Ts[t], Hs[h]))
-                run_case(Ts[t], Hs[h], Ts[t] >= 1024 ? 8 : 1, 0, st, out, l2);
+                run_case(Ts[t], Hs[h], Ts[t] >= 1024 ? 8 : 1, 0, st, out, l2, sms, floor);
     for (int h = 0; h < 2; h++)
         for (int n = 0; n < 3; n++)
-            if (WANTED("decode", Ns[n], Hs[h])) run_case(Ns[n], Hs[h], Ns[n], 1, st, out, l2);
+            if (WANTED("decode", Ns[n], Hs[h]))
+                run_case(Ns[n], Hs[h], Ns[n], 1, st, out, l2, sms, floor);
     BENCH_CU(cudaStreamDestroy(st));
     if (out) fclose(out);
     return 0;
