@@ -260,8 +260,8 @@ static void run_floor(bctx *c, int sms, cudaStream_t st, FILE *out) {
                     blocks);
             exit(2);
         }
-        const int64_t per_wave = (int64_t)blocks * sms * 128 / C8;
-        const int64_t tile = (c->T + (per_wave > 1 ? per_wave : 1) - 1) / (per_wave > 1 ? per_wave : 1);
+        const int64_t per_wave = (int64_t)blocks * sms * BENCH_FLOOR_THREADS / C8;
+        const int64_t tiles = per_wave > 1 ? per_wave : 1, tile = (c->T + tiles - 1) / tiles;
         c->floor_tile[k] = tile < 8 ? 8 : tile;
         arms[k].c = c;
         arms[k].kind = k;

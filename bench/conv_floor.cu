@@ -22,11 +22,12 @@
  */
 #include "conv_floor.h"
 
+#include "bf16.h"
 #include "cuda/ptx.cuh"
 
 #include <cuda_bf16.h>
 
-#define THREADS 128
+#define THREADS BENCH_FLOOR_THREADS
 #define RING 8
 
 typedef struct floor_params {
@@ -37,12 +38,10 @@ typedef struct floor_params {
     long long tile;
 } floor_params;
 
-static __device__ __forceinline__ float bf16_lo(uint32_t v) { return __uint_as_float(v << 16); }
-static __device__ __forceinline__ float bf16_hi(uint32_t v) { return __uint_as_float(v & 0xffff0000u); }
 /* Element i (0..7) of a 16-byte vector of bf16, as fp32. */
 static __device__ __forceinline__ float elem(const uint4 &v, int i) {
     const uint32_t w = (i >> 1) == 0 ? v.x : (i >> 1) == 1 ? v.y : (i >> 1) == 2 ? v.z : v.w;
-    return (i & 1) ? bf16_hi(w) : bf16_lo(w);
+    return (i & 1) ? sp_bf16x2_hi_(w) : sp_bf16x2_lo_(w);
 }
 
 /* This thread's vector and tile, its output at row t0; false past the

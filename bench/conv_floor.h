@@ -12,6 +12,8 @@
 extern "C" {
 #endif
 
+#define BENCH_FLOOR_THREADS 128 /* threads a block, as the library's kernel */
+
 enum {
     BENCH_FLOOR_COPY,        /* the access pattern, rows copied unchanged */
     BENCH_FLOOR_CORE_LINEAR, /* the arithmetic without SiLU, 3 blocks a multiprocessor */
