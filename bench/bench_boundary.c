@@ -220,7 +220,7 @@ static void make_args(ctx *c, sp_kda_args *a) {
     sp_tensor_dense(&a->dt_bias, B, SP_F32, 1, &hd, dev);
     sp_tensor_dense(&a->cu_seqlens, cu, SP_I64, 1, &two, dev);
     sp_tensor_dense(&a->state_indices, idx, SP_I32, 1, &one, dev);
-    /* The workspace that lets the dispatcher pick the two-pass kernel where
+    /* The workspace that lets the plan pick the two-pass kernel where
      * it is faster (the boundary owns one alike for small head counts). */
     check(sp_kda_prefill_workspace_bytes(a, &a->workspace_bytes), "sp_kda_prefill_workspace_bytes");
     a->workspace = a->workspace_bytes ? bench_malloc(a->workspace_bytes) : NULL;

@@ -39,7 +39,7 @@
  */
 #include "harness.h"
 #include "stridepack_conv.h"
-#include "conv/conv_internal.h" /* sp_conv_force_items_ */
+#include "conv/conv_internal.h" /* sp_conv_cuda_planned_ */
 #include "conv_floor.h"
 
 #include <string.h>
@@ -59,6 +59,7 @@ typedef struct bctx {
     set s[MAX_SETS];
     int nsets, next[5 + BENCH_FLOOR_KINDS]; /* the set each arm uses next */
     int64_t T, P, floor_tile[BENCH_FLOOR_KINDS];
+    int64_t items; /* --items: > 0, every call's work-item length */
     size_t limit_bytes;
     int decode;
 } bctx;
@@ -76,8 +77,12 @@ static set *take(bctx *c, int arm) {
     return s;
 }
 
+/* The public call, or with --items the planned one of that length. */
 static void conv(bctx *c, const sp_conv_args *a, cudaStream_t st) {
-    check(c->decode ? sp_conv_decode(a, st) : sp_conv_prefill(a, st), "sp_conv");
+    if (c->items > 0)
+        check(sp_conv_cuda_planned_(a, c->decode, c->items, st), "sp_conv (planned)");
+    else
+        check(c->decode ? sp_conv_decode(a, st) : sp_conv_prefill(a, st), "sp_conv");
 }
 
 static void arm_limit(void *p, cudaStream_t st) {
@@ -211,11 +216,13 @@ static void free_set(set *s) {
 }
 
 /* Split and token-major outputs hold the same bits, channel by channel. */
-static int layouts_agree(set *s, int64_t rows, int64_t P, cudaStream_t st, int decode) {
+static int layouts_agree(set *s, int64_t rows, int64_t P, cudaStream_t st, int decode,
+                         int64_t items) {
     bctx one;
     memset(&one, 0, sizeof one);
     one.nsets = 1;
     one.decode = decode;
+    one.items = items;
     one.s[0] = *s;
     /* Both from the same state: the first call rewrites the slots. */
     const int64_t N = s->split.state.shape[0];
@@ -288,12 +295,13 @@ static void run_floor(bctx *c, int sms, cudaStream_t st, FILE *out) {
     bench_json_emit(&j, out);
 }
 
-static void run_case(int64_t T, int64_t H, int64_t N, int decode, cudaStream_t st, FILE *out,
-                     size_t l2, int sms, int floor) {
+static void run_case(int64_t T, int64_t H, int64_t N, int decode, int64_t items, cudaStream_t st,
+                     FILE *out, size_t l2, int sms, int floor) {
     const int64_t P = H * D, C = 3 * P, rows = decode ? N : T;
     bctx c;
     memset(&c, 0, sizeof c);
     c.decode = decode;
+    c.items = items;
     c.T = T;
     c.P = P;
     /* Traffic: x read and outputs written; decode also reads and writes the
@@ -314,7 +322,7 @@ static void run_case(int64_t T, int64_t H, int64_t N, int decode, cudaStream_t s
             c.s[i].split.x.data = c.s[i].tm.x.data = c.s[i].x;
         }
     BENCH_CU(cudaDeviceSynchronize());
-    if (!layouts_agree(&c.s[0], rows, P, st, decode)) {
+    if (!layouts_agree(&c.s[0], rows, P, st, decode, items)) {
         fprintf(stderr, "T %lld H %lld: split and token-major outputs differ\n", (long long)T,
                 (long long)H);
         exit(1);
@@ -371,13 +379,14 @@ int main(int argc, char **argv) {
     char only_form[16] = "";
     long long only_size = 0, only_h = 0;
     int floor = 0;
+    int64_t items = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--only") && i + 1 < argc) {
             if (sscanf(argv[++i], "%15[a-z]:%lld:%lld", only_form, &only_size, &only_h) != 3 ||
                 (strcmp(only_form, "prefill") && strcmp(only_form, "decode")))
                 return usage();
         } else if (!strcmp(argv[i], "--items") && i + 1 < argc) {
-            sp_conv_force_items_(atoll(argv[++i]));
+            items = atoll(argv[++i]);
         } else if (!strcmp(argv[i], "--floor")) {
             floor = 1;
         } else {
@@ -396,11 +405,11 @@ int main(int argc, char **argv) {
     for (int h = 0; h < 2; h++)
         for (int t = 0; t < 3; t++)
             if (WANTED("prefill", Ts[t], Hs[h]))
-                run_case(Ts[t], Hs[h], Ts[t] >= 1024 ? 8 : 1, 0, st, out, l2, sms, floor);
+                run_case(Ts[t], Hs[h], Ts[t] >= 1024 ? 8 : 1, 0, items, st, out, l2, sms, floor);
     for (int h = 0; h < 2; h++)
         for (int n = 0; n < 3; n++)
             if (WANTED("decode", Ns[n], Hs[h]))
-                run_case(Ns[n], Hs[h], Ns[n], 1, st, out, l2, sms, floor);
+                run_case(Ns[n], Hs[h], Ns[n], 1, items, st, out, l2, sms, floor);
     BENCH_CU(cudaStreamDestroy(st));
     if (out) fclose(out);
     return 0;

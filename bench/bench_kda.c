@@ -1,20 +1,21 @@
 /*
  * bench_kda.c — the CUDA KDA prefill, each kernel (recurrent, chunked, and
- * the dispatcher's choice) on the same inputs in the same process, timed
+ * the library's plan) on the same inputs in the same process, timed
  * interleaved, at the shapes where fla's Triton chunk_kda was measured on
  * an H200 (2026-11-30, K3 contract, fp32 state): its Python-call times and,
  * at T = 16384, its GPU kernel time. Dense inputs, fp32 and bf16 state
  * pools, no checkpoints. Before timing, the chunked kernel's output is
  * compared with the recurrent kernel's, and so is its final state
  * (relative L2 errors in the JSON). --probe picks the one-pass chunked
- * kernel's build (sp_kda_chunked_probe_): m the mma.sync build, g the
- * wgmma build (without --probe, the dispatcher's choice); v (k) the
- * mma.sync build with only its V side's (K side's) arithmetic, g.v and g.k
- * the same of the wgmma build: how long each side takes alone.
+ * kernel's build (a plan of this program's, sp_kda_prefill_planned_): m the
+ * mma.sync build, g the wgmma build (without --probe, the plan's choice);
+ * v (k) the mma.sync build with only its V side's (K side's) arithmetic,
+ * g.v and g.k the same of the wgmma build: how long each side takes alone
+ * (timing probes built into this program only, kda_probe.cu).
  * Prints one JSON line per kernel x shape x state (also appended to FILE
  * with --json FILE), then a table.
  *
- * --two-pass R.P forces the two-pass kernel's records in flight (2, 4) and
+ * --two-pass R.P sets the two-pass kernel's records in flight (2, 4) and
  * the thousandths of its records prepared before its state pass starts
  * (1000: two kernels; else the rest beside the pass in one kernel).
  * --shape T H N runs that shape alone, in the table or not.
@@ -23,7 +24,8 @@
  *      [--json FILE]
  */
 #include "harness.h"
-#include "kda/kda_internal.h" /* sp_kda_chunked_probe_ */
+#include "cuda/device.h"
+#include "kda/kda_internal.h" /* sp_kda_prefill_planned_, sp_kda_two_pass_slots_ */
 #include "stridepack_kda.h"
 
 #include <math.h>
@@ -109,9 +111,37 @@ static void free_case(kda_case *c) {
     for (int i = 0; i < c->nbufs; i++) BENCH_CU(cudaFree(c->bufs[i]));
 }
 
+/* What this program changes of the library's plan (--probe, --two-pass):
+ * the one-pass kernel's build (-1: the plan's) and timing probe (0: none,
+ * ONE_PASS_PROBE_V or _K); the two-pass kernel's records in flight and
+ * thousandths of its slots prepared first (0: the plan's). */
+static struct {
+    int build, probe, records, head_permille;
+} opts = {-1, 0, 0, 0};
+
+/* kda_probe.cu: the probe instance `side` of the plan's one-pass build. */
+int bench_kda_probe(const sp_kda_args *a, const sp_kda_plan *plan, int side, cudaStream_t s);
+
 static void arm_prefill(void *ctx, cudaStream_t s) {
     kda_case *c = ctx;
-    sp_status st = sp_kda_prefill(&c->a, s);
+    sp_kda_plan plan;
+    sp_status st = sp_kda_prefill_plan_(&c->a, &plan);
+    if (st == SP_OK && plan.kernel == SP_KDA_KERNEL_CHUNKED && opts.build >= 0)
+        plan.wgmma = opts.build;
+    if (st == SP_OK && plan.kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS && opts.records) {
+        const int64_t slots = sp_kda_two_pass_slots_(c->T, c->N);
+        const int64_t h = slots * opts.head_permille / 1000;
+        plan.records = opts.records;
+        plan.head_slots = h < 1 ? 1 : h;
+    }
+    if (st == SP_OK && plan.kernel == SP_KDA_KERNEL_CHUNKED && opts.probe) {
+        if (bench_kda_probe(&c->a, &plan, opts.probe, s) != 0) {
+            fprintf(stderr, "bench_kda_probe: %s\n", sp_last_error());
+            exit(2);
+        }
+        return;
+    }
+    if (st == SP_OK) st = sp_kda_prefill_planned_(&c->a, &plan, s);
     if (st != SP_OK) {
         fprintf(stderr, "sp_kda_prefill: %s\n", sp_last_error());
         exit(2);
@@ -173,6 +203,11 @@ static double state_rel_err(const void *x, const void *ref, size_t bytes, sp_dty
 
 static const char *kernel_name(int32_t k) { return sp_kda_kernel_name((sp_kda_kernel)k); }
 
+static int wgmma_available(void) {
+    const sp_cuda_device *d;
+    return sp_cuda_device_(0, SP_CUDA_PART_KDA, &d) == SP_OK && d->kda_wgmma;
+}
+
 int main(int argc, char **argv) {
     /* --shape T H N: that shape only (for profiling). */
     int64_t only[3] = {0, 0, 0};
@@ -184,17 +219,19 @@ int main(int argc, char **argv) {
             break;
         }
     int probe = 0;
-    /* Indexed by SP_KDA_PROBE_* (kda_internal.h): --probe's word, the JSON's words. */
+    /* --probe's word, the JSON's words, the build and the probe side
+     * (kda_probe.cu: 1 the V side only, 2 the K side only). */
     static const struct {
         const char *flag, *what;
+        int build, side;
     } probes[] = {
-        {"", ""},
-        {"v", "mma.sync build, V side only"},
-        {"k", "mma.sync build, K side only"},
-        {"g", "wgmma build"},
-        {"g.v", "wgmma build, V side only"},
-        {"g.k", "wgmma build, K side only"},
-        {"m", "mma.sync build"},
+        {"", "", -1, 0},
+        {"v", "mma.sync build, V side only", 0, 1},
+        {"k", "mma.sync build, K side only", 0, 2},
+        {"g", "wgmma build", 1, 0},
+        {"g.v", "wgmma build, V side only", 1, 1},
+        {"g.k", "wgmma build, K side only", 1, 2},
+        {"m", "mma.sync build", 0, 0},
     };
     for (int i = 1; i + 1 < argc; i++)
         if (strcmp(argv[i], "--probe") == 0) {
@@ -209,10 +246,11 @@ int main(int argc, char **argv) {
             argc -= 2;
             break;
         }
-    sp_kda_chunked_probe_(probe);
+    opts.build = probes[probe].build;
+    opts.probe = probes[probe].side;
     /* --two-pass R.P: the two-pass kernel with R records in flight and the
      * first P thousandths of its records prepared before the state pass
-     * (1000: two kernels; sp_kda_two_pass_force_), not the dispatcher's plan. */
+     * (1000: two kernels), not the library's plan. */
     int tp_records = 0, tp_head = 0;
     for (int i = 1; i + 1 < argc; i++)
         if (strcmp(argv[i], "--two-pass") == 0) {
@@ -225,7 +263,8 @@ int main(int argc, char **argv) {
             argc -= 2;
             break;
         }
-    sp_kda_two_pass_force_(tp_records, tp_head);
+    opts.records = tp_records;
+    opts.head_permille = tp_head;
     FILE *out = NULL;
     if (bench_json_arg(argc, argv, &out)) return 2;
     char name[256];
@@ -245,7 +284,7 @@ int main(int argc, char **argv) {
                   {2048, 96, 1, 1.44, 0},
                   {2048, 96, 16, 1.53, 0},
                   /* Not in fla's table (fla_ms 0): where the two-pass
-                   * kernel stops paying, for the dispatcher's rules. */
+                   * kernel stops paying, for the plan's rules. */
                   {16384, 24, 1, 0, 0},
                   {16384, 48, 1, 0, 0},
                   /* The rest of the anchor table's shapes (bench/kda_anchors.py). */
@@ -253,7 +292,7 @@ int main(int argc, char **argv) {
                   {8192, 96, 1, 0, 0},
                   {65536, 12, 1, 0, 0},
                   /* Short sequences (64, 32, 16 and 8 tokens): the
-                   * dispatcher's rule between recurrent and chunked. */
+                   * plan's rule between recurrent and chunked. */
                   {2048, 96, 32, 0, 0},
                   {2048, 96, 64, 0, 0},
                   {2048, 96, 128, 0, 0},
@@ -350,7 +389,7 @@ int main(int argc, char **argv) {
                     bench_json_num(&j, "state_rel_err_vs_recurrent", serr[k]);
                 }
                 if (kernels[k] == SP_KDA_KERNEL_CHUNKED || kernels[k] == SP_KDA_KERNEL_AUTO)
-                    bench_json_int(&j, "wgmma_build_available", sp_kda_chunked_has_wgmma_(0));
+                    bench_json_int(&j, "wgmma_build_available", wgmma_available());
                 if (kernels[k] == SP_KDA_KERNEL_CHUNKED && probe)
                     bench_json_str(&j, "probe", probes[probe].what);
                 if (k >= 2) bench_json_int(&j, "workspace_bytes", (int64_t)ws_bytes);

@@ -8,5 +8,5 @@ if(SP_HAVE_CUDA)
   target_compile_options(bench_conv PRIVATE
     $<$<COMPILE_LANGUAGE:C>:${SP_WARNINGS}>
     $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra --Werror=all-warnings>)
-  target_include_directories(bench_conv PRIVATE ${PROJECT_SOURCE_DIR}/src) # sp_conv_force_items_
+  target_include_directories(bench_conv PRIVATE ${PROJECT_SOURCE_DIR}/src) # sp_conv_cuda_planned_
 endif()

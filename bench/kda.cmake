@@ -4,7 +4,13 @@ if(SP_HAVE_CUDA)
   foreach(b bench_kda bench_boundary)
     add_executable(${b} ${CMAKE_CURRENT_SOURCE_DIR}/${b}.c)
     target_link_libraries(${b} PRIVATE bench_harness test_support stridepack_static)
-    target_compile_options(${b} PRIVATE ${SP_WARNINGS})
-    target_include_directories(${b} PRIVATE ${PROJECT_SOURCE_DIR}/src) # sp_kda_chunked_probe_
+    target_compile_options(${b} PRIVATE $<$<COMPILE_LANGUAGE:C>:${SP_WARNINGS}>)
+    target_include_directories(${b} PRIVATE ${PROJECT_SOURCE_DIR}/src) # the plan (kda/plan.h)
   endforeach()
+  # bench_kda --probe: the one-pass kernel's timing probes, built here only
+  # (sm_90a, as the library's kernel: cmake/cuda_arch.cmake).
+  target_sources(bench_kda PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/kda_probe.cu)
+  set_source_files_properties(${CMAKE_CURRENT_SOURCE_DIR}/kda_probe.cu PROPERTIES SP_CUDA_SM90A ON)
+  target_compile_options(bench_kda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo>)
+  sp_cuda_architectures(bench_kda)
 endif()

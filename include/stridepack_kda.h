@@ -249,7 +249,7 @@ typedef struct sp_kda_boundary sp_kda_boundary;
  * (q, k, v, g and beta all strided at max_tokens x max_heads): cudaMalloc on
  * a CUDA device, host memory on the CPU. On a CUDA device with max_heads
  * <= 32 it also allocates the CHUNKED_TWO_PASS kernel's workspace,
- * (max_tokens / 32 + 64) * max_heads records of 37508 bytes (about 260 MB
+ * (max_tokens / 32 + 32) * max_heads records of 37508 bytes (about 245 MB
  * for 16384 tokens and 12 heads), used by calls that give none.
  * @return SP_OK and *out; SP_ERR_INVALID_ARGUMENT for a NULL out or negative
  *         capacity; SP_ERR_NO_DEVICE; SP_ERR_OVERFLOW; SP_ERR_OUT_OF_MEMORY;

@@ -22,25 +22,23 @@ extern "C" {
 
 /* ---- bf16 <-> f32, round to nearest even -------------------------------- */
 
-static inline SP_HD uint32_t sp_f32_bits_(float f) {
+/* The bits of a float and back: the device's intrinsics, memcpy on the
+ * host (no aliasing). */
 #ifdef __CUDA_ARCH__
-    return __float_as_uint(f);
+static inline SP_HD uint32_t sp_f32_bits_(float f) { return __float_as_uint(f); }
+static inline SP_HD float sp_bits_f32_(uint32_t u) { return __uint_as_float(u); }
 #else
+static inline SP_HD uint32_t sp_f32_bits_(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return u;
-#endif
 }
-
 static inline SP_HD float sp_bits_f32_(uint32_t u) {
-#ifdef __CUDA_ARCH__
-    return __uint_as_float(u);
-#else
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
-#endif
 }
+#endif
 
 static inline SP_HD float sp_bf16_to_f32_(uint16_t h) { return sp_bits_f32_((uint32_t)h << 16); }
 

@@ -1,7 +1,7 @@
 /*
  * internal.h — what the library's own files share and users never see:
  * error macros, the view math of tensor.c, and the copy descriptor that the
- * planner (copy.c) hands to a backend (cpu/, cuda/).
+ * planner (copy_plan.c) hands to a backend (cpu/, cuda/).
  *
  * Names: the public API (include/) is sp_name; what library files share
  * through the headers under src/ is sp_name_ (a trailing underscore); what
@@ -91,6 +91,10 @@ int sp_widest_vector_(const uint64_t *values, int n);
 void sp_coalesce_pair_(const sp_tensor *src, const sp_tensor *dst, int *ndim, int64_t *shape,
                       int64_t *src_strides, int64_t *dst_strides);
 
+/* |x| of a stride or byte offset of a view that passed sp_tensor_check_
+ * (never INT64_MIN); for the planner and the overlap engine. */
+static inline int64_t sp_abs64_(int64_t x) { return x < 0 ? -x : x; }
+
 /* ---- the copy descriptor ------------------------------------------------ */
 
 /* One pair planned for a backend; plain data passed to kernels by value.
@@ -115,10 +119,10 @@ typedef struct sp_copy_desc {
     int64_t dst_outer_stride[SP_DESC_OUTER];
 } sp_copy_desc;
 
-/* Plan one pair (already validated, non-empty) into *d. */
+/* Plan one pair (already validated, non-empty) into *d (copy_plan.c). */
 void sp_plan_pair_(const sp_copy_pair *p, sp_copy_desc *d);
 
-/* ---- validation shared by the layers (copy.c) --------------------------- */
+/* ---- validation shared by the layers (device_check.c, overlap.c) -------- */
 
 /* The device match, one rule and one message: SP_ERR_DEVICE_MISMATCH
  * unless t (named `name`) is on `want` (the same type; the same ordinal
@@ -140,7 +144,7 @@ sp_status sp_check_device_usable_(sp_device dev);
  * and two read views are never compared: n log n plus those pairs; where
  * many extents intersect (column slices of one buffer), each two-dim
  * layout shared by many written views is walked by its bytes' windows
- * modulo its row pitch instead (copy.c).
+ * modulo its row pitch instead (overlap.c).
  * @return SP_OK; SP_ERR_OUT_OF_MEMORY when more than
  * 2 * SP_MAX_PAIRS_PER_LAUNCH views need host scratch and none is left. */
 typedef struct sp_view_ref_ {

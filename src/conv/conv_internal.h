@@ -128,16 +128,18 @@ sp_status sp_conv_cuda_(const sp_conv_args *a, const sp_conv_dims *d, struct CUs
 
 /* CUDA builds: the whole call (the checks of a CUDA call: index contents
  * not read) with the CUDA kernel's threads run one by one on the host, on
- * CPU tensors; `tile` > 0 forces
- * the prefill's tokens per tile (at least 8), 0 takes the launcher's
- * choice. For tests. */
+ * CPU tensors; `tile` > 0 forces the prefill's tokens per tile (at least 8),
+ * or decode's sequences per thread, 0 takes the launcher's choice. For
+ * tests. */
 sp_status sp_conv_emulate_(const sp_conv_args *a, int decode, int64_t tile);
 
-/* CUDA builds: from now on every CUDA call takes `len` tokens per tile
- * (at least 8), or in decode `len` sequences per thread, instead of the
- * launcher's choice; 0 restores the choice. Process-wide, for tests and
- * benchmarks. */
-void sp_conv_force_items_(int64_t len);
+/* CUDA builds: sp_conv_prefill (decode 0) or sp_conv_decode (1) on CUDA
+ * tensors, with `items` tokens per tile (at least 8), or in decode `items`
+ * sequences per thread, instead of the launcher's choice; 0 takes the
+ * choice. The same checks and errors as the public calls; CPU tensors are
+ * refused (SP_ERR_UNSUPPORTED). For tests and benchmarks. */
+sp_status sp_conv_cuda_planned_(const sp_conv_args *a, int decode, int64_t items,
+                                struct CUstream_st *stream);
 
 #ifdef __cplusplus
 }

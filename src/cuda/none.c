@@ -2,6 +2,7 @@
  * the whole library: every CUDA request is answered SP_ERR_NO_DEVICE (no
  * stream is ever capturing), so CPU-only builds link and fail cleanly. */
 #include "conv/conv_internal.h"
+#include "cuda/device.h"
 #include "internal.h"
 #include "kda/kda_internal.h"
 
@@ -40,9 +41,11 @@ sp_status sp_kda_prefill_cuda_(const sp_kda_args *a, const sp_kda_dims *d,
     return no_backend("q");
 }
 
-int sp_kda_cuda_chunked_fits_(int device) {
-    (void)device;
-    return 0;
+sp_status sp_cuda_device_(int device, unsigned parts, const sp_cuda_device **info) {
+    (void)parts;
+    *info = NULL;
+    return sp_set_error_(SP_ERR_NO_DEVICE, "cuda:%d: this build of stridepack has no CUDA backend",
+                        device);
 }
 
 sp_status sp_conv_cuda_(const sp_conv_args *a, const sp_conv_dims *d, struct CUstream_st *stream) {

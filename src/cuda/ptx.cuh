@@ -261,24 +261,19 @@ static __device__ __forceinline__ uint16_t sp_bf16_rn_(float x) {
 
 /* ---- tensor-core fragments ------------------------------------------------- */
 
-/* c += a b for one m16n8k8 tile, tf32 operands (A row-major, B column-major
- * fragments), fp32 accumulation. */
-static __device__ __forceinline__ void sp_mma_tf32_(float c[4], const uint32_t a[4], uint32_t b0,
-                                                    uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-/* c += a b for one m16n8k16 tile, bf16 operands, fp32 accumulation. */
-static __device__ __forceinline__ void sp_mma_bf16_(float c[4], const uint32_t a[4], uint32_t b0,
-                                                    uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+/* c += a b for one tile (A row-major, B column-major fragments), fp32
+ * accumulation: sp_mma_tf32_ m16n8k8 with tf32 operands, sp_mma_bf16_
+ * m16n8k16 with bf16 operands. */
+#define SP_MMA_TILE_(name, shape_and_types)                                                        \
+    static __device__ __forceinline__ void name(float c[4], const uint32_t a[4], uint32_t b0,     \
+                                                uint32_t b1) {                                    \
+        asm volatile("mma.sync.aligned." shape_and_types " "                                      \
+                     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"                    \
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                             \
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));             \
+    }
+SP_MMA_TILE_(sp_mma_tf32_, "m16n8k8.row.col.f32.tf32.tf32.f32")
+SP_MMA_TILE_(sp_mma_bf16_, "m16n8k16.row.col.f32.bf16.bf16.f32")
 
 /* Four 8x8 b16 matrices from shared memory, lanes 8i .. 8i + 7 giving the
  * row addresses of matrix i; x[i] is this lane's part of it (row lane / 4,

@@ -1,6 +1,8 @@
 /*
- * runtime.h — the one layer between stridepack and the CUDA runtime. Every
- * CUDA source of the library calls the runtime through it for four things:
+ * runtime.h — the library's helpers over the CUDA runtime, for four things
+ * every CUDA source needs alike (launchers call the runtime's launch,
+ * attribute and occupancy functions themselves; what a device offers is
+ * read once, in device.h's table):
  *
  *   errors   SP_CUDA_CHECK(stmt): a failed call becomes SP_ERR_CUDA with the
  *            call's text, function, file and line; the runtime's last-error

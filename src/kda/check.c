@@ -287,7 +287,7 @@ sp_status sp_kda_check_(const sp_kda_args *a, int inputs_direct, sp_kda_dims *di
                    (long long)d.N, (long long)d.H);
     }
     if (d.dev.type == SP_DEVICE_CPU) SP_FORWARD(check_host_indices(a, &d));
-    SP_FORWARD(sp_kda_choose_kernel_(a, &d));
+    SP_FORWARD(sp_kda_plan_(a, &d, &d.plan));
     *dims = d;
     return SP_OK;
 }

@@ -1,14 +1,15 @@
 /*
  * kda_internal.h — what the KDA files share: the gate formula, the
- * validated dimensions of a call, the contract check that the prefill
- * and the boundary both run, and the backend entry points. Included by C
- * and by CUDA sources.
+ * validated dimensions of a call and its plan (plan.h), the contract check
+ * that the prefill and the boundary both run, and the backend entry points.
+ * Included by C and by CUDA sources.
  */
 #ifndef SP_KDA_INTERNAL_H
 #define SP_KDA_INTERNAL_H
 
 #include "bf16.h"
 #include "internal.h"
+#include "kda/plan.h"
 #include "stridepack_kda.h"
 
 #include <math.h>
@@ -38,30 +39,9 @@ static inline SP_HD float sp_kda_gate_f32_(int gate, float lower_bound, float ex
  * R in bf16, the rest in fp32 (chunked_two_pass.cu checks the size against
  * its struct). */
 #define SP_KDA_TWO_PASS_RECORD_BYTES 37504
-/* Calls with at most this many (sequence, head) pairs go to the two-pass
- * kernel when a large enough workspace is given (dispatch.c): on the H200
- * at T = 16384 it wins at 24 pairs (1.009 against 1.507 ms) and loses at
- * 48 (1.911 against 1.575) since the one-pass kernel's eight K warps;
- * up to 33 pairs its state pass makes one wave of blocks two a
- * multiprocessor (docs/PERFORMANCE.md). */
-#define SP_KDA_TWO_PASS_MAX_PAIRS 32
-
-/* Which build of the one-pass chunked kernel later launches use, for
- * tests and benchmarks: SP_KDA_PROBE_AUTO, the dispatcher's choice
- * (sp_kda_chunked_wgmma_); MMA and WGMMA, that build always; V and K (of
- * the mma.sync build), WGMMA_V and WGMMA_K, timing probes that do only the
- * V side's or only the K side's arithmetic (their results are wrong).
- * Not thread-safe. */
-enum {
-    SP_KDA_PROBE_AUTO = 0,
-    SP_KDA_PROBE_V = 1,
-    SP_KDA_PROBE_K = 2,
-    SP_KDA_PROBE_WGMMA = 3,
-    SP_KDA_PROBE_WGMMA_V = 4,
-    SP_KDA_PROBE_WGMMA_K = 5,
-    SP_KDA_PROBE_MMA = 6
-};
-void sp_kda_chunked_probe_(int side);
+/* State-pass blocks of the two-pass kernel a (sequence, head) pair: one per
+ * 16 of its 128 V rows (chunked_two_pass.cu checks it against its traits). */
+#define SP_KDA_TWO_PASS_BLOCKS_PER_PAIR 8
 
 /* Record slots of the two-pass kernel for T tokens in N sequences. */
 static inline SP_HD int64_t sp_kda_two_pass_slots_(int64_t T, int64_t N) {
@@ -76,7 +56,7 @@ typedef struct sp_kda_dims {
     int state_bf16;       /* 1: bf16 pool and checkpoints; 0: f32 */
     float scale;          /* resolved (the default substituted for 0) */
     sp_device dev;
-    int kernel;           /* sp_kda_kernel that will run (never AUTO) */
+    sp_kda_plan plan;     /* how it runs (plan.c) */
 } sp_kda_dims;
 
 /* The shapes of the inputs in[] = q, k, v, g, beta: q [1, T, H, 128], k,
@@ -109,48 +89,8 @@ static inline SP_HD int64_t sp_kda_at_(int64_t t_stride, int64_t h_stride, int64
     return t * t_stride + h * h_stride;
 }
 
-/* The kernel for a checked call: a->kernel when it can serve the call
- * (SP_ERR_UNSUPPORTED naming why when forced and it cannot), else the
- * dispatcher's choice. Sets d->kernel. Called by sp_kda_check_. */
-sp_status sp_kda_choose_kernel_(const sp_kda_args *a, sp_kda_dims *d);
-/* 1 when the chunked kernels can serve the checked call (whatever its
- * kernel and workspace fields say). */
-int sp_kda_chunked_can_serve_(const sp_kda_args *a, const sp_kda_dims *d);
-/* How many blocks share one (sequence, head) in the chunked kernel, for
- * `pairs` (sequence, head) pairs on `sms` multiprocessors: 1, 2, 4 or 8. */
-int sp_kda_chunked_splits_(int64_t pairs, int sms);
-/* Whether a one-pass launch with `splits` splits of the V columns takes
- * the wgmma build (its V side's products by wgmma) rather than the
- * mma.sync one. */
-int sp_kda_chunked_wgmma_(int splits);
-/* Whether the wgmma build's code for the current device, `device`, has
- * its products on wgmma (its sm_90a code; CUDA builds only): else the
- * dispatcher keeps to the mma.sync build. */
-int sp_kda_chunked_has_wgmma_(int device);
-
-/* The two-pass kernel's workspace for T tokens, N sequences, H heads;
- * SP_ERR_OVERFLOW when the count does not fit a size_t. */
-sp_status sp_kda_two_pass_bytes_(int64_t T, int64_t N, int64_t H, size_t *bytes);
-
-/* Records in flight per state-pass block of the two-pass kernel (2 or 4),
- * for `pairs` (sequence, head) pairs on `sms` multiprocessors. */
-int sp_kda_two_pass_records_(int64_t pairs, int sms);
-/* Of the two-pass kernel's `slots` record slots, those prepared before the
- * state pass starts, the rest beside it in one kernel (chunked_two_pass.cu);
- * `slots` itself for two kernels. */
-int64_t sp_kda_two_pass_head_slots_(int64_t pairs, int sms, int records, int64_t slots);
-/* Records in flight (2 or 4; 0: the dispatcher's) and the share of the slots
- * prepared first, in thousandths (1000: two kernels; 0: the dispatcher's),
- * that later two-pass launches use, for tests and benchmarks. Not
- * thread-safe. */
-void sp_kda_two_pass_force_(int records, int head_permille);
-/* The plan of a two-pass launch: records in flight and head slots (the
- * forced ones where set). */
-void sp_kda_two_pass_plan_(int64_t pairs, int sms, int64_t slots, int *records,
-                           int64_t *head_slots);
-
-/* Run a checked call on its backend (no check again): what sp_kda_prefill
- * and the boundary do after sp_kda_check_. */
+/* Run a checked call on its backend by its plan d->plan (no check again):
+ * what sp_kda_prefill and the boundary do after sp_kda_check_. */
 sp_status sp_kda_run_(const sp_kda_args *a, const sp_kda_dims *d, struct CUstream_st *stream);
 
 /* Backends, called after the check with T, N and H > 0. */
@@ -159,11 +99,6 @@ sp_status sp_kda_prefill_ref_(const sp_kda_args *a, const sp_kda_dims *d);
 /* CUDA builds: prefill.cu; otherwise src/cuda/none.c returns SP_ERR_NO_DEVICE. */
 sp_status sp_kda_prefill_cuda_(const sp_kda_args *a, const sp_kda_dims *d,
                                struct CUstream_st *stream);
-
-/* 1 when CUDA device `device` gives a block the shared memory the chunked
- * kernels need (Hopper and the data-center Blackwells do; 100 KB parts do
- * not). 0 without CUDA. */
-int sp_kda_cuda_chunked_fits_(int device);
 
 #ifdef __cplusplus
 }

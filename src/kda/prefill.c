@@ -44,9 +44,9 @@ sp_status sp_kda_prefill_workspace_bytes(const sp_kda_args *args, size_t *bytes)
 
 sp_status sp_kda_prefill_kernel(const sp_kda_args *args, sp_kda_kernel *chosen) {
     SP_REQUIRE(chosen, SP_ERR_INVALID_ARGUMENT, "chosen: NULL");
-    sp_kda_dims d;
-    SP_FORWARD(sp_kda_check_(args, 1, &d));
-    *chosen = (sp_kda_kernel)d.kernel;
+    sp_kda_plan plan;
+    SP_FORWARD(sp_kda_prefill_plan_(args, &plan));
+    *chosen = (sp_kda_kernel)plan.kernel;
     return SP_OK;
 }
 

@@ -1,7 +1,7 @@
 # KDA consumer and input boundary sources, relative to src/.
 set(SP_KDA_C_SOURCES
   kda/check.c        # the prefill contract, shared with the boundary
-  kda/dispatch.c     # which kernel serves a call (the only place that decides)
+  kda/plan.c         # how a call runs: its kernel and launch configuration (the only place that decides)
   kda/prefill.c      # public entry points, dispatch by device
   kda/prefill_cpu.c  # fp32 CPU prefill (OpenMP over sequence x head)
   kda/reference.c    # float64 reference

@@ -643,7 +643,7 @@ int main(void) {
         const int64_t TK = small ? 300 : 16384, H = small ? 4 : 96;
         CHECK_OK(sp_kda_boundary_create(&bd, sp_cuda(0), TK, H));
         /* Each kernel, forced, through the boundary (packed bit-equal to
-         * dense, and the graph path), then the dispatcher's own choice. */
+         * dense, and the graph path), then the plan's own choice. */
         const int32_t R = SP_KDA_KERNEL_RECURRENT, CH = SP_KDA_KERNEL_CHUNKED;
         k3_graph_case(bd, CH, TK, H, TS_K3_BETA_FA, SP_F32, small ? 32 : 1024, 1, 1);
         k3_graph_case(bd, R, TK, H, TS_K3_BETA_FA, SP_F32, small ? 32 : 1024, 1, 1);

@@ -48,7 +48,7 @@ int main(void) { SP_SKIP("built without CUDA"); }
 #if SP_CONV_TEST_BODY
 
 #ifdef SP_CONV_TEST_CUDA
-#include "conv/conv_internal.h" /* sp_conv_force_items_ */
+#include "conv/conv_internal.h" /* sp_conv_cuda_planned_ */
 static const char *const backend = "cuda";
 #elif defined(SP_CONV_TEST_EMULATED)
 #include "conv/conv_internal.h" /* sp_conv_emulate_ */
@@ -135,13 +135,13 @@ static sp_status run_backend(int decode, build_fn build, const void *ctx, const 
     CUDA_OK(cudaMemcpy(dev, img, A->cap, cudaMemcpyHostToDevice));
     sp_conv_args a;
     build(ctx, dev, sp_cuda(0), &a);
-    /* The launcher's items, and forced ones in turn: tiles of 8 and 23
-     * tokens, 8 and 23 sequences a decode thread (an odd last batch). */
+    /* The launcher's items (the public call), and forced ones in turn (the
+     * planned call): tiles of 8 and 23 tokens, 8 and 23 sequences a decode
+     * thread (an odd last batch). */
     static const int64_t items[4] = {0, 8, 0, 23};
     static int turn;
-    sp_conv_force_items_(items[turn++ % 4]);
-    sp_status s = call(decode, &a, NULL);
-    sp_conv_force_items_(0);
+    const int64_t len = items[turn++ % 4];
+    sp_status s = len ? sp_conv_cuda_planned_(&a, decode, len, NULL) : call(decode, &a, NULL);
     CUDA_OK(cudaDeviceSynchronize());
     CUDA_OK(cudaMemcpy(img, dev, A->cap, cudaMemcpyDeviceToHost));
     CUDA_OK(cudaFree(dev));

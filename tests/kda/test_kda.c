@@ -13,13 +13,14 @@
  * host reads index arrays only when they are CPU tensors). On the device
  * only: the chunked kernels at their edges (every length modulo the chunk,
  * a long sequence, gates at their extremes), the kernels' guard against bad
- * index arrays, and the dispatcher's rules. SP_TEST_SMALL=1 shrinks it for
+ * index arrays, and the plan's rules. SP_TEST_SMALL=1 shrinks it for
  * compute-sanitizer.
  */
 #include "check.h"
 #include "kda_problem.h"
 
-#include "kda/kda_internal.h" /* sp_kda_chunked_probe_, the two-pass plan */
+#include "cuda/device.h"        /* sp_cuda_device_: which builds the device has */
+#include "kda/kda_internal.h" /* sp_kda_prefill_planned_, the plan's rules */
 
 #include <math.h>
 #include <stdlib.h>
@@ -38,10 +39,35 @@ static int is_chunked(int32_t k) {
     return on_device() && (k == SP_KDA_KERNEL_CHUNKED || k == SP_KDA_KERNEL_CHUNKED_TWO_PASS);
 }
 
+/* What this test changes of the library's plan of each chunked call (a
+ * test's own state: the library keeps none): the one-pass kernel's build
+ * (-1: the plan's; 0 mma.sync; 1 wgmma), the two-pass kernel's records in
+ * flight (0: the plan's) and thousandths of its record slots prepared
+ * before its state pass (0: the plan's; 1000: two kernels). */
+static struct {
+    int wgmma, records, head_permille;
+} forced = {-1, 0, 0};
+
+/* The library's plan for a, with `forced` applied. */
+static sp_kda_plan plan_of(const sp_kda_args *a, const kda_problem *p) {
+    sp_kda_plan plan;
+    CHECK_OK(sp_kda_prefill_plan_(a, &plan));
+    if (plan.kernel == SP_KDA_KERNEL_CHUNKED && forced.wgmma >= 0) plan.wgmma = forced.wgmma;
+    if (plan.kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS) {
+        const int64_t slots = sp_kda_two_pass_slots_(p->T, p->N);
+        if (forced.records) plan.records = forced.records;
+        if (forced.head_permille) {
+            const int64_t h = slots * forced.head_permille / 1000;
+            plan.head_slots = h < 1 ? 1 : h;
+        }
+    }
+    return plan;
+}
+
 /* Run the prefill on the backend from the initial buffers `init`; the
- * outputs into out. The two-pass kernel gets a workspace of the size the
- * library asks for, filled with NaN garbage (every record it reads it
- * writes first). */
+ * outputs into out, by the library's plan with `forced` applied. The
+ * two-pass kernel gets a workspace of the size the library asks for, filled
+ * with NaN garbage (every record it reads it writes first). */
 static sp_status run_backend(const kda_problem *p, void *const init[KB_COUNT],
                              void *out[KB_COUNT]) {
     void *buf[KB_COUNT], *ws = NULL;
@@ -61,7 +87,13 @@ static sp_status run_backend(const kda_problem *p, void *const init[KB_COUNT],
         a.workspace = ws;
         a.workspace_bytes = bytes;
     }
-    sp_status s = sp_kda_prefill(&a, NULL);
+    sp_status s;
+    if (on_device() && is_chunked(p->kernel)) {
+        const sp_kda_plan plan = plan_of(&a, p);
+        s = sp_kda_prefill_planned_(&a, &plan, NULL);
+    } else {
+        s = sp_kda_prefill(&a, NULL);
+    }
     kp_download(M, p, buf, out);
     kp_release(M, buf);
     if (ws) M->release(ws);
@@ -464,7 +496,7 @@ static void chunked_edge_cases(int32_t kernel, int small) {
     {
         /* 24 pairs, fp32 state: the two-pass kernel's state pass with two
          * records in flight, two blocks a multiprocessor (on 132
-         * multiprocessors; dispatch.c). */
+         * multiprocessors; plan.c). */
         for (int i = 0; i < 12; i++) lens[i] = i + 32 * (i % 3);
         kda_problem p;
         kp_make(&p, 12, lens, 7, 2, SP_F32, SP_KDA_GATE_LOWER_BOUND, 0, 3150);
@@ -491,6 +523,57 @@ static void chunked_edge_cases(int32_t kernel, int small) {
 }
 
 #ifdef TS_MEM_IS_CUDA
+static int wgmma_available(void) {
+    const sp_cuda_device *d;
+    return sp_cuda_device_((int)M->device.ordinal, SP_CUDA_PART_KDA, &d) == SP_OK && d->kda_wgmma;
+}
+
+/* A plan of the caller's that does not serve the call: refused, naming the
+ * field, with nothing written. */
+static void bad_plan_cases(void) {
+    static const int64_t lens[] = {100, 40};
+    kda_problem p;
+    kp_make(&p, 2, lens, 0, 2, SP_F32, SP_KDA_GATE_LOWER_BOUND, 32, 77);
+    void *dev[KB_COUNT];
+    kp_upload(M, &p, p.host, 0, dev);
+    sp_kda_args a;
+    kp_args(&p, dev, M->device, &a);
+    size_t need = 0;
+    CHECK_OK(sp_kda_prefill_workspace_bytes(&a, &need));
+    void *ws = M->alloc(need);
+    a.workspace = ws;
+    a.workspace_bytes = need;
+    sp_kda_plan good;
+    CHECK_OK(sp_kda_prefill_plan_(&a, &good));
+    CHECK(good.kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS && good.workspace_bytes == need);
+    const int64_t slots = sp_kda_two_pass_slots_(p.T, p.N);
+    struct {
+        int32_t kernel, splits, records;
+        int64_t head_slots;
+        sp_status want;
+    } bad[] = {{SP_KDA_KERNEL_AUTO, 0, 0, 0, SP_ERR_INVALID_ARGUMENT},
+               {SP_KDA_KERNEL_CHUNKED, 3, 0, 0, SP_ERR_INVALID_ARGUMENT},
+               {SP_KDA_KERNEL_CHUNKED, 16, 0, 0, SP_ERR_INVALID_ARGUMENT},
+               {SP_KDA_KERNEL_CHUNKED_TWO_PASS, 0, 3, slots, SP_ERR_INVALID_ARGUMENT},
+               {SP_KDA_KERNEL_CHUNKED_TWO_PASS, 0, 2, 0, SP_ERR_INVALID_ARGUMENT},
+               {SP_KDA_KERNEL_CHUNKED_TWO_PASS, 0, 4, slots + 1, SP_ERR_INVALID_ARGUMENT},
+               {7, 0, 0, 0, SP_ERR_INVALID_ARGUMENT}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        sp_kda_plan plan = good;
+        plan.kernel = bad[i].kernel, plan.splits = bad[i].splits, plan.records = bad[i].records;
+        plan.head_slots = bad[i].head_slots;
+        CHECKF(sp_kda_prefill_planned_(&a, &plan, NULL) == bad[i].want, "bad plan %zu: %s", i,
+               sp_last_error());
+    }
+    /* The softplus gate: the chunked kernels cannot serve it, whatever the plan. */
+    a.gate = SP_KDA_GATE_SOFTPLUS;
+    CHECK_STATUS(sp_kda_prefill_planned_(&a, &good, NULL), SP_ERR_UNSUPPORTED);
+    CHECKF(kp_untouched(M, &p, dev), "a refused plan wrote");
+    M->release(ws);
+    kp_release(M, dev);
+    kp_free(&p);
+}
+
 /* The two-pass kernel's plans (records in flight; the share of records
  * prepared before the state pass, the rest beside it in one kernel) only
  * move bytes differently: every plan's o, final state and checkpoints are
@@ -506,22 +589,22 @@ static void two_pass_plans_identical(const int (*plans)[2], size_t n) {
     void *first[KB_COUNT], *other[KB_COUNT];
     kp_copy(&p, first);
     kp_copy(&p, other);
-    sp_kda_two_pass_force_(plans[0][0], plans[0][1]);
+    forced.records = plans[0][0], forced.head_permille = plans[0][1];
     CHECK_OK(run_backend(&p, p.host, first));
     for (size_t i = 1; i < n; i++) {
-        sp_kda_two_pass_force_(plans[i][0], plans[i][1]);
+        forced.records = plans[i][0], forced.head_permille = plans[i][1];
         CHECK_OK(run_backend(&p, p.host, other));
         CHECKF(kp_outputs_equal(&p, first, other), "two-pass plan %d.%d: outputs differ from %d.%d",
                plans[i][0], plans[i][1], plans[0][0], plans[0][1]);
     }
-    sp_kda_two_pass_force_(0, 0);
+    forced.records = forced.head_permille = 0;
     kp_free_copy(first);
     kp_free_copy(other);
     kp_free(&p);
 }
 #endif
 
-/* The dispatcher's head share (sp_kda_two_pass_head_slots_): two kernels
+/* The plan's head share (sp_kda_two_pass_head_slots_): two kernels
  * with four records in flight, with no block slot free, and where few are
  * (32 pairs on 132 multiprocessors: 8); with two, the best shares measured
  * on the H200, a little above (0.12 at 20 pairs, 0.49 at 24, 0.76 at 28);
@@ -538,14 +621,16 @@ static void two_pass_head_cases(void) {
     CHECKF(h24 >= 440 && h24 <= 540, "24 pairs: %lld head slots of 1000", (long long)h24);
     CHECKF(h28 >= 700 && h28 <= 800, "28 pairs: %lld head slots of 1000", (long long)h28);
     CHECK(sp_kda_two_pass_head_slots_(17, 132, 2, 10) == 1);
-    int r = 0;
-    int64_t h = 0;
-    sp_kda_two_pass_force_(4, 300);
-    sp_kda_two_pass_plan_(24, 132, 1000, &r, &h);
-    CHECK(r == 4 && h == 300);
-    sp_kda_two_pass_force_(0, 0);
-    sp_kda_two_pass_plan_(24, 132, 1000, &r, &h);
-    CHECK(r == 2 && h == h24);
+    /* Records in flight: two where that makes one wave of state-pass blocks
+     * out of more (17 to 33 pairs on 132), four elsewhere. */
+    CHECK(sp_kda_two_pass_records_(12, 132) == 4 && sp_kda_two_pass_records_(16, 132) == 4);
+    CHECK(sp_kda_two_pass_records_(17, 132) == 2 && sp_kda_two_pass_records_(33, 132) == 2);
+    CHECK(sp_kda_two_pass_records_(34, 132) == 4);
+    /* The one-pass kernel: the most V-column splits that keep one wave of
+     * blocks; the wgmma build where a block owns all 128 columns. */
+    CHECK(sp_kda_chunked_splits_(96, 132) == 1 && sp_kda_chunked_splits_(66, 132) == 2);
+    CHECK(sp_kda_chunked_splits_(33, 132) == 4 && sp_kda_chunked_splits_(1, 132) == 8);
+    CHECK(sp_kda_chunked_wgmma_(1) && !sp_kda_chunked_wgmma_(2));
 }
 
 /* Which kernel AUTO picks, and forced kernels that cannot serve a call:
@@ -761,43 +846,46 @@ int main(void) {
         for (int di = 0; di < 2; di++) empty_sequence_case(R, state_dts[di]);
         device_guard_cases(R);
 #ifdef TS_MEM_IS_CUDA
-        /* The one-pass kernel's builds (kda_internal.h), each forced: the
-         * wgmma build (where the device's code has no wgmma, its swizzled
-         * operands by mma.sync) and the mma.sync build; or the one
-         * SP_KDA_PROBE names. */
-        const char *only = getenv("SP_KDA_PROBE");
-        static const int builds[] = {SP_KDA_PROBE_WGMMA, SP_KDA_PROBE_MMA};
-        for (int b = 0; b < (only ? 1 : 2); b++) {
-            sp_kda_chunked_probe_(only ? atoi(only) : builds[b]);
+        /* The one-pass kernel's builds, each forced where the device has it:
+         * the wgmma build and the mma.sync build; or the one SP_TEST_KDA_BUILD
+         * names (0 mma.sync, 1 wgmma). */
+        const char *only = getenv("SP_TEST_KDA_BUILD");
+        const int has_wgmma = wgmma_available();
+        for (int b = 0; b < 2; b++) {
+            if (only ? b != atoi(only) : b && !has_wgmma) continue;
+            forced.wgmma = b;
             chunked_cases(CH, sm);
         }
-        sp_kda_chunked_probe_(SP_KDA_PROBE_AUTO);
+        forced.wgmma = -1;
 #else
         chunked_cases(CH, sm);
 #endif
 #ifdef TS_MEM_IS_CUDA
         /* The two-pass kernel's plans (R records in flight, P thousandths
          * prepared first: 1000 two kernels), each forced, then the
-         * dispatcher's; or the one SP_KDA_TWO_PASS names ("R.P"). */
+         * library's; or the one SP_TEST_KDA_TWO_PASS names ("R.P"). */
         static const int plans[][2] = {{2, 1000}, {4, 1000}, {2, 300}, {4, 500}, {2, 1}, {0, 0}};
-        const char *plan = getenv("SP_KDA_TWO_PASS");
+        const char *plan = getenv("SP_TEST_KDA_TWO_PASS");
         for (size_t i = 0; i < sizeof plans / sizeof plans[0]; i++) {
             int r = plans[i][0], c = plans[i][1];
             if (plan && sscanf(plan, "%d.%d", &r, &c) != 2) {
-                fprintf(stderr, "SP_KDA_TWO_PASS: %s is not R.P\n", plan);
+                fprintf(stderr, "SP_TEST_KDA_TWO_PASS: %s is not R.P\n", plan);
                 return 2;
             }
             if (plan && i > 0) break;
-            sp_kda_two_pass_force_(r, c);
+            forced.records = r, forced.head_permille = c;
             chunked_cases(TP, sm);
         }
-        sp_kda_two_pass_force_(0, 0);
+        forced.records = forced.head_permille = 0;
         two_pass_plans_identical(plans, sizeof plans / sizeof plans[0]);
 #else
         chunked_cases(TP, sm);
 #endif
         dispatch_cases();
         dispatch_pairs_cases();
+#ifdef TS_MEM_IS_CUDA
+        bad_plan_cases();
+#endif
     }
     two_pass_head_cases();
     noop_cases();

@@ -7,22 +7,18 @@
  * serial walk over the chunks does only the state's products:
  *
  *   1. prepare: one block per (chunk, head) computes the chunk's operands
- *      (chunk.cuh) and stores them, one chunk_ops record per (chunk, head),
+ *      (chunk_k.cuh) and stores them, one chunk_ops record per (chunk, head),
  *      in the caller's workspace;
  *   2. state pass: per (sequence, head), blocks of 16 V rows walk the
  *      chunks, the records of the next chunks copied in while one is used.
  *      A block's slice of S^T is split over warps of 16 rows by 32 K
- *      columns; the partial products over K of the 4 warps of a row group
+ *      columns; the partial products over K of its 4 warps
  *      meet in shared memory, where each warp adds up the sums it needs
- *      itself, in one order (one barrier a chunk, where a shared reduction
- *      took two: 0.583 -> 0.555 ms at 12 pairs on the H200), then each warp
- *      updates its own columns and writes 8 of the chunk's 32 output rows.
- *      What a chunk waits on is its record's arrival (a 37.5 KB copy,
- *      mostly from memory): four records in flight, or two where two
- *      blocks share a multiprocessor so that the blocks make one wave
- *      (sp_kda_two_pass_records_). (Two row groups a block lost to one at
- *      12 to 48 pairs with two to four records on the H200,
- *      docs/PERFORMANCE.md.)
+ *      itself, in one order (one barrier a chunk, docs/TUNING.md,
+ *      "TWO_PASS_ROW_GROUPS"), then each warp updates its own columns and
+ *      writes 8 of the chunk's 32 output rows. What a chunk waits on is its
+ *      record's arrival (a 37.5 KB copy, mostly from memory): the plan's
+ *      records in flight (plan.c).
  *
  * Where the state pass leaves block slots free (two blocks a multiprocessor
  * and fewer than twice as many blocks as multiprocessors), the second
@@ -32,8 +28,7 @@
  * waits for a record's flag before copying it. The first kernel then
  * prepares only slots 0 .. head_slots - 1 (and clears the flags), so the
  * pass starts that much sooner, and the preparing blocks, fewer than a
- * whole prepare kernel's, keep ahead of it (sp_kda_two_pass_head_slots_
- * picks the share). A record's bits do not depend on which kernel wrote
+ * whole prepare kernel's, keep ahead of it (the plan's head_slots). A record's bits do not depend on which kernel wrote
  * it (prepare_record).
  *
  * Record slots: chunk c of sequence n goes to slot floor(bos_n / 32) + n + c.
@@ -43,12 +38,36 @@
  * (floor(T / 32) + N) * H records of SP_KDA_TWO_PASS_RECORD_BYTES, then as
  * many 4-byte flags.
  */
-#include "kda/cuda/chunk.cuh"
+#include "cuda/runtime.h"
+#include "kda/cuda/chunk_k.cuh"
+#include "kda/cuda/chunk_v.cuh"
 
 #include <stddef.h>
 
-#define SR (CT + 8) /* partial products' row stride: float2 stores conflict-free */
-#define OP 24       /* output staging row pitch: 16-bit stores conflict-free */
+/* The sizes: the prepare kernel's block, and the state pass's blocks of
+ * ROW_GROUPS groups of COL_WARPS warps owning ROWS V rows of one (sequence,
+ * head), each group 16 of the rows, each warp of a group COLS of the K
+ * columns. */
+struct two_pass_traits {
+    static constexpr int PREP_THREADS = 256;
+    static constexpr int COL_WARPS = 4;
+    /* One row group a block: two lost to one (docs/TUNING.md,
+     * "TWO_PASS_ROW_GROUPS"). */
+    static constexpr int ROW_GROUPS = 1;
+    static constexpr int ROWS = 16 * ROW_GROUPS;
+    static constexpr int THREADS = 32 * COL_WARPS * ROW_GROUPS;
+    static constexpr int COLS = DIM / COL_WARPS;
+    static constexpr int BLOCKS_PER_PAIR = DIM / ROWS;
+    /* V's row pitch in shared memory: 16 bytes more than the block's rows,
+     * so that the transposing loads of 8 token rows (solve_w) hit distinct
+     * banks (at 32 bytes a row they took twice the wavefronts, ncu). */
+    static constexpr int V_PITCH = ROWS + 8;
+    static constexpr int PART_PITCH = CHUNK + 8; /* partial products: float2 stores conflict-free */
+    static constexpr int OUT_PITCH = 24;         /* output staging: 16-bit stores conflict-free */
+};
+typedef two_pass_traits TP;
+static_assert(TP::BLOCKS_PER_PAIR == SP_KDA_TWO_PASS_BLOCKS_PER_PAIR, "the plan's block count");
+static_assert(TP::COL_WARPS * 8 >= CHUNK, "a group's warps store 8 output tokens each");
 
 static_assert(sizeof(chunk_ops) == SP_KDA_TWO_PASS_RECORD_BYTES, "record size");
 static_assert(sizeof(chunk_ops) % 16 == 0, "records are copied in 16-byte pieces");
@@ -69,7 +88,7 @@ static __host__ __device__ __forceinline__ int *flags_of(void *ws, int64_t T, in
 }
 
 static __device__ __forceinline__ int64_t first_slot(int64_t bos, int64_t n) {
-    return bos / CT + n;
+    return bos / CHUNK + n;
 }
 
 /* The chunk (sequence *n, chunk *c) stored at `slot`: the last sequence
@@ -91,8 +110,6 @@ static __device__ int chunk_at(const kda_params &p, int64_t slot, int64_t *n, in
 
 /* ---- 1. prepare ------------------------------------------------------------ */
 
-#define PREP_THREADS 256
-
 typedef struct prepare_smem {
     raw_chunk raw;
     chunk_work work;
@@ -101,8 +118,8 @@ typedef struct prepare_smem {
 
 /* The record of chunk `slot`, head h, by threads 0 .. NT - 1 of the block
  * (the last warp solves for T); nothing where the slot holds no chunk.
- * The gates' running sums and the norms are added as PREP_THREADS threads
- * add them, whatever NT (each thread then takes PREP_THREADS / NT of their
+ * The gates' running sums and the norms are added as TP::PREP_THREADS threads
+ * add them, whatever NT (each thread then takes TP::PREP_THREADS / NT of their
  * places), so that a record has the same bits whichever kernel wrote it. */
 template <int NT>
 static __device__ __forceinline__ void prepare_record(const kda_params &p, void *ws, int64_t slot,
@@ -110,9 +127,9 @@ static __device__ __forceinline__ void prepare_record(const kda_params &p, void 
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
     int64_t n, c;
     kda_seq sq;
-    if (!chunk_at(p, slot, &n, &c) || !kda_seq_of(p, n, h, &sq) || c * CT >= sq.len) return;
-    const int64_t c0 = c * CT;
-    const int nt = (int)(sq.len - c0 < CT ? sq.len - c0 : CT);
+    if (!chunk_at(p, slot, &n, &c) || !kda_seq_of(p, n, h, &sq) || c * CHUNK >= sq.len) return;
+    const int64_t c0 = c * CHUNK;
+    const int nt = (int)(sq.len - c0 < CHUNK ? sq.len - c0 : CHUNK);
 
     load_kqg<NT>(p, sq, h, c0, tid, s.raw);
     sp_cp_async_commit_();
@@ -122,16 +139,16 @@ static __device__ __forceinline__ void prepare_record(const kda_params &p, void 
         w == 0 && lane < nt ? sp_bf16_to_f32_(*kda_row(p.beta, sq.bos + c0 + lane, h)) : 0.0f;
     sp_cp_async_wait_<0>();
     __syncthreads();
-    constexpr int E = PREP_THREADS / NT; /* places a thread takes */
-    static_assert(E * NT == PREP_THREADS, "NT divides PREP_THREADS");
-    float gam[E][2][kside<PREP_THREADS>::SEG];
+    constexpr int E = TP::PREP_THREADS / NT; /* places a thread takes */
+    static_assert(E * NT == TP::PREP_THREADS, "NT divides TP::PREP_THREADS");
+    float gam[E][2][kside<TP::PREP_THREADS>::SEG];
 #pragma unroll
     for (int e = 0; e < E; e++)
-        gates_and_norms<PREP_THREADS>(p, s.raw, nt, tid + e * NT, expA, bias,
+        gates_and_norms<TP::PREP_THREADS>(p, s.raw, nt, tid + e * NT, expA, bias,
                                       e == 0 ? beta_logit : 0.0f, s.work, s.ops, gam[e]);
     __syncthreads();
 #pragma unroll
-    for (int e = 0; e < E; e++) operands<PREP_THREADS>(s.raw, tid + e * NT, s.work, gam[e], s.ops);
+    for (int e = 0; e < E; e++) operands<TP::PREP_THREADS>(s.raw, tid + e * NT, s.work, gam[e], s.ops);
     __syncthreads();
     intra_products<NT>(w, lane, s.work, s.ops);
     __syncthreads();
@@ -156,43 +173,34 @@ static __device__ __forceinline__ void prepare_record(const kda_params &p, void 
 /* One block per (slot, head) of slots 0 .. gridDim.x - 1. Where the one
  * kernel follows, the blocks also clear its flags of records clear_from ..
  * items - 1 (flags: NULL otherwise). */
-static __global__ void __launch_bounds__(PREP_THREADS, 2)
+static __global__ void __launch_bounds__(TP::PREP_THREADS, 2)
     kda_prepare_kernel(kda_params p, void *ws, int *flags, int64_t clear_from, int64_t items) {
     extern __shared__ __align__(16) unsigned char smem_bytes[];
     if (flags) {
         const int64_t b = (int64_t)blockIdx.y * gridDim.x + blockIdx.x,
-                      stride = (int64_t)gridDim.x * gridDim.y * PREP_THREADS;
-        for (int64_t i = clear_from + b * PREP_THREADS + threadIdx.x; i < items; i += stride)
+                      stride = (int64_t)gridDim.x * gridDim.y * TP::PREP_THREADS;
+        for (int64_t i = clear_from + b * TP::PREP_THREADS + threadIdx.x; i < items; i += stride)
             flags[i] = 0;
     }
-    prepare_record<PREP_THREADS>(p, ws, blockIdx.x, blockIdx.y, *(prepare_smem *)smem_bytes);
+    prepare_record<TP::PREP_THREADS>(p, ws, blockIdx.x, blockIdx.y, *(prepare_smem *)smem_bytes);
 }
 
 /* ---- 2. state pass --------------------------------------------------------- */
 
-/* G row groups of 16 V rows a block (one: see above), each split over KW
- * warps by K columns; NB records in flight. */
-#define KW 4
-static constexpr int G = 1;
-/* V's row pitch in shared memory: 16 G columns and 16 bytes more, so that
- * the transposing loads of 8 token rows (solve_w) hit distinct banks; at 32
- * bytes a row they took twice the wavefronts (ncu). */
-static constexpr int VP = 16 * G + 8;
-template <int NB> struct pass_smem {
-    static_assert(NB == 2 || NB == 4, "two or four records in flight");
-    /* mbarriers: a record's bytes have landed (NB of them used). Four slots
-     * put the records 32 bytes into the block's shared memory whatever NB.
-     * Where the records start within 128 bytes moves the whole pass
-     * (H200, the whole layout moved at run time, docs/PERFORMANCE.md): at
-     * 24 pairs (two records) 32 or 64 bytes 0.94 ms, 16 or 112 0.97-0.98,
-     * 0 1.005, 48 or 80 1.26; at 12 pairs (four) 48 or 80 0.66 ms, every
-     * other offset 0.55. Where the rest of the layout starts did not matter. */
+template <int RECORDS> struct pass_smem {
+    static_assert(RECORDS == 2 || RECORDS == 4, "two or four records in flight");
+    /* mbarriers: a record's bytes have landed (RECORDS of them used). Four
+     * slots put the records 32 bytes into the block's shared memory whatever
+     * RECORDS: where the records start within 128 bytes moves the whole
+     * pass (docs/TUNING.md, "TWO_PASS_RECORD_OFFSET"). */
     uint64_t arrived[4];
-    alignas(16) chunk_ops ops[NB];  /* this chunk's record and the next ones */
-    alignas(16) uint16_t v[NB][CT][VP]; /* the block's V columns */
-    float part_p[G][KW][16][SR];    /* each warp's P^T over its K columns */
-    float part_o[G][KW][16][SR];    /* and its S'^T Lq^T */
-    alignas(16) uint16_t out[4 * G][8][OP]; /* each warp's 8 output tokens, 16 V rows */
+    alignas(16) chunk_ops ops[RECORDS];  /* this chunk's record and the next ones */
+    alignas(16) uint16_t v[RECORDS][CHUNK][TP::V_PITCH]; /* the block's V columns */
+    float part_p[TP::ROW_GROUPS][TP::COL_WARPS][16][TP::PART_PITCH]; /* each warp's P^T over
+                                                                     its K columns */
+    float part_o[TP::ROW_GROUPS][TP::COL_WARPS][16][TP::PART_PITCH]; /* and its S'^T Lq^T */
+    alignas(16) uint16_t out[4 * TP::ROW_GROUPS][8][TP::OUT_PITCH]; /* each warp's 8 output
+                                                                       tokens, 16 V rows */
 };
 
 /* Start copying a record into buffer buf. The record is one contiguous
@@ -237,28 +245,28 @@ static __device__ __forceinline__ void wait_record(Smem &s, int buf, int64_t use
 }
 
 /* Accumulator tile x (rows r, r+8; columns 8nt + 2q, +1) to part[row][col]. */
-static __device__ __forceinline__ void put_tile(float (*part)[SR], int nt, int r, int q,
+static __device__ __forceinline__ void put_tile(float (*part)[TP::PART_PITCH], int nt, int r, int q,
                                                 const float x[4]) {
     *(float2 *)&part[r][8 * nt + 2 * q] = make_float2(x[0], x[1]);
     *(float2 *)&part[r + 8][8 * nt + 2 * q] = make_float2(x[2], x[3]);
 }
 
-/* The tile back from a [16][SR] array. */
-static __device__ __forceinline__ void get_tile(const float (*from)[SR], int nt, int r, int q,
+/* The tile back from a [16][TP::PART_PITCH] array. */
+static __device__ __forceinline__ void get_tile(const float (*from)[TP::PART_PITCH], int nt, int r, int q,
                                                 float x[4]) {
     const float2 a = *(const float2 *)&from[r][8 * nt + 2 * q];
     const float2 b = *(const float2 *)&from[r + 8][8 * nt + 2 * q];
     x[0] = a.x, x[1] = a.y, x[2] = b.x, x[3] = b.y;
 }
 
-/* Tile nt of the sum of a row group's KW partial [16][SR] arrays, added
+/* Tile nt of the sum of a row group's TP::COL_WARPS partial [16][TP::PART_PITCH] arrays, added
  * in the order of k whichever warp adds them (so every warp's sum is the
  * same, bit for bit); part[mine] is this warp's own tile, taken from its
  * registers, own (mine -1, own NULL: every tile from shared memory). */
-static __device__ __forceinline__ void sum_tiles(const float (*part)[16][SR], int nt, int r, int q,
+static __device__ __forceinline__ void sum_tiles(const float (*part)[16][TP::PART_PITCH], int nt, int r, int q,
                                                  int mine, const float own[4], float x[4]) {
 #pragma unroll
-    for (int k = 0; k < KW; k++) {
+    for (int k = 0; k < TP::COL_WARPS; k++) {
         float y[4];
         if (k == mine)
             y[0] = own[0], y[1] = own[1], y[2] = own[2], y[3] = own[3];
@@ -271,74 +279,74 @@ static __device__ __forceinline__ void sum_tiles(const float (*part)[16][SR], in
     }
 }
 
-/* Blocks of 32 KW G threads own 16 G V rows of one (sequence, head); warp
- * w holds rows 16 (w / KW) .. +15 of them and K columns D / KW (w % KW) ..
- * of S^T. The per-thread addressing (a V piece to copy, an output vector
+/* A block owns TP::ROWS V rows of one (sequence, head); warp w holds rows
+ * 16 (w / COL_WARPS) .. +15 of them and K columns TP::COLS (w % COL_WARPS)
+ * .. of S^T. The per-thread addressing (a V piece to copy, an output vector
  * to store) is worked out once; a chunk only adds its offset. */
-template <int NB>
+template <int RECORDS>
 static __device__ __forceinline__ void state_pass(const kda_params &p, const void *ws,
                                                   const int *flags, int64_t head_slots, int64_t bx,
-                                                  pass_smem<NB> &s) {
-    constexpr int ROWS = 16 * G, SPLITS = D / ROWS, THR = 32 * KW * G, KC = D / KW, NDS = KC / 8;
-    const int split = (int)(bx % SPLITS);
-    const int64_t nh = bx / SPLITS, h = nh % p.H, n = nh / p.H;
+                                                  pass_smem<RECORDS> &s) {
+    constexpr int ROWS = TP::ROWS, NDS = TP::COLS / 8;
+    const int split = (int)(bx % TP::BLOCKS_PER_PAIR);
+    const int64_t nh = bx / TP::BLOCKS_PER_PAIR, h = nh % p.H, n = nh / p.H;
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
-    const int r = lane >> 2, q = lane & 3, rg = w / KW, kq = w % KW;
-    const bool outputs = kq < 4; /* warps whose 8 tokens of output are kq's */
+    const int r = lane >> 2, q = lane & 3, rg = w / TP::COL_WARPS, kq = w % TP::COL_WARPS;
+    const bool outputs = kq < CHUNK / 8; /* warps whose 8 tokens of output are kq's */
     kda_seq sq;
     if (!kda_seq_of(p, n, h, &sq)) return;
-    const int64_t L = sq.len, HD = p.H * D;
+    const int64_t L = sq.len, HD = p.H * DIM;
     const int64_t slot0 = first_slot(sq.bos, n);
     const chunk_ops *rec = record_of(ws, slot0, p.H, h);
     /* The one kernel: chunk c's record is written once flag[c H] is set
      * (chunks in slots below head_slots were written before the launch). */
     const int *flag = flags ? flags + slot0 * p.H + h : NULL;
     /* vw0: the warp's first V row of the block's; vrow: this lane's first of the head's */
-    const int v0 = split * ROWS, vw0 = 16 * rg, vrow = v0 + vw0 + r, d0 = KC * kq;
+    const int v0 = split * ROWS, vw0 = 16 * rg, vrow = v0 + vw0 + r, d0 = TP::COLS * kq;
     /* V: thread tid < 2 ROWS copies token vt's 8 columns from vc. */
-    const int vt = tid / (ROWS / 8), vc = tid % (ROWS / 8) * 8, copies_v = tid < CT * ROWS / 8;
+    const int vt = tid / (ROWS / 8), vc = tid % (ROWS / 8) * 8, copies_v = tid < CHUNK * ROWS / 8;
     const uint16_t *v_at = kda_row(p.v, sq.bos + vt, h) + v0 + vc;
     /* Output: lane < 16 of an output warp stores token 8 kq + ot's V rows
      * from oh. */
     const int ot = lane >> 1, oh = (lane & 1) * 8;
-    uint16_t *o_at = p.o + (sq.bos + 8 * kq + ot) * HD + h * D + v0 + vw0 + oh;
+    uint16_t *o_at = p.o + (sq.bos + 8 * kq + ot) * HD + h * DIM + v0 + vw0 + oh;
 
-    float S[NDS][4]; /* S^T rows vrow, vrow + 8; K columns d0 .. d0 + KC - 1 */
+    float S[NDS][4]; /* S^T rows vrow, vrow + 8; K columns d0 .. d0 + TP::COLS - 1 */
     /* A sequence without tokens leaves its slot as it was, bit for bit. */
     if (L > 0) state_load(p.state, p.state_bf16, sq.slot_base, vrow, d0, q, S, NDS);
 #if __CUDA_ARCH__ >= 900
     if (tid == 0) {
-        for (int b = 0; b < NB; b++) sp_mbarrier_init_(sp_smem_addr_(&s.arrived[b]), 1);
+        for (int b = 0; b < RECORDS; b++) sp_mbarrier_init_(sp_smem_addr_(&s.arrived[b]), 1);
         sp_mbarrier_init_fence_();
     }
     __syncthreads();
 #endif
-    /* Chunks 0 .. NB - 2 in flight; then each iteration starts chunk + NB - 1
+    /* Chunks 0 .. RECORDS - 2 in flight; then each iteration starts chunk + RECORDS - 1
      * into the buffer the last chunk used. */
 #pragma unroll
-    for (int b = 0; b < NB - 1; b++) {
-        const int64_t t0 = (int64_t)b * CT;
+    for (int b = 0; b < RECORDS - 1; b++) {
+        const int64_t t0 = (int64_t)b * CHUNK;
         if (t0 < L) {
             load_record(rec + b * p.H, flag && slot0 + b >= head_slots ? flag + b * p.H : NULL,
-                        tid, THR, s, b);
+                        tid, TP::THREADS, s, b);
             const int ok = t0 + vt < L;
             if (copies_v) sp_cp_async16_fill_(&s.v[b][vt][vc], ok ? v_at + t0 * p.v.ts : v_at, ok ? 16 : 0);
         }
         sp_cp_async_commit_();
     }
     int64_t crow = sq.crow;
-    const int64_t chunks_per_ckpt = p.interval / CT;
-    for (int64_t c0 = 0, ci = 0; c0 < L; c0 += CT, ci++) {
-        const int buf = (int)(ci % NB), next = (int)((ci + NB - 1) % NB);
+    const int64_t chunks_per_ckpt = p.interval / CHUNK;
+    for (int64_t c0 = 0, ci = 0; c0 < L; c0 += CHUNK, ci++) {
+        const int buf = (int)(ci % RECORDS), next = (int)((ci + RECORDS - 1) % RECORDS);
         const chunk_ops &o = s.ops[buf];
-        const int nt = (int)(L - c0 < CT ? L - c0 : CT);
-        wait_record<NB - 2>(s, buf, ci / NB); /* groups: NB - 1 + ci committed, ci + 1 done */
+        const int nt = (int)(L - c0 < CHUNK ? L - c0 : CHUNK);
+        wait_record<RECORDS - 2>(s, buf, ci / RECORDS); /* groups: RECORDS - 1 + ci committed, ci + 1 done */
         __syncthreads(); /* the record landed; every warp is done with the last one */
-        const int64_t t0 = c0 + (int64_t)(NB - 1) * CT;
+        const int64_t t0 = c0 + (int64_t)(RECORDS - 1) * CHUNK;
         if (t0 < L) {
-            const int64_t cn = ci + NB - 1;
+            const int64_t cn = ci + RECORDS - 1;
             load_record(rec + cn * p.H, flag && slot0 + cn >= head_slots ? flag + cn * p.H : NULL,
-                        tid, THR, s, next);
+                        tid, TP::THREADS, s, next);
             const int ok = t0 + vt < L;
             if (copies_v) sp_cp_async16_fill_(&s.v[next][vt][vc], ok ? v_at + t0 * p.v.ts : v_at, ok ? 16 : 0);
         }
@@ -348,7 +356,7 @@ static __device__ __forceinline__ void state_pass(const kda_params &p, const voi
         float P[4][4] = {}, O[4][4] = {};
         state_products(S, NDS, d0, lane, o, P, O);
 #pragma unroll
-        for (int t8 = 0; t8 < CT / 8; t8++) {
+        for (int t8 = 0; t8 < CHUNK / 8; t8++) {
             put_tile(s.part_p[rg][kq], t8, r, q, P[t8]);
             put_tile(s.part_o[rg][kq], t8, r, q, O[t8]);
         }
@@ -357,20 +365,20 @@ static __device__ __forceinline__ void state_pass(const kda_params &p, const voi
          * (no second barrier); then the whole X^T = diag(b) (V - P)^T and
          * W^T = X^T T^T. */
 #pragma unroll
-        for (int t8 = 0; t8 < CT / 8; t8++) {
+        for (int t8 = 0; t8 < CHUNK / 8; t8++) {
             float x[4];
             sum_tiles(s.part_p[rg], t8, r, q, kq, P[t8], x);
             P[t8][0] = x[0], P[t8][1] = x[1], P[t8][2] = x[2], P[t8][3] = x[3];
         }
-        float W[CT / 8][4];
-        solve_w(P, &s.v[buf][0][0], VP, vw0, o, lane, W);
+        float W[CHUNK / 8][4];
+        solve_w(P, &s.v[buf][0][0], TP::V_PITCH, vw0, o, lane, W);
         /* Output rows 8 kq .. +7 of our 16 V rows: S'^T Lq^T + W^T QK^T. */
         float Ow[4];
         if (outputs) sum_tiles(s.part_o[rg], kq, r, q, -1, NULL, Ow);
         /* Our columns: S = diag(e) (S' + W^T R). */
         if (outputs)
 #pragma unroll
-            for (int kt = 0; kt < CT / 8; kt++) {
+            for (int kt = 0; kt < CHUNK / 8; kt++) {
                 if (kq < 2 && kt >= 2) continue; /* QK's zero block */
                 uint32_t a[4], b0, b1;
                 acc_as_a(W[kt], a);
@@ -378,14 +386,14 @@ static __device__ __forceinline__ void state_pass(const kda_params &p, const voi
                 sp_mma_tf32_(Ow, a, b0, b1);
             }
 #pragma unroll
-        for (int kt = 0; kt < CT / 16; kt++) {
+        for (int kt = 0; kt < CHUNK / 16; kt++) {
             uint32_t a[4];
             acc_pair_as_a(W[2 * kt], W[2 * kt + 1], a);
             state_add_wr(S, NDS, d0, lane, o, kt, a);
         }
         scale_columns(S, o.e, d0, q, NDS);
         if (outputs) { /* the 8 x 16 outputs through shared memory, as 16-byte rows */
-            uint16_t(*ob)[OP] = s.out[4 * rg + kq];
+            uint16_t(*ob)[TP::OUT_PITCH] = s.out[4 * rg + kq];
             ob[2 * q][r] = sp_f32_to_bf16_(Ow[0]);
             ob[2 * q + 1][r] = sp_f32_to_bf16_(Ow[1]);
             ob[2 * q][r + 8] = sp_f32_to_bf16_(Ow[2]);
@@ -394,17 +402,17 @@ static __device__ __forceinline__ void state_pass(const kda_params &p, const voi
             if (lane < 16 && 8 * kq + ot < nt)
                 *(uint4 *)(o_at + c0 * HD) = *(const uint4 *)&ob[ot][oh];
         }
-        if (chunks_per_ckpt > 0 && nt == CT && (ci + 1) % chunks_per_ckpt == 0)
+        if (chunks_per_ckpt > 0 && nt == CHUNK && (ci + 1) % chunks_per_ckpt == 0)
             state_store(p.ckpt, p.state_bf16, kda_ckpt_base(p, crow++, h), vrow, d0, q, S, NDS);
     }
     if (L > 0) state_store(p.state, p.state_bf16, sq.slot_base, vrow, d0, q, S, NDS);
 }
 
-template <int NB>
-static __global__ void __launch_bounds__(32 * KW * G, 1)
+template <int RECORDS>
+static __global__ void __launch_bounds__(TP::THREADS, 1)
     kda_state_pass_kernel(kda_params p, const void *ws) {
     extern __shared__ __align__(16) unsigned char smem_bytes[];
-    state_pass<NB>(p, ws, NULL, 0, blockIdx.x, *(pass_smem<NB> *)smem_bytes);
+    state_pass<RECORDS>(p, ws, NULL, 0, blockIdx.x, *(pass_smem<RECORDS> *)smem_bytes);
 }
 
 /* ---- the state pass and the last records' preparation as one kernel ------- */
@@ -414,19 +422,19 @@ static __global__ void __launch_bounds__(32 * KW * G, 1)
  * flag once written. Every block is resident at once (a cooperative
  * launch), so a state-pass block waiting on a flag always has a preparing
  * block to wait for. */
-template <int NB>
-static __global__ void __launch_bounds__(32 * KW * G, 1)
+template <int RECORDS>
+static __global__ void __launch_bounds__(TP::THREADS, 1)
     kda_two_pass_fused_kernel(kda_params p, void *ws, int64_t state_blocks, int64_t head_slots) {
     extern __shared__ __align__(16) unsigned char smem_bytes[];
     int *flags = flags_of(ws, p.T, p.N, p.H);
     if ((int64_t)blockIdx.x < state_blocks) {
-        state_pass<NB>(p, ws, flags, head_slots, blockIdx.x, *(pass_smem<NB> *)smem_bytes);
+        state_pass<RECORDS>(p, ws, flags, head_slots, blockIdx.x, *(pass_smem<RECORDS> *)smem_bytes);
         return;
     }
     prepare_smem &s = *(prepare_smem *)smem_bytes;
     const int64_t workers = gridDim.x - state_blocks, items = sp_kda_two_pass_slots_(p.T, p.N) * p.H;
     for (int64_t j = head_slots * p.H + (blockIdx.x - state_blocks); j < items; j += workers) {
-        prepare_record<32 * KW * G>(p, ws, j / p.H, j % p.H, s);
+        prepare_record<TP::THREADS>(p, ws, j / p.H, j % p.H, s);
         __syncthreads(); /* the block's stores of the record are done; shared memory is free */
         if (threadIdx.x == 0) {
             __threadfence();
@@ -441,8 +449,8 @@ static_assert(sizeof(pass_smem<4>) <= 227 * 1024 && 2 * sizeof(pass_smem<2>) <= 
               "a block's shared memory on sm_90 (with two records, two blocks)");
 
 /* The one kernel's shared memory: a state-pass block's or a preparing one's. */
-template <int NB> static constexpr size_t fused_smem(void) {
-    return sizeof(pass_smem<NB>) > sizeof(prepare_smem) ? sizeof(pass_smem<NB>)
+template <int RECORDS> static constexpr size_t fused_smem(void) {
+    return sizeof(pass_smem<RECORDS>) > sizeof(prepare_smem) ? sizeof(pass_smem<RECORDS>)
                                                          : sizeof(prepare_smem);
 }
 
@@ -452,61 +460,67 @@ extern "C" size_t sp_kda_chunked_smem_bytes_(void) {
     return m;
 }
 
-template <int NB>
+template <int RECORDS>
 static cudaError_t launch_pass(const kda_params *p, const void *ws, cudaStream_t stream) {
-    const int bytes = (int)sizeof(pass_smem<NB>);
-    const void *kernel = (const void *)kda_state_pass_kernel<NB>;
+    const int bytes = (int)sizeof(pass_smem<RECORDS>);
+    const void *kernel = (const void *)kda_state_pass_kernel<RECORDS>;
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     if (e != cudaSuccess) return e;
     void *args[] = {(void *)p, &ws};
-    return cudaLaunchKernel(kernel, dim3((unsigned)(p->N * p->H * (D / (16 * G)))),
-                            dim3((unsigned)(32 * KW * G)), args, (size_t)bytes, stream);
+    return cudaLaunchKernel(kernel, dim3((unsigned)(p->N * p->H * TP::BLOCKS_PER_PAIR)),
+                            dim3((unsigned)(TP::THREADS)), args, (size_t)bytes, stream);
 }
 
-/* Blocks of the one kernel (NB records) a multiprocessor holds, per
- * device; 0 until asked, -1 where the device cannot launch it (no
- * cooperative launch). */
-static int fused_per_sm[64][2];
+/* Sets the one kernel's shared memory (*bytes) and gives the kernel. */
+template <int RECORDS> static cudaError_t fused_kernel(const void **kernel, int *bytes) {
+    *bytes = (int)fused_smem<RECORDS>();
+    *kernel = (const void *)kda_two_pass_fused_kernel<RECORDS>;
+    return cudaFuncSetAttribute(*kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, *bytes);
+}
+
+/* Blocks of the one kernel a multiprocessor holds, with two and four
+ * records in flight; 0 where the device has no cooperative launch. */
+extern "C" sp_status sp_kda_two_pass_device_facts_(sp_cuda_device *d) {
+    const void *kernel[2];
+    int bytes[2];
+    SP_CUDA_CHECK(fused_kernel<2>(&kernel[0], &bytes[0]));
+    SP_CUDA_CHECK(fused_kernel<4>(&kernel[1], &bytes[1]));
+    for (int i = 0; i < 2; i++) {
+        d->kda_fused_per_sm[i] = 0;
+        if (d->cooperative)
+            SP_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                &d->kda_fused_per_sm[i], kernel[i], TP::THREADS, bytes[i]));
+    }
+    return SP_OK;
+}
 
 /* The state pass with the records from head_slots on prepared beside it,
  * where every state-pass block and at least one preparing block are
  * resident together; else *launched = 0 and nothing is done. */
-template <int NB>
-static cudaError_t launch_fused(const kda_params *p, void *ws, int64_t head_slots, int device,
-                                int sms, cudaStream_t stream, int *launched) {
+template <int RECORDS>
+static cudaError_t launch_fused(const kda_params *p, void *ws, int64_t head_slots,
+                                const sp_cuda_device *dev, cudaStream_t stream, int *launched) {
     *launched = 0;
-    const int bytes = (int)fused_smem<NB>();
-    const void *kernel = (const void *)kda_two_pass_fused_kernel<NB>;
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    if (e != cudaSuccess) return e;
-    int *cache = device >= 0 && device < 64 ? &fused_per_sm[device][NB == 4] : NULL;
-    int per_sm = cache ? __atomic_load_n(cache, __ATOMIC_RELAXED) : 0;
-    if (per_sm == 0) { /* -1: the device has no cooperative launch */
-        int coop = 0;
-        e = cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, device);
-        if (e != cudaSuccess) return e;
-        if (coop) {
-            e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * KW * G, bytes);
-            if (e != cudaSuccess) return e;
-        }
-        if (per_sm < 1) per_sm = -1;
-        if (cache) __atomic_store_n(cache, per_sm, __ATOMIC_RELAXED);
-    }
+    const int per_sm = dev->kda_fused_per_sm[RECORDS == 4];
     if (per_sm < 1) return cudaSuccess;
-    int64_t state_blocks = p->N * p->H * (D / (16 * G));
-    const int64_t resident = (int64_t)per_sm * sms;
+    int64_t state_blocks = p->N * p->H * TP::BLOCKS_PER_PAIR;
+    const int64_t resident = (int64_t)per_sm * dev->sms;
     if (state_blocks >= resident) return cudaSuccess;
+    const void *kernel;
+    int bytes;
+    cudaError_t e = fused_kernel<RECORDS>(&kernel, &bytes);
+    if (e != cudaSuccess) return e;
     const int64_t slots = sp_kda_two_pass_slots_(p->T, p->N), items = slots * p->H;
     int *flags = flags_of(ws, p->T, p->N, p->H);
     int64_t clear_from = head_slots * p->H;
     void *prep_args[] = {(void *)p, &ws, &flags, &clear_from, (void *)&items};
     e = cudaLaunchKernel((const void *)kda_prepare_kernel, dim3((unsigned)head_slots, (unsigned)p->H),
-                         dim3(PREP_THREADS), prep_args, sizeof(prepare_smem), stream);
+                         dim3(TP::PREP_THREADS), prep_args, sizeof(prepare_smem), stream);
     if (e != cudaSuccess) return e;
     void *args[] = {(void *)p, &ws, &state_blocks, &head_slots};
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)resident);
-    cfg.blockDim = dim3((unsigned)(32 * KW * G));
+    cfg.blockDim = dim3((unsigned)(TP::THREADS));
     cfg.dynamicSmemBytes = (size_t)bytes;
     cfg.stream = stream;
     cudaLaunchAttribute coop[1];
@@ -519,28 +533,27 @@ static cudaError_t launch_fused(const kda_params *p, void *ws, int64_t head_slot
     return e;
 }
 
-extern "C" cudaError_t sp_kda_launch_chunked_two_pass_(const kda_params *p, void *workspace,
-                                                       int records, int64_t head_slots,
-                                                       int device, int sms, cudaStream_t stream) {
+extern "C" cudaError_t sp_kda_launch_chunked_two_pass_(const kda_params *p, const sp_kda_plan *plan,
+                                                       void *workspace, const sp_cuda_device *dev,
+                                                       cudaStream_t stream) {
     const int prep_smem = (int)sizeof(prepare_smem);
     cudaError_t e = cudaFuncSetAttribute((const void *)kda_prepare_kernel,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, prep_smem);
     if (e != cudaSuccess) return e;
-    const int64_t slots = sp_kda_two_pass_slots_(p->T, p->N);
+    const int64_t slots = sp_kda_two_pass_slots_(p->T, p->N), head_slots = plan->head_slots;
+    const int records = plan->records;
     if (head_slots > 0 && head_slots < slots) {
         int launched = 0;
-        e = records == 2 ? launch_fused<2>(p, workspace, head_slots, device, sms, stream, &launched)
-                         : launch_fused<4>(p, workspace, head_slots, device, sms, stream, &launched);
+        e = records == 2 ? launch_fused<2>(p, workspace, head_slots, dev, stream, &launched)
+                         : launch_fused<4>(p, workspace, head_slots, dev, stream, &launched);
         if (e != cudaSuccess || launched) return e;
     }
     int *no_flags = NULL;
     int64_t zero = 0;
     void *prep_args[] = {(void *)p, &workspace, &no_flags, &zero, &zero};
     e = cudaLaunchKernel((const void *)kda_prepare_kernel, dim3((unsigned)slots, (unsigned)p->H),
-                         dim3(PREP_THREADS), prep_args, (size_t)prep_smem, stream);
+                         dim3(TP::PREP_THREADS), prep_args, (size_t)prep_smem, stream);
     if (e != cudaSuccess) return e;
-    /* What the pass waits on is the record's arrival: four in flight, or
-     * two where two blocks are to share a multiprocessor. */
     return records == 2 ? launch_pass<2>(p, workspace, stream)
                         : launch_pass<4>(p, workspace, stream);
 }

@@ -2,11 +2,12 @@
  * common.cuh — what the CUDA KDA kernels share: the launch parameters (one
  * struct, filled once by the entry in prefill.cu), the per-sequence bounds
  * guard, and the launchers' prototypes. Every kernel takes a kda_params by
- * value and decides its own grid from it.
+ * value; its launcher takes the call's plan (plan.h).
  */
 #ifndef SP_KDA_CUDA_COMMON_CUH
 #define SP_KDA_CUDA_COMMON_CUH
 
+#include "cuda/device.h"
 #include "kda/kda_internal.h"
 
 #include <cuda_runtime.h>
@@ -74,26 +75,28 @@ static __device__ __forceinline__ int64_t kda_ckpt_base(const kda_params &p, int
 extern "C" {
 #endif
 
-/* Launchers: enqueue one kernel on `stream` (the current device must be the
- * tensors'); return the launch's own error. */
+/* The launch parameters of a checked call (prefill.cu). */
+kda_params sp_kda_cuda_params_(const sp_kda_args *a, const sp_kda_dims *d);
+
+/* Launchers: enqueue the plan's kernels on `stream` (the current device
+ * must be the tensors'); return the launch's own error. */
 cudaError_t sp_kda_launch_recurrent_(const kda_params *p, cudaStream_t stream);
-/* splits: how many blocks share one (sequence, head), each owning 128 /
- * splits of the V columns (1, 2, 4 or 8); wgmma: the build whose V side's
- * products are wgmma (sp_kda_chunked_wgmma_). */
-cudaError_t sp_kda_launch_chunked_(const kda_params *p, int splits, int wgmma,
+cudaError_t sp_kda_launch_chunked_(const kda_params *p, const sp_kda_plan *plan,
                                    cudaStream_t stream);
+/* workspace: plan->workspace_bytes of it; dev: the device's row (whether
+ * the one-kernel form fits beside the pass). */
+cudaError_t sp_kda_launch_chunked_two_pass_(const kda_params *p, const sp_kda_plan *plan,
+                                            void *workspace, const sp_cuda_device *dev,
+                                            cudaStream_t stream);
+
 /* The most shared memory a block of the chunked kernels asks for (of the
  * one-pass kernel alone, of all). */
 size_t sp_kda_chunked_one_pass_smem_bytes_(void);
 size_t sp_kda_chunked_smem_bytes_(void);
-/* Two kernels; workspace: sp_kda_two_pass_bytes_ of p's T, N, H; records:
- * records in flight per state-pass block (2 or 4); head_slots: the slots
- * prepared before the state pass starts, the rest beside it in one kernel
- * on `device` (of `sms` multiprocessors), where that fits (all slots: two
- * kernels). */
-cudaError_t sp_kda_launch_chunked_two_pass_(const kda_params *p, void *workspace, int records,
-                                            int64_t head_slots, int device, int sms,
-                                            cudaStream_t stream);
+
+/* Each chunked kernel's facts for the device table (sp_kda_cuda_device_facts_). */
+sp_status sp_kda_one_pass_device_facts_(sp_cuda_device *d);
+sp_status sp_kda_two_pass_device_facts_(sp_cuda_device *d);
 
 #ifdef __cplusplus
 }

@@ -1,8 +1,10 @@
 /*
  * prefill.cu — the CUDA entry of the KDA prefill: the launch parameters from
- * the checked arguments, then the kernel that dispatch.c chose, launched on
- * the tensors' device (the caller's current device is restored).
+ * the checked arguments, then the kernel of the call's plan (plan.c),
+ * launched on the tensors' device (the caller's current device is
+ * restored); and the KDA kernels' part of the device table.
  */
+#include "cuda/device.h"
 #include "cuda/runtime.h"
 #include "kda/cuda/common.cuh"
 
@@ -14,7 +16,7 @@ static kda_input input_of(const sp_tensor *x) {
     return in;
 }
 
-static kda_params params_of(const sp_kda_args *a, const sp_kda_dims *d) {
+extern "C" kda_params sp_kda_cuda_params_(const sp_kda_args *a, const sp_kda_dims *d) {
     kda_params p;
     p.q = input_of(&a->q);
     p.k = input_of(&a->k);
@@ -43,56 +45,35 @@ static kda_params params_of(const sp_kda_args *a, const sp_kda_dims *d) {
     return p;
 }
 
-static sp_status launch(const kda_params *p, int kernel, void *workspace, int device,
+/* The plan's kernel. The launches' own status, not cudaGetLastError():
+ * that could be an error the caller left pending, reported as ours and
+ * cleared. */
+static sp_status launch(const kda_params *p, const sp_kda_plan *plan, void *workspace, int device,
                         cudaStream_t stream) {
-    /* The launches' own status, not cudaGetLastError(): that could be an
-     * error the caller left pending, reported as ours and cleared. */
-    if (kernel == SP_KDA_KERNEL_RECURRENT) {
+    if (plan->kernel == SP_KDA_KERNEL_RECURRENT) {
         SP_CUDA_CHECK(sp_kda_launch_recurrent_(p, stream));
-        return SP_OK;
-    }
-    int sms = 0;
-    SP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    if (kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS) {
-        int records = 0;
-        int64_t head_slots = 0;
-        sp_kda_two_pass_plan_(p->N * p->H, sms, sp_kda_two_pass_slots_(p->T, p->N), &records,
-                              &head_slots);
-        SP_CUDA_CHECK(sp_kda_launch_chunked_two_pass_(p, workspace, records, head_slots, device,
-                                                      sms, stream));
+    } else if (plan->kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS) {
+        const sp_cuda_device *dev;
+        SP_FORWARD(sp_cuda_device_(device, SP_CUDA_PART_KDA, &dev));
+        SP_CUDA_CHECK(sp_kda_launch_chunked_two_pass_(p, plan, workspace, dev, stream));
     } else {
-        const int splits = sp_kda_chunked_splits_(p->N * p->H, sms);
-        SP_CUDA_CHECK(sp_kda_launch_chunked_(
-            p, splits,
-            sp_kda_chunked_wgmma_(splits) && sp_kda_chunked_has_wgmma_(device),
-            stream));
+        SP_CUDA_CHECK(sp_kda_launch_chunked_(p, plan, stream));
     }
     return SP_OK;
 }
 
 extern "C" sp_status sp_kda_prefill_cuda_(const sp_kda_args *a, const sp_kda_dims *d,
                                           struct CUstream_st *stream) {
-    const kda_params p = params_of(a, d);
+    const kda_params p = sp_kda_cuda_params_(a, d);
     const int dev = (int)d->dev.ordinal;
     sp_cuda_device_guard g;
     SP_FORWARD(sp_cuda_device_enter_(&g, dev, "q"));
-    const sp_status s = launch(&p, d->kernel, a->workspace, dev, (cudaStream_t)stream);
+    const sp_status s = launch(&p, &d->plan, a->workspace, dev, (cudaStream_t)stream);
     return sp_cuda_device_leave_(&g, s);
 }
 
-/* Shared memory per block the device allows, per device; 0 until asked. */
-static int smem_optin[64];
-
-extern "C" int sp_kda_cuda_chunked_fits_(int device) {
-    if (device < 0 || device >= 64) return 0;
-    int have = __atomic_load_n(&smem_optin[device], __ATOMIC_RELAXED);
-    if (have == 0) {
-        if (cudaDeviceGetAttribute(&have, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
-            cudaSuccess) {
-            (void)cudaGetLastError();
-            return 0;
-        }
-        __atomic_store_n(&smem_optin[device], have, __ATOMIC_RELAXED);
-    }
-    return (size_t)have >= sp_kda_chunked_smem_bytes_();
+extern "C" sp_status sp_kda_cuda_device_facts_(sp_cuda_device *d) {
+    d->kda_chunked = (size_t)d->smem_optin >= sp_kda_chunked_smem_bytes_();
+    SP_FORWARD(sp_kda_one_pass_device_facts_(d));
+    return sp_kda_two_pass_device_facts_(d);
 }

@@ -3,7 +3,7 @@
  * head) steps through the sequence token by token, the 128x128 fp32 state in
  * registers for the whole sequence. Exact to fp32 rounding: the oracle the
  * chunked kernel is tested against, and the kernel for the shapes the chunked
- * one does not serve (see dispatch.c).
+ * one does not serve (see plan.c).
  *
  * The V columns of the recurrence are independent of each other once the
  * token's k^, q^, exp(g), b are known: column j needs only sums over the K

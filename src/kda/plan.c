@@ -1,0 +1,233 @@
+/*
+ * plan.c — the one place that decides how a KDA call runs: which kernel
+ * serves it, and how that kernel spreads over the device (sp_kda_plan).
+ * Every rule below has its reason beside it and its measurements in a
+ * section of docs/TUNING.md named after its constant.
+ *
+ *   CPU tensors, or a call the chunked kernels cannot serve -> RECURRENT
+ *   sequences under CHUNKED_MIN_MEAN_TOKENS tokens on average -> RECURRENT
+ *   at most SP_KDA_TWO_PASS_MAX_PAIRS (sequence, head) pairs, with the
+ *     workspace                                      -> CHUNKED_TWO_PASS
+ *   else                                             -> CHUNKED
+ */
+#include "cuda/device.h"
+#include "kda/kda_internal.h"
+
+#include <stdint.h>
+#include <stdio.h>
+
+/* A chunk of 32 tokens costs the chunked kernels a fixed pipeline of
+ * barriers and small products whatever its fill; below this many tokens a
+ * sequence on average the recurrent kernel's token steps are cheaper
+ * (docs/TUNING.md, "CHUNKED_MIN_MEAN_TOKENS"; fewer were not measured). */
+#define CHUNKED_MIN_MEAN_TOKENS 8
+
+/* The head share is 1 - HEAD_K free / pairs, at least HEAD_MIN; above
+ * HEAD_MAX two kernels run. HEAD_K puts it on the gentle side of the best
+ * shares measured: too small a share makes the pass wait for records, and
+ * costs more than too large a one (docs/TUNING.md, "TWO_PASS_HEAD_SHARE"). */
+#define HEAD_K 0.17
+#define HEAD_MIN 0.05
+#define HEAD_MAX 0.8
+
+const char *sp_kda_kernel_name(sp_kda_kernel k) {
+    switch (k) {
+    case SP_KDA_KERNEL_AUTO: return "auto";
+    case SP_KDA_KERNEL_RECURRENT: return "recurrent";
+    case SP_KDA_KERNEL_CHUNKED: return "chunked";
+    case SP_KDA_KERNEL_CHUNKED_TWO_PASS: return "chunked_two_pass";
+    }
+    return "unknown";
+}
+
+/* ---- the rules, as functions of their inputs ------------------------------- */
+
+int sp_kda_chunked_splits_(int64_t pairs, int sms) {
+    /* The most splits of the V columns (each block then owns 128 / splits)
+     * that still keep every block in one wave, one block a multiprocessor: a
+     * second wave would cost a whole block's time again (docs/TUNING.md,
+     * "ONE_PASS_SPLITS"). */
+    int s = 1;
+    while (s < 8 && pairs * s * 2 <= sms) s *= 2;
+    return s;
+}
+
+int sp_kda_chunked_wgmma_(int splits) {
+    /* The wgmma build reads each V operand row once a warpgroup instead of
+     * once a warp: it wins wherever a block owns all 128 V columns, in one
+     * wave or several, and loses where blocks split them (docs/TUNING.md,
+     * "ONE_PASS_WGMMA"). */
+    return splits == 1;
+}
+
+int sp_kda_two_pass_records_(int64_t pairs, int sms) {
+    /* A state-pass block waits on its records' arrival: four in flight walk
+     * fastest, but then it takes a multiprocessor to itself; with two, two
+     * blocks share one. So two where that makes one wave of blocks out of
+     * more, four elsewhere (docs/TUNING.md, "TWO_PASS_RECORDS"). */
+    if (sms < 1) sms = 1;
+    const int64_t blocks = SP_KDA_TWO_PASS_BLOCKS_PER_PAIR * pairs;
+    return blocks > sms && blocks <= 2 * (int64_t)sms ? 2 : 4;
+}
+
+int64_t sp_kda_two_pass_head_slots_(int64_t pairs, int sms, int records, int64_t slots) {
+    /* With two records in flight, the pass's blocks leave 2 sms - 8 pairs
+     * block slots free: there the last records are prepared beside the state
+     * pass, which starts once the first share of them is written, so that
+     * the preparing blocks, fewer and slower than a whole prepare kernel's,
+     * keep ahead of the pass to its end; the pass's time then hides theirs.
+     * With four records a block has a multiprocessor to itself and the few
+     * preparing blocks left lose (docs/TUNING.md, "TWO_PASS_HEAD_SHARE"). */
+    if (records != 2 || sms < 1 || pairs < 1) return slots;
+    const int64_t free_blocks = 2 * (int64_t)sms - SP_KDA_TWO_PASS_BLOCKS_PER_PAIR * pairs;
+    if (free_blocks < 1) return slots;
+    double head = 1.0 - HEAD_K * (double)free_blocks / (double)pairs;
+    if (head > HEAD_MAX) return slots;
+    if (head < HEAD_MIN) head = HEAD_MIN;
+    const int64_t h = (int64_t)(head * (double)slots);
+    return h < 1 ? 1 : h;
+}
+
+sp_status sp_kda_two_pass_bytes_(int64_t T, int64_t N, int64_t H, size_t *bytes) {
+    /* A record and a 4-byte flag (the one-kernel form's) per slot and head. */
+    const int64_t slots = sp_kda_two_pass_slots_(T, N);
+    int64_t records;
+    SP_REQUIRE(!__builtin_mul_overflow(slots, H, &records) &&
+                   !__builtin_mul_overflow((uint64_t)records,
+                                           (uint64_t)SP_KDA_TWO_PASS_RECORD_BYTES + 4, bytes),
+               SP_ERR_OVERFLOW, "workspace: the two-pass kernel's size for T %lld, N %lld, H %lld "
+               "overflows", (long long)T, (long long)N, (long long)H);
+    return SP_OK;
+}
+
+/* ---- which kernel ------------------------------------------------------------ */
+
+/* Why the chunked kernels cannot serve the call, or NULL when they can
+ * (*dev: the device's row, when the call is on a usable CUDA device). */
+static const char *chunked_unsupported(const sp_kda_args *a, const sp_kda_dims *d,
+                                       const sp_cuda_device **dev) {
+    *dev = NULL;
+    if (d->dev.type != SP_DEVICE_CUDA) return "they run on CUDA tensors only";
+    if (a->gate != SP_KDA_GATE_LOWER_BOUND)
+        return "they need the lower-bound gate (the softplus gate has no bound on a token's "
+               "decay, which their factorized products rely on)";
+    if (d->interval % SP_KDA_CHUNK != 0) return "checkpoint_interval must be a multiple of 32";
+    if (sp_cuda_device_((int)d->dev.ordinal, SP_CUDA_PART_KDA, dev) != SP_OK) {
+        *dev = NULL;
+        return "the device's properties could not be read";
+    }
+    if (!(*dev)->kda_chunked)
+        return "this GPU gives a block less shared memory than they need "
+               "(sp_kda_chunked_smem_bytes_)";
+    /* q, k, v, g are read in place (sp_kda_reads_in_place: strided ones
+     * 16-byte aligned already) and o written in 16-byte pieces; the
+     * boundary packs the other views into 256-byte aligned slots first. */
+    const sp_tensor *in[5] = {&a->q, &a->k, &a->v, &a->g, &a->o};
+    for (int i = 0; i < 5; i++)
+        if ((i == 4 || sp_kda_reads_in_place(in[i])) && (uintptr_t)in[i]->data % 16 != 0)
+            return "dense q, k, v, g and o must be 16-byte aligned";
+    return NULL;
+}
+
+int sp_kda_chunked_can_serve_(const sp_kda_args *a, const sp_kda_dims *d) {
+    const sp_cuda_device *dev;
+    return chunked_unsupported(a, d, &dev) == NULL;
+}
+
+sp_status sp_kda_plan_(const sp_kda_args *a, const sp_kda_dims *d, sp_kda_plan *plan) {
+    const int32_t k = a->kernel;
+    SP_REQUIRE(k == SP_KDA_KERNEL_AUTO || k == SP_KDA_KERNEL_RECURRENT ||
+                   k == SP_KDA_KERNEL_CHUNKED || k == SP_KDA_KERNEL_CHUNKED_TWO_PASS,
+               SP_ERR_INVALID_ARGUMENT, "kernel: %d is not an sp_kda_kernel", (int)k);
+    const sp_cuda_device *dev;
+    const char *why = chunked_unsupported(a, d, &dev);
+    if (k == SP_KDA_KERNEL_CHUNKED || k == SP_KDA_KERNEL_CHUNKED_TWO_PASS)
+        SP_REQUIRE(!why, SP_ERR_UNSUPPORTED, "kernel: the %s kernel cannot serve this call: %s",
+                   sp_kda_kernel_name((sp_kda_kernel)k), why);
+    size_t need = 0;
+    if (!why) SP_FORWARD(sp_kda_two_pass_bytes_(d->T, d->N, d->H, &need));
+    if (k == SP_KDA_KERNEL_CHUNKED_TWO_PASS)
+        SP_REQUIRE(a->workspace_bytes >= need, SP_ERR_WORKSPACE_TOO_SMALL,
+                   "workspace: %zu bytes, the two-pass kernel needs %zu here "
+                   "(sp_kda_prefill_workspace_bytes)",
+                   a->workspace_bytes, need);
+    sp_kda_plan p;
+    memset(&p, 0, sizeof p);
+    const int64_t pairs = d->N * d->H;
+    if (k != SP_KDA_KERNEL_AUTO)
+        p.kernel = k;
+    else if (why || (d->N > 0 && d->T / d->N < CHUNKED_MIN_MEAN_TOKENS))
+        p.kernel = SP_KDA_KERNEL_RECURRENT;
+    else if (pairs <= SP_KDA_TWO_PASS_MAX_PAIRS && a->workspace_bytes >= need)
+        p.kernel = SP_KDA_KERNEL_CHUNKED_TWO_PASS;
+    else
+        p.kernel = SP_KDA_KERNEL_CHUNKED;
+    /* The configuration, from the device's row (dev is set wherever a
+     * chunked kernel was chosen). */
+    if (p.kernel == SP_KDA_KERNEL_CHUNKED) {
+        p.splits = sp_kda_chunked_splits_(pairs, dev->sms);
+        p.wgmma = sp_kda_chunked_wgmma_(p.splits) && dev->kda_wgmma;
+    } else if (p.kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS) {
+        p.records = sp_kda_two_pass_records_(pairs, dev->sms);
+        p.head_slots = sp_kda_two_pass_head_slots_(pairs, dev->sms, p.records,
+                                                   sp_kda_two_pass_slots_(d->T, d->N));
+        p.workspace_bytes = need;
+    }
+    *plan = p;
+    return SP_OK;
+}
+
+/* ---- a plan of the caller's ------------------------------------------------- */
+
+/* `forced` serves the checked call d (whose own plan is d->plan). */
+static sp_status check_forced(const sp_kda_args *a, const sp_kda_dims *d,
+                              const sp_kda_plan *forced) {
+    sp_kda_args with = *a;
+    with.kernel = forced->kernel;
+    SP_REQUIRE(forced->kernel != SP_KDA_KERNEL_AUTO, SP_ERR_INVALID_ARGUMENT,
+               "plan: kernel AUTO is not a plan");
+    sp_kda_plan own;
+    SP_FORWARD(sp_kda_plan_(&with, d, &own)); /* the kernel serves the call */
+    if (forced->kernel == SP_KDA_KERNEL_CHUNKED) {
+        const int s = forced->splits;
+        SP_REQUIRE(s == 1 || s == 2 || s == 4 || s == 8, SP_ERR_INVALID_ARGUMENT,
+                   "plan: splits %d is not 1, 2, 4 or 8", (int)s);
+        SP_REQUIRE(forced->wgmma == 0 || forced->wgmma == 1, SP_ERR_INVALID_ARGUMENT,
+                   "plan: wgmma %d is not 0 or 1", (int)forced->wgmma);
+        const sp_cuda_device *dev;
+        SP_FORWARD(sp_cuda_device_((int)d->dev.ordinal, SP_CUDA_PART_KDA, &dev));
+        SP_REQUIRE(!forced->wgmma || dev->kda_wgmma, SP_ERR_UNSUPPORTED,
+                   "plan: the wgmma build has no wgmma code for cuda:%d",
+                   (int)d->dev.ordinal);
+    }
+    if (forced->kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS) {
+        const int64_t slots = sp_kda_two_pass_slots_(d->T, d->N);
+        SP_REQUIRE(forced->records == 2 || forced->records == 4, SP_ERR_INVALID_ARGUMENT,
+                   "plan: records %d is not 2 or 4", (int)forced->records);
+        SP_REQUIRE(forced->head_slots >= 1 && forced->head_slots <= slots,
+                   SP_ERR_INVALID_ARGUMENT, "plan: head_slots %lld is outside [1, %lld]",
+                   (long long)forced->head_slots, (long long)slots);
+    }
+    return SP_OK;
+}
+
+sp_status sp_kda_prefill_plan_(const sp_kda_args *args, sp_kda_plan *plan) {
+    SP_REQUIRE(plan, SP_ERR_INVALID_ARGUMENT, "plan: NULL");
+    sp_kda_dims d;
+    SP_FORWARD(sp_kda_check_(args, 1, &d));
+    *plan = d.plan;
+    return SP_OK;
+}
+
+sp_status sp_kda_prefill_planned_(const sp_kda_args *args, const sp_kda_plan *plan,
+                                  struct CUstream_st *stream) {
+    SP_REQUIRE(args, SP_ERR_INVALID_ARGUMENT, "args: NULL");
+    SP_REQUIRE(plan, SP_ERR_INVALID_ARGUMENT, "plan: NULL");
+    sp_kda_args a = *args;
+    a.kernel = SP_KDA_KERNEL_AUTO;
+    sp_kda_dims d;
+    SP_FORWARD(sp_kda_check_(&a, 1, &d));
+    SP_FORWARD(check_forced(&a, &d, plan));
+    d.plan = *plan;
+    return sp_kda_run_(&a, &d, stream);
+}

@@ -1,0 +1,81 @@
+/*
+ * plan.h — how a KDA call runs: the kernel and its launch configuration as
+ * one value, computed once from the call's checked dimensions and the
+ * device table (plan.c, the only place that decides), then consumed by the
+ * launchers, which only do. Tests and benchmarks run a plan of their own
+ * through sp_kda_prefill_planned_; nothing they do changes how the library
+ * plans another call.
+ */
+#ifndef SP_KDA_PLAN_H
+#define SP_KDA_PLAN_H
+
+#include "stridepack_kda.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct sp_kda_dims;
+
+typedef struct sp_kda_plan {
+    int32_t kernel; /* sp_kda_kernel that runs (never AUTO) */
+    /* CHUNKED (one pass): */
+    int32_t splits; /* blocks per (sequence, head), each 128 / splits V columns: 1, 2, 4 or 8 */
+    int32_t wgmma;  /* 1: the build whose V side's products are wgmma (sm_90a) */
+    /* CHUNKED_TWO_PASS: */
+    int32_t records;    /* records in flight per state-pass block: 2 or 4 */
+    int64_t head_slots; /* record slots prepared before the state pass starts, in
+                           [1, slots]; the rest are prepared beside it in one kernel,
+                           where the device holds both (slots: two kernels) */
+    size_t workspace_bytes; /* the two-pass kernel's need; 0 for the others */
+} sp_kda_plan;
+
+/* Calls with at most this many (sequence, head) pairs go to the two-pass
+ * kernel when a large enough workspace is given; the boundary sizes its own
+ * workspace by it (docs/TUNING.md, "TWO_PASS_MAX_PAIRS"). */
+#define SP_KDA_TWO_PASS_MAX_PAIRS 32
+
+/* The plan of a checked call: args->kernel when it can serve the call
+ * (SP_ERR_UNSUPPORTED naming why when forced and it cannot;
+ * SP_ERR_WORKSPACE_TOO_SMALL for a forced two-pass kernel without its
+ * workspace), else the plan's own choice; then that kernel's configuration
+ * for the call's device. Called by sp_kda_check_. */
+sp_status sp_kda_plan_(const sp_kda_args *a, const struct sp_kda_dims *d, sp_kda_plan *plan);
+
+/* 1 when the chunked kernels can serve the checked call (whatever its
+ * kernel and workspace fields say). */
+int sp_kda_chunked_can_serve_(const sp_kda_args *a, const struct sp_kda_dims *d);
+
+/* The plan's rules as functions of their inputs alone (tests check them):
+ * V-column splits of the one-pass kernel for `pairs` (sequence, head) pairs
+ * on `sms` multiprocessors; whether a launch with `splits` takes the wgmma
+ * build (where the device has it); records in flight of the two-pass
+ * kernel; of its `slots` record slots, those prepared before its state pass
+ * (`slots`: two kernels). */
+int sp_kda_chunked_splits_(int64_t pairs, int sms);
+int sp_kda_chunked_wgmma_(int splits);
+int sp_kda_two_pass_records_(int64_t pairs, int sms);
+int64_t sp_kda_two_pass_head_slots_(int64_t pairs, int sms, int records, int64_t slots);
+
+/* The two-pass kernel's workspace for T tokens, N sequences, H heads;
+ * SP_ERR_OVERFLOW when the count does not fit a size_t. */
+sp_status sp_kda_two_pass_bytes_(int64_t T, int64_t N, int64_t H, size_t *bytes);
+
+/* For tests and benchmarks. sp_kda_prefill_plan_: the plan sp_kda_prefill
+ * would run for `args` (its kernel field forcing the kernel as there).
+ * sp_kda_prefill_planned_: sp_kda_prefill, with `plan` in place of the
+ * library's, after the same checks and a check that `plan` serves the call
+ * (SP_ERR_UNSUPPORTED or SP_ERR_INVALID_ARGUMENT naming the field when it
+ * does not; args->kernel is ignored). */
+sp_status sp_kda_prefill_plan_(const sp_kda_args *args, sp_kda_plan *plan);
+sp_status sp_kda_prefill_planned_(const sp_kda_args *args, const sp_kda_plan *plan,
+                                  struct CUstream_st *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SP_KDA_PLAN_H */
