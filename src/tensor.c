@@ -12,8 +12,6 @@
 static int mul_ovf(int64_t a, int64_t b, int64_t *out) { return __builtin_mul_overflow(a, b, out); }
 static int add_ovf(int64_t a, int64_t b, int64_t *out) { return __builtin_add_overflow(a, b, out); }
 
-static int64_t abs64(int64_t x) { return x < 0 ? -x : x; }
-
 /* Byte offsets, relative to data, of the start of t's lowest element (*neg,
  * <= 0) and of the end of its highest (*pos, >= es); t has elements and
  * valid sizes. Size-1 dims add nothing, whatever their stride. 0 on
@@ -24,7 +22,7 @@ static int byte_reach(const sp_tensor *t, int64_t es, int64_t *neg, int64_t *pos
     for (int d = 0; d < t->ndim; d++) {
         int64_t s = t->strides[d], part;
         if (t->shape[d] == 1) continue;
-        if (s == INT64_MIN || mul_ovf(abs64(s), t->shape[d] - 1, &part) ||
+        if (s == INT64_MIN || mul_ovf(sp_abs64_(s), t->shape[d] - 1, &part) ||
             mul_ovf(part, es, &part) || add_ovf(span, part, &span)) {
             *bad = d;
             return 1;
@@ -203,7 +201,7 @@ int sp_tensor_self_overlaps_(const sp_tensor *t) {
     for (int d = 0; d < t->ndim; d++) {
         if (t->shape[d] == 1) continue;
         if (t->strides[d] == 0) return 1;
-        int64_t s = abs64(t->strides[d]);
+        int64_t s = sp_abs64_(t->strides[d]);
         int i = n++;
         for (; i > 0 && st[i - 1] > s; i--) {
             st[i] = st[i - 1];
