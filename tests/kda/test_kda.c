@@ -522,6 +522,15 @@ static void chunked_edge_cases(int32_t kernel, int small) {
     kp_free(&p);
 }
 
+/* Two sequences of 100 and 40 tokens, 2 heads, fp32 state, checkpoints
+ * every 32, on the backend: the problem, its buffers and its arguments. */
+static void two_sequences(kda_problem *p, uint64_t seed, void *dev[KB_COUNT], sp_kda_args *a) {
+    static const int64_t lens[] = {100, 40};
+    kp_make(p, 2, lens, 0, 2, SP_F32, SP_KDA_GATE_LOWER_BOUND, 32, seed);
+    kp_upload(M, p, p->host, 0, dev);
+    kp_args(p, dev, M->device, a);
+}
+
 #ifdef TS_MEM_IS_CUDA
 static int wgmma_available(void) {
     const sp_cuda_device *d;
@@ -531,13 +540,10 @@ static int wgmma_available(void) {
 /* A plan of the caller's that does not serve the call: refused, naming the
  * field, with nothing written. */
 static void bad_plan_cases(void) {
-    static const int64_t lens[] = {100, 40};
     kda_problem p;
-    kp_make(&p, 2, lens, 0, 2, SP_F32, SP_KDA_GATE_LOWER_BOUND, 32, 77);
     void *dev[KB_COUNT];
-    kp_upload(M, &p, p.host, 0, dev);
     sp_kda_args a;
-    kp_args(&p, dev, M->device, &a);
+    two_sequences(&p, 77, dev, &a);
     size_t need = 0;
     CHECK_OK(sp_kda_prefill_workspace_bytes(&a, &need));
     void *ws = M->alloc(need);
@@ -637,14 +643,11 @@ static void two_pass_head_cases(void) {
  * SP_ERR_UNSUPPORTED (or INVALID_ARGUMENT for no kernel at all), nothing
  * written. */
 static void dispatch_cases(void) {
-    static const int64_t lens[] = {100, 40};
     kda_problem p;
-    kp_make(&p, 2, lens, 0, 2, SP_F32, SP_KDA_GATE_LOWER_BOUND, 32, 51);
     void *dev[KB_COUNT];
-    kp_upload(M, &p, p.host, 0, dev);
     sp_kda_args a;
+    two_sequences(&p, 51, dev, &a);
     sp_kda_kernel k = SP_KDA_KERNEL_AUTO;
-    kp_args(&p, dev, M->device, &a);
     CHECK_OK(sp_kda_prefill_kernel(&a, &k));
     CHECKF(k == SP_KDA_KERNEL_CHUNKED, "AUTO on 70 tokens a sequence chose %d", (int)k);
     a.kernel = SP_KDA_KERNEL_RECURRENT;
