@@ -63,6 +63,7 @@ from . import _frameworks  # noqa: E402
 _native.configure(_frameworks.FRAMEWORKS)
 
 from ._api import copy_batch, pack, pack_into, workspace_bytes  # noqa: E402
+from ._conv import causal_conv1d, causal_conv1d_update  # noqa: E402
 from ._errors import FallbackWarning, StridepackError  # noqa: E402
 from ._kda import KdaBoundary, KdaInputs, kda_prefill, kda_workspace_bytes  # noqa: E402
 from ._kda import available as kda_available  # noqa: E402
@@ -70,6 +71,7 @@ from ._torch_ops import register as register_torch_ops  # noqa: E402
 
 __all__ = ["pack", "pack_into", "copy_batch", "workspace_bytes", "StridepackError",
            "FallbackWarning", "STATUS", "KdaBoundary", "KdaInputs", "kda_prefill", "kda_workspace_bytes", "kda_available",
+           "causal_conv1d", "causal_conv1d_update",
            "version", "cuda_available", "copy_pass_count", "register_torch_ops",
            "__version__"]
 

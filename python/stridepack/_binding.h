@@ -11,8 +11,11 @@
  *   _ops.c      pack, pack_into, copy_batch, workspace_bytes: arguments
  *               checked, the library called, errors raised; torch outputs
  *               kept per workspace
+ *   _args.c     the arrays of one library entry into its sp_tensor fields,
+ *               by one rule (the KDA calls and the convolution)
  *   _kda_ops.c  the four KDA calls, the boundary object and the inputs
  *               boundary object (its pack is in _ops.c, beside pack)
+ *   _conv_ops.c the causal convolution (prefill, decode, their references)
  *   _native.c   the module: its method table, small queries, init
  *
  * Internal to the module (hidden symbols, no prefix); nothing here is API.
@@ -31,6 +34,7 @@
 #define SP_EXPERIMENTAL
 #endif
 #include "stridepack.h"
+#include "stridepack_conv.h"
 #include "stridepack_kda.h"
 
 #define MAX_READ_DIMS 64 /* NumPy allows 64; more is refused as unsupported */
@@ -126,6 +130,29 @@ PyObject *py_workspace_bytes(PyObject *self, PyObject *xs);
 PyObject *py_readable(PyObject *self, PyObject *x);
 PyObject *py_describe(PyObject *self, PyObject *args);
 PyObject *py_kda_inputs_pack(PyObject *self, PyObject *args);
+
+/* ---- _args.c ---- */
+
+/* The arrays of one entry: n names; bit i of `required`, array i may not be
+ * None; bit i of `written`, the entry writes array i (a read-only one is
+ * refused); none_hint(i), what array i is, for the None message. entry and
+ * writer name the call in messages ("KDA", "the prefill"). */
+typedef struct call_arrays {
+    const char *entry, *writer;
+    const char *const *names;
+    int n;
+    unsigned required, written;
+    const char *(*none_hint)(int i);
+} call_arrays;
+/* Each array of the tuple ts into *fields[i] (None left unset), views in
+ * v[0 .. n); check_written 0 skips the read-only refusal (a query that
+ * writes nothing). *fw0, *dev: the first array's framework and device
+ * (-1 and the CPU when every array is None). 0, or -1 with the error set. */
+int read_call_arrays(PyObject *ts, const call_arrays *c, sp_tensor *const fields[], view *v,
+                     int check_written, int *fw0, sp_device *dev);
+
+/* ---- _conv_ops.c ---- */
+PyObject *py_conv(PyObject *self, PyObject *args);
 
 /* ---- _kda_ops.c ---- */
 

@@ -17,14 +17,22 @@ static const char *const kda_names[] = {"q", "k", "v", "g", "beta", "A_log", "dt
                                         "checkpoint_cu_starts", "checkpoints"};
 #define N_KDA 13
 #define N_KDA_REQUIRED 11 /* all but the two checkpoint arrays */
-/* The arrays the prefill writes: state (8), o (10), checkpoints (12). */
-static int kda_written(int i) { return i == 8 || i == 10 || i == 12; }
+static const char *kda_none_hint(int i) {
+    return i == 9 ? "int32 [N]: the state slot of each sequence" : "see stridepack_kda.h";
+}
+/* All but the two checkpoint arrays are required; the prefill writes the
+ * state (8), o (10) and the checkpoints (12). */
+static const call_arrays kda_arrays = {"KDA",           "the prefill",
+                                       kda_names,       N_KDA,
+                                       (1u << N_KDA_REQUIRED) - 1,
+                                       1u << 8 | 1u << 10 | 1u << 12,
+                                       kda_none_hint};
 
-static sp_tensor *kda_field(sp_kda_args *a, int i) {
-    sp_tensor *f[N_KDA] = {&a->q, &a->k, &a->v, &a->g, &a->beta, &a->A_log, &a->dt_bias,
-                           &a->cu_seqlens, &a->state, &a->state_indices, &a->o,
-                           &a->checkpoint_cu_starts, &a->checkpoints};
-    return f[i];
+static void kda_fields(sp_kda_args *a, sp_tensor *f[N_KDA]) {
+    sp_tensor *const all[N_KDA] = {&a->q, &a->k, &a->v, &a->g, &a->beta, &a->A_log,
+                                   &a->dt_bias, &a->cu_seqlens, &a->state, &a->state_indices,
+                                   &a->o, &a->checkpoint_cu_starts, &a->checkpoints};
+    for (int i = 0; i < N_KDA; i++) f[i] = all[i];
 }
 
 /* ---- library objects held by capsules (the boundary, KdaInputs) ---------- */
@@ -111,9 +119,6 @@ typedef enum { KDA_PREFILL, KDA_REFERENCE, KDA_BOUNDARY_RUN, KDA_WORKSPACE_BYTES
  * sp_kda_args and call the library. */
 static PyObject *kda_call(kda_op op, PyObject *bcap, PyObject *ts, int gate, float lb, float scale,
                           long long interval, int kernel, PyObject *ws) {
-    if (!PyTuple_Check(ts) || PyTuple_GET_SIZE(ts) != N_KDA)
-        return PyErr_Format(PyExc_TypeError, "stridepack: the KDA calls take a tuple of %d arrays",
-                            N_KDA);
     sp_kda_boundary *boundary = NULL;
     if (op == KDA_BOUNDARY_RUN && !(boundary = owned_get(bcap, BOUNDARY_CAPSULE))) return NULL;
     sp_kda_args a;
@@ -128,42 +133,11 @@ static PyObject *kda_call(kda_op op, PyObject *bcap, PyObject *ts, int gate, flo
     int fw0 = -1;
     sp_device dev = sp_cpu();
     uintptr_t stream = 0;
-    char m[700];
     if (!v) return NULL;
-    for (int i = 0; i < N_KDA; i++) {
-        PyObject *x = PyTuple_GET_ITEM(ts, i);
-        if (x == Py_None) {
-            if (i < N_KDA_REQUIRED) {
-                snprintf(m, sizeof m, "%s: None, but every KDA call needs it (%s)", kda_names[i],
-                         i == 9 ? "int32 [N]: the state slot of each sequence"
-                                : "see stridepack_kda.h");
-                raise_sp(SP_ERR_INVALID_ARGUMENT, m);
-                goto done;
-            }
-            continue;
-        }
-        int fw = framework_of(x);
-        if (fw < 0) goto done;
-        int r = read_view(x, fw, &v[i], 0, 0);
-        if (r < 0) goto done;
-        if (r > 0) { snprintf(m, sizeof m, "%s: %s", kda_names[i], reason); raise_sp(SP_ERR_UNSUPPORTED, m); goto done; }
-        if (op != KDA_WORKSPACE_BYTES && kda_written(i) && v[i].readonly) {
-            snprintf(m, sizeof m, "%s: read-only, and the prefill writes it", kda_names[i]);
-            raise_sp(SP_ERR_INVALID_ARGUMENT, m);
-            goto done;
-        }
-        if (v[i].exact < 0) {
-            snprintf(m, sizeof m, "%s: element type has no stridepack dtype", kda_names[i]);
-            raise_sp(SP_ERR_DTYPE_MISMATCH, m);
-            goto done;
-        }
-        if (elements_tensor(&v[i], kda_field(&a, i))) {
-            snprintf(m, sizeof m, "%s: %s", kda_names[i], reason);
-            raise_sp(SP_ERR_UNSUPPORTED, m);
-            goto done;
-        }
-        if (fw0 < 0) { fw0 = fw; dev = v[i].device; }
-    }
+    sp_tensor *fields[N_KDA];
+    kda_fields(&a, fields);
+    if (read_call_arrays(ts, &kda_arrays, fields, v, op != KDA_WORKSPACE_BYTES, &fw0, &dev) < 0)
+        goto done;
     if (op == KDA_WORKSPACE_BYTES) {
         size_t bytes = 0;
         const int st = sp_kda_prefill_workspace_bytes(&a, &bytes);

@@ -79,6 +79,9 @@ static PyMethodDef methods[] = {
     METH("kda_available", py_kda_available, METH_NOARGS,
          "kda_available() -> whether the library's KDA prefill runs (one CPU token, tried once)"),
     METH("kda_kernel_name", py_kda_kernel_name, METH_O, "sp_kda_kernel_name(k)"),
+    METH("conv", py_conv, METH_VARARGS,
+         "conv(arrays, silu, decode, reference): sp_conv_prefill / sp_conv_decode (reference: "
+         "their float64 references)"),
     METH("boundary_create", py_boundary_create, METH_VARARGS, "boundary_create(device, T, H)"),
     METH("boundary_close", py_boundary_close, METH_O, "boundary_close(capsule)"),
     METH("boundary_last_copied", py_boundary_last_copied, METH_O, "boundary_last_copied(capsule)"),

@@ -713,6 +713,167 @@ class Kda(unittest.TestCase):
         self.assertIs(sp.kda_available(), True)
 
 
+def conv_reference(x, w, bias, cu, state, idx, init, silu, decode=False):
+    """The convolution of stridepack_conv.h in float64, written here
+    independently: (out[T, C] as float64 with NaN for rows not written, the
+    new state as float64 [slots, C, W-1], m[T, C] the terms' magnitudes)."""
+    x, st = bf16_float(x).astype(np.float64), bf16_float(state).astype(np.float64)
+    w = np.asarray(w, np.float64)
+    b = np.zeros(w.shape[0]) if bias is None else np.asarray(bias, np.float64)
+    W = w.shape[1]
+    out, m, new = np.full(x.shape, np.nan), np.zeros(x.shape), st.copy()
+    seqs = [(n, n, n + 1) for n in range(len(idx))] if decode else \
+        [(n, cu[n], cu[n + 1]) for n in range(len(idx))]
+    for n, s, e in seqs:
+        if idx[n] < 0:
+            continue
+        prev = st[idx[n]].T if decode or (init is not None and init[n]) else np.zeros((W - 1, x.shape[1]))
+        z = np.concatenate([prev, x[s:e]])
+        for t in range(e - s):
+            terms = w.T * z[t:t + W]
+            y = b + terms.sum(0)
+            out[s + t] = y / (1 + np.exp(-y)) if silu else y
+            m[s + t] = np.abs(b) + np.abs(terms).sum(0)
+        new[idx[n]] = z[-(W - 1):].T
+    return out, new, m
+
+
+class Conv(unittest.TestCase):
+    """The causal convolution (stridepack_conv.h) through the binding: against a
+    float64 computation written here, both output layouts, padded rows,
+    has_initial_state, decode, and what is refused."""
+    T, C, W, CU = 23, 48, 4, [0, 9, 14, 23]  # sequence 1 (rows 9 .. 13) padded
+
+    def problem(self, rng, silu=True, bias=True):
+        T, C, W = self.T, self.C, self.W
+        return dict(x=bf16_bits(rng.uniform(-1, 1, (T, C))),
+                    weight=rng.uniform(-0.5, 0.5, (C, W)).astype(np.float32),
+                    bias=rng.uniform(-0.2, 0.2, C).astype(np.float32) if bias else None,
+                    cu_seqlens=np.array(self.CU, np.int64),
+                    state=bf16_bits(rng.uniform(-1, 1, (5, C, W - 1))),
+                    state_indices=np.array([3, -1, 0], np.int32),
+                    has_initial_state=np.array([True, True, False]), silu=silu)
+
+    def assert_close(self, got_u16, want, m):
+        got = bf16_float(got_u16).astype(np.float64)
+        written = ~np.isnan(want)
+        # The header's bound: one bf16 ulp of the result plus 2^-20 of the terms.
+        ulp = np.exp2(np.floor(np.log2(np.maximum(np.abs(want), 2.0 ** -126))) - 7)
+        bad = written & ~(np.abs(got - want) <= ulp + 2.0 ** -20 * m)
+        self.assertFalse(bad.any(), f"{bad.sum()} outputs beyond the bound")
+        self.assertTrue((got_u16[~written] == 0xA5A5).all(), "a row outside the sequences written")
+
+    def run_conv(self, p, layout="out", x=None):
+        T, C = self.T, self.C
+        out = np.full((T, C), 0xA5A5, np.uint16)
+        state = p["state"].copy()
+        kw = {}
+        if layout == "out":
+            kw["out"] = Bf16View(out)
+        else:  # split: q, k, v column slices of one [T, C] buffer, key_dim 16
+            kw.update(q=Bf16View(out[:, :16]), k=Bf16View(out[:, 16:32]), v=Bf16View(out[:, 32:]))
+        sp.causal_conv1d(Bf16View(p["x"] if x is None else x), p["weight"], p["cu_seqlens"],
+                         Bf16View(state), p["state_indices"], bias=p["bias"],
+                         has_initial_state=p["has_initial_state"], silu=p["silu"], **kw)
+        return out, state
+
+    def test_prefill_against_float64(self):
+        for silu, bias in [(True, True), (False, False)]:
+            with self.subTest(silu=silu, bias=bias):
+                p = self.problem(np.random.default_rng(20), silu, bias)
+                out, state = self.run_conv(p)
+                want, new, m = conv_reference(p["x"], p["weight"], p["bias"], self.CU, p["state"],
+                                              p["state_indices"], p["has_initial_state"], silu)
+                self.assert_close(out, want, m)
+                # The state holds the last W-1 inputs, bits of x or of the old state.
+                self.assertTrue(np.array_equal(bf16_float(state), new.astype(np.float32)))
+                self.assertFalse(np.array_equal(state, p["state"]), "no slot written")
+                # The padded sequence's rows stay unwritten (assert_close);
+                # slots 1, 2 and 4 are nobody's.
+                self.assertTrue((out[9:14] == 0xA5A5).all())
+                for slot in (1, 2, 4):
+                    self.assertTrue(np.array_equal(state[slot], p["state"][slot]))
+
+    def test_split_layout_and_channel_major_x_hold_the_same_bits(self):
+        p = self.problem(np.random.default_rng(21))
+        out, state = self.run_conv(p)
+        split, s_split = self.run_conv(p, layout="split")
+        self.assertTrue(np.array_equal(out, split) and np.array_equal(state, s_split))
+        # x as a channel-major [C, T] buffer seen through .T (vLLM's layout).
+        cm, s_cm = self.run_conv(p, x=np.ascontiguousarray(p["x"].T).T)
+        self.assertTrue(np.array_equal(out, cm) and np.array_equal(state, s_cm))
+
+    def test_reference_matches_float64(self):
+        p = self.problem(np.random.default_rng(22))
+        out = np.full((self.T, self.C), 0xA5A5, np.uint16)
+        state = p["state"].copy()
+        sp.causal_conv1d(Bf16View(p["x"]), p["weight"], p["cu_seqlens"], Bf16View(state),
+                         p["state_indices"], bias=p["bias"],
+                         has_initial_state=p["has_initial_state"], out=Bf16View(out),
+                         reference=True)
+        want, new, m = conv_reference(p["x"], p["weight"], p["bias"], self.CU, p["state"],
+                                      p["state_indices"], p["has_initial_state"], True)
+        self.assert_close(out, want, m)
+
+    def test_decode_step_and_padded_rows(self):
+        rng = np.random.default_rng(23)
+        p = self.problem(rng)
+        N = 4
+        x = bf16_bits(rng.uniform(-1, 1, (N, self.C)))
+        idx = np.array([4, -1, 1, -1], np.int32)
+        out = np.full((N, self.C), 0xA5A5, np.uint16)
+        state = p["state"].copy()
+        sp.causal_conv1d_update(Bf16View(x), p["weight"], Bf16View(state), idx, bias=p["bias"],
+                                out=Bf16View(out))
+        want, new, m = conv_reference(x, p["weight"], p["bias"], None, p["state"], idx, None,
+                                      True, decode=True)
+        self.assert_close(out, want, m)
+        self.assertTrue((out[[1, 3]] == 0xA5A5).all(), "a padded row written")
+        self.assertTrue(np.array_equal(bf16_float(state), new.astype(np.float32)))
+        for slot in (0, 2, 3):
+            self.assertTrue(np.array_equal(state[slot], p["state"][slot]))
+
+    def test_refused_calls_name_the_argument_and_write_nothing(self):
+        p = self.problem(np.random.default_rng(24))
+        out = np.full((self.T, self.C), 0xA5A5, np.uint16)
+        state = p["state"].copy()
+        base = dict(bias=p["bias"], has_initial_state=p["has_initial_state"])
+
+        def call(**change):
+            a = dict(x=Bf16View(p["x"]), weight=p["weight"], cu_seqlens=p["cu_seqlens"],
+                     state=Bf16View(state), state_indices=p["state_indices"], out=Bf16View(out))
+            a.update(base)
+            a.update(change)
+            sp.causal_conv1d(a.pop("x"), a.pop("weight"), a.pop("cu_seqlens"), a.pop("state"),
+                             a.pop("state_indices"), **a)
+
+        ro = out.copy()
+        ro.flags.writeable = False
+        cases = [(dict(state_indices=None), "SP_ERR_INVALID_ARGUMENT",
+                  "state_indices: None, but every convolution call needs it (int32 [N]: each "
+                  "sequence's slot, -1 for a padded one)"),
+                 (dict(out=Bf16View(ro, versioned=True)), "SP_ERR_INVALID_ARGUMENT",
+                  "out: read-only, and the convolution writes it"),
+                 (dict(out=None), "SP_ERR_INVALID_ARGUMENT", None),
+                 (dict(weight=p["weight"][:, :1].copy()), "SP_ERR_UNSUPPORTED", "weight"),
+                 (dict(cu_seqlens=p["cu_seqlens"][:-1].copy()), "SP_ERR_SHAPE_MISMATCH", None),
+                 (dict(state_indices=p["state_indices"].astype(np.int64)),
+                  "SP_ERR_DTYPE_MISMATCH", "state_indices")]
+        for change, status, message in cases:
+            with self.subTest(change=sorted(change)):
+                out[...], state[...] = 0xA5A5, p["state"]
+                with self.assertRaises(sp.StridepackError) as cm:
+                    call(**change)
+                self.assertEqual(cm.exception.status, status)
+                if message and " " in message:
+                    self.assertEqual(cm.exception.message, message)
+                elif message:
+                    self.assertTrue(cm.exception.message.startswith(message + ":"),
+                                    cm.exception.message)
+                self.assertTrue((out == 0xA5A5).all(), "out written by a refused call")
+                self.assertTrue(np.array_equal(state, p["state"]), "state written")
+
+
 class PackInto(unittest.TestCase):
     def test_random_views_into_dense_and_strided_outputs(self):
         rng = np.random.default_rng(12)

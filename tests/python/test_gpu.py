@@ -3,8 +3,8 @@ slices of [T, 3P], beta slices of both fused widths) packed in one launch
 and compared with .contiguous() through int16 views; CUDA graph capture and
 replay with new inputs; the framework's current stream; the autograd
 fallback; pack_into; torch.compile(fullgraph=True) through the custom ops,
-bit-equal to eager, inside CUDA graphs; the KDA boundary on CUDA. Exits 77
-without torch or CUDA."""
+bit-equal to eager, inside CUDA graphs; the KDA boundary on CUDA; the causal
+convolution on CUDA against the CPU backend. Exits 77 without torch or CUDA."""
 
 import sys
 import unittest
@@ -694,6 +694,68 @@ class CompiledKda(unittest.TestCase):
             inputs.pack(*views.values())
         names = [e.name for e in prof.events()]
         self.assertFalse([n for n in names if "stridepack" in n], names)
+
+
+class ConvGpu(unittest.TestCase):
+    """The causal convolution through the binding on CUDA tensors: the same
+    bits as the CPU backend without SiLU (the header's promise), in both
+    output layouts, with a padded row; under graph capture, new inputs
+    replayed at the same addresses."""
+
+    def problem(self, gen, T=300, C=3 * 256, W=4, slots=6):
+        x_buf = torch.randn(T, C + 64, device=DEV, generator=gen).to(torch.bfloat16)
+        return dict(x=x_buf[:, 32:32 + C],  # a column slice, as of a fused projection
+                    weight=torch.randn(C, W, device=DEV, generator=gen) * 0.3,
+                    bias=torch.randn(C, device=DEV, generator=gen) * 0.1,
+                    cu=torch.tensor([0, 100, 130, T], dtype=torch.int64, device=DEV),
+                    state=torch.randn(slots, C, W - 1, device=DEV, generator=gen).to(torch.bfloat16),
+                    idx=torch.tensor([4, -1, 1], dtype=torch.int32, device=DEV),
+                    init=torch.tensor([True, False, True], device=DEV))
+
+    def run_conv(self, p, device, split=False, silu=False):
+        T, C = p["x"].shape
+        d = {k: v.to(device) for k, v in p.items()}
+        out = torch.full((T, C), float("nan"), dtype=torch.bfloat16, device=device)
+        state = d["state"].clone()
+        kw = dict(q=out[:, :256], k=out[:, 256:512], v=out[:, 512:]) if split else dict(out=out)
+        sp.causal_conv1d(d["x"], d["weight"], d["cu"], state, d["idx"], bias=d["bias"],
+                         has_initial_state=d["init"], silu=silu, **kw)
+        return out, state
+
+    def test_same_bits_as_cpu_both_layouts(self):
+        gen = torch.Generator(device=DEV).manual_seed(40)
+        p = self.problem(gen)
+        cpu_out, cpu_state = self.run_conv(p, "cpu")
+        for split in (False, True):
+            with self.subTest(split=split):
+                out, state = self.run_conv(p, DEV, split=split)
+                torch.cuda.synchronize()
+                self.assertTrue(bits_equal(out.cpu(), cpu_out))
+                self.assertTrue(bits_equal(state.cpu(), cpu_state))
+        self.assertTrue(torch.isnan(cpu_out[100:130].float()).all(), "the padded rows written")
+
+    def test_decode_graph_replay_with_new_inputs(self):
+        gen = torch.Generator(device=DEV).manual_seed(41)
+        p = self.problem(gen)
+        N, C = 8, p["x"].shape[1]
+        x = torch.randn(N, C, device=DEV, generator=gen).to(torch.bfloat16)
+        idx = torch.tensor([0, -1, 2, 3, -1, 5, 1, 4], dtype=torch.int32, device=DEV)
+        out = torch.empty(N, C, dtype=torch.bfloat16, device=DEV)
+        state = p["state"].clone()
+        step = lambda: sp.causal_conv1d_update(x, p["weight"], state, idx, bias=p["bias"], out=out)
+        graph = capture(step)
+        for r in range(2):
+            x.copy_(torch.randn(N, C, device=DEV, generator=gen).to(torch.bfloat16))
+            before = state.clone()
+            graph.replay()
+            torch.cuda.synchronize()
+            want_out = torch.empty_like(out).cpu()
+            want_state = before.cpu()
+            sp.causal_conv1d_update(x.cpu(), p["weight"].cpu(), want_state, idx.cpu(),
+                                    bias=p["bias"].cpu(), out=want_out)
+            rows = (idx >= 0).cpu()
+            self.assertTrue(bits_equal(state.cpu(), want_state), f"replay {r}: state")
+            self.assertTrue(bits_equal(out.cpu()[rows], want_out[rows]), f"replay {r}: out")
 
 
 @unittest.skipUnless(torch.cuda.device_count() >= 2, "needs two CUDA devices")
