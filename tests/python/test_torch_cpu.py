@@ -387,6 +387,97 @@ class KdaWorkspace(unittest.TestCase):
         self.assertTrue(cm.exception.message.startswith("workspace: not contiguous"))
 
 
+@unittest.skipUnless(sp.kda_available(), "this libstridepack build has no KDA part")
+class FlaDropIn(unittest.TestCase):
+    """stridepack.fla.chunk_kda against stridepack.kda_prefill on the same
+    inputs: fla's shapes, layouts and return values, every gate it serves, and
+    each option it refuses named, nothing written."""
+
+    def inputs(self, gen, T=24, H=2):
+        args, state = kda_inputs(gen, T, H)
+        return args, state.transpose(-1, -2).contiguous()  # fla's [N, H, K, V]
+
+    def direct(self, args, pool_v_first, gate, lower_bound=-5.0):
+        """kda_prefill with the pool as stridepack takes it ([N, H, V, K],
+        slot n for sequence n)."""
+        T, H = args["q"].shape[1], args["q"].shape[2]
+        o = torch.empty(1, T, H, 128, dtype=torch.bfloat16)
+        pool = pool_v_first.clone(memory_format=torch.contiguous_format)
+        N = args["cu_seqlens"].shape[0] - 1
+        sp.kda_prefill(**dict(args, state_indices=torch.arange(N, dtype=torch.int32)),
+                       state=pool, o=o, gate=gate, lower_bound=lower_bound)
+        return o, pool
+
+    def fla_args(self, args):
+        return dict(q=args["q"], k=args["k"], v=args["v"], g=args["g"], beta=args["beta"],
+                    A_log=args["A_log"], dt_bias=args["dt_bias"], use_qk_l2norm_in_kernel=True,
+                    use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True)
+
+    def test_every_served_gate_and_both_state_layouts(self):
+        from stridepack.fla import chunk_kda
+        gen = torch.Generator().manual_seed(60)
+        args, h0 = self.inputs(gen)
+        for gate, extra in (("softplus", {}), ("lower_bound", dict(safe_gate=True, lower_bound=-5.0))):
+            o_want, s_want = self.direct(args, h0.transpose(-1, -2), gate)
+            for v_first in (False, True):
+                with self.subTest(gate=gate, state_v_first=v_first):
+                    init = h0.transpose(-1, -2).contiguous() if v_first else h0.clone()
+                    before = init.clone()
+                    o, ht = chunk_kda(**self.fla_args(args), **extra, initial_state=init,
+                                      output_final_state=True, state_v_first=v_first,
+                                      cu_seqlens=args["cu_seqlens"])
+                    self.assertEqual((o.shape, o.dtype), (args["q"].shape, torch.bfloat16))
+                    self.assertTrue(bits_equal(o, o_want))
+                    want = s_want if v_first else s_want.transpose(-1, -2)
+                    self.assertEqual(ht.shape, init.shape)
+                    self.assertTrue(torch.equal(ht, want))
+                    self.assertTrue(torch.equal(init, before), "initial_state written")
+        # No initial state: zeros; no final state asked: None; cu_seqlens int32.
+        o, ht = chunk_kda(**self.fla_args(args), cu_seqlens=args["cu_seqlens"].int())
+        o_want, _ = self.direct(args, torch.zeros(2, 2, 128, 128), "softplus")
+        self.assertIsNone(ht)
+        self.assertTrue(bits_equal(o, o_want))
+
+    def test_equal_length_batch_without_cu_seqlens(self):
+        from stridepack.fla import chunk_kda
+        gen = torch.Generator().manual_seed(61)
+        args, h0 = self.inputs(gen, T=20)
+        b = {n: args[n].reshape(2, 10, *args[n].shape[2:]) for n in ("q", "k", "v", "g", "beta")}
+        o, ht = chunk_kda(**dict(self.fla_args(args), **b), initial_state=h0,
+                          output_final_state=True)
+        o_want, s_want = self.direct(dict(args, cu_seqlens=torch.tensor([0, 10, 20])),
+                                     h0.transpose(-1, -2), "softplus")
+        self.assertEqual(o.shape, (2, 10, 2, 128))
+        self.assertTrue(bits_equal(o.reshape(1, 20, 2, 128), o_want))
+        self.assertTrue(torch.equal(ht, s_want.transpose(-1, -2)))
+
+    def test_refused_options_are_named(self):
+        from stridepack.fla import chunk_kda
+        gen = torch.Generator().manual_seed(62)
+        args, h0 = self.inputs(gen)
+        base = dict(self.fla_args(args), initial_state=h0, cu_seqlens=args["cu_seqlens"])
+        cases = [(dict(use_gate_in_kernel=False), "use_gate_in_kernel=False"),
+                 (dict(use_beta_sigmoid_in_kernel=False), "use_beta_sigmoid_in_kernel=False"),
+                 (dict(allow_neg_eigval=True), "allow_neg_eigval=True"),
+                 (dict(use_qk_l2norm_in_kernel=False), "use_qk_l2norm_in_kernel=False"),
+                 (dict(lower_bound=-5.0), "lower_bound=-5.0"),
+                 (dict(safe_gate=True, lower_bound=-6.0), "lower_bound=-6.0"),
+                 (dict(return_intermediate_states=True), "return_intermediate_states=True"),
+                 (dict(v=args["v"][..., :64]), "v=[1, 24, 2, 64]"),
+                 (dict(q=args["q"].float()), "q='torch.float32'"),
+                 (dict(initial_state=h0.double()), "initial_state='torch.float64'"),
+                 (dict(q=args["q"].clone().requires_grad_(False).float().requires_grad_()),
+                  "q='a tensor that requires grad'"),
+                 (dict(head_first=True), "head_first=True")]
+        for change, named in cases:
+            with self.subTest(named=named):
+                before = h0.clone()
+                with self.assertRaises(ValueError) as cm:
+                    chunk_kda(**dict(base, **change))
+                self.assertIn(named, str(cm.exception))
+                self.assertTrue(torch.equal(h0, before))
+
+
 class NoObjectMemoryReads(unittest.TestCase):
     def test_hooks_are_gone(self):
         # The TensorImpl address comes from Tensor._cdata, never from the
