@@ -41,13 +41,36 @@ def kda_prefill(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Arra
                 checkpoint_cu_starts: Optional[Array] = None, checkpoints: Optional[Array] = None,
                 reference: bool = False, kernel: str = "auto",
                 workspace: Optional[Array] = None) -> None:
-    """sp_kda_prefill on dense inputs (reference=True: the float64 CPU
-    reference). Writes o, the state pool and the checkpoints in place;
-    shapes and dtypes as in stridepack_kda.h. On CUDA: the current stream.
+    """The KDA prefill (sp_kda_prefill; reference=True: the float64 CPU
+    reference). Returns None; writes o, the state pool and the checkpoints in
+    place, nothing else. T tokens, H heads, N sequences.
+
+    q, k, v: bf16 [1, T, H, 128]; g: bf16 [1, T, H, 128], the raw gate input;
+    beta: bf16 [1, T, H], logits (sigmoid in the kernel). q, k, v, g are read
+    where they lie when dense, or when each (token, head) row of 128 channels
+    is contiguous and 16-byte aligned (the column slices of a fused
+    [T, 3 H*128] producer buffer are); other layouts are refused
+    (KdaBoundary.run packs them); beta may have any strides.
+    A_log: fp32 [H]; dt_bias: fp32 [H * 128]. gate "lower_bound" (K3:
+    lower_bound * sigmoid(exp(A_log) * (g + dt_bias)), lower_bound in [-5, 0))
+    or "softplus" (Kimi-Linear: -exp(A_log) * softplus(g + dt_bias)).
+    scale: multiplies the normalized q (0: 128 ** -0.5).
+    cu_seqlens: int64 [N + 1]. state: fp32 or bf16 [slots, H, 128, 128],
+    V-first (element [s, h, j, d] holds S[d][j]), slot pitch may be padded;
+    state_indices: int32 [N], distinct: sequence n starts from slot
+    state_indices[n] and leaves its final state there. o: bf16 [1, T, H, 128],
+    dense, written for the tokens of every sequence.
+    checkpoint_interval n > 0 with checkpoint_cu_starts int64 [N + 1] and
+    checkpoints [C, H, 128, 128] (the state's dtype): the state after every
+    n tokens of each sequence.
     kernel: "auto", "recurrent", "chunked" or "chunked_two_pass"
-    (sp_kda_kernel); workspace: a device array of at least
+    (sp_kda_kernel); workspace: a dense device array of at least
     kda_workspace_bytes(...) bytes, which lets "auto" pick the two-pass
-    kernel where it is faster and "chunked_two_pass" run."""
+    kernel where it is faster and "chunked_two_pass" run.
+    On CUDA: the current stream, nothing allocated, graph-capturable. Every
+    argument is checked before anything is written; errors are
+    StridepackError naming the argument. Under torch.compile this is the
+    custom op stridepack::kda_prefill."""
     gate_code, kernel_code = _codes(gate, kernel)
     if _api.compiling():
         _api._torch_ops.kda_prefill(
@@ -95,8 +118,18 @@ class KdaBoundary:
             scale: float = 0.0, checkpoint_interval: int = 0,
             checkpoint_cu_starts: Optional[Array] = None, checkpoints: Optional[Array] = None,
             kernel: str = "auto", workspace: Optional[Array] = None) -> None:
-        """sp_kda_boundary_run; arguments as kda_prefill, q..beta any views
-        (without a workspace, the boundary's own serves the two-pass kernel).
+        """The KDA prefill behind the input boundary (sp_kda_boundary_run).
+        Returns None; writes o, the state pool and the checkpoints in place.
+
+        Arguments, shapes and dtypes as kda_prefill (help(stridepack.kda_prefill)),
+        except that q, k, v, g and beta may be any strided views: those the
+        prefill cannot read where they lie are packed first, in one launch
+        into the boundary's own workspace (none when every one can be read in
+        place; last_copied says how many were). T may not exceed max_tokens,
+        nor H max_heads (SP_ERR_CAPACITY). Without a workspace argument, the
+        boundary's own serves the two-pass kernel where it has one (max_heads
+        <= 32 on CUDA). Eager, captured and replayed calls use the same
+        workspace addresses, so a CUDA graph replays with new input contents.
         Under torch.compile this is the custom op stridepack::kda_boundary_run."""
         gate_code, kernel_code = _codes(gate, kernel)
         if _api.compiling():
