@@ -126,10 +126,15 @@ typedef struct sp_kda_args {
 
     /* State pool [slots, H, 128, 128], f32 or bf16, V-first: element
      * [slot, h, j, d] holds S[d][j]. Dims 1..3 dense; the slot pitch
-     * strides[0] may be padded (>= H*128*128). state_indices i32 [N], dense,
-     * distinct, in [0, slots): sequence n reads its initial state from slot
-     * state_indices[n] and writes its final state back there. A bf16 pool is
-     * read to fp32 once and rounded (to nearest even) once at the end. */
+     * strides[0] may be padded (>= H*128*128). state_indices i32 [N], dense:
+     * sequence n reads its initial state from slot state_indices[n], in
+     * [0, slots), and writes its final state back there; entries in [0,
+     * slots) are distinct. A negative entry marks a padded sequence (an
+     * engine's CUDA-graph batch padded to its captured size, vLLM's and
+     * SGLang's PAD_SLOT_ID -1): it is skipped on every backend, nothing read
+     * or written for it (its o rows and checkpoint rows are not written, no
+     * slot is touched). A bf16 pool is read to fp32 once and rounded (to
+     * nearest even) once at the end. */
     sp_tensor state;
     sp_tensor state_indices;
 
@@ -202,11 +207,12 @@ SP_API sp_status sp_kda_args_init(sp_kda_args *args);
  *   - o, the state pool and the checkpoints overlap nothing else
  *     (SP_ERR_OVERLAP);
  *   - the index arrays' contents (cu_seqlens monotone and within [0, T],
- *     state_indices in range and distinct, checkpoint rows within C)
- *     (SP_ERR_INVALID_ARGUMENT): for CPU tensors only. For CUDA tensors
- *     these arrays live on the device and are not read on the host; the
- *     kernel instead skips (writes nothing for) a sequence whose token range,
- *     slot or checkpoint rows are out of bounds. Distinct slots on CUDA are
+ *     state_indices below slots and, where not negative (padded), distinct,
+ *     checkpoint rows within C) (SP_ERR_INVALID_ARGUMENT): for CPU tensors
+ *     only. For CUDA tensors these arrays live on the device and are not
+ *     read on the host; the kernel instead skips (writes nothing for) a
+ *     sequence whose token range, slot or checkpoint rows are out of bounds,
+ *     a padded one (negative slot) as on the CPU. Distinct slots on CUDA are
  *     the caller's duty (two sequences on one slot race).
  *   - CUDA: N * H (sequence, head) pairs at most 2^31 - 1, else
  *     SP_ERR_UNSUPPORTED; checkpoint rows of different sequences must not

@@ -247,8 +247,15 @@ static double compare(const kda_problem *p, sp_dtype t, const void *x, const voi
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
+/* Row t of o is written when a sequence that is not padded (a negative
+ * slot) holds it. */
 static int live_o(const kda_problem *p, int64_t i) {
-    return i / (p->H * D) < p->T - p->tail;
+    const int32_t *idx = p->host[KB_IDX];
+    const int64_t t = i / (p->H * D);
+    int64_t bos = 0;
+    for (int64_t n = 0; n < p->N; bos += p->lens[n++])
+        if (t < bos + p->lens[n]) return t >= bos && idx[n] >= 0;
+    return 0;
 }
 
 static int live_state(const kda_problem *p, int64_t i) {
@@ -262,9 +269,10 @@ static int live_state(const kda_problem *p, int64_t i) {
 
 static int live_ckpt(const kda_problem *p, int64_t i) {
     const int64_t *cs = p->host[KB_CKS];
+    const int32_t *idx = p->host[KB_IDX];
     int64_t row = i / (p->H * DD);
     for (int64_t n = 0; n < p->N; n++)
-        if (row >= cs[n] && row < cs[n] + p->lens[n] / p->interval) return 1;
+        if (idx[n] >= 0 && row >= cs[n] && row < cs[n] + p->lens[n] / p->interval) return 1;
     return 0;
 }
 

@@ -57,8 +57,9 @@ def kda_prefill(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Arra
     scale: multiplies the normalized q (0: 128 ** -0.5).
     cu_seqlens: int64 [N + 1]. state: fp32 or bf16 [slots, H, 128, 128],
     V-first (element [s, h, j, d] holds S[d][j]), slot pitch may be padded;
-    state_indices: int32 [N], distinct: sequence n starts from slot
-    state_indices[n] and leaves its final state there. o: bf16 [1, T, H, 128],
+    state_indices: int32 [N]: sequence n starts from slot state_indices[n]
+    and leaves its final state there (slots distinct); a negative entry
+    marks a padded sequence, skipped: nothing read or written for it. o: bf16 [1, T, H, 128],
     dense, written for the tokens of every sequence.
     checkpoint_interval n > 0 with checkpoint_cu_starts int64 [N + 1] and
     checkpoints [C, H, 128, 128] (the state's dtype): the state after every

@@ -179,10 +179,13 @@ static sp_status check_host_indices(const sp_kda_args *a, const sp_kda_dims *d) 
                    (long long)cu[n + 1], (long long)cu[n]);
     SP_REQUIRE(cu[d->N] <= d->T, SP_ERR_INVALID_ARGUMENT, "cu_seqlens: [N] = %lld exceeds T = %lld",
                (long long)cu[d->N], (long long)d->T);
+    /* A negative entry marks a padded sequence (skipped); the others name
+     * distinct slots of the pool. */
     for (int64_t n = 0; n < d->N; n++)
-        SP_REQUIRE(idx[n] >= 0 && idx[n] < d->slots, SP_ERR_INVALID_ARGUMENT,
-                   "state_indices: [%lld] = %d is outside [0, %lld) (state slots)", (long long)n,
-                   (int)idx[n], (long long)d->slots);
+        SP_REQUIRE(idx[n] < d->slots, SP_ERR_INVALID_ARGUMENT,
+                   "state_indices: [%lld] = %d is outside [0, %lld) (state slots; a negative "
+                   "entry marks a padded sequence)",
+                   (long long)n, (int)idx[n], (long long)d->slots);
     if (d->N > 1) {
         int32_t *sorted = malloc((size_t)d->N * sizeof *sorted);
         SP_REQUIRE(sorted, SP_ERR_OUT_OF_MEMORY, "state_indices: no memory to check distinctness");
@@ -190,7 +193,7 @@ static sp_status check_host_indices(const sp_kda_args *a, const sp_kda_dims *d) 
         qsort(sorted, (size_t)d->N, sizeof *sorted, cmp_i32);
         int32_t dup = -1;
         for (int64_t n = 1; n < d->N && dup < 0; n++)
-            if (sorted[n] == sorted[n - 1]) dup = sorted[n];
+            if (sorted[n] >= 0 && sorted[n] == sorted[n - 1]) dup = sorted[n];
         free(sorted);
         SP_REQUIRE(dup < 0, SP_ERR_INVALID_ARGUMENT,
                    "state_indices: slot %d is used by two sequences", (int)dup);

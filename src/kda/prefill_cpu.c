@@ -124,7 +124,9 @@ static void run_task(const sp_kda_args *a, const sp_kda_dims *dm, int64_t n, int
     const int64_t hd = dm->H * D * D; /* checkpoint row pitch (dense) */
     int64_t crow = dm->interval > 0 ? ((const int64_t *)a->checkpoint_cu_starts.data)[n] : 0;
     int64_t since = 0;
-    if (cu[n + 1] == cu[n]) return; /* an empty sequence leaves its slot's bits as they are */
+    /* A padded sequence (a negative slot) is skipped: nothing read or
+     * written for it. An empty one leaves its slot's bits as they are. */
+    if (slot < 0 || cu[n + 1] == cu[n]) return;
     load_state(dm, a->state.data, slot * dm->pitch, h, w->S);
     for (int64_t t = cu[n]; t < cu[n + 1]; t++) {
         float kq;

@@ -55,9 +55,10 @@ static void run(const sp_kda_args *a, const sp_kda_dims *dm, int64_t n, int64_t 
     const float *bias = (const float *)a->dt_bias.data + h * D;
     const double scale = a->scale != 0.0f ? (double)a->scale : 1.0 / sqrt((double)D);
     int64_t crow = dm->interval > 0 ? ((const int64_t *)a->checkpoint_cu_starts.data)[n] : 0;
-    /* An empty sequence leaves its slot's bits as they are: a bf16 slot read
-     * and rounded back would quiet a signalling NaN. */
-    if (cu[n + 1] == cu[n]) return;
+    /* A padded sequence (a negative slot) is skipped: nothing read or
+     * written for it. An empty one leaves its slot's bits as they are: a
+     * bf16 slot read and rounded back would quiet a signalling NaN. */
+    if (slot < 0 || cu[n + 1] == cu[n]) return;
 
     for (int j = 0; j < D; j++)
         for (int d = 0; d < D; d++)
