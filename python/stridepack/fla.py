@@ -1,9 +1,12 @@
-"""fla's KDA prefill call, served by stridepack: change one import.
+"""fla's KDA calls, served by stridepack: change one import.
 
-    from stridepack.fla import chunk_kda      # instead of: from fla.ops.kda import chunk_kda
+    from stridepack.fla import chunk_kda, fused_recurrent_kda_fwd
+    # instead of: from fla.ops.kda import chunk_kda, fused_recurrent_kda_fwd
 
-``chunk_kda`` takes fla's parameter names, defaults, shapes and return values
-for the forward (inference) path and runs ``stridepack.kda_prefill``. What
+``chunk_kda`` (prefill), ``fused_recurrent_kda`` and ``fused_recurrent_kda_fwd``
+(decode on a state pool by ``ssm_state_indices``) take fla's parameter names,
+defaults, shapes and return values for the forward (inference) path and run
+``stridepack.kda_prefill``. What
 stridepack does not compute is refused by name with a ``ValueError`` (the
 type fla raises for its own invalid options) before anything runs; never a
 silently different result. torch tensors only (CPU or CUDA).
@@ -28,7 +31,9 @@ Served:
 Refused (ValueError naming the option and the value): ``use_gate_in_kernel=False``
 (a precomputed log-decay g), ``use_beta_sigmoid_in_kernel=False`` (an activated
 beta), ``allow_neg_eigval=True``, ``use_qk_l2norm_in_kernel=False``,
-``lower_bound`` without ``safe_gate`` or outside [-5, 0), ``return_intermediate_states=True``,
+``lower_bound`` outside [-5, 0) (or, in ``chunk_kda``, without ``safe_gate``),
+``return_intermediate_states=True``, ``num_accepted_tokens`` and 2-D
+``ssm_state_indices`` (speculative verify),
 ``cp_context``, head dimensions other than K = V = 128, grouped value heads
 (``HV != H``), dtypes other than bf16 for q, k, v, g, beta and fp32 for the
 state, inputs that require grad (stridepack computes no gradient), and any
@@ -42,14 +47,116 @@ from typing import Any, Optional, Tuple
 from . import _native
 from ._kda import kda_prefill
 
-__all__ = ["chunk_kda"]
+__all__ = ["chunk_kda", "fused_recurrent_kda", "fused_recurrent_kda_fwd"]
 
 HEAD_DIM = 128
 _IGNORED = ("cu_seqlens_cpu", "use_graph", "max_num_seqs", "disable_recompute", "chunk_size")
 
 
-def _refuse(option: str, value: Any, why: str) -> ValueError:
-    return ValueError(f"stridepack.fla.chunk_kda: {option}={value!r} is not served: {why}")
+def _refuse(call: str, option: str, value: Any, why: str) -> ValueError:
+    return ValueError(f"stridepack.fla.{call}: {option}={value!r} is not served: {why}")
+
+
+class _Call:
+    """One drop-in call's inputs, checked and laid out for kda_prefill: q, k,
+    v, g, beta as one varlen batch ([1, B T, H, 128] without cu_seqlens),
+    cu_seqlens int64, the gate and its parameters."""
+
+    def __init__(self, call, a, kwargs, lower_bound_needs_safe_gate):
+        """a: the call's arguments by fla's names (q .. beta, A_log, dt_bias,
+        cu_seqlens, initial_state, the use_* flags, allow_neg_eigval,
+        lower_bound and, for chunk_kda, safe_gate)."""
+        import torch
+        self.call = call
+        q, k, v, g, beta = a["q"], a["k"], a["v"], a["g"], a["beta"]
+        A_log, dt_bias, cu_seqlens = a["A_log"], a["dt_bias"], a["cu_seqlens"]
+        lower_bound, safe_gate = a["lower_bound"], a.get("safe_gate", False)
+        use_gate_in_kernel = a["use_gate_in_kernel"]
+        use_beta_sigmoid_in_kernel = a["use_beta_sigmoid_in_kernel"]
+        use_qk_l2norm_in_kernel = a["use_qk_l2norm_in_kernel"]
+        allow_neg_eigval = a["allow_neg_eigval"]
+        for name in _IGNORED:
+            kwargs.pop(name, None)
+        if kwargs:
+            name = sorted(kwargs)[0]
+            raise self.refuse(name, kwargs[name], "stridepack does not know this option")
+        if not use_gate_in_kernel:
+            raise self.refuse("use_gate_in_kernel", use_gate_in_kernel,
+                              "a precomputed log-decay g is not served yet; pass the raw gate "
+                              "input with A_log and dt_bias and use_gate_in_kernel=True")
+        if not use_beta_sigmoid_in_kernel:
+            raise self.refuse("use_beta_sigmoid_in_kernel", use_beta_sigmoid_in_kernel,
+                              "beta must be logits (the sigmoid is applied in the kernel)")
+        if allow_neg_eigval:
+            raise self.refuse("allow_neg_eigval", allow_neg_eigval,
+                              "beta is sigmoid(beta) in [0, 1)")
+        if not use_qk_l2norm_in_kernel:
+            raise self.refuse("use_qk_l2norm_in_kernel", use_qk_l2norm_in_kernel,
+                              "stridepack always l2-normalizes q and k in the kernel")
+        if lower_bound is not None and lower_bound_needs_safe_gate and not safe_gate:
+            raise self.refuse("lower_bound", lower_bound, "a lower bound needs safe_gate=True "
+                              "(the gate lower_bound * sigmoid(exp(A_log) * (g + dt_bias)))")
+        if lower_bound is not None and not -5 <= lower_bound < 0:
+            raise self.refuse("lower_bound", lower_bound, "the lower bound must be in [-5, 0)")
+        if safe_gate and lower_bound is None:
+            raise self.refuse("safe_gate", True, "safe_gate=True needs a lower_bound in [-5, 0)")
+        if A_log is None and lower_bound is None:
+            raise ValueError("`A_log` must be provided when `use_gate_in_kernel=True` and "
+                             "`lower_bound` is not set.")
+        for name, x in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta), ("A_log", A_log),
+                        ("dt_bias", dt_bias), ("initial_state", a["initial_state"])):
+            if x is not None and x.requires_grad:
+                raise self.refuse(name, "a tensor that requires grad",
+                                  "stridepack computes the forward only (inference)")
+        for name, x in (("q", q), ("k", k), ("v", v), ("g", g)):
+            if x.dim() != 4 or x.shape[-1] != HEAD_DIM:
+                raise self.refuse(name, list(x.shape), f"[B, T, H, {HEAD_DIM}] only (head "
+                                  f"dimensions K = V = {HEAD_DIM})")
+        B, T, H, _ = q.shape
+        if v.shape[2] != H:
+            raise self.refuse("v", list(v.shape), "grouped value heads (HV != H) are not served")
+        if beta.dim() != 3:
+            raise self.refuse("beta", list(beta.shape), "beta is one scalar a (token, head): "
+                              "[B, T, H]")
+        for name, x in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta)):
+            if x.dtype != torch.bfloat16:
+                raise self.refuse(name, str(x.dtype), "q, k, v, g and beta are bf16")
+        dev = q.device
+        if cu_seqlens is not None:
+            if B != 1:
+                raise ValueError(f"The batch size is expected to be 1 rather than {B} when "
+                                 f"using `cu_seqlens`.Please flatten variable-length inputs "
+                                 f"before processing.")
+            self.cu = cu_seqlens.to(device=dev, dtype=torch.int64)
+            self.N = self.cu.shape[0] - 1
+        else:  # B sequences of T tokens, as one varlen batch
+            self.N = B
+            self.cu = torch.arange(0, (B + 1) * T, T, dtype=torch.int64, device=dev)
+            q, k, v, g = (x.reshape(1, B * T, H, HEAD_DIM) for x in (q, k, v, g))
+            beta = beta.reshape(1, B * T, H)
+        # q, k, v, g are read where they lie when their rows allow it (the K3
+        # column slices do); others are made dense first.
+        self.q, self.k, self.v, self.g = (x if _native.kda_reads_in_place(x) else x.contiguous()
+                                          for x in (q, k, v, g))
+        self.beta, self.B, self.T, self.H, self.dev = beta, B, T, H, dev
+        if A_log is None:  # lower_bound * sigmoid(g + dt_bias): exp(A_log) = 1
+            A_log = torch.zeros(H, dtype=torch.float32, device=dev)
+        if dt_bias is None:
+            dt_bias = torch.zeros(H * HEAD_DIM, dtype=torch.float32, device=dev)
+        self.A_log, self.dt_bias = A_log.float(), dt_bias.float().reshape(-1)
+        self.lower_bound = lower_bound
+
+    def refuse(self, option, value, why):
+        return _refuse(self.call, option, value, why)
+
+    def run(self, pool, state_indices, o, scale):
+        """kda_prefill on the V-first pool [slots, H, 128, 128] by
+        state_indices (int32 [N]) into o [1, B T, H, 128]."""
+        lb = self.lower_bound
+        kda_prefill(self.q, self.k, self.v, self.g, self.beta, self.A_log, self.dt_bias, self.cu,
+                    pool, state_indices, o, gate="softplus" if lb is None else "lower_bound",
+                    lower_bound=-5.0 if lb is None else float(lb),
+                    scale=float(HEAD_DIM ** -0.5 if scale is None else scale))
 
 
 def chunk_kda(q, k, v, g, beta, scale: Optional[float] = None, initial_state=None,
@@ -76,71 +183,18 @@ def chunk_kda(q, k, v, g, beta, scale: Optional[float] = None, initial_state=Non
     A_log, dt_bias = kwargs.pop("A_log", None), kwargs.pop("dt_bias", None)
     if "transpose_state_layout" in kwargs:  # fla's former name of state_v_first
         state_v_first = bool(kwargs.pop("transpose_state_layout")) or state_v_first
-    for name in _IGNORED:
-        kwargs.pop(name, None)
-    if kwargs:
-        name = sorted(kwargs)[0]
-        raise _refuse(name, kwargs[name], "stridepack does not know this option")
-    if not use_gate_in_kernel:
-        raise _refuse("use_gate_in_kernel", use_gate_in_kernel,
-                      "a precomputed log-decay g is not served yet; pass the raw gate input "
-                      "with A_log and dt_bias and use_gate_in_kernel=True")
-    if not use_beta_sigmoid_in_kernel:
-        raise _refuse("use_beta_sigmoid_in_kernel", use_beta_sigmoid_in_kernel,
-                      "beta must be logits (the sigmoid is applied in the kernel)")
-    if allow_neg_eigval:
-        raise _refuse("allow_neg_eigval", allow_neg_eigval, "beta is sigmoid(beta) in [0, 1)")
-    if not use_qk_l2norm_in_kernel:
-        raise _refuse("use_qk_l2norm_in_kernel", use_qk_l2norm_in_kernel,
-                      "stridepack always l2-normalizes q and k in the kernel")
+    refuse = lambda *a: _refuse("chunk_kda", *a)  # noqa: E731
     if return_intermediate_states:
-        raise _refuse("return_intermediate_states", True,
-                      "stridepack keeps no per-chunk states (checkpoints: stridepack.kda_prefill)")
+        raise refuse("return_intermediate_states", True,
+                     "stridepack keeps no per-chunk states (checkpoints: stridepack.kda_prefill)")
     if cp_context is not None:
-        raise _refuse("cp_context", cp_context, "no context parallelism")
-    if lower_bound is not None and not safe_gate:
-        raise _refuse("lower_bound", lower_bound, "a lower bound needs safe_gate=True (the gate "
-                      "lower_bound * sigmoid(exp(A_log) * (g + dt_bias)))")
-    if safe_gate and (lower_bound is None or not -5 <= lower_bound < 0):
-        raise _refuse("lower_bound", lower_bound, "safe_gate=True needs a lower_bound in [-5, 0)")
-    if A_log is None and lower_bound is None:
-        raise ValueError("`A_log` must be provided when `use_gate_in_kernel=True` and "
-                         "`lower_bound` is not set.")
-    for name, x in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta),
-                    ("initial_state", initial_state), ("A_log", A_log), ("dt_bias", dt_bias)):
-        if x is not None and x.requires_grad:
-            raise _refuse(name, "a tensor that requires grad",
-                          "stridepack computes the forward only (inference)")
-    for name, x in (("q", q), ("k", k), ("v", v), ("g", g)):
-        if x.dim() != 4 or x.shape[-1] != HEAD_DIM:
-            raise _refuse(name, list(x.shape), f"[B, T, H, {HEAD_DIM}] only (head dimensions "
-                          f"K = V = {HEAD_DIM})")
-    B, T, H, _ = q.shape
-    if v.shape[2] != H:
-        raise _refuse("v", list(v.shape), "grouped value heads (HV != H) are not served")
-    for name, x in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta)):
-        if x.dtype != torch.bfloat16:
-            raise _refuse(name, str(x.dtype), "q, k, v, g and beta are bf16")
-    dev = q.device
-    if cu_seqlens is not None:
-        if B != 1:
-            raise ValueError(f"The batch size is expected to be 1 rather than {B} when using "
-                             f"`cu_seqlens`.Please flatten variable-length inputs before "
-                             f"processing.")
-        cu = cu_seqlens.to(device=dev, dtype=torch.int64)
-        N = cu.shape[0] - 1
-    else:  # B sequences of T tokens, as one varlen batch
-        N = B
-        cu = torch.arange(0, (B + 1) * T, T, dtype=torch.int64, device=dev)
-        q, k, v, g = (x.reshape(1, B * T, H, HEAD_DIM) for x in (q, k, v, g))
-        beta = beta.reshape(1, B * T, H)
-    # q, k, v, g are read where they lie when their rows allow it (the K3
-    # column slices do); others are made dense first.
-    q, k, v, g = (x if _native.kda_reads_in_place(x) else x.contiguous() for x in (q, k, v, g))
+        raise refuse("cp_context", cp_context, "no context parallelism")
+    c = _Call("chunk_kda", dict(locals()), kwargs, lower_bound_needs_safe_gate=True)
+    N, H = c.N, c.H
     if initial_state is not None:
         if initial_state.dtype != torch.float32:
-            raise _refuse("initial_state", str(initial_state.dtype), "initial_state must be in "
-                          "float32")
+            raise refuse("initial_state", str(initial_state.dtype),
+                         "initial_state must be in float32")
         if initial_state.shape[0] != N:
             raise ValueError(f"The number of initial states is expected to be equal to the number "
                              f"of input sequences, i.e., {N} rather than "
@@ -151,18 +205,112 @@ def chunk_kda(q, k, v, g, beta, scale: Optional[float] = None, initial_state=Non
         if pool.data_ptr() == initial_state.data_ptr():
             pool = pool.clone()
     else:
-        pool = torch.zeros(N, H, HEAD_DIM, HEAD_DIM, dtype=torch.float32, device=dev)
-    if A_log is None:  # lower_bound * sigmoid(g + dt_bias): exp(A_log) = 1
-        A_log = torch.zeros(H, dtype=torch.float32, device=dev)
-    if dt_bias is None:
-        dt_bias = torch.zeros(H * HEAD_DIM, dtype=torch.float32, device=dev)
-    o = torch.empty(1, q.shape[1], H, HEAD_DIM, dtype=torch.bfloat16, device=dev)
-    kda_prefill(q, k, v, g, beta, A_log.float(), dt_bias.float().reshape(-1), cu, pool,
-                torch.arange(N, dtype=torch.int32, device=dev), o,
-                gate="softplus" if lower_bound is None else "lower_bound",
-                lower_bound=-5.0 if lower_bound is None else float(lower_bound),
-                scale=float(HEAD_DIM ** -0.5 if scale is None else scale))
-    o = o.reshape(B, T, H, HEAD_DIM)
+        pool = torch.zeros(N, H, HEAD_DIM, HEAD_DIM, dtype=torch.float32, device=c.dev)
+    o = torch.empty(1, c.q.shape[1], H, HEAD_DIM, dtype=torch.bfloat16, device=c.dev)
+    c.run(pool, torch.arange(N, dtype=torch.int32, device=c.dev), o, scale)
+    o = o.reshape(c.B, c.T, H, HEAD_DIM)
     if not output_final_state:
         return o, None
     return o, (pool if state_v_first else pool.transpose(-1, -2).contiguous())
+
+
+def fused_recurrent_kda_fwd(q, k, v, g, beta, A_log=None, dt_bias=None, initial_state=None,
+                            scale: Optional[float] = None, output_final_state: bool = False,
+                            inplace_final_state: bool = True, state_v_first: bool = False,
+                            cu_seqlens=None, ssm_state_indices=None, num_accepted_tokens=None,
+                            use_qk_l2norm_in_kernel: bool = False,
+                            use_gate_in_kernel: bool = False,
+                            use_beta_sigmoid_in_kernel: bool = False,
+                            allow_neg_eigval: bool = False, lower_bound: Optional[float] = None,
+                            out=None, **kwargs) -> Tuple[Any, Any]:
+    """fla's ``fused_recurrent_kda_fwd`` (the decode call engines make) on
+    stridepack's prefill, which runs its recurrent kernel for short sequences.
+
+    q, k, v, g, beta, A_log, dt_bias, the gates and the options as in
+    ``chunk_kda`` (the lower bound without ``safe_gate``, as fla's recurrent
+    kernel takes it). initial_state: the state pool, fp32 or bf16
+    ``[slots, H, K, V]`` (``[slots, H, V, K]`` with ``state_v_first``), read at
+    and, with ``inplace_final_state`` (the default), written back to slot
+    ``ssm_state_indices[n]`` (int32 or int64 ``[N]``; a negative entry marks a
+    padded sequence, skipped: its o rows are zero, no slot touched), or slot n
+    without indices. With ``state_v_first`` the pool is read and written in
+    place; otherwise the slots used are gathered, transposed and scattered
+    back (a copy each way). Without ``inplace_final_state``,
+    ``output_final_state`` returns new final states ``[N, H, K, V]`` and the
+    pool is not written. Returns ``(o, final_state)``: o bf16 ``[B, T, H,
+    128]`` (``out`` when given), final_state the pool (in place), the new
+    states, or None.
+
+    Not served yet (refused by name): ``num_accepted_tokens`` and 2-D
+    ``ssm_state_indices`` (speculative verify)."""
+    import torch
+
+    refuse = lambda *a: _refuse("fused_recurrent_kda_fwd", *a)  # noqa: E731
+    if num_accepted_tokens is not None:
+        raise refuse("num_accepted_tokens", "a tensor", "speculative verify is not served yet")
+    if ssm_state_indices is not None and ssm_state_indices.dim() != 1:
+        raise refuse("ssm_state_indices", list(ssm_state_indices.shape),
+                     "one slot a sequence ([N]) only: speculative verify is not served yet")
+    if inplace_final_state and initial_state is None:
+        raise refuse("inplace_final_state", True, "there is no initial_state to write into")
+    c = _Call("fused_recurrent_kda_fwd", dict(locals()), kwargs,
+              lower_bound_needs_safe_gate=False)
+    N, H, dev = c.N, c.H, c.dev
+    if initial_state is not None and initial_state.dtype not in (torch.float32, torch.bfloat16):
+        raise refuse("initial_state", str(initial_state.dtype), "the pool is fp32 or bf16")
+    if ssm_state_indices is not None:
+        if ssm_state_indices.shape[0] != N:
+            raise refuse("ssm_state_indices", list(ssm_state_indices.shape),
+                         f"one slot for each of the {N} sequences")
+        idx = ssm_state_indices.to(device=dev, dtype=torch.int32)
+    else:
+        idx = torch.arange(N, dtype=torch.int32, device=dev)
+    if out is not None and (out.shape != v.shape or out.dtype != torch.bfloat16):
+        raise refuse("out", f"{list(out.shape)} {out.dtype}", f"out must be bf16 {list(v.shape)}")
+    o = torch.zeros(1, c.q.shape[1], H, HEAD_DIM, dtype=torch.bfloat16, device=dev)
+    if initial_state is None:
+        pool = torch.zeros(N, H, HEAD_DIM, HEAD_DIM, dtype=torch.float32, device=dev)
+        c.run(pool, torch.arange(N, dtype=torch.int32, device=dev), o, scale)
+        final = None if not output_final_state else (
+            pool if state_v_first else pool.transpose(-1, -2).contiguous())
+    elif state_v_first and inplace_final_state:
+        c.run(initial_state, idx, o, scale)
+        final = initial_state
+    else:
+        # The slots the batch uses, V-first and dense, as slots 0 .. N-1 of a
+        # pool of their own (padded sequences keep their -1).
+        used = idx.clamp(min=0).long()
+        rows = initial_state.index_select(0, used)
+        pool = (rows if state_v_first else rows.transpose(-1, -2)).contiguous().clone()
+        local = torch.where(idx >= 0, torch.arange(N, dtype=torch.int32, device=dev), idx)
+        c.run(pool, local, o, scale)
+        back = pool if state_v_first else pool.transpose(-1, -2)
+        if inplace_final_state:
+            live = (idx >= 0).nonzero().flatten()
+            initial_state.index_copy_(0, used.index_select(0, live), back.index_select(0, live))
+            final = initial_state
+        else:
+            final = back.contiguous() if output_final_state else None
+    o = o.reshape(c.B, c.T, H, HEAD_DIM)
+    if out is not None:
+        out.copy_(o)
+        o = out
+    return o, final
+
+
+def fused_recurrent_kda(q, k, v, g, beta, A_log=None, dt_bias=None, scale: Optional[float] = None,
+                        initial_state=None, output_final_state: bool = False,
+                        use_qk_l2norm_in_kernel: bool = False, use_gate_in_kernel: bool = False,
+                        use_beta_sigmoid_in_kernel: bool = False, allow_neg_eigval: bool = False,
+                        lower_bound: Optional[float] = None, state_v_first: bool = False,
+                        cu_seqlens=None, **kwargs) -> Tuple[Any, Any]:
+    """fla's ``fused_recurrent_kda``: ``fused_recurrent_kda_fwd`` without a
+    pool (``initial_state [N, H, K, V]`` per sequence, not written; the final
+    states returned new with ``output_final_state``)."""
+    return fused_recurrent_kda_fwd(
+        q, k, v, g, beta, A_log=A_log, dt_bias=dt_bias, initial_state=initial_state, scale=scale,
+        output_final_state=output_final_state, inplace_final_state=False,
+        state_v_first=state_v_first, cu_seqlens=cu_seqlens,
+        use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, use_gate_in_kernel=use_gate_in_kernel,
+        use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval,
+        lower_bound=lower_bound, **kwargs)

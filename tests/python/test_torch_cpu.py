@@ -478,6 +478,77 @@ class FlaDropIn(unittest.TestCase):
                 self.assertTrue(torch.equal(h0, before))
 
 
+@unittest.skipUnless(sp.kda_available(), "this libstridepack build has no KDA part")
+class FlaDecodeDropIn(unittest.TestCase):
+    """stridepack.fla.fused_recurrent_kda_fwd, the decode call: one token a
+    sequence on a pool by ssm_state_indices (int64, a padded -1), in place in
+    both layouts, against kda_prefill on the same inputs."""
+
+    def setUp(self):
+        gen = torch.Generator().manual_seed(70)
+        self.N, self.H, self.slots = 4, 2, 7
+        args, _ = kda_inputs(gen, T=self.N, H=self.H)
+        self.args = dict(args, cu_seqlens=torch.arange(self.N + 1, dtype=torch.int64))
+        self.pool = 0.1 * torch.randn(self.slots, self.H, 128, 128, generator=gen)  # V-first
+        self.idx = torch.tensor([5, -1, 0, 3], dtype=torch.int64)
+
+    def fla_kw(self):
+        a = self.args
+        return dict(q=a["q"], k=a["k"], v=a["v"], g=a["g"], beta=a["beta"], A_log=a["A_log"],
+                    dt_bias=a["dt_bias"], cu_seqlens=a["cu_seqlens"],
+                    use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
+                    use_beta_sigmoid_in_kernel=True)
+
+    def direct(self):
+        pool = self.pool.clone()
+        o = torch.zeros(1, self.N, self.H, 128, dtype=torch.bfloat16)
+        sp.kda_prefill(**dict(self.args, state_indices=self.idx.int()), state=pool, o=o,
+                       gate="softplus")
+        return o, pool
+
+    def test_in_place_both_layouts_padded_row(self):
+        from stridepack.fla import fused_recurrent_kda_fwd
+        o_want, pool_want = self.direct()
+        for v_first in (True, False):
+            with self.subTest(state_v_first=v_first):
+                pool = self.pool.clone() if v_first else self.pool.transpose(-1, -2).contiguous()
+                o, ht = fused_recurrent_kda_fwd(**self.fla_kw(), initial_state=pool,
+                                                ssm_state_indices=self.idx,
+                                                state_v_first=v_first)
+                self.assertIs(ht, pool)
+                self.assertTrue(bits_equal(o, o_want))
+                self.assertTrue((o[:, 1] == 0).all(), "the padded row")
+                got = pool if v_first else pool.transpose(-1, -2)
+                self.assertTrue(torch.equal(got, pool_want))
+                for slot in (1, 2, 4, 6):  # nobody's
+                    self.assertTrue(torch.equal(got[slot], self.pool[slot]))
+
+    def test_without_a_pool_equals_chunk_kda(self):
+        from stridepack.fla import chunk_kda, fused_recurrent_kda
+        h0 = (0.1 * torch.randn(self.N, self.H, 128, 128, generator=torch.Generator().manual_seed(71)))
+        before = h0.clone()
+        o1, s1 = fused_recurrent_kda(**self.fla_kw(), initial_state=h0, output_final_state=True)
+        o2, s2 = chunk_kda(**self.fla_kw(), initial_state=h0, output_final_state=True)
+        self.assertTrue(bits_equal(o1, o2) and torch.equal(s1, s2))
+        self.assertTrue(torch.equal(h0, before), "initial_state written")
+        o3, s3 = fused_recurrent_kda(**self.fla_kw())
+        self.assertIsNone(s3)
+
+    def test_verify_is_refused_by_name(self):
+        from stridepack.fla import fused_recurrent_kda_fwd
+        for change, named in ((dict(num_accepted_tokens=torch.ones(self.N, dtype=torch.int32)),
+                               "num_accepted_tokens"),
+                              (dict(ssm_state_indices=torch.zeros(self.N, 2, dtype=torch.int32)),
+                               "ssm_state_indices=[4, 2]")):
+            with self.subTest(named=named):
+                pool = self.pool.clone()
+                with self.assertRaises(ValueError) as cm:
+                    fused_recurrent_kda_fwd(**dict(self.fla_kw(), initial_state=pool,
+                                                   state_v_first=True, **change))
+                self.assertIn(named, str(cm.exception))
+                self.assertTrue(torch.equal(pool, self.pool))
+
+
 class NoObjectMemoryReads(unittest.TestCase):
     def test_hooks_are_gone(self):
         # The TensorImpl address comes from Tensor._cdata, never from the
