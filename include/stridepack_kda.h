@@ -44,11 +44,29 @@ extern "C" {
 /* Head dimension (K and V); the only one supported. */
 #define SP_KDA_HEAD_DIM 128
 
-/* Gate variants. Values are fixed; new ones are appended. */
+/* Gate variants: how the per-channel log-decay g_t of a token comes from
+ * the g input (x = g + dt_bias). Values are fixed; new ones are appended.
+ * LOG_DECAY takes g as the log-decay itself (fla's use_gate_in_kernel=False,
+ * after an engine's own gate kernel): bf16 or f32, every value <= 0, -inf
+ * meaning "forget the channel"; A_log and dt_bias are then not read (still
+ * required, of their shapes). For now only CPU tensors serve LOG_DECAY: a
+ * CUDA call with it is SP_ERR_UNSUPPORTED. */
 typedef enum sp_kda_gate {
     SP_KDA_GATE_LOWER_BOUND = 0, /* K3: lower_bound * sigmoid(exp(A_log) * x) */
-    SP_KDA_GATE_SOFTPLUS = 1     /* Kimi-Linear: -exp(A_log) * softplus(x) */
+    SP_KDA_GATE_SOFTPLUS = 1,    /* Kimi-Linear: -exp(A_log) * softplus(x) */
+    SP_KDA_GATE_LOG_DECAY = 2    /* g itself, precomputed */
 } sp_kda_gate;
+
+/* How beta_t comes from the beta input. Values are fixed; new ones are
+ * appended. LOGITS_X2 is fla's allow_neg_eigval (b in [0, 2): negative
+ * eigenvalues of the state's transition); ACTIVATED takes beta as computed
+ * elsewhere, used as given. For now only CPU tensors serve the two others: a
+ * CUDA call with either is SP_ERR_UNSUPPORTED. */
+typedef enum sp_kda_beta {
+    SP_KDA_BETA_LOGITS = 0,    /* b = sigmoid(beta) (the default) */
+    SP_KDA_BETA_LOGITS_X2 = 1, /* b = 2 sigmoid(beta) */
+    SP_KDA_BETA_ACTIVATED = 2  /* b = beta */
+} sp_kda_beta;
 
 /* Which kernel computes a CUDA prefill. Values are fixed; new ones are
  * appended.
@@ -108,8 +126,9 @@ typedef struct sp_kda_args {
     sp_tensor q;    /* [1, T, H, 128] */
     sp_tensor k;    /* [1, T, H, 128] */
     sp_tensor v;    /* [1, T, H, 128] */
-    sp_tensor g;    /* [1, T, H, 128] raw gate input (g_raw) */
-    sp_tensor beta; /* [1, T, H] logits; b_t = sigmoid(beta_t) */
+    sp_tensor g;    /* [1, T, H, 128] raw gate input (g_raw); with
+                       SP_KDA_GATE_LOG_DECAY the log-decay, bf16 or f32 */
+    sp_tensor beta; /* [1, T, H] logits; b_t = sigmoid(beta_t) (see beta_form) */
 
     /* Gate parameters, f32, dense. */
     sp_tensor A_log;   /* [H] */
@@ -164,6 +183,9 @@ typedef struct sp_kda_args {
      * between calls. Read and written by the call's kernels only. */
     void *workspace;
     size_t workspace_bytes;
+
+    /* sp_kda_beta: how b_t comes from beta (0, the default: sigmoid). */
+    int32_t beta_form;
 } sp_kda_args;
 
 /* 1 when sp_kda_prefill reads the input view x (q, k, v or g) where it

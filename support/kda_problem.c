@@ -66,6 +66,8 @@ void kp_make_ex(kda_problem *p, int N, const int64_t *lens, int64_t tail, int64_
     p->interval = interval;
     p->state_dtype = state_dtype;
     p->gate = gate;
+    p->g_dtype = SP_BF16;
+    p->beta_form = SP_KDA_BETA_LOGITS;
     p->lower_bound = gate == SP_KDA_GATE_LOWER_BOUND ? -5.0f + 4.0f * (float)ts_rng_unit(&r) : -5.0f;
     p->scale = 0.0f;
     const size_t ssz = sp_dtype_size(state_dtype);
@@ -186,7 +188,7 @@ void kp_args(const kda_problem *p, void *const ptr[KB_COUNT], sp_device dev, sp_
     sp_tensor_dense(&a->q, ptr[KB_Q], SP_BF16, 4, x4, dev);
     sp_tensor_dense(&a->k, ptr[KB_K], SP_BF16, 4, x4, dev);
     sp_tensor_dense(&a->v, ptr[KB_V], SP_BF16, 4, x4, dev);
-    sp_tensor_dense(&a->g, ptr[KB_G], SP_BF16, 4, x4, dev);
+    sp_tensor_dense(&a->g, ptr[KB_G], p->g_dtype, 4, x4, dev);
     sp_tensor_dense(&a->beta, ptr[KB_BETA], SP_BF16, 3, x3, dev);
     sp_tensor_dense(&a->A_log, ptr[KB_ALOG], SP_F32, 1, &nh, dev);
     sp_tensor_dense(&a->dt_bias, ptr[KB_DTB], SP_F32, 1, &nhd, dev);
@@ -196,6 +198,7 @@ void kp_args(const kda_problem *p, void *const ptr[KB_COUNT], sp_device dev, sp_
     const int64_t ss[4] = {p->slots, p->H, D, D}, st[4] = {p->pitch, DD, D, 1};
     sp_tensor_view(&a->state, ptr[KB_STATE], 0, p->state_dtype, 4, ss, st, dev);
     a->gate = p->gate;
+    a->beta_form = p->beta_form;
     a->lower_bound = p->lower_bound;
     a->scale = p->scale;
     a->kernel = p->kernel;
@@ -205,6 +208,37 @@ void kp_args(const kda_problem *p, void *const ptr[KB_COUNT], sp_device dev, sp_
         const int64_t cs[4] = {p->C, p->H, D, D};
         sp_tensor_dense(&a->checkpoints, ptr[KB_CKPT], p->state_dtype, 4, cs, dev);
     }
+}
+
+void kp_log_decay(kda_problem *p, sp_dtype gdt, uint64_t seed) {
+    ts_rng r;
+    ts_rng_seed(&r, seed);
+    const int64_t n = p->T * p->H * D;
+    free(p->host[KB_G]);
+    p->bytes[KB_G] = (size_t)n * sp_dtype_size(gdt);
+    p->host[KB_G] = xmalloc(p->bytes[KB_G]);
+    for (int64_t i = 0; i < n; i++) {
+        const double u = ts_rng_unit(&r);
+        const float x = u < 0.02   ? -INFINITY
+                        : u < 0.05 ? (float)unif(&r, -60, -20)
+                        : u < 0.35 ? (float)unif(&r, -1e-3, 0)
+                                   : (float)unif(&r, -8, 0);
+        if (gdt == SP_F32)
+            ((float *)p->host[KB_G])[i] = x;
+        else
+            ((uint16_t *)p->host[KB_G])[i] = bf16_of(x);
+    }
+    p->gate = SP_KDA_GATE_LOG_DECAY;
+    p->g_dtype = gdt;
+}
+
+void kp_beta_form(kda_problem *p, int32_t form, uint64_t seed) {
+    ts_rng r;
+    ts_rng_seed(&r, seed);
+    p->beta_form = form;
+    if (form != SP_KDA_BETA_ACTIVATED) return;
+    uint16_t *beta = p->host[KB_BETA];
+    for (int64_t i = 0; i < p->T * p->H; i++) beta[i] = bf16_of((float)unif(&r, 0, 1.98));
 }
 
 void kp_extreme_gates(kda_problem *p, uint64_t seed) {

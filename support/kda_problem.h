@@ -34,6 +34,8 @@ typedef struct kda_problem {
     int32_t gate;
     float lower_bound, scale;
     int32_t kernel; /* sp_kda_kernel for kp_args (0: AUTO) */
+    int32_t beta_form; /* sp_kda_beta for kp_args (0: logits) */
+    sp_dtype g_dtype;  /* bf16, or f32 for a log-decay g (kp_log_decay) */
     size_t bytes[KB_COUNT];
     void *host[KB_COUNT]; /* the initial contents */
 } kda_problem;
@@ -78,6 +80,14 @@ void kp_free_copy(void *bufs[KB_COUNT]);
  * uploaded (q .. beta before it are left for the caller to fill). */
 void kp_upload(const ts_mem *m, const kda_problem *p, void *const host[KB_COUNT], int first,
                void *buf[KB_COUNT]);
+/* Make p's g the log-decay itself (SP_KDA_GATE_LOG_DECAY), of dtype gdt
+ * (bf16 or f32): values in [-8, 0) with decays near 0, some down to -60 and
+ * some -inf (whole channels forgotten within a token). */
+void kp_log_decay(kda_problem *p, sp_dtype gdt, uint64_t seed);
+/* Make p's beta of the form `form` (sp_kda_beta): for ACTIVATED, values in
+ * [0, 2); logits stay as they are. */
+void kp_beta_form(kda_problem *p, int32_t form, uint64_t seed);
+
 /* The outputs (o, state pool, checkpoints) back into host[], after the
  * work queued on the device. */
 void kp_download(const ts_mem *m, const kda_problem *p, void *const buf[KB_COUNT],

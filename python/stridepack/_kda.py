@@ -13,7 +13,11 @@ from ._errors import error
 
 # sp_kda_gate and sp_kda_kernel: the values from the header the extension
 # was compiled with, the kernel names from sp_kda_kernel_name().
-GATES = {"lower_bound": _native.KDA_GATE_LOWER_BOUND, "softplus": _native.KDA_GATE_SOFTPLUS}
+GATES = {"lower_bound": _native.KDA_GATE_LOWER_BOUND, "softplus": _native.KDA_GATE_SOFTPLUS,
+         "log_decay": _native.KDA_GATE_LOG_DECAY}
+# sp_kda_beta: how b_t comes from the beta input.
+BETAS = {"logits": _native.KDA_BETA_LOGITS, "logits_x2": _native.KDA_BETA_LOGITS_X2,
+         "activated": _native.KDA_BETA_ACTIVATED}
 KERNELS = {_native.kda_kernel_name(k): k
            for k in (_native.KDA_KERNEL_AUTO, _native.KDA_KERNEL_RECURRENT,
                      _native.KDA_KERNEL_CHUNKED, _native.KDA_KERNEL_CHUNKED_TWO_PASS)}
@@ -23,6 +27,16 @@ def available() -> bool:
     """True when the linked library's KDA prefill runs: the extension runs
     a one-token CPU prefill once and says whether it succeeded."""
     return _native.kda_available()
+
+
+def _beta_code(beta_form):
+    if beta_form not in BETAS:
+        raise error("SP_ERR_INVALID_ARGUMENT", 1,
+                    f"beta_form: {beta_form!r} is not one of {sorted(BETAS)}")
+    if beta_form != "logits" and _api.compiling():
+        raise _refused("SP_ERR_UNSUPPORTED", f"beta_form: {beta_form!r} is not served under "
+                       "torch.compile yet (eager calls serve it on CPU tensors)")
+    return BETAS[beta_form]
 
 
 def _codes(gate, kernel):
@@ -40,7 +54,7 @@ def kda_prefill(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Arra
                 scale: float = 0.0, checkpoint_interval: int = 0,
                 checkpoint_cu_starts: Optional[Array] = None, checkpoints: Optional[Array] = None,
                 reference: bool = False, kernel: str = "auto",
-                workspace: Optional[Array] = None) -> None:
+                workspace: Optional[Array] = None, beta_form: str = "logits") -> None:
     """The KDA prefill (sp_kda_prefill; reference=True: the float64 CPU
     reference). Returns None; writes o, the state pool and the checkpoints in
     place, nothing else. T tokens, H heads, N sequences.
@@ -52,8 +66,13 @@ def kda_prefill(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Arra
     [T, 3 H*128] producer buffer are); other layouts are refused
     (KdaBoundary.run packs them); beta may have any strides.
     A_log: fp32 [H]; dt_bias: fp32 [H * 128]. gate "lower_bound" (K3:
-    lower_bound * sigmoid(exp(A_log) * (g + dt_bias)), lower_bound in [-5, 0))
-    or "softplus" (Kimi-Linear: -exp(A_log) * softplus(g + dt_bias)).
+    lower_bound * sigmoid(exp(A_log) * (g + dt_bias)), lower_bound in [-5, 0)),
+    "softplus" (Kimi-Linear: -exp(A_log) * softplus(g + dt_bias)) or
+    "log_decay" (g is the log-decay itself, bf16 or fp32, every value <= 0,
+    -inf forgetting the channel; A_log and dt_bias not read; CPU tensors
+    only for now). beta_form: "logits" (sigmoid(beta), the default),
+    "logits_x2" (2 sigmoid(beta): negative eigenvalues) or "activated" (beta
+    as given); the last two on CPU tensors only for now.
     scale: multiplies the normalized q (0: 128 ** -0.5).
     cu_seqlens: int64 [N + 1]. state: fp32 or bf16 [slots, H, 128, 128],
     V-first (element [s, h, j, d] holds S[d][j]), slot pitch may be padded;
@@ -73,6 +92,7 @@ def kda_prefill(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Arra
     StridepackError naming the argument. Under torch.compile this is the
     custom op stridepack::kda_prefill."""
     gate_code, kernel_code = _codes(gate, kernel)
+    beta_code = _beta_code(beta_form)
     if _api.compiling():
         _api._torch_ops.kda_prefill(
             (q, k, v, g, beta, A_log, dt_bias, cu_seqlens, state, state_indices, o,
@@ -82,10 +102,11 @@ def kda_prefill(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Arra
     arrays = (q, k, v, g, beta, A_log, dt_bias, cu_seqlens, state, state_indices, o,
               checkpoint_cu_starts, checkpoints)
     if reference:
-        _native.kda_reference(arrays, gate_code, lower_bound, scale, checkpoint_interval)
+        _native.kda_reference(arrays, gate_code, lower_bound, scale, checkpoint_interval,
+                              beta_code)
     else:
         _native.kda_prefill(arrays, gate_code, lower_bound, scale, checkpoint_interval,
-                            kernel_code, workspace)
+                            kernel_code, workspace, beta_code)
 
 
 def kda_workspace_bytes(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Array,
@@ -118,7 +139,8 @@ class KdaBoundary:
             o: Array, *, gate: str = "lower_bound", lower_bound: float = -5.0,
             scale: float = 0.0, checkpoint_interval: int = 0,
             checkpoint_cu_starts: Optional[Array] = None, checkpoints: Optional[Array] = None,
-            kernel: str = "auto", workspace: Optional[Array] = None) -> None:
+            kernel: str = "auto", workspace: Optional[Array] = None,
+            beta_form: str = "logits") -> None:
         """The KDA prefill behind the input boundary (sp_kda_boundary_run).
         Returns None; writes o, the state pool and the checkpoints in place.
 
@@ -133,6 +155,7 @@ class KdaBoundary:
         workspace addresses, so a CUDA graph replays with new input contents.
         Under torch.compile this is the custom op stridepack::kda_boundary_run."""
         gate_code, kernel_code = _codes(gate, kernel)
+        beta_code = _beta_code(beta_form)
         if _api.compiling():
             T = q.shape[1] if q.dim() == 4 else 0
             if T > self.max_tokens or (q.dim() == 4 and q.shape[2] > self.max_heads):
@@ -148,7 +171,7 @@ class KdaBoundary:
         _native.kda_boundary_run(
             self._b, (q, k, v, g, beta, A_log, dt_bias, cu_seqlens, state, state_indices, o,
                       checkpoint_cu_starts, checkpoints),
-            gate_code, lower_bound, scale, checkpoint_interval, kernel_code, workspace)
+            gate_code, lower_bound, scale, checkpoint_interval, kernel_code, workspace, beta_code)
 
     @property
     def last_copied(self) -> int:

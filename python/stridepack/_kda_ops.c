@@ -118,7 +118,7 @@ typedef enum { KDA_PREFILL, KDA_REFERENCE, KDA_BOUNDARY_RUN, KDA_WORKSPACE_BYTES
  * a read-only array the call writes, the workspace's bytes), then fill
  * sp_kda_args and call the library. */
 static PyObject *kda_call(kda_op op, PyObject *bcap, PyObject *ts, int gate, float lb, float scale,
-                          long long interval, int kernel, PyObject *ws) {
+                          long long interval, int kernel, PyObject *ws, int beta_form) {
     sp_kda_boundary *boundary = NULL;
     if (op == KDA_BOUNDARY_RUN && !(boundary = owned_get(bcap, BOUNDARY_CAPSULE))) return NULL;
     sp_kda_args a;
@@ -128,6 +128,7 @@ static PyObject *kda_call(kda_op op, PyObject *bcap, PyObject *ts, int gate, flo
     a.scale = scale;
     a.checkpoint_interval = interval;
     a.kernel = kernel;
+    a.beta_form = beta_form;
     view *v = views_new(N_KDA + 1, NULL), *wv = v ? &v[N_KDA] : NULL;
     PyObject *result = NULL;
     int fw0 = -1;
@@ -164,40 +165,44 @@ done:
     return result;
 }
 
-/* kda_prefill(arrays, gate, lower_bound, scale, checkpoint_interval, kernel, workspace) */
+/* kda_prefill(arrays, gate, lower_bound, scale, checkpoint_interval, kernel, workspace,
+ * beta_form=0) */
 PyObject *py_kda_prefill(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *ts, *ws;
-    int gate, kernel;
+    int gate, kernel, beta = 0;
     float lb, scale;
     long long interval;
-    if (!PyArg_ParseTuple(args, "OiffLiO", &ts, &gate, &lb, &scale, &interval, &kernel, &ws))
+    if (!PyArg_ParseTuple(args, "OiffLiO|i", &ts, &gate, &lb, &scale, &interval, &kernel, &ws,
+                          &beta))
         return NULL;
-    return kda_call(KDA_PREFILL, NULL, ts, gate, lb, scale, interval, kernel, ws);
+    return kda_call(KDA_PREFILL, NULL, ts, gate, lb, scale, interval, kernel, ws, beta);
 }
 
-/* kda_reference(arrays, gate, lower_bound, scale, checkpoint_interval) */
+/* kda_reference(arrays, gate, lower_bound, scale, checkpoint_interval, beta_form=0) */
 PyObject *py_kda_reference(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *ts;
-    int gate;
+    int gate, beta = 0;
     float lb, scale;
     long long interval;
-    if (!PyArg_ParseTuple(args, "OiffL", &ts, &gate, &lb, &scale, &interval)) return NULL;
-    return kda_call(KDA_REFERENCE, NULL, ts, gate, lb, scale, interval, 0, Py_None);
+    if (!PyArg_ParseTuple(args, "OiffL|i", &ts, &gate, &lb, &scale, &interval, &beta))
+        return NULL;
+    return kda_call(KDA_REFERENCE, NULL, ts, gate, lb, scale, interval, 0, Py_None, beta);
 }
 
 /* kda_boundary_run(boundary, arrays, gate, lower_bound, scale, checkpoint_interval, kernel,
- * workspace) */
+ * workspace, beta_form=0) */
 PyObject *py_kda_boundary_run(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *cap, *ts, *ws;
-    int gate, kernel;
+    int gate, kernel, beta = 0;
     float lb, scale;
     long long interval;
-    if (!PyArg_ParseTuple(args, "OOiffLiO", &cap, &ts, &gate, &lb, &scale, &interval, &kernel, &ws))
+    if (!PyArg_ParseTuple(args, "OOiffLiO|i", &cap, &ts, &gate, &lb, &scale, &interval, &kernel,
+                          &ws, &beta))
         return NULL;
-    return kda_call(KDA_BOUNDARY_RUN, cap, ts, gate, lb, scale, interval, kernel, ws);
+    return kda_call(KDA_BOUNDARY_RUN, cap, ts, gate, lb, scale, interval, kernel, ws, beta);
 }
 
 /* kda_workspace_bytes(arrays, gate, lower_bound, scale, checkpoint_interval) */
@@ -208,7 +213,7 @@ PyObject *py_kda_workspace_bytes(PyObject *self, PyObject *args) {
     float lb, scale;
     long long interval;
     if (!PyArg_ParseTuple(args, "OiffL", &ts, &gate, &lb, &scale, &interval)) return NULL;
-    return kda_call(KDA_WORKSPACE_BYTES, NULL, ts, gate, lb, scale, interval, 0, Py_None);
+    return kda_call(KDA_WORKSPACE_BYTES, NULL, ts, gate, lb, scale, interval, 0, Py_None, 0);
 }
 
 /* kda_reads_in_place(x) -> whether sp_kda_prefill reads the input x (q, k,

@@ -141,6 +141,10 @@ PyMODINIT_FUNC PyInit__native(void) {
      * are built from these (and sp_kda_kernel_name), never typed in twice. */
     PyModule_AddIntConstant(m, "KDA_GATE_LOWER_BOUND", SP_KDA_GATE_LOWER_BOUND);
     PyModule_AddIntConstant(m, "KDA_GATE_SOFTPLUS", SP_KDA_GATE_SOFTPLUS);
+    PyModule_AddIntConstant(m, "KDA_GATE_LOG_DECAY", SP_KDA_GATE_LOG_DECAY);
+    PyModule_AddIntConstant(m, "KDA_BETA_LOGITS", SP_KDA_BETA_LOGITS);
+    PyModule_AddIntConstant(m, "KDA_BETA_LOGITS_X2", SP_KDA_BETA_LOGITS_X2);
+    PyModule_AddIntConstant(m, "KDA_BETA_ACTIVATED", SP_KDA_BETA_ACTIVATED);
     PyModule_AddIntConstant(m, "KDA_KERNEL_AUTO", SP_KDA_KERNEL_AUTO);
     PyModule_AddIntConstant(m, "KDA_KERNEL_RECURRENT", SP_KDA_KERNEL_RECURRENT);
     PyModule_AddIntConstant(m, "KDA_KERNEL_CHUNKED", SP_KDA_KERNEL_CHUNKED);

@@ -12,6 +12,10 @@ type fla raises for its own invalid options) before anything runs; never a
 silently different result. torch tensors only (CPU or CUDA).
 
 Served:
+  - a precomputed log-decay g (``use_gate_in_kernel=False``, bf16 or fp32, every
+    value <= 0), an activated beta (``use_beta_sigmoid_in_kernel=False``) and
+    ``allow_neg_eigval=True``: on CPU tensors only for now (CUDA tensors are
+    refused by name);
   - the gate computed in the kernel (``use_gate_in_kernel=True``) with
     ``A_log`` and ``dt_bias``: Kimi-Linear's ``-exp(A_log) * softplus(g +
     dt_bias)`` (``lower_bound=None``), or with ``safe_gate=True`` and
@@ -28,9 +32,9 @@ Served:
     ``chunk_size``: accepted and unused (stridepack's kernels take no
     host-side chunk list and are graph-safe; they compute no backward).
 
-Refused (ValueError naming the option and the value): ``use_gate_in_kernel=False``
-(a precomputed log-decay g), ``use_beta_sigmoid_in_kernel=False`` (an activated
-beta), ``allow_neg_eigval=True``, ``use_qk_l2norm_in_kernel=False``,
+Refused (ValueError naming the option and the value): ``use_gate_in_kernel=False``,
+``use_beta_sigmoid_in_kernel=False`` and ``allow_neg_eigval=True`` on CUDA tensors,
+``use_qk_l2norm_in_kernel=False``,
 ``lower_bound`` outside [-5, 0) (or, in ``chunk_kda``, without ``safe_gate``),
 ``return_intermediate_states=True``, ``num_accepted_tokens`` and 2-D
 ``ssm_state_indices`` (speculative verify),
@@ -80,16 +84,19 @@ class _Call:
         if kwargs:
             name = sorted(kwargs)[0]
             raise self.refuse(name, kwargs[name], "stridepack does not know this option")
-        if not use_gate_in_kernel:
-            raise self.refuse("use_gate_in_kernel", use_gate_in_kernel,
-                              "a precomputed log-decay g is not served yet; pass the raw gate "
-                              "input with A_log and dt_bias and use_gate_in_kernel=True")
-        if not use_beta_sigmoid_in_kernel:
-            raise self.refuse("use_beta_sigmoid_in_kernel", use_beta_sigmoid_in_kernel,
-                              "beta must be logits (the sigmoid is applied in the kernel)")
-        if allow_neg_eigval:
-            raise self.refuse("allow_neg_eigval", allow_neg_eigval,
-                              "beta is sigmoid(beta) in [0, 1)")
+        if allow_neg_eigval and not use_beta_sigmoid_in_kernel:
+            raise ValueError("`allow_neg_eigval=True` requires `use_beta_sigmoid_in_kernel=True`.")
+        cuda = q.device.type == "cuda"
+        for option, value, served in (("use_gate_in_kernel", use_gate_in_kernel, True),
+                                      ("use_beta_sigmoid_in_kernel", use_beta_sigmoid_in_kernel,
+                                       True), ("allow_neg_eigval", allow_neg_eigval, False)):
+            if cuda and value != served:
+                raise self.refuse(option, value, "stridepack's CUDA kernels serve the gate "
+                                  "computed in the kernel with beta logits only, for now (CPU "
+                                  "tensors serve every form)")
+        self.log_decay = not use_gate_in_kernel
+        self.beta_form = ("activated" if not use_beta_sigmoid_in_kernel else
+                          "logits_x2" if allow_neg_eigval else "logits")
         if not use_qk_l2norm_in_kernel:
             raise self.refuse("use_qk_l2norm_in_kernel", use_qk_l2norm_in_kernel,
                               "stridepack always l2-normalizes q and k in the kernel")
@@ -100,7 +107,7 @@ class _Call:
             raise self.refuse("lower_bound", lower_bound, "the lower bound must be in [-5, 0)")
         if safe_gate and lower_bound is None:
             raise self.refuse("safe_gate", True, "safe_gate=True needs a lower_bound in [-5, 0)")
-        if A_log is None and lower_bound is None:
+        if use_gate_in_kernel and A_log is None and lower_bound is None:
             raise ValueError("`A_log` must be provided when `use_gate_in_kernel=True` and "
                              "`lower_bound` is not set.")
         for name, x in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta), ("A_log", A_log),
@@ -119,8 +126,10 @@ class _Call:
             raise self.refuse("beta", list(beta.shape), "beta is one scalar a (token, head): "
                               "[B, T, H]")
         for name, x in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta)):
-            if x.dtype != torch.bfloat16:
-                raise self.refuse(name, str(x.dtype), "q, k, v, g and beta are bf16")
+            if x.dtype != torch.bfloat16 and not (name == "g" and self.log_decay
+                                                  and x.dtype == torch.float32):
+                raise self.refuse(name, str(x.dtype), "q, k, v, g and beta are bf16 (a "
+                                  "precomputed log-decay g bf16 or fp32)")
         dev = q.device
         if cu_seqlens is not None:
             if B != 1:
@@ -153,10 +162,12 @@ class _Call:
         """kda_prefill on the V-first pool [slots, H, 128, 128] by
         state_indices (int32 [N]) into o [1, B T, H, 128]."""
         lb = self.lower_bound
+        gate = "log_decay" if self.log_decay else "softplus" if lb is None else "lower_bound"
         kda_prefill(self.q, self.k, self.v, self.g, self.beta, self.A_log, self.dt_bias, self.cu,
-                    pool, state_indices, o, gate="softplus" if lb is None else "lower_bound",
+                    pool, state_indices, o, gate=gate,
                     lower_bound=-5.0 if lb is None else float(lb),
-                    scale=float(HEAD_DIM ** -0.5 if scale is None else scale))
+                    scale=float(HEAD_DIM ** -0.5 if scale is None else scale),
+                    beta_form=self.beta_form)
 
 
 def chunk_kda(q, k, v, g, beta, scale: Optional[float] = None, initial_state=None,

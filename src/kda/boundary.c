@@ -114,6 +114,11 @@ sp_status sp_kda_boundary_run(sp_kda_boundary *b, const sp_kda_args *args,
     args = &full;
     sp_kda_dims d;
     SP_FORWARD(sp_kda_check_(args, 0, &d));
+    /* The workspace was sized for bf16 inputs. */
+    SP_REQUIRE(args->g.dtype == SP_BF16, SP_ERR_UNSUPPORTED,
+               "g: %s; the boundary packs bf16 inputs (an f32 log-decay g goes to "
+               "sp_kda_prefill directly)",
+               sp_dtype_name(args->g.dtype));
     SP_REQUIRE(d.T <= b->max_tokens, SP_ERR_CAPACITY,
                "q: T = %lld exceeds the boundary's max_tokens %lld", (long long)d.T,
                (long long)b->max_tokens);

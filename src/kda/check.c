@@ -34,8 +34,13 @@ static sp_status require_direct(const sp_tensor *t, const char *name) {
 }
 
 static sp_status check_scalars(const sp_kda_args *a, int has_ckpt) {
-    SP_REQUIRE(a->gate == SP_KDA_GATE_LOWER_BOUND || a->gate == SP_KDA_GATE_SOFTPLUS,
+    SP_REQUIRE(a->gate == SP_KDA_GATE_LOWER_BOUND || a->gate == SP_KDA_GATE_SOFTPLUS ||
+                   a->gate == SP_KDA_GATE_LOG_DECAY,
                SP_ERR_INVALID_ARGUMENT, "gate: %d is not an sp_kda_gate", (int)a->gate);
+    SP_REQUIRE(a->beta_form == SP_KDA_BETA_LOGITS || a->beta_form == SP_KDA_BETA_LOGITS_X2 ||
+                   a->beta_form == SP_KDA_BETA_ACTIVATED,
+               SP_ERR_INVALID_ARGUMENT, "beta_form: %d is not an sp_kda_beta",
+               (int)a->beta_form);
     if (a->gate == SP_KDA_GATE_LOWER_BOUND)
         SP_REQUIRE(a->lower_bound >= -5.0f && a->lower_bound < 0.0f, SP_ERR_INVALID_ARGUMENT,
                    "lower_bound: %g is outside [-5, 0)", (double)a->lower_bound);
@@ -241,6 +246,7 @@ sp_status sp_kda_check_(const sp_kda_args *a, int inputs_direct, sp_kda_dims *di
     static const char *const in_names[5] = {"q", "k", "v", "g", "beta"};
     for (int i = 0; i < 5; i++)
         all[n++] = (sp_spec_){bf16_in[i], in_names[i], SP_BF16, 0, {0}, NULL, 0, 0};
+    if (a->gate == SP_KDA_GATE_LOG_DECAY) all[3].dtype = SP_SPEC_FLOATS; /* g: bf16 or f32 */
     const int i_alog = n;
     all[n++] = (sp_spec_){&a->A_log, "A_log", SP_F32, 1, {0}, "[H] as q", 1, 0};
     all[n++] = (sp_spec_){&a->dt_bias, "dt_bias", SP_F32, 1, {0}, "[H * 128] as q", 1, 0};
@@ -285,6 +291,11 @@ sp_status sp_kda_check_(const sp_kda_args *a, int inputs_direct, sp_kda_dims *di
     if (d.dev.type == SP_DEVICE_CUDA) {
         /* Here rather than at the launch: the boundary packs between the two. */
         SP_FORWARD(sp_check_device_usable_(d.dev));
+        SP_REQUIRE(a->gate != SP_KDA_GATE_LOG_DECAY && a->beta_form == SP_KDA_BETA_LOGITS,
+                   SP_ERR_UNSUPPORTED,
+                   "%s: the CUDA kernels serve the lower-bound and softplus gates with beta "
+                   "logits only, for now (CPU tensors serve every form)",
+                   a->gate == SP_KDA_GATE_LOG_DECAY ? "gate" : "beta_form");
         SP_REQUIRE(d.H == 0 || d.N <= INT32_MAX / d.H, SP_ERR_UNSUPPORTED,
                    "cu_seqlens: N * H = %lld * %lld blocks exceed one launch (2^31 - 1)",
                    (long long)d.N, (long long)d.H);

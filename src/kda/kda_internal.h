@@ -30,6 +30,13 @@ static inline SP_HD float sp_kda_gate_f32_(int gate, float lower_bound, float ex
     return -expA * sp;
 }
 
+/* b_t from the beta input x, by sp_kda_beta (CPU and CUDA use this one rule). */
+static inline SP_HD float sp_kda_beta_f32_(int form, float x) {
+    if (form == SP_KDA_BETA_ACTIVATED) return x;
+    const float s = 1.0f / (1.0f + expf(-x));
+    return form == SP_KDA_BETA_LOGITS_X2 ? 2.0f * s : s;
+}
+
 /* ---- the validated call ------------------------------------------------- */
 
 #define SP_KDA_D SP_KDA_HEAD_DIM

@@ -63,7 +63,10 @@ static const uint16_t *row(const sp_tensor *x, int64_t t, int64_t h) {
 static float prep_token(const sp_kda_args *a, const sp_kda_dims *dm, int64_t t, int64_t h,
                         float expA, scratch *w, float *kq) {
     const uint16_t *q = row(&a->q, t, h), *k = row(&a->k, t, h);
-    const uint16_t *v = row(&a->v, t, h), *g = row(&a->g, t, h);
+    const uint16_t *v = row(&a->v, t, h);
+    const int log_decay = a->gate == SP_KDA_GATE_LOG_DECAY;
+    const void *g = (const char *)a->g.data + sp_kda_at_(a->g.strides[1], a->g.strides[2], t, h) *
+                                                  (int64_t)sp_dtype_size(a->g.dtype);
     const float *bias = (const float *)a->dt_bias.data + h * D;
     float sq = 0.0f, sk = 0.0f;
     for (int d = 0; d < D; d++) {
@@ -81,12 +84,13 @@ static float prep_token(const sp_kda_args *a, const sp_kda_dims *dm, int64_t t, 
         w->k[d] *= rk;
         dot += w->k[d] * w->q[d];
         w->v[d] = sp_bf16_to_f32_(v[d]);
-        float x = sp_bf16_to_f32_(g[d]) + bias[d];
-        w->dec[d] = expf(sp_kda_gate_f32_(a->gate, a->lower_bound, expA, x));
+        const float x = a->g.dtype == SP_F32 ? ((const float *)g)[d]
+                                             : sp_bf16_to_f32_(((const uint16_t *)g)[d]);
+        w->dec[d] = expf(log_decay ? x
+                                   : sp_kda_gate_f32_(a->gate, a->lower_bound, expA, x + bias[d]));
     }
     *kq = dot;
-    float beta = sp_bf16_to_f32_(*row(&a->beta, t, h));
-    return 1.0f / (1.0f + expf(-beta));
+    return sp_kda_beta_f32_(a->beta_form, sp_bf16_to_f32_(*row(&a->beta, t, h)));
 }
 
 /* One token step on S; writes o's row. restrict: the state and the

@@ -41,10 +41,18 @@ static double gate64(const sp_kda_args *a, double A_log, double x) {
     return -exp(A_log) * sp;
 }
 
-/* Element d of token t, head h of an input view. */
+/* Element d of token t, head h of an input view (bf16, or f32 for a
+ * log-decay g). */
 static double bf(const sp_tensor *x, int64_t t, int64_t h, int64_t d) {
-    const uint16_t *at = (const uint16_t *)x->data + sp_kda_at_(x->strides[1], x->strides[2], t, h);
-    return (double)sp_bf16_to_f32_(at[d]);
+    const int64_t at = sp_kda_at_(x->strides[1], x->strides[2], t, h) + d;
+    if (x->dtype == SP_F32) return (double)((const float *)x->data)[at];
+    return (double)sp_bf16_to_f32_(((const uint16_t *)x->data)[at]);
+}
+
+/* b_t from the beta input x, by sp_kda_beta. */
+static double beta64(int form, double x) {
+    if (form == SP_KDA_BETA_ACTIVATED) return x;
+    return (form == SP_KDA_BETA_LOGITS_X2 ? 2.0 : 1.0) / (1.0 + exp(-x));
 }
 
 static void run(const sp_kda_args *a, const sp_kda_dims *dm, int64_t n, int64_t h,
@@ -71,7 +79,9 @@ static void run(const sp_kda_args *a, const sp_kda_dims *dm, int64_t n, int64_t 
             w->q[d] = bf(&a->q, t, h, d);
             w->k[d] = bf(&a->k, t, h, d);
             w->v[d] = bf(&a->v, t, h, d);
-            w->g[d] = gate64(a, A_log, bf(&a->g, t, h, d) + (double)bias[d]);
+            w->g[d] = a->gate == SP_KDA_GATE_LOG_DECAY
+                          ? bf(&a->g, t, h, d)
+                          : gate64(a, A_log, bf(&a->g, t, h, d) + (double)bias[d]);
             sq += w->q[d] * w->q[d];
             sk += w->k[d] * w->k[d];
         }
@@ -80,7 +90,7 @@ static void run(const sp_kda_args *a, const sp_kda_dims *dm, int64_t n, int64_t 
             w->q[d] = scale * w->q[d] / nq;
             w->k[d] = w->k[d] / nk;
         }
-        const double b = 1.0 / (1.0 + exp(-bf(&a->beta, t, h, 0)));
+        const double b = beta64(a->beta_form, bf(&a->beta, t, h, 0));
 
         /* S <- diag(exp(g)) S */
         for (int d = 0; d < D; d++) {

@@ -164,10 +164,13 @@ static double bf(const void *p, int64_t i) {
 /* One token of one sequence, S0 from the pool, computed straight from the
  * formulas of the header (not from the library's code): checks layout
  * (V-first pool, [t,h,d] inputs), normalization, both gates, beta, scale. */
-static void one_token_case(int32_t gate, float scale) {
+static void one_token_case(int32_t gate, float scale, int32_t beta_form, sp_dtype gdt) {
     const int64_t len = 1;
     kda_problem p;
-    kp_make(&p, 1, &len, 0, 2, SP_F32, gate, 0, 77 + (uint64_t)gate);
+    const uint64_t seed = 77 + (uint64_t)gate + 10 * (uint64_t)beta_form;
+    kp_make(&p, 1, &len, 0, 2, SP_F32, gate == SP_KDA_GATE_LOG_DECAY ? 0 : gate, 0, seed);
+    if (gate == SP_KDA_GATE_LOG_DECAY) kp_log_decay(&p, gdt, seed);
+    kp_beta_form(&p, beta_form, seed);
     p.scale = scale;
     void *b[KB_COUNT];
     kp_copy(&p, b);
@@ -192,13 +195,17 @@ static void one_token_case(int32_t gate, float scale) {
         for (int d = 0; d < D; d++) {
             q[d] *= sc / sqrt(sq + 1e-6);
             k[d] /= sqrt(sk + 1e-6);
-            double x = bf(p.host[KB_G], h * D + d) + ((float *)p.host[KB_DTB])[h * D + d];
-            double g = gate == SP_KDA_GATE_LOWER_BOUND
-                           ? p.lower_bound * (1.0 / (1.0 + exp(-exp(A) * x)))
-                           : -exp(A) * log(1.0 + exp(x));
+            const double graw = p.g_dtype == SP_F32 ? ((float *)p.host[KB_G])[h * D + d]
+                                                     : bf(p.host[KB_G], h * D + d);
+            double x = graw + ((float *)p.host[KB_DTB])[h * D + d];
+            double g = gate == SP_KDA_GATE_LOG_DECAY  ? graw
+                       : gate == SP_KDA_GATE_LOWER_BOUND ? p.lower_bound * (1.0 / (1.0 + exp(-exp(A) * x)))
+                                                          : -exp(A) * log(1.0 + exp(x));
             for (int j = 0; j < D; j++) S[d][j] = exp(g) * S0[j * D + d];
         }
-        const double beta = 1.0 / (1.0 + exp(-bf(p.host[KB_BETA], h)));
+        const double braw = bf(p.host[KB_BETA], h);
+        const double beta = beta_form == SP_KDA_BETA_ACTIVATED ? braw
+                            : (beta_form == SP_KDA_BETA_LOGITS_X2 ? 2.0 : 1.0) / (1.0 + exp(-braw));
         for (int j = 0; j < D; j++) {
             double acc = 0;
             for (int d = 0; d < D; d++) acc += S[d][j] * k[d];
@@ -218,10 +225,10 @@ static void one_token_case(int32_t gate, float scale) {
             o_den += acc * acc;
         }
     }
-    CHECKF(sqrt(o_num / o_den) < 4e-3, "gate %d scale %g: o err %.3g", gate, scale,
-           sqrt(o_num / o_den));
-    CHECKF(sqrt(s_num / s_den) < 1e-6, "gate %d scale %g: state err %.3g", gate, scale,
-           sqrt(s_num / s_den));
+    CHECKF(sqrt(o_num / o_den) < 4e-3, "gate %d beta %d scale %g: o err %.3g", gate, beta_form,
+           scale, sqrt(o_num / o_den));
+    CHECKF(sqrt(s_num / s_den) < 1e-6, "gate %d beta %d scale %g: state err %.3g", gate,
+           beta_form, scale, sqrt(s_num / s_den));
     kp_free_copy(b);
     kp_free(&p);
 }
@@ -295,6 +302,38 @@ static void empty_sequence_case(int32_t kernel, sp_dtype sdt) {
     kp_free(&p);
 }
 
+/* The host serves every gate and beta form (the CUDA kernels refuse the
+ * log-decay gate and beta other than logits for now: dispatch_cases): a
+ * varlen batch with checkpoints against the reference, the log-decay g in
+ * bf16 and f32 (decays near 0, down to -60 and -inf), beta activated in
+ * [0, 2) and as logits times 2. */
+static void forms_cases(void) {
+    static const int64_t lens[] = {37, 0, 70, 5};
+    static const sp_dtype pools[] = {SP_F32, SP_BF16};
+    static const struct {
+        int32_t gate, beta;
+        sp_dtype gdt;
+    } forms[] = {{SP_KDA_GATE_LOG_DECAY, SP_KDA_BETA_LOGITS, SP_BF16},
+                 {SP_KDA_GATE_LOG_DECAY, SP_KDA_BETA_ACTIVATED, SP_F32},
+                 {SP_KDA_GATE_LOG_DECAY, SP_KDA_BETA_LOGITS_X2, SP_F32},
+                 {SP_KDA_GATE_LOWER_BOUND, SP_KDA_BETA_ACTIVATED, SP_BF16},
+                 {SP_KDA_GATE_SOFTPLUS, SP_KDA_BETA_LOGITS_X2, SP_BF16}};
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++)
+        for (int di = 0; di < 2; di++) {
+            kda_problem p;
+            const uint64_t seed = 5200 + 10 * (uint64_t)i + (uint64_t)di;
+            kp_make(&p, 4, lens, 3, 2, pools[di],
+                    forms[i].gate == SP_KDA_GATE_LOG_DECAY ? 0 : forms[i].gate, 32, seed);
+            if (forms[i].gate == SP_KDA_GATE_LOG_DECAY) kp_log_decay(&p, forms[i].gdt, seed);
+            kp_beta_form(&p, forms[i].beta, seed);
+            char what[96];
+            snprintf(what, sizeof what, "%s gate %d beta %d g %s", sp_dtype_name(pools[di]),
+                     (int)forms[i].gate, (int)forms[i].beta, sp_dtype_name(forms[i].gdt));
+            check_problem(&p, what);
+            kp_free(&p);
+        }
+}
+
 /* Padded sequences (a negative slot, as engines mark the rows that pad a
  * CUDA-graph batch) are skipped on the backend and in the reference alike:
  * check_problem finds any byte written in their o rows, their checkpoint
@@ -364,6 +403,8 @@ MUT(m_lb_positive, a->lower_bound = 1.0f)
 MUT(m_lb_low, a->lower_bound = -5.5f)
 MUT(m_lb_nan, a->lower_bound = NAN)
 MUT(m_gate_enum, a->gate = 7)
+MUT(m_beta_form_enum, a->beta_form = 7)
+MUT(m_g_f32_not_log_decay, a->g.dtype = SP_F32)
 MUT(m_scale_nan, a->scale = NAN)
 MUT(m_scale_inf, a->scale = INFINITY)
 MUT(m_cu_dtype, a->cu_seqlens.dtype = SP_I32)
@@ -423,6 +464,8 @@ static void bad_argument_cases(void) {
         {"lower_bound -5.5", m_lb_low, SP_ERR_INVALID_ARGUMENT, NULL, 0},
         {"lower_bound NaN", m_lb_nan, SP_ERR_INVALID_ARGUMENT, NULL, 0},
         {"gate enum", m_gate_enum, SP_ERR_INVALID_ARGUMENT, NULL, 0},
+        {"beta_form enum", m_beta_form_enum, SP_ERR_INVALID_ARGUMENT, "beta_form: 7", 0},
+        {"g f32 with a computed gate", m_g_f32_not_log_decay, SP_ERR_DTYPE_MISMATCH, "g:", 0},
         {"scale NaN", m_scale_nan, SP_ERR_INVALID_ARGUMENT, NULL, 0},
         {"scale inf", m_scale_inf, SP_ERR_INVALID_ARGUMENT, NULL, 0},
         {"cu_seqlens dtype", m_cu_dtype, SP_ERR_DTYPE_MISMATCH, NULL, 0},
@@ -682,6 +725,20 @@ static void dispatch_cases(void) {
     size_t need = 1;
     CHECK_OK(sp_kda_prefill_workspace_bytes(&a, &need));
     CHECKF(need == 0, "softplus gate: workspace %zu, want 0 (no kernel needs one)", need);
+    /* The CUDA kernels serve neither the log-decay gate nor beta other than
+     * logits yet: refused, naming which, nothing written. */
+    {
+        sp_kda_args f = a;
+        f.gate = SP_KDA_GATE_LOG_DECAY;
+        CHECK_STATUS(sp_kda_prefill(&f, NULL), SP_ERR_UNSUPPORTED);
+        CHECKF(strncmp(sp_last_error(), "gate:", 5) == 0, "log-decay refusal: %s", sp_last_error());
+        f = a;
+        f.beta_form = SP_KDA_BETA_ACTIVATED;
+        CHECK_STATUS(sp_kda_prefill(&f, NULL), SP_ERR_UNSUPPORTED);
+        CHECKF(strncmp(sp_last_error(), "beta_form:", 10) == 0, "beta refusal: %s",
+               sp_last_error());
+        CHECKF(kp_untouched(M, &p, dev), "a refused form wrote");
+    }
 
     /* With a large enough workspace, AUTO takes the two-pass kernel for
      * these 4 (sequence, head) pairs; one byte less and it does not. */
@@ -849,8 +906,12 @@ int main(void) {
                   TP = SP_KDA_KERNEL_CHUNKED_TWO_PASS;
     const int sm = ts_test_small();
     if (!on_device()) { /* the CPU prefill: one path, AUTO */
-        one_token_case(SP_KDA_GATE_LOWER_BOUND, 0.0f);
-        one_token_case(SP_KDA_GATE_SOFTPLUS, 0.3f);
+        one_token_case(SP_KDA_GATE_LOWER_BOUND, 0.0f, SP_KDA_BETA_LOGITS, SP_BF16);
+        one_token_case(SP_KDA_GATE_SOFTPLUS, 0.3f, SP_KDA_BETA_LOGITS, SP_BF16);
+        one_token_case(SP_KDA_GATE_LOG_DECAY, 0.0f, SP_KDA_BETA_LOGITS, SP_BF16);
+        one_token_case(SP_KDA_GATE_LOG_DECAY, 0.0f, SP_KDA_BETA_ACTIVATED, SP_F32);
+        one_token_case(SP_KDA_GATE_SOFTPLUS, 0.0f, SP_KDA_BETA_LOGITS_X2, SP_BF16);
+        forms_cases();
         for (int di = 0; di < 2; di++)
             for (int gi = 0; gi < 2; gi++)
                 for (int ii = 0; ii < 4; ii++)

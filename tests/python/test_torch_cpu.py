@@ -438,6 +438,60 @@ class FlaDropIn(unittest.TestCase):
         self.assertIsNone(ht)
         self.assertTrue(bits_equal(o, o_want))
 
+    def test_precomputed_decay_and_beta_forms_on_cpu(self):
+        from stridepack.fla import chunk_kda
+        gen = torch.Generator().manual_seed(63)
+        args, h0 = self.inputs(gen)
+        log_decay = -8 * torch.rand(1, 24, 2, 128, generator=gen)
+        log_decay[0, 3, 1, :7] = float("-inf")
+        for gdt in (torch.float32, torch.bfloat16):
+            for sig, neg, form in ((True, False, "logits"), (True, True, "logits_x2"),
+                                   (False, False, "activated")):
+                with self.subTest(g=str(gdt), beta=form):
+                    g = log_decay.to(gdt)
+                    beta = args["beta"] if sig else torch.rand(1, 24, 2, generator=gen).bfloat16()
+                    o, ht = chunk_kda(**dict(self.fla_args(args), g=g, beta=beta,
+                                             use_gate_in_kernel=False,
+                                             use_beta_sigmoid_in_kernel=sig,
+                                             allow_neg_eigval=neg),
+                                      initial_state=h0, output_final_state=True,
+                                      cu_seqlens=args["cu_seqlens"])
+                    pool = h0.transpose(-1, -2).contiguous()
+                    o_want = torch.empty_like(o)
+                    sp.kda_prefill(**dict(args, g=g, beta=beta,
+                                          state_indices=torch.arange(2, dtype=torch.int32)),
+                                   state=pool, o=o_want, gate="log_decay", beta_form=form)
+                    self.assertTrue(bits_equal(o, o_want))
+                    self.assertTrue(torch.equal(ht, pool.transpose(-1, -2)))
+
+    def test_log_decay_gate_by_its_formula(self):
+        """The binding's gate and beta names reach the library: a log-decay of
+        -inf forgets the state (o = 0, state 0); a log-decay of 0 with an
+        activated beta of 0 keeps it (o = S^T q^ computed here)."""
+        gen = torch.Generator().manual_seed(64)
+        args, state = kda_inputs(gen)
+        T, H = 24, 2
+        zero_beta = torch.zeros(1, T, H, dtype=torch.bfloat16)
+        for fill in (float("-inf"), 0.0):
+            with self.subTest(log_decay=fill):
+                g = torch.full((1, T, H, 128), fill)
+                s = state.clone()
+                o = torch.empty(1, T, H, 128, dtype=torch.bfloat16)
+                sp.kda_prefill(**dict(args, g=g, beta=zero_beta), state=s, o=o,
+                               gate="log_decay", beta_form="activated")
+                idx, cu = args["state_indices"].tolist(), args["cu_seqlens"].tolist()
+                if fill == 0.0:
+                    self.assertTrue(torch.equal(s, state))
+                    q = args["q"].float()[0]
+                    qn = q / torch.sqrt((q * q).sum(-1, keepdim=True) + 1e-6) * 128 ** -0.5
+                    for n in range(2):
+                        for t in range(cu[n], cu[n + 1]):
+                            want = torch.einsum("hjd,hd->hj", state[idx[n]], qn[t])
+                            got = o[0, t].float()
+                            self.assertLess((got - want).norm() / want.norm(), 1e-2)
+                else:
+                    self.assertTrue((s[idx] == 0).all() and (o.float() == 0).all())
+
     def test_equal_length_batch_without_cu_seqlens(self):
         from stridepack.fla import chunk_kda
         gen = torch.Generator().manual_seed(61)
@@ -456,10 +510,7 @@ class FlaDropIn(unittest.TestCase):
         gen = torch.Generator().manual_seed(62)
         args, h0 = self.inputs(gen)
         base = dict(self.fla_args(args), initial_state=h0, cu_seqlens=args["cu_seqlens"])
-        cases = [(dict(use_gate_in_kernel=False), "use_gate_in_kernel=False"),
-                 (dict(use_beta_sigmoid_in_kernel=False), "use_beta_sigmoid_in_kernel=False"),
-                 (dict(allow_neg_eigval=True), "allow_neg_eigval=True"),
-                 (dict(use_qk_l2norm_in_kernel=False), "use_qk_l2norm_in_kernel=False"),
+        cases = [(dict(use_qk_l2norm_in_kernel=False), "use_qk_l2norm_in_kernel=False"),
                  (dict(lower_bound=-5.0), "lower_bound=-5.0"),
                  (dict(safe_gate=True, lower_bound=-6.0), "lower_bound=-6.0"),
                  (dict(return_intermediate_states=True), "return_intermediate_states=True"),
