@@ -100,6 +100,8 @@ class _Call:
         if not use_qk_l2norm_in_kernel:
             raise self.refuse("use_qk_l2norm_in_kernel", use_qk_l2norm_in_kernel,
                               "stridepack always l2-normalizes q and k in the kernel")
+        if not use_gate_in_kernel:  # fla reads the bound only with the gate in the kernel
+            lower_bound = safe_gate = None
         if lower_bound is not None and lower_bound_needs_safe_gate and not safe_gate:
             raise self.refuse("lower_bound", lower_bound, "a lower bound needs safe_gate=True "
                               "(the gate lower_bound * sigmoid(exp(A_log) * (g + dt_bias)))")
