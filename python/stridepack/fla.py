@@ -142,7 +142,7 @@ class _Call:
             self.N = self.cu.shape[0] - 1
         else:  # B sequences of T tokens, as one varlen batch
             self.N = B
-            self.cu = torch.arange(0, (B + 1) * T, T, dtype=torch.int64, device=dev)
+            self.cu = torch.arange(B + 1, dtype=torch.int64, device=dev) * T
             q, k, v, g = (x.reshape(1, B * T, H, HEAD_DIM) for x in (q, k, v, g))
             beta = beta.reshape(1, B * T, H)
         # q, k, v, g are read where they lie when their rows allow it (the K3
@@ -163,6 +163,8 @@ class _Call:
     def run(self, pool, state_indices, o, scale):
         """kda_prefill on the V-first pool [slots, H, 128, 128] by
         state_indices (int32 [N]) into o [1, B T, H, 128]."""
+        if scale is not None and scale == 0:  # the library's 0 means its default
+            raise self.refuse("scale", scale, "a scale of 0 (o would be 0) is not served")
         lb = self.lower_bound
         gate = "log_decay" if self.log_decay else "softplus" if lb is None else "lower_bound"
         kda_prefill(self.q, self.k, self.v, self.g, self.beta, self.A_log, self.dt_bias, self.cu,
@@ -281,9 +283,11 @@ def fused_recurrent_kda_fwd(q, k, v, g, beta, A_log=None, dt_bias=None, initial_
     if out is not None and (out.shape != v.shape or out.dtype != torch.bfloat16):
         raise refuse("out", f"{list(out.shape)} {out.dtype}", f"out must be bf16 {list(v.shape)}")
     o = torch.zeros(1, c.q.shape[1], H, HEAD_DIM, dtype=torch.bfloat16, device=dev)
+    # Sequence n in a pool of the batch's own, at slot n; padded ones keep -1.
+    local = torch.where(idx >= 0, torch.arange(N, dtype=torch.int32, device=dev), idx)
     if initial_state is None:
         pool = torch.zeros(N, H, HEAD_DIM, HEAD_DIM, dtype=torch.float32, device=dev)
-        c.run(pool, torch.arange(N, dtype=torch.int32, device=dev), o, scale)
+        c.run(pool, local, o, scale)
         final = None if not output_final_state else (
             pool if state_v_first else pool.transpose(-1, -2).contiguous())
     elif state_v_first and inplace_final_state:
@@ -295,7 +299,6 @@ def fused_recurrent_kda_fwd(q, k, v, g, beta, A_log=None, dt_bias=None, initial_
         used = idx.clamp(min=0).long()
         rows = initial_state.index_select(0, used)
         pool = (rows if state_v_first else rows.transpose(-1, -2)).contiguous().clone()
-        local = torch.where(idx >= 0, torch.arange(N, dtype=torch.int32, device=dev), idx)
         c.run(pool, local, o, scale)
         back = pool if state_v_first else pool.transpose(-1, -2)
         if inplace_final_state:

@@ -182,10 +182,13 @@ sp_status sp_kda_plan_(const sp_kda_args *a, const sp_kda_dims *d, sp_kda_plan *
 /* `forced` serves the checked call d (whose own plan is d->plan). */
 static sp_status check_forced(const sp_kda_args *a, const sp_kda_dims *d,
                               const sp_kda_plan *forced) {
+    const int32_t k = forced->kernel;
+    SP_REQUIRE(k == SP_KDA_KERNEL_RECURRENT || k == SP_KDA_KERNEL_CHUNKED ||
+                   k == SP_KDA_KERNEL_CHUNKED_TWO_PASS,
+               SP_ERR_INVALID_ARGUMENT, "plan: kernel %d is not a kernel that runs (AUTO is not)",
+               (int)k);
     sp_kda_args with = *a;
-    with.kernel = forced->kernel;
-    SP_REQUIRE(forced->kernel != SP_KDA_KERNEL_AUTO, SP_ERR_INVALID_ARGUMENT,
-               "plan: kernel AUTO is not a plan");
+    with.kernel = k;
     sp_kda_plan own;
     SP_FORWARD(sp_kda_plan_(&with, d, &own)); /* the kernel serves the call */
     if (forced->kernel == SP_KDA_KERNEL_CHUNKED) {

@@ -68,8 +68,9 @@ sp_status sp_kda_two_pass_bytes_(int64_t T, int64_t N, int64_t H, size_t *bytes)
  * would run for `args` (its kernel field forcing the kernel as there).
  * sp_kda_prefill_planned_: sp_kda_prefill, with `plan` in place of the
  * library's, after the same checks and a check that `plan` serves the call
- * (SP_ERR_UNSUPPORTED or SP_ERR_INVALID_ARGUMENT naming the field when it
- * does not; args->kernel is ignored). */
+ * (SP_ERR_INVALID_ARGUMENT naming the plan's field, SP_ERR_UNSUPPORTED when
+ * its kernel cannot serve the call, SP_ERR_WORKSPACE_TOO_SMALL for a
+ * two-pass plan without its workspace; args->kernel is ignored). */
 sp_status sp_kda_prefill_plan_(const sp_kda_args *args, sp_kda_plan *plan);
 sp_status sp_kda_prefill_planned_(const sp_kda_args *args, const sp_kda_plan *plan,
                                   struct CUstream_st *stream);

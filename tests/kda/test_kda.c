@@ -334,6 +334,46 @@ static void forms_cases(void) {
         }
 }
 
+/* A plan of the caller's on CPU tensors: only the recurrent form runs
+ * there, so a chunked plan is refused (UNSUPPORTED) and a kernel that does
+ * not run (AUTO, 7) named as the plan's field (INVALID_ARGUMENT), nothing
+ * written; the recurrent plan runs as sp_kda_prefill does. */
+static void host_plan_cases(void) {
+    static const int64_t lens[] = {20, 9};
+    kda_problem p;
+    kp_make(&p, 2, lens, 1, 2, SP_F32, SP_KDA_GATE_LOWER_BOUND, 0, 91);
+    void *b[KB_COUNT], *want[KB_COUNT];
+    kp_copy(&p, b);
+    kp_copy(&p, want);
+    sp_kda_args a;
+    kp_args(&p, b, sp_cpu(), &a);
+    static const struct {
+        int32_t kernel;
+        sp_status status;
+    } bad[] = {{SP_KDA_KERNEL_CHUNKED, SP_ERR_UNSUPPORTED},
+               {SP_KDA_KERNEL_CHUNKED_TWO_PASS, SP_ERR_UNSUPPORTED},
+               {SP_KDA_KERNEL_AUTO, SP_ERR_INVALID_ARGUMENT},
+               {7, SP_ERR_INVALID_ARGUMENT}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const sp_kda_plan plan = {bad[i].kernel, 1, 0, 2, 1, 0};
+        CHECK_STATUS(sp_kda_prefill_planned_(&a, &plan, NULL), bad[i].status);
+        if (bad[i].status == SP_ERR_INVALID_ARGUMENT)
+            CHECKF(strncmp(sp_last_error(), "plan: kernel", 12) == 0, "%s", sp_last_error());
+        CHECK(kp_outputs_equal(&p, b, p.host));
+    }
+    sp_kda_plan plan;
+    CHECK_OK(sp_kda_prefill_plan_(&a, &plan));
+    CHECK(plan.kernel == SP_KDA_KERNEL_RECURRENT);
+    CHECK_OK(sp_kda_prefill_planned_(&a, &plan, NULL));
+    sp_kda_args w;
+    kp_args(&p, want, sp_cpu(), &w);
+    CHECK_OK(sp_kda_prefill(&w, NULL));
+    CHECK(kp_outputs_equal(&p, b, want));
+    kp_free_copy(b);
+    kp_free_copy(want);
+    kp_free(&p);
+}
+
 /* Padded sequences (a negative slot, as engines mark the rows that pad a
  * CUDA-graph batch) are skipped on the backend and in the reference alike:
  * check_problem finds any byte written in their o rows, their checkpoint
@@ -920,6 +960,7 @@ int main(void) {
         batch_case(SP_KDA_KERNEL_AUTO, SP_F32, SP_KDA_GATE_SOFTPLUS, 64, extra_lens, 3, 2);
         for (int di = 0; di < 2; di++) empty_sequence_case(SP_KDA_KERNEL_AUTO, state_dts[di]);
         padded_case(SP_KDA_KERNEL_AUTO);
+        host_plan_cases();
     } else {
         if (sm) {
             batch_case(R, SP_F32, SP_KDA_GATE_LOWER_BOUND, 16, small_lens, 3, 2);

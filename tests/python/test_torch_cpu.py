@@ -519,7 +519,8 @@ class FlaDropIn(unittest.TestCase):
                  (dict(initial_state=h0.double()), "initial_state='torch.float64'"),
                  (dict(q=args["q"].clone().requires_grad_(False).float().requires_grad_()),
                   "q='a tensor that requires grad'"),
-                 (dict(head_first=True), "head_first=True")]
+                 (dict(head_first=True), "head_first=True"),
+                 (dict(scale=0.0), "scale=0.0")]
         for change, named in cases:
             with self.subTest(named=named):
                 before = h0.clone()
@@ -573,6 +574,14 @@ class FlaDecodeDropIn(unittest.TestCase):
                 self.assertTrue(torch.equal(got, pool_want))
                 for slot in (1, 2, 4, 6):  # nobody's
                     self.assertTrue(torch.equal(got[slot], self.pool[slot]))
+
+    def test_padded_row_without_a_pool(self):
+        from stridepack.fla import fused_recurrent_kda_fwd
+        o, ht = fused_recurrent_kda_fwd(**self.fla_kw(), ssm_state_indices=self.idx,
+                                        inplace_final_state=False, output_final_state=True)
+        self.assertTrue((o[:, 1] == 0).all(), "the padded row computed")
+        self.assertTrue(o[:, 0].abs().sum() > 0)
+        self.assertEqual(ht.shape, (self.N, self.H, 128, 128))
 
     def test_without_a_pool_equals_chunk_kda(self):
         from stridepack.fla import chunk_kda, fused_recurrent_kda

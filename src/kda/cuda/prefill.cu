@@ -73,7 +73,13 @@ extern "C" sp_status sp_kda_prefill_cuda_(const sp_kda_args *a, const sp_kda_dim
 }
 
 extern "C" sp_status sp_kda_cuda_device_facts_(sp_cuda_device *d) {
+    /* Where a block cannot have the chunked kernels' shared memory (100 KB
+     * parts, the A100's 163 KB) nothing more is asked: their kernels could
+     * not even be given it, and the plan keeps to the recurrent kernel. */
     d->kda_chunked = (size_t)d->smem_optin >= sp_kda_chunked_smem_bytes_();
+    d->kda_wgmma = 0;
+    d->kda_fused_per_sm[0] = d->kda_fused_per_sm[1] = 0;
+    if (!d->kda_chunked) return SP_OK;
     SP_FORWARD(sp_kda_one_pass_device_facts_(d));
     return sp_kda_two_pass_device_facts_(d);
 }
