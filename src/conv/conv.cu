@@ -35,7 +35,7 @@ static const void *instance(int index) {
 
 /* The instance for a call: form, width, vector layouts, activation. */
 static int kernel_index(const conv_params &p, int64_t W) {
-    const int fast = p.x_vec == 16 && p.out_vec;
+    const int fast = vector_path(p);
     return p.decode ? 12 + (int)(W - 2) * 2 + p.silu : (int)(W - 2) * 4 + fast * 2 + p.silu;
 }
 

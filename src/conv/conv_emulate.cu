@@ -35,7 +35,7 @@ template <int W, int FAST, int SILU> static void emulate_as(const conv_params &p
 
 /* The instance the launcher would pick (kernel_index), run on the host. */
 template <int W> static void emulate(const conv_params &p) {
-    const bool fast = !p.decode && p.x_vec == 16 && p.out_vec;
+    const bool fast = vector_path(p);
     if (fast && p.silu) emulate_as<W, 1, 1>(p);
     if (fast && !p.silu) emulate_as<W, 1, 0>(p);
     if (!fast && p.silu) emulate_as<W, 0, 1>(p);

@@ -79,6 +79,13 @@ typedef struct conv_params {
     int64_t tiles;           /* prefill: token tiles; decode: groups of `tile` sequences */
 } conv_params;
 
+/* The prefill's vector path (the kernels' FAST): x read and every output
+ * written as 16-byte vectors. The launcher picks its instance by it; the
+ * emulation runs the same instance. */
+static FN bool vector_path(const conv_params &p) {
+    return !p.decode && p.x_vec == 16 && p.out_vec;
+}
+
 /* Eight bf16 values, two to a word (element i in word i/2, low half first:
  * the order of a 16-byte load). Constant indices keep it in registers. */
 typedef struct bf8 {
