@@ -87,13 +87,13 @@ typedef struct sp_conv_args {
     sp_tensor bias;
     int32_t silu; /* 1: apply y / (1 + exp(-y)); 0: none */
 
-    /* Sequences (prefill only; unset for decode): cu_seqlens i64 [N + 1],
+    /* Sequences (prefill only; unset for decode): cu_seqlens i64 or i32 [N + 1],
      * dense, non-decreasing, cu_seqlens[0] >= 0, cu_seqlens[N] <= T. Rows
      * of the output outside every sequence are not written. */
     sp_tensor cu_seqlens;
 
     /* The conv state pool [slots, C, W-1], bf16, any strides (the vLLM
-     * layout [slots, C, W-1] dense is the fast one). state_indices i32 [N],
+     * layout [slots, C, W-1] dense is the fast one). state_indices i32 or i64 [N],
      * dense: sequence n uses slot state_indices[n]; -1 marks a padded
      * sequence: skipped, nothing written for it (neither output rows nor
      * state). Other values must be in [0, slots) and distinct. */

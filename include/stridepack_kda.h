@@ -92,8 +92,9 @@ typedef enum sp_kda_beta {
  *     H200) the pass leaves room on the GPU, and the second kernel
  *     prepares the last chunks' products beside the pass (a cooperative
  *     launch); the results are the same bits either way.
- *   Both chunked kernels serve CUDA calls with the lower-bound gate, a
- *   checkpoint interval that is 0 or a multiple of 32, and q, k, v, g and
+ *   Both chunked kernels serve CUDA calls with the lower-bound gate, one
+ *   slot a sequence (no verify table), a checkpoint interval that is 0 or
+ *   a multiple of 32, and q, k, v, g and
  *   o 16-byte aligned (strided inputs are by the rule in sp_kda_args; the
  *   boundary's packed copies always are).
  *   AUTO (the default): RECURRENT where the chunked kernels cannot serve
@@ -138,22 +139,37 @@ typedef struct sp_kda_args {
     float scale;       /* multiplies q^; 0 means the default 128^-0.5;
                           otherwise it must be finite */
 
-    /* Sequences: cu_seqlens i64 [N + 1], dense, non-decreasing, with
-     * cu_seqlens[0] >= 0 and cu_seqlens[N] <= T. Rows of o outside every
-     * sequence are not written. */
+    /* Sequences: cu_seqlens [N + 1], i64 or i32 (fla's cu_seqlens, vLLM's
+     * query_start_loc), dense, non-decreasing, with cu_seqlens[0] >= 0 and
+     * cu_seqlens[N] <= T. Rows of o outside every sequence are not
+     * written. Every index array below takes either width as well. */
     sp_tensor cu_seqlens;
 
     /* State pool [slots, H, 128, 128], f32 or bf16, V-first: element
      * [slot, h, j, d] holds S[d][j]. Dims 1..3 dense; the slot pitch
-     * strides[0] may be padded (>= H*128*128). state_indices i32 [N], dense:
-     * sequence n reads its initial state from slot state_indices[n], in
-     * [0, slots), and writes its final state back there; entries in [0,
-     * slots) are distinct. A negative entry marks a padded sequence (an
-     * engine's CUDA-graph batch padded to its captured size, vLLM's and
-     * SGLang's PAD_SLOT_ID -1): it is skipped on every backend, nothing read
-     * or written for it (its o rows and checkpoint rows are not written, no
-     * slot is touched). A bf16 pool is read to fp32 once and rounded (to
-     * nearest even) once at the end. */
+     * strides[0] may be padded (>= H*128*128). state_indices i32 or i64
+     * [N], dense: sequence n reads its initial state from slot
+     * state_indices[n], in [0, slots), and writes its final state back
+     * there; entries in [0, slots) are distinct. A negative entry marks a
+     * padded sequence (an engine's CUDA-graph batch padded to its captured
+     * size, vLLM's and SGLang's PAD_SLOT_ID -1): it is skipped on every
+     * backend, nothing read or written for it (its o rows and checkpoint
+     * rows are not written, no slot is touched). A bf16 pool is read to
+     * fp32 once and rounded (to nearest even) once when written.
+     *
+     * Speculative verify (fla's and vLLM's convention): state_indices a
+     * table [N, W], dense, i32 or i64. Sequence n (at most W tokens) reads
+     * its initial state from slot [n, num_accepted_tokens[n] - 1] (column 0
+     * without num_accepted_tokens), and the state after its token t
+     * (0-based) goes to slot [n, t]; a negative [n, t] leaves that state
+     * unwritten, and a negative [n, 0] marks a padded sequence, skipped as
+     * above (its num_accepted_tokens entry is not read). Nothing else is
+     * written to the pool. The states are those of running the tokens one
+     * call at a time (bit for bit with an f32 pool; with a bf16 pool each
+     * written state is the f32 state rounded once). Served by the
+     * recurrent kernel; no checkpoints with a table. Over the sequences not
+     * padded, the slots written are distinct and no sequence reads a slot
+     * another writes. */
     sp_tensor state;
     sp_tensor state_indices;
 
@@ -161,7 +177,7 @@ typedef struct sp_kda_args {
      * length L writes floor(L / n) states, the state after each complete
      * interval, to rows checkpoint_cu_starts[i], +1, ... of `checkpoints`
      * [C, H, 128, 128] (dense, the state's dtype, same V-first layout).
-     * checkpoint_cu_starts i64 [N + 1], dense: cu_starts[0] >= 0,
+     * checkpoint_cu_starts i64 or i32 [N + 1], dense: cu_starts[0] >= 0,
      * cu_starts[i+1] - cu_starts[i] >= floor(L_i / n), cu_starts[N] <= C.
      * With interval 0 both tensors must be left unset (all zero, as
      * sp_kda_args_init leaves them). */
@@ -186,6 +202,16 @@ typedef struct sp_kda_args {
 
     /* sp_kda_beta: how b_t comes from beta (0, the default: sigmoid). */
     int32_t beta_form;
+
+    /* Optional (unset: every sequence reads its slot): bool [N], dense, as
+     * engines mark requests that start fresh. has_initial_state[n] false:
+     * sequence n starts from a zero state, its slot not read, only written
+     * (a sequence without tokens writes nothing either way). */
+    sp_tensor has_initial_state;
+
+    /* Optional, with a verify table only: i32 or i64 [N], dense, each in
+     * [1, W] for the sequences not padded (see state_indices). */
+    sp_tensor num_accepted_tokens;
 } sp_kda_args;
 
 /* 1 when sp_kda_prefill reads the input view x (q, k, v or g) where it
@@ -229,12 +255,13 @@ SP_API sp_status sp_kda_args_init(sp_kda_args *args);
  *   - o, the state pool and the checkpoints overlap nothing else
  *     (SP_ERR_OVERLAP);
  *   - the index arrays' contents (cu_seqlens monotone and within [0, T],
- *     state_indices below slots and, where not negative (padded), distinct,
- *     checkpoint rows within C) (SP_ERR_INVALID_ARGUMENT): for CPU tensors
- *     only. For CUDA tensors these arrays live on the device and are not
- *     read on the host; the kernel instead skips (writes nothing for) a
- *     sequence whose token range, slot or checkpoint rows are out of bounds,
- *     a padded one (negative slot) as on the CPU. Distinct slots on CUDA are
+ *     state_indices below slots and, where not negative (padded), distinct;
+ *     with a verify table the rules given at state_indices; checkpoint
+ *     rows within C) (SP_ERR_INVALID_ARGUMENT): for CPU tensors only. For
+ *     CUDA tensors these arrays live on the device and are not read on the
+ *     host; the kernel instead skips (writes nothing for) a sequence whose
+ *     token range, slots, num_accepted_tokens entry or checkpoint rows are
+ *     out of bounds, a padded one as on the CPU. Distinct slots on CUDA are
  *     the caller's duty (two sequences on one slot race).
  *   - CUDA: N * H (sequence, head) pairs at most 2^31 - 1, else
  *     SP_ERR_UNSUPPORTED; checkpoint rows of different sequences must not

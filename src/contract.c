@@ -15,14 +15,16 @@ static sp_status spec_dtype(const sp_spec_ *s, int like, const char *like_name) 
     int ok = got == s->dtype;
     if (s->dtype == SP_SPEC_FLOATS) ok = got == SP_F32 || got == SP_BF16;
     if (s->dtype == SP_SPEC_LIKE) ok = got == like;
+    if (s->dtype == SP_SPEC_INDEX) ok = got == SP_I32 || got == SP_I64;
     if (ok) return SP_OK;
     if (s->dtype == SP_SPEC_LIKE)
         return sp_set_error_(SP_ERR_DTYPE_MISMATCH, "%s: dtype %s differs from %s's %s", s->name,
                             sp_dtype_name((sp_dtype)got), like_name, sp_dtype_name((sp_dtype)like));
     return sp_set_error_(SP_ERR_DTYPE_MISMATCH, "%s: dtype %s, expected %s", s->name,
                         sp_dtype_name((sp_dtype)got),
-                        s->dtype == SP_SPEC_FLOATS ? "f32 or bf16"
-                                                   : sp_dtype_name((sp_dtype)s->dtype));
+                        s->dtype == SP_SPEC_FLOATS  ? "f32 or bf16"
+                        : s->dtype == SP_SPEC_INDEX ? "i32 or i64"
+                                                    : sp_dtype_name((sp_dtype)s->dtype));
 }
 
 sp_status sp_specs_placed_(const sp_spec_ *s, int n, int like, const char *like_name) {

@@ -182,12 +182,13 @@ sp_status sp_pack_validated_(const sp_tensor *inputs, size_t n, void *workspace,
 #define SP_SPEC_ANY (-1)    /* a size the rule leaves free */
 #define SP_SPEC_FLOATS (-2) /* dtype rule: f32 or bf16 */
 #define SP_SPEC_LIKE (-3)   /* dtype rule: the table's `like` dtype */
+#define SP_SPEC_INDEX (-4)  /* dtype rule: i32 or i64 (an index array, index.h) */
 #define SP_SPECS_MAX 16     /* tensor arguments of one call, at most */
 
 typedef struct sp_spec_ {
     const sp_tensor *t;
     const char *name;
-    int dtype;         /* an sp_dtype, SP_SPEC_FLOATS or SP_SPEC_LIKE */
+    int dtype;         /* an sp_dtype or a rule: SP_SPEC_FLOATS, _LIKE, _INDEX */
     int ndim;          /* > 0: the shape rule below; 0: the entry checks the shape */
     int64_t size[4];   /* expected sizes, SP_SPEC_ANY where free */
     const char *shape; /* how the shape rule reads in a message */

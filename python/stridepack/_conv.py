@@ -28,9 +28,10 @@ def causal_conv1d(x: Array, weight: Array, cu_seqlens: Array, state: Array,
 
     x: bf16 [T, C], any strides (a column slice of the projection, or a
     channel-major [C, T] buffer seen through .T). weight: f32 or bf16 [C, W],
-    W 2..4; bias: [C] of the weight's dtype, or None. cu_seqlens: int64
-    [N + 1]. state: bf16 [slots, C, W - 1], written. state_indices: int32
-    [N]; -1 marks a padded sequence: skipped, nothing written for it.
+    W 2..4; bias: [C] of the weight's dtype, or None. cu_seqlens: int64 or
+    int32 [N + 1]. state: bf16 [slots, C, W - 1], written. state_indices:
+    int32 or int64 [N]; -1 marks a padded sequence: skipped, nothing written
+    for it.
     has_initial_state: bool [N] (False: start from zeros; None: no sequence
     has one). The output, one of two layouts: out bf16 [T, C] (token-major),
     or q, k, v bf16 [T, key_dim], [T, key_dim], [T, value_dim] with
@@ -56,7 +57,7 @@ def causal_conv1d_update(x: Array, weight: Array, state: Array, state_indices: A
 
     x: bf16 [N, C], one token per sequence, any strides. Each sequence starts
     from its slot state[state_indices[n]] (bf16 [slots, C, W - 1]), convolves,
-    and leaves its last W-1 inputs there. state_indices: int32 [N], -1 for a
+    and leaves its last W-1 inputs there. state_indices: int32 or int64 [N], -1 for a
     padded row (skipped, nothing written). weight, bias, silu and the output
     layouts (out [N, C], or q, k, v with N rows) as in causal_conv1d."""
     _native.conv((x, weight, bias, None, state, state_indices, None, out, q, k, v), silu, True,

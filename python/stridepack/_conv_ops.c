@@ -14,7 +14,7 @@ static const char *conv_none_hint(int i) {
     return i == 0   ? "bf16 [T, C] (decode: [N, C]): the projection's columns to convolve"
            : i == 1 ? "f32 or bf16 [C, W]: the taps"
            : i == 4 ? "bf16 [slots, C, W - 1]: the conv state pool"
-                    : "int32 [N]: each sequence's slot, -1 for a padded one";
+                    : "int32 or int64 [N]: each sequence's slot, -1 for a padded one";
 }
 /* x, weight, state and state_indices are required (the library checks the
  * rest: cu_seqlens for the prefill, exactly one output layout); the

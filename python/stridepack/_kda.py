@@ -54,7 +54,9 @@ def kda_prefill(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Arra
                 scale: float = 0.0, checkpoint_interval: int = 0,
                 checkpoint_cu_starts: Optional[Array] = None, checkpoints: Optional[Array] = None,
                 reference: bool = False, kernel: str = "auto",
-                workspace: Optional[Array] = None, beta_form: str = "logits") -> None:
+                workspace: Optional[Array] = None, beta_form: str = "logits",
+                has_initial_state: Optional[Array] = None,
+                num_accepted_tokens: Optional[Array] = None) -> None:
     """The KDA prefill (sp_kda_prefill; reference=True: the float64 CPU
     reference). Returns None; writes o, the state pool and the checkpoints in
     place, nothing else. T tokens, H heads, N sequences.
@@ -74,15 +76,26 @@ def kda_prefill(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Arra
     "logits_x2" (2 sigmoid(beta): negative eigenvalues) or "activated" (beta
     as given); the last two on CPU tensors only for now.
     scale: multiplies the normalized q (0: 128 ** -0.5).
-    cu_seqlens: int64 [N + 1]. state: fp32 or bf16 [slots, H, 128, 128],
-    V-first (element [s, h, j, d] holds S[d][j]), slot pitch may be padded;
-    state_indices: int32 [N]: sequence n starts from slot state_indices[n]
-    and leaves its final state there (slots distinct); a negative entry
-    marks a padded sequence, skipped: nothing read or written for it. o: bf16 [1, T, H, 128],
-    dense, written for the tokens of every sequence.
-    checkpoint_interval n > 0 with checkpoint_cu_starts int64 [N + 1] and
-    checkpoints [C, H, 128, 128] (the state's dtype): the state after every
-    n tokens of each sequence.
+    cu_seqlens: int64 or int32 [N + 1] (fla's cu_seqlens, vLLM's
+    query_start_loc). state: fp32 or bf16 [slots, H, 128, 128], V-first
+    (element [s, h, j, d] holds S[d][j]), slot pitch may be padded;
+    state_indices: int32 or int64 [N]: sequence n starts from slot
+    state_indices[n] and leaves its final state there (slots distinct); a
+    negative entry marks a padded sequence, skipped: nothing read or
+    written for it, its o rows not written. o: bf16 [1, T, H, 128], dense,
+    written for the tokens of every sequence.
+    has_initial_state: bool [N] (optional): False starts sequence n from a
+    zero state, its slot not read, only written.
+    Speculative verify: state_indices a table [N, W] (int32 or int64) and
+    num_accepted_tokens int32 or int64 [N] (optional): sequence n (at most W
+    tokens) starts from slot [n, num_accepted_tokens[n] - 1] (column 0
+    without it) and the state after its token t goes to slot [n, t] (a
+    negative entry: not written; a negative [n, 0]: padded, skipped). The
+    states equal those of feeding the tokens one call at a time (bit for
+    bit with an fp32 pool). The recurrent kernel serves it; no checkpoints.
+    checkpoint_interval n > 0 with checkpoint_cu_starts int64 or int32
+    [N + 1] and checkpoints [C, H, 128, 128] (the state's dtype): the state
+    after every n tokens of each sequence.
     kernel: "auto", "recurrent", "chunked" or "chunked_two_pass"
     (sp_kda_kernel); workspace: a dense device array of at least
     kda_workspace_bytes(...) bytes, which lets "auto" pick the two-pass
@@ -96,11 +109,12 @@ def kda_prefill(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Arra
     if _api.compiling():
         _api._torch_ops.kda_prefill(
             (q, k, v, g, beta, A_log, dt_bias, cu_seqlens, state, state_indices, o,
-             checkpoint_cu_starts, checkpoints, workspace),
+             checkpoint_cu_starts, checkpoints, has_initial_state, num_accepted_tokens,
+             workspace),
             gate_code, lower_bound, scale, checkpoint_interval, kernel_code, reference)
         return
     arrays = (q, k, v, g, beta, A_log, dt_bias, cu_seqlens, state, state_indices, o,
-              checkpoint_cu_starts, checkpoints)
+              checkpoint_cu_starts, checkpoints, has_initial_state, num_accepted_tokens)
     if reference:
         _native.kda_reference(arrays, gate_code, lower_bound, scale, checkpoint_interval,
                               beta_code)
@@ -114,13 +128,16 @@ def kda_workspace_bytes(q: Array, k: Array, v: Array, g: Array, beta: Array, A_l
                         state_indices: Array, o: Array, *, gate: str = "lower_bound",
                         lower_bound: float = -5.0, scale: float = 0.0,
                         checkpoint_interval: int = 0, checkpoint_cu_starts: Optional[Array] = None,
-                        checkpoints: Optional[Array] = None) -> int:
+                        checkpoints: Optional[Array] = None,
+                        has_initial_state: Optional[Array] = None,
+                        num_accepted_tokens: Optional[Array] = None) -> int:
     """sp_kda_prefill_workspace_bytes: the workspace the two-pass kernel
     needs for these arguments (0 when no kernel that needs one serves them)."""
     gate_code, _ = _codes(gate, "auto")
     return _native.kda_workspace_bytes(
         (q, k, v, g, beta, A_log, dt_bias, cu_seqlens, state, state_indices, o,
-         checkpoint_cu_starts, checkpoints), gate_code, lower_bound, scale, checkpoint_interval)
+         checkpoint_cu_starts, checkpoints, has_initial_state, num_accepted_tokens),
+        gate_code, lower_bound, scale, checkpoint_interval)
 
 
 class KdaBoundary:
@@ -140,7 +157,8 @@ class KdaBoundary:
             scale: float = 0.0, checkpoint_interval: int = 0,
             checkpoint_cu_starts: Optional[Array] = None, checkpoints: Optional[Array] = None,
             kernel: str = "auto", workspace: Optional[Array] = None,
-            beta_form: str = "logits") -> None:
+            beta_form: str = "logits", has_initial_state: Optional[Array] = None,
+            num_accepted_tokens: Optional[Array] = None) -> None:
         """The KDA prefill behind the input boundary (sp_kda_boundary_run).
         Returns None; writes o, the state pool and the checkpoints in place.
 
@@ -163,14 +181,16 @@ class KdaBoundary:
                                f"boundary's {self.max_tokens} tokens x {self.max_heads} heads")
             _api._torch_ops.kda_boundary_run(
                 self.max_heads, (q, k, v, g, beta, A_log, dt_bias, cu_seqlens, state,
-                               state_indices, o, checkpoint_cu_starts, checkpoints, workspace),
+                               state_indices, o, checkpoint_cu_starts, checkpoints,
+                               has_initial_state, num_accepted_tokens, workspace),
                 gate_code, lower_bound, scale, checkpoint_interval, kernel_code)
             return
         if self._b is None:
             raise error("SP_ERR_INVALID_ARGUMENT", 1, "boundary: already closed")
         _native.kda_boundary_run(
             self._b, (q, k, v, g, beta, A_log, dt_bias, cu_seqlens, state, state_indices, o,
-                      checkpoint_cu_starts, checkpoints),
+                      checkpoint_cu_starts, checkpoints, has_initial_state,
+                      num_accepted_tokens),
             gate_code, lower_bound, scale, checkpoint_interval, kernel_code, workspace, beta_code)
 
     @property

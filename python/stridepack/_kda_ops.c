@@ -12,16 +12,19 @@
 
 /* ---- KDA ------------------------------------------------------------------- */
 
-static const char *const kda_names[] = {"q", "k", "v", "g", "beta", "A_log", "dt_bias",
-                                        "cu_seqlens", "state", "state_indices", "o",
-                                        "checkpoint_cu_starts", "checkpoints"};
-#define N_KDA 13
-#define N_KDA_REQUIRED 11 /* all but the two checkpoint arrays */
+static const char *const kda_names[] = {
+    "q",     "k",           "v",    "g", "beta", "A_log", "dt_bias", "cu_seqlens", "state",
+    "state_indices", "o", "checkpoint_cu_starts", "checkpoints", "has_initial_state",
+    "num_accepted_tokens"};
+#define N_KDA 15
+#define N_KDA_REQUIRED 11 /* all but the checkpoint arrays and the last two */
 static const char *kda_none_hint(int i) {
-    return i == 9 ? "int32 [N]: the state slot of each sequence" : "see stridepack_kda.h";
+    return i == 9 ? "int32 or int64 [N]: the state slot of each sequence (or a verify table "
+                    "[N, W])"
+                  : "see stridepack_kda.h";
 }
-/* All but the two checkpoint arrays are required; the prefill writes the
- * state (8), o (10) and the checkpoints (12). */
+/* The first 11 are required; the prefill writes the state (8), o (10) and
+ * the checkpoints (12). */
 static const call_arrays kda_arrays = {"KDA",           "the prefill",
                                        kda_names,       N_KDA,
                                        (1u << N_KDA_REQUIRED) - 1,
@@ -29,9 +32,21 @@ static const call_arrays kda_arrays = {"KDA",           "the prefill",
                                        kda_none_hint};
 
 static void kda_fields(sp_kda_args *a, sp_tensor *f[N_KDA]) {
-    sp_tensor *const all[N_KDA] = {&a->q, &a->k, &a->v, &a->g, &a->beta, &a->A_log,
-                                   &a->dt_bias, &a->cu_seqlens, &a->state, &a->state_indices,
-                                   &a->o, &a->checkpoint_cu_starts, &a->checkpoints};
+    sp_tensor *const all[N_KDA] = {&a->q,
+                                   &a->k,
+                                   &a->v,
+                                   &a->g,
+                                   &a->beta,
+                                   &a->A_log,
+                                   &a->dt_bias,
+                                   &a->cu_seqlens,
+                                   &a->state,
+                                   &a->state_indices,
+                                   &a->o,
+                                   &a->checkpoint_cu_starts,
+                                   &a->checkpoints,
+                                   &a->has_initial_state,
+                                   &a->num_accepted_tokens};
     for (int i = 0; i < N_KDA; i++) f[i] = all[i];
 }
 
@@ -113,7 +128,7 @@ static sp_status destroy_inputs(void *p) { return sp_kda_inputs_destroy(p); }
 
 typedef enum { KDA_PREFILL, KDA_REFERENCE, KDA_BOUNDARY_RUN, KDA_WORKSPACE_BYTES } kda_op;
 
-/* One KDA call: read the 13 arrays (None for an absent checkpoint array),
+/* One KDA call: read the 15 arrays (None for an absent optional one),
  * check what the binding alone can see (a None where an array is needed,
  * a read-only array the call writes, the workspace's bytes), then fill
  * sp_kda_args and call the library. */

@@ -7,7 +7,8 @@
 
     stridepack::kda_prefill(q, k, v, g, beta, A_log, dt_bias, cu_seqlens,
         Tensor(a!) state, state_indices?, Tensor(b!) o, checkpoint_cu_starts?,
-        Tensor(c!)? checkpoints, Tensor(d!)? workspace, int gate, float lower_bound,
+        Tensor(c!)? checkpoints, has_initial_state?, num_accepted_tokens?,
+        Tensor(d!)? workspace, int gate, float lower_bound,
         float scale, int checkpoint_interval, int kernel, bool reference) -> ()
         kda_prefill (mutates state, o, checkpoints and the workspace)
     stridepack::kda_boundary_run(int max_heads, <kda_prefill's arguments but
@@ -86,11 +87,13 @@ def register() -> bool:
                     dt_bias: Tensor, cu_seqlens: Tensor, state: Tensor,
                     state_indices: Optional[Tensor], o: Tensor,
                     checkpoint_cu_starts: Optional[Tensor], checkpoints: Optional[Tensor],
+                    has_initial_state: Optional[Tensor], num_accepted_tokens: Optional[Tensor],
                     workspace: Optional[Tensor], gate: int, lower_bound: float, scale: float,
                     checkpoint_interval: int, kernel: int, reference: bool) -> None:
         _kda._run_prefill_arrays(
             (q, k, v, g, beta, A_log, dt_bias, cu_seqlens, state, state_indices, o,
-             checkpoint_cu_starts, checkpoints, workspace),
+             checkpoint_cu_starts, checkpoints, has_initial_state, num_accepted_tokens,
+             workspace),
             gate, lower_bound, scale, checkpoint_interval, kernel, reference)
 
     @kda_prefill.register_fake
@@ -102,6 +105,8 @@ def register() -> bool:
                          beta: Tensor, A_log: Tensor, dt_bias: Tensor, cu_seqlens: Tensor,
                          state: Tensor, state_indices: Optional[Tensor], o: Tensor,
                          checkpoint_cu_starts: Optional[Tensor], checkpoints: Optional[Tensor],
+                         has_initial_state: Optional[Tensor],
+                         num_accepted_tokens: Optional[Tensor],
                          workspace: Optional[Tensor], gate: int, lower_bound: float,
                          scale: float, checkpoint_interval: int, kernel: int) -> None:
         xs = [q, k, v, g, beta]
@@ -116,7 +121,7 @@ def register() -> bool:
             for i, d in zip(todo, outs):
                 dense[i] = d
         arrays = (*dense, A_log, dt_bias, cu_seqlens, state, state_indices, o,
-                  checkpoint_cu_starts, checkpoints)
+                  checkpoint_cu_starts, checkpoints, has_initial_state, num_accepted_tokens)
         if workspace is None and q.is_cuda and 0 < max_heads <= 32:
             need = _kda._native.kda_workspace_bytes(arrays, gate, lower_bound, scale,
                                                     checkpoint_interval)
@@ -158,7 +163,7 @@ def pack(tensors):
 
 
 def kda_prefill(arrays, gate, lower_bound, scale, interval, kernel, reference):
-    """The traced form of stridepack.kda_prefill (arrays: its 13 arrays and
+    """The traced form of stridepack.kda_prefill (arrays: its 15 arrays and
     the workspace)."""
     _prefill_op(*arrays, int(gate), float(lower_bound), float(scale), int(interval), int(kernel),
                 bool(reference))

@@ -83,15 +83,16 @@ static void fill_segments(const sp_conv_args *a, sp_conv_dims *d) {
 
 /* Contents of the index arrays, readable here because they are host memory. */
 static sp_status check_host_indices(const sp_conv_args *a, const sp_conv_dims *d) {
-    const int32_t *idx = (const int32_t *)a->state_indices.data;
+    const sp_index_ idx = sp_index_of_(&a->state_indices);
     if (!d->decode) {
         /* 0 <= cu[0] <= cu[1] <= ... <= cu[N] <= T, one bound at a time. */
-        const int64_t *cu = (const int64_t *)a->cu_seqlens.data;
-        SP_REQUIRE(cu[0] >= 0, SP_ERR_INVALID_ARGUMENT,
+        const sp_index_ cu = sp_index_of_(&a->cu_seqlens);
+        const int64_t cu0 = sp_index_at_(cu, 0);
+        SP_REQUIRE(cu0 >= 0, SP_ERR_INVALID_ARGUMENT,
                    "cu_seqlens: [0] = %lld is negative (needed: 0 <= [0] <= ... <= [N] <= T)",
-                   (long long)cu[0]);
+                   (long long)cu0);
         for (int64_t n = 1; n <= d->N + 1; n++) {
-            const int64_t lo = cu[n - 1], hi = n <= d->N ? cu[n] : d->T;
+            const int64_t lo = sp_index_at_(cu, n - 1), hi = n <= d->N ? sp_index_at_(cu, n) : d->T;
             if (lo <= hi) continue;
             char left[32], right[32] = "T";
             snprintf(left, sizeof left, "[%lld]", (long long)(n - 1));
@@ -102,10 +103,12 @@ static sp_status check_host_indices(const sp_conv_args *a, const sp_conv_dims *d
                                 left, (long long)lo, right, (long long)hi);
         }
     }
-    for (int64_t n = 0; n < d->N; n++)
-        SP_REQUIRE(idx[n] >= -1 && idx[n] < d->slots, SP_ERR_INVALID_ARGUMENT,
-                   "state_indices: [%lld] = %d is outside [-1, %lld) (slots; -1 = padded)",
-                   (long long)n, (int)idx[n], (long long)d->slots);
+    for (int64_t n = 0; n < d->N; n++) {
+        const int64_t e = sp_index_at_(idx, n);
+        SP_REQUIRE(e >= -1 && e < d->slots, SP_ERR_INVALID_ARGUMENT,
+                   "state_indices: [%lld] = %lld is outside [-1, %lld) (slots; -1 = padded)",
+                   (long long)n, (long long)e, (long long)d->slots);
+    }
     if (d->N > 1 && d->slots > 0) {
         /* One bit per slot: a second sequence on a slot is found in one pass.
          * On the stack up to 65536 slots, from the heap beyond. */
@@ -116,15 +119,16 @@ static sp_status check_host_indices(const sp_conv_args *a, const sp_conv_dims *d
         if (seen == stack) memset(stack, 0, bytes);
         int64_t dup = -1;
         for (int64_t n = 0; n < d->N && dup < 0; n++) {
-            if (idx[n] < 0) continue;
-            unsigned char bit = (unsigned char)(1u << (idx[n] % 8));
-            if (seen[idx[n] / 8] & bit) dup = n;
-            seen[idx[n] / 8] |= bit;
+            const int64_t e = sp_index_at_(idx, n);
+            if (e < 0) continue;
+            unsigned char bit = (unsigned char)(1u << (e % 8));
+            if (seen[e / 8] & bit) dup = n;
+            seen[e / 8] |= bit;
         }
         if (seen != stack) free(seen);
         SP_REQUIRE(dup < 0, SP_ERR_INVALID_ARGUMENT,
-                   "state_indices: [%lld] = %d, a slot an earlier sequence uses", (long long)dup,
-                   dup < 0 ? 0 : (int)idx[dup]);
+                   "state_indices: [%lld] = %lld, a slot an earlier sequence uses",
+                   (long long)dup, dup < 0 ? 0LL : (long long)sp_index_at_(idx, dup));
     }
     return SP_OK;
 }
@@ -155,8 +159,9 @@ sp_status sp_conv_check_(const sp_conv_args *a, int decode, int host_indices, sp
     if (d.has_bias)
         s[n++] = (sp_spec_){&a->bias, "bias", SP_SPEC_LIKE, 1, {C}, "[C] with x's C", 0, 0};
     if (!decode)
-        s[n++] = (sp_spec_){&a->cu_seqlens, "cu_seqlens", SP_I64, 1, {N + 1}, "[N + 1]", 1, 0};
-    s[n++] = (sp_spec_){&a->state_indices, "state_indices", SP_I32, 1, {N}, "[N]", 1, 0};
+        s[n++] = (sp_spec_){&a->cu_seqlens, "cu_seqlens", SP_SPEC_INDEX, 1, {N + 1}, "[N + 1]",
+                            1, 0};
+    s[n++] = (sp_spec_){&a->state_indices, "state_indices", SP_SPEC_INDEX, 1, {N}, "[N]", 1, 0};
     if (d.has_init)
         s[n++] = (sp_spec_){&a->has_initial_state, "has_initial_state", SP_BOOL, 1, {N}, "[N]",
                             1, 0};

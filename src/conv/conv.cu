@@ -95,8 +95,8 @@ void sp_conv_fill_params_(const sp_conv_args *a, const sp_conv_dims *d, conv_par
     p->w_j = a->weight.strides[1];
     p->bias = d->has_bias ? a->bias.data : NULL;
     p->b_c = d->has_bias ? a->bias.strides[0] : 0;
-    p->cu = d->decode ? NULL : (const int64_t *)a->cu_seqlens.data;
-    p->idx = (const int32_t *)a->state_indices.data;
+    p->cu = sp_conv_cu_of_(a, d);
+    p->idx = sp_index_of_(&a->state_indices);
     p->init = d->has_init ? (const uint8_t *)a->has_initial_state.data : NULL;
     p->state = (uint16_t *)a->state.data;
     p->s_slot = a->state.strides[0];

@@ -8,7 +8,7 @@
 enum { CHANNELS_PER_ITEM = 256 };
 
 static void run_item(const sp_conv_args *a, const sp_conv_dims *d, int64_t n, int64_t c0) {
-    const int64_t slot = ((const int32_t *)a->state_indices.data)[n];
+    const int64_t slot = sp_conv_slot_(a, n);
     if (slot < 0) return; /* padded: nothing written */
     int64_t s, e;
     int from_slot;

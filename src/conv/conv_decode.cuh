@@ -74,17 +74,17 @@ static FN void decode_thread(const conv_params &p, int64_t n0, int64_t n1, int64
     float w[VEC][W], bias[VEC];
     load_params<W>(p, c0, w, bias);
     const int si = seg_of(p, c0);
-    int32_t next[DBATCH]; /* the next batch's slots, read a batch ahead */
+    int64_t next[DBATCH]; /* the next batch's slots, read a batch ahead */
     UNROLL
-    for (int b = 0; b < DBATCH; b++) next[b] = n0 + b < n1 ? p.idx[n0 + b] : -1;
+    for (int b = 0; b < DBATCH; b++) next[b] = n0 + b < n1 ? sp_index_at_(p.idx, n0 + b) : -1;
     for (int64_t n = n0; n < n1; n += DBATCH) {
-        int32_t slot[DBATCH];
+        int64_t slot[DBATCH];
         bf8 x[DBATCH];
         window<W> r[DBATCH];
         UNROLL
         for (int b = 0; b < DBATCH; b++) {
             slot[b] = next[b];
-            next[b] = n + DBATCH + b < n1 ? p.idx[n + DBATCH + b] : -1;
+            next[b] = n + DBATCH + b < n1 ? sp_index_at_(p.idx, n + DBATCH + b) : -1;
             if (n + b < n1) x[b] = load_x(p, n + b, c0); /* row n + b exists whatever the slot */
         }
         UNROLL

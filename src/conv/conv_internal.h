@@ -9,6 +9,7 @@
 #define SP_CONV_INTERNAL_H
 
 #include "bf16.h"
+#include "index.h"
 #include "internal.h"
 #include "stridepack_conv.h"
 
@@ -68,15 +69,15 @@ typedef struct sp_conv_dims {
 sp_status sp_conv_check_(const sp_conv_args *a, int decode, int host_indices, sp_conv_dims *d);
 
 /* Tokens [*s, *e) of sequence n, and whether it starts from its slot. */
-static inline SP_HD void sp_conv_sequence_(const int64_t *cu, const uint8_t *init, int decode,
+static inline SP_HD void sp_conv_sequence_(sp_index_ cu, const uint8_t *init, int decode,
                                           int64_t n, int64_t *s, int64_t *e, int *from_slot) {
     if (decode) {
         *s = n;
         *e = n + 1;
         *from_slot = 1;
     } else {
-        *s = cu[n];
-        *e = cu[n + 1];
+        *s = sp_index_at_(cu, n);
+        *e = sp_index_at_(cu, n + 1);
         *from_slot = init ? init[n] != 0 : 0;
     }
 }
@@ -113,10 +114,21 @@ static inline uint16_t *sp_conv_out_(const sp_conv_dims *d, int64_t t, int64_t c
     return g->data + t * g->row + (c - g->first) * g->col;
 }
 
+/* cu_seqlens of a checked call (absent in decode). */
+static inline sp_index_ sp_conv_cu_of_(const sp_conv_args *a, const sp_conv_dims *d) {
+    sp_index_ none = {NULL, 0};
+    return d->decode ? none : sp_index_of_(&a->cu_seqlens);
+}
+
+/* Slot entry n of a checked call. */
+static inline int64_t sp_conv_slot_(const sp_conv_args *a, int64_t n) {
+    return sp_index_at_(sp_index_of_(&a->state_indices), n);
+}
+
 /* Sequence n's tokens and start, as sp_conv_sequence_, from host tensors. */
 static inline void sp_conv_host_sequence_(const sp_conv_args *a, const sp_conv_dims *d, int64_t n,
                                           int64_t *s, int64_t *e, int *from_slot) {
-    sp_conv_sequence_((const int64_t *)a->cu_seqlens.data,
+    sp_conv_sequence_(sp_conv_cu_of_(a, d),
                      d->has_init ? (const uint8_t *)a->has_initial_state.data : NULL, d->decode, n,
                      s, e, from_slot);
 }

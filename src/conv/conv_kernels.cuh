@@ -63,8 +63,8 @@ typedef struct conv_params {
     int64_t w_c, w_j;
     const void *bias; /* NULL: none */
     int64_t b_c;
-    const int64_t *cu;
-    const int32_t *idx;
+    sp_index_ cu;  /* unused in decode */
+    sp_index_ idx;
     const uint8_t *init; /* NULL: no sequence starts from its slot */
     uint16_t *state;
     int64_t s_slot, s_c, s_j;

@@ -230,11 +230,11 @@ static FN void run_tokens(const conv_params &p, const float (&w)[VEC][W], const 
 }
 
 /* First k in [0, n) with v[k] >= key, n if none. */
-static FN int64_t lower_bound(const int64_t *v, int64_t n, int64_t key) {
+static FN int64_t lower_bound(sp_index_ v, int64_t n, int64_t key) {
     int64_t lo = 0, hi = n;
     while (lo < hi) {
         const int64_t mid = lo + (hi - lo) / 2;
-        if (v[mid] < key)
+        if (sp_index_at_(v, mid) < key)
             lo = mid + 1;
         else
             hi = mid;
@@ -266,8 +266,8 @@ static FN void conv_thread(const conv_params &p, int64_t bx, int64_t tiles, int6
      * W-th token if that is later; the halo comes from x. */
     const int64_t lo = lower_bound(p.cu, p.N + 1, t0);
     if (lo >= 1 && lo <= p.N) {
-        const int64_t n = lo - 1, s = p.cu[n], e = p.cu[n + 1];
-        const int32_t slot = p.idx[n];
+        const int64_t n = lo - 1, s = sp_index_at_(p.cu, n), e = sp_index_at_(p.cu, n + 1);
+        const int64_t slot = sp_index_at_(p.idx, n);
         const int64_t a = t0 > s + W - 1 ? t0 : s + W - 1, b = t1 < e ? t1 : e;
         if (s >= 0 && s <= e && e <= p.T && slot >= 0 && slot < p.slots && a < b) {
             halo_from_x<W>(p, a, c0, z);
@@ -278,9 +278,9 @@ static FN void conv_thread(const conv_params &p, int64_t bx, int64_t tiles, int6
      * that begin at T: empty ones, whose state is still written). */
     const bool last = bx == tiles - 1;
     for (int64_t n = lo; n < p.N; n++) {
-        const int64_t s = p.cu[n], e = p.cu[n + 1];
+        const int64_t s = sp_index_at_(p.cu, n), e = sp_index_at_(p.cu, n + 1);
         if (!(s < t1 || (last && s <= p.T))) break;
-        const int32_t slot = p.idx[n];
+        const int64_t slot = sp_index_at_(p.idx, n);
         if (s < 0 || s > e || e > p.T || slot < 0 || slot >= p.slots) continue;
         if (p.init && p.init[n]) {
             state_io<W>(p, slot, c0, z, false);

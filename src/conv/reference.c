@@ -15,7 +15,7 @@ static double z_at(const sp_conv_args *a, const sp_conv_dims *d, int64_t slot, i
 }
 
 static void run(const sp_conv_args *a, const sp_conv_dims *d, int64_t n, int64_t c) {
-    const int64_t slot = ((const int32_t *)a->state_indices.data)[n];
+    const int64_t slot = sp_conv_slot_(a, n);
     if (slot < 0) return;
     int64_t s, e;
     int from_slot;

@@ -11,9 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* Tensor arguments of one call: q .. state_indices, checkpoint_cu_starts,
- * o, state, checkpoints. */
-enum { MAX_ARGS = 13 };
+/* Tensor arguments of one call: q .. state_indices, num_accepted_tokens,
+ * has_initial_state, checkpoint_cu_starts, o, state, checkpoints. */
+enum { MAX_ARGS = 15 };
 
 int sp_kda_reads_in_place(const sp_tensor *x) {
     if (!x) return 0;
@@ -48,6 +48,16 @@ static sp_status check_scalars(const sp_kda_args *a, int has_ckpt) {
                "scale: %g is not finite (0 selects the default 128^-0.5)", (double)a->scale);
     SP_REQUIRE(a->checkpoint_interval >= 0, SP_ERR_INVALID_ARGUMENT,
                "checkpoint_interval: %lld is negative", (long long)a->checkpoint_interval);
+    if (a->state_indices.ndim == 2 && a->checkpoint_interval > 0)
+        return sp_set_error_(SP_ERR_INVALID_ARGUMENT,
+                             "checkpoint_interval: %lld with a verify table (2-D state_indices), "
+                             "which writes the state after every token: no checkpoints with it",
+                             (long long)a->checkpoint_interval);
+    SP_REQUIRE(sp_tensor_set_(&a->num_accepted_tokens) ? a->state_indices.ndim == 2 : 1,
+               SP_ERR_INVALID_ARGUMENT,
+               "num_accepted_tokens: given with a %d-D state_indices (it picks each sequence's "
+               "initial state from a verify table, state_indices [N, W])",
+               (int)a->state_indices.ndim);
     if (a->checkpoint_interval == 0) {
         SP_REQUIRE(!has_ckpt, SP_ERR_INVALID_ARGUMENT,
                    "checkpoint_interval: 0 but checkpoints or checkpoint_cu_starts given "
@@ -167,63 +177,176 @@ static sp_status check_workspace(const sp_kda_args *a, const sp_spec_ *all, int 
     return sp_check_disjoint_(views, names, (size_t)n + 1);
 }
 
-static int cmp_i32(const void *x, const void *y) {
-    int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
-    return (a > b) - (a < b);
+/* A slot the call writes, and the sequence that writes it. */
+typedef struct slot_use {
+    int64_t slot, n;
+} slot_use;
+
+static int cmp_use(const void *x, const void *y) {
+    const slot_use *a = x, *b = y;
+    if (a->slot != b->slot) return (a->slot > b->slot) - (a->slot < b->slot);
+    return (a->n > b->n) - (a->n < b->n);
+}
+
+/* The sequence writing `slot` other than n, or -1 (uses sorted, u of them). */
+static int64_t writer_other_than(const slot_use *uses, int64_t u, int64_t slot, int64_t n) {
+    int64_t lo = 0, hi = u;
+    while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (uses[mid].slot < slot) lo = mid + 1;
+        else hi = mid;
+    }
+    for (; lo < u && uses[lo].slot == slot; lo++)
+        if (uses[lo].n != n) return uses[lo].n;
+    return -1;
+}
+
+/* A verify table's row n (not padded): its length, accepted count and
+ * entries within their bounds. */
+static sp_status check_table_row(const sp_kda_index_ *x, int64_t n, int64_t len) {
+    const int64_t W = x->width, row = n * W;
+    SP_REQUIRE(len <= W, SP_ERR_INVALID_ARGUMENT,
+               "state_indices: sequence %lld has %lld tokens, more than the verify table's %lld "
+               "columns",
+               (long long)n, (long long)len, (long long)W);
+    const int64_t acc = x->accepted.at ? sp_index_at_(x->accepted, n) : 1;
+    SP_REQUIRE(acc >= 1 && acc <= W, SP_ERR_INVALID_ARGUMENT,
+               "num_accepted_tokens: [%lld] = %lld is outside [1, %lld] (the verify table's width)",
+               (long long)n, (long long)acc, (long long)W);
+    const int64_t read = sp_index_at_(x->slot, row + acc - 1);
+    SP_REQUIRE(read >= 0 && read < x->slots, SP_ERR_INVALID_ARGUMENT,
+               "state_indices: [%lld, %lld] = %lld, the slot of sequence %lld's initial state "
+               "(column num_accepted_tokens - 1), is outside [0, %lld)",
+               (long long)n, (long long)(acc - 1), (long long)read, (long long)n,
+               (long long)x->slots);
+    for (int64_t t = 0; t < len; t++) {
+        const int64_t e = sp_index_at_(x->slot, row + t);
+        SP_REQUIRE(e < x->slots, SP_ERR_INVALID_ARGUMENT,
+                   "state_indices: [%lld, %lld] = %lld is outside [0, %lld) (state slots; a "
+                   "negative entry leaves that token's state unwritten)",
+                   (long long)n, (long long)t, (long long)e, (long long)x->slots);
+    }
+    return SP_OK;
+}
+
+/* Every slot the call writes is written once, and no sequence reads a slot
+ * another one writes. One slot a sequence: the entries that are not
+ * negative (padded) are distinct. A verify table: over the rows that are
+ * not padded, the entries of the tokens' columns that are not negative. */
+static sp_status check_slots_disjoint(const sp_kda_index_ *x, int64_t N) {
+    const int64_t per = x->width > 0 ? x->width : 1;
+    if (N == 0) return SP_OK;
+    slot_use *uses = malloc((size_t)(N * per) * sizeof *uses);
+    SP_REQUIRE(uses, SP_ERR_OUT_OF_MEMORY, "state_indices: no memory to check distinctness");
+    int64_t u = 0;
+    for (int64_t n = 0; n < N; n++) {
+        if (sp_index_at_(x->slot, n * per) < 0) continue; /* padded */
+        const int64_t len = sp_index_at_(x->cu, n + 1) - sp_index_at_(x->cu, n);
+        const int64_t cols = x->width > 0 ? len : 1;
+        for (int64_t t = 0; t < cols; t++) {
+            const int64_t e = sp_index_at_(x->slot, n * per + t);
+            if (e >= 0) uses[u++] = (slot_use){e, n};
+        }
+    }
+    qsort(uses, (size_t)u, sizeof *uses, cmp_use);
+    sp_status st = SP_OK;
+    for (int64_t i = 1; i < u && st == SP_OK; i++)
+        if (uses[i].slot == uses[i - 1].slot)
+            st = uses[i].n == uses[i - 1].n
+                     ? sp_set_error_(SP_ERR_INVALID_ARGUMENT,
+                                     "state_indices: slot %lld is written twice by sequence %lld",
+                                     (long long)uses[i].slot, (long long)uses[i].n)
+                     : sp_set_error_(SP_ERR_INVALID_ARGUMENT,
+                                     "state_indices: slot %lld is used by sequences %lld and %lld",
+                                     (long long)uses[i].slot, (long long)uses[i - 1].n,
+                                     (long long)uses[i].n);
+    /* With a table a sequence may read a slot that is not its own column. */
+    for (int64_t n = 0; n < N && st == SP_OK && x->width > 0; n++) {
+        sp_kda_seq_ sq;
+        if (!sp_kda_sequence_(x, n, &sq) || sq.read < 0 || sq.len == 0) continue;
+        const int64_t other = writer_other_than(uses, u, sq.read, n);
+        if (other >= 0)
+            st = sp_set_error_(SP_ERR_INVALID_ARGUMENT,
+                               "state_indices: slot %lld holds sequence %lld's initial state and "
+                               "is written by sequence %lld",
+                               (long long)sq.read, (long long)n, (long long)other);
+    }
+    free(uses);
+    return st;
 }
 
 /* Contents of the index arrays, readable here because they are host memory. */
 static sp_status check_host_indices(const sp_kda_args *a, const sp_kda_dims *d) {
-    const int64_t *cu = (const int64_t *)a->cu_seqlens.data;
-    const int32_t *idx = (const int32_t *)a->state_indices.data;
-    SP_REQUIRE(cu[0] >= 0, SP_ERR_INVALID_ARGUMENT, "cu_seqlens: [0] = %lld is negative",
-               (long long)cu[0]);
-    for (int64_t n = 0; n < d->N; n++)
-        SP_REQUIRE(cu[n + 1] >= cu[n], SP_ERR_INVALID_ARGUMENT,
+    const sp_kda_index_ x = sp_kda_index_of_(a, d);
+    const int64_t cu0 = sp_index_at_(x.cu, 0);
+    SP_REQUIRE(cu0 >= 0, SP_ERR_INVALID_ARGUMENT, "cu_seqlens: [0] = %lld is negative",
+               (long long)cu0);
+    for (int64_t n = 0; n < d->N; n++) {
+        const int64_t lo = sp_index_at_(x.cu, n), hi = sp_index_at_(x.cu, n + 1);
+        SP_REQUIRE(hi >= lo, SP_ERR_INVALID_ARGUMENT,
                    "cu_seqlens: decreases at [%lld] (%lld < %lld)", (long long)(n + 1),
-                   (long long)cu[n + 1], (long long)cu[n]);
-    SP_REQUIRE(cu[d->N] <= d->T, SP_ERR_INVALID_ARGUMENT, "cu_seqlens: [N] = %lld exceeds T = %lld",
-               (long long)cu[d->N], (long long)d->T);
-    /* A negative entry marks a padded sequence (skipped); the others name
-     * distinct slots of the pool. */
-    for (int64_t n = 0; n < d->N; n++)
-        SP_REQUIRE(idx[n] < d->slots, SP_ERR_INVALID_ARGUMENT,
-                   "state_indices: [%lld] = %d is outside [0, %lld) (state slots; a negative "
-                   "entry marks a padded sequence)",
-                   (long long)n, (int)idx[n], (long long)d->slots);
-    if (d->N > 1) {
-        int32_t *sorted = malloc((size_t)d->N * sizeof *sorted);
-        SP_REQUIRE(sorted, SP_ERR_OUT_OF_MEMORY, "state_indices: no memory to check distinctness");
-        memcpy(sorted, idx, (size_t)d->N * sizeof *sorted);
-        qsort(sorted, (size_t)d->N, sizeof *sorted, cmp_i32);
-        int32_t dup = -1;
-        for (int64_t n = 1; n < d->N && dup < 0; n++)
-            if (sorted[n] >= 0 && sorted[n] == sorted[n - 1]) dup = sorted[n];
-        free(sorted);
-        SP_REQUIRE(dup < 0, SP_ERR_INVALID_ARGUMENT,
-                   "state_indices: slot %d is used by two sequences", (int)dup);
+                   (long long)hi, (long long)lo);
     }
+    const int64_t cuN = sp_index_at_(x.cu, d->N);
+    SP_REQUIRE(cuN <= d->T, SP_ERR_INVALID_ARGUMENT, "cu_seqlens: [N] = %lld exceeds T = %lld",
+               (long long)cuN, (long long)d->T);
+    /* A negative entry (the first of a table's row) marks a padded sequence,
+     * skipped; the others name slots of the pool. */
+    for (int64_t n = 0; n < d->N; n++) {
+        if (d->width > 0) {
+            if (sp_index_at_(x.slot, n * d->width) < 0) continue;
+            const int64_t len = sp_index_at_(x.cu, n + 1) - sp_index_at_(x.cu, n);
+            SP_FORWARD(check_table_row(&x, n, len));
+        } else {
+            const int64_t e = sp_index_at_(x.slot, n);
+            SP_REQUIRE(e < d->slots, SP_ERR_INVALID_ARGUMENT,
+                       "state_indices: [%lld] = %lld is outside [0, %lld) (state slots; a "
+                       "negative entry marks a padded sequence)",
+                       (long long)n, (long long)e, (long long)d->slots);
+        }
+    }
+    SP_FORWARD(check_slots_disjoint(&x, d->N));
     if (d->interval > 0) {
-        const int64_t *cs = (const int64_t *)a->checkpoint_cu_starts.data;
-        SP_REQUIRE(cs[0] >= 0, SP_ERR_INVALID_ARGUMENT,
-                   "checkpoint_cu_starts: [0] = %lld is negative", (long long)cs[0]);
+        const int64_t cs0 = sp_index_at_(x.cu_starts, 0);
+        SP_REQUIRE(cs0 >= 0, SP_ERR_INVALID_ARGUMENT,
+                   "checkpoint_cu_starts: [0] = %lld is negative", (long long)cs0);
         for (int64_t n = 0; n < d->N; n++) {
-            int64_t need = (cu[n + 1] - cu[n]) / d->interval;
-            SP_REQUIRE(cs[n + 1] >= cs[n], SP_ERR_INVALID_ARGUMENT,
+            const int64_t len = sp_index_at_(x.cu, n + 1) - sp_index_at_(x.cu, n);
+            const int64_t need = len / d->interval;
+            const int64_t lo = sp_index_at_(x.cu_starts, n), hi = sp_index_at_(x.cu_starts, n + 1);
+            SP_REQUIRE(hi >= lo, SP_ERR_INVALID_ARGUMENT,
                        "checkpoint_cu_starts: decreases at [%lld] (%lld < %lld)",
-                       (long long)(n + 1), (long long)cs[n + 1], (long long)cs[n]);
-            /* cs[n] >= cs[0] >= 0 here, so the difference fits. */
-            SP_REQUIRE(cs[n + 1] - cs[n] >= need, SP_ERR_INVALID_ARGUMENT,
+                       (long long)(n + 1), (long long)hi, (long long)lo);
+            /* lo >= cs0 >= 0 here, so the difference fits. */
+            SP_REQUIRE(hi - lo >= need, SP_ERR_INVALID_ARGUMENT,
                        "checkpoint_cu_starts: sequence %lld needs %lld rows, [%lld..%lld) "
                        "gives %lld",
-                       (long long)n, (long long)need, (long long)cs[n], (long long)cs[n + 1],
-                       (long long)(cs[n + 1] - cs[n]));
+                       (long long)n, (long long)need, (long long)lo, (long long)hi,
+                       (long long)(hi - lo));
         }
-        SP_REQUIRE(cs[d->N] <= d->C, SP_ERR_INVALID_ARGUMENT,
+        const int64_t csN = sp_index_at_(x.cu_starts, d->N);
+        SP_REQUIRE(csN <= d->C, SP_ERR_INVALID_ARGUMENT,
                    "checkpoint_cu_starts: [N] = %lld exceeds the %lld checkpoint rows",
-                   (long long)cs[d->N], (long long)d->C);
+                   (long long)csN, (long long)d->C);
     }
     return SP_OK;
+}
+
+sp_kda_index_ sp_kda_index_of_(const sp_kda_args *a, const sp_kda_dims *d) {
+    sp_kda_index_ x;
+    memset(&x, 0, sizeof x);
+    x.cu = sp_index_of_(&a->cu_seqlens);
+    x.slot = sp_index_of_(&a->state_indices);
+    if (sp_tensor_set_(&a->num_accepted_tokens)) x.accepted = sp_index_of_(&a->num_accepted_tokens);
+    if (d->interval > 0) x.cu_starts = sp_index_of_(&a->checkpoint_cu_starts);
+    if (sp_tensor_set_(&a->has_initial_state))
+        x.has_init = (const uint8_t *)a->has_initial_state.data;
+    x.width = d->width;
+    x.T = d->T;
+    x.slots = d->slots;
+    x.C = d->C;
+    x.interval = d->interval;
+    return x;
 }
 
 sp_status sp_kda_check_(const sp_kda_args *a, int inputs_direct, sp_kda_dims *dims) {
@@ -250,13 +373,23 @@ sp_status sp_kda_check_(const sp_kda_args *a, int inputs_direct, sp_kda_dims *di
     const int i_alog = n;
     all[n++] = (sp_spec_){&a->A_log, "A_log", SP_F32, 1, {0}, "[H] as q", 1, 0};
     all[n++] = (sp_spec_){&a->dt_bias, "dt_bias", SP_F32, 1, {0}, "[H * 128] as q", 1, 0};
-    all[n++] = (sp_spec_){&a->cu_seqlens, "cu_seqlens", SP_I64, 0, {0}, NULL, 1, 0};
+    all[n++] = (sp_spec_){&a->cu_seqlens, "cu_seqlens", SP_SPEC_INDEX, 0, {0}, NULL, 1, 0};
+    const int table = a->state_indices.ndim == 2; /* a verify table [N, W] */
     const int i_idx = n;
-    all[n++] = (sp_spec_){&a->state_indices, "state_indices", SP_I32, 1, {0},
-                          "[N] (N + 1 = cu_seqlens' size)", 1, 0};
-    if (d.interval > 0)
-        all[n++] = (sp_spec_){&a->checkpoint_cu_starts, "checkpoint_cu_starts", SP_I64, 1, {0},
-                              "[N + 1] as cu_seqlens", 1, 0};
+    all[n++] = (sp_spec_){&a->state_indices, "state_indices", SP_SPEC_INDEX, table ? 2 : 1, {0},
+                          "[N] or a verify table [N, W] (N + 1 = cu_seqlens' size)", 1, 0};
+    const int i_acc = sp_tensor_set_(&a->num_accepted_tokens) ? n : -1;
+    if (i_acc >= 0)
+        all[n++] = (sp_spec_){&a->num_accepted_tokens, "num_accepted_tokens", SP_SPEC_INDEX, 1,
+                              {0}, "[N] (N + 1 = cu_seqlens' size)", 1, 0};
+    const int i_init = sp_tensor_set_(&a->has_initial_state) ? n : -1;
+    if (i_init >= 0)
+        all[n++] = (sp_spec_){&a->has_initial_state, "has_initial_state", SP_BOOL, 1, {0},
+                              "[N] (N + 1 = cu_seqlens' size)", 1, 0};
+    const int i_starts = d.interval > 0 ? n : -1;
+    if (i_starts >= 0)
+        all[n++] = (sp_spec_){&a->checkpoint_cu_starts, "checkpoint_cu_starts", SP_SPEC_INDEX, 1,
+                              {0}, "[N + 1] as cu_seqlens", 1, 0};
     all[n++] = (sp_spec_){&a->o, "o", SP_BF16, 0, {0}, NULL, 1, 1};
     /* The pools: their strides are check_state_layout's (a padded slot pitch). */
     char state_rule[64], ckpt_rule[64];
@@ -273,8 +406,11 @@ sp_status sp_kda_check_(const sp_kda_args *a, int inputs_direct, sp_kda_dims *di
     const int64_t H = d.H, pool[4] = {SP_SPEC_ANY, H, SP_KDA_D, SP_KDA_D};
     all[i_alog].size[0] = H;                /* A_log */
     all[i_alog + 1].size[0] = H * SP_KDA_D; /* dt_bias; no overflow: read_dims bounds H */
-    all[i_idx].size[0] = d.N;               /* state_indices */
-    if (d.interval > 0) all[i_idx + 1].size[0] = d.N + 1; /* checkpoint_cu_starts */
+    all[i_idx].size[0] = d.N; /* state_indices; a verify table's width is free */
+    all[i_idx].size[1] = SP_SPEC_ANY;
+    if (i_acc >= 0) all[i_acc].size[0] = d.N;
+    if (i_init >= 0) all[i_init].size[0] = d.N;
+    if (i_starts >= 0) all[i_starts].size[0] = d.N + 1;
     snprintf(state_rule, sizeof state_rule, "[slots, H, 128, 128] with H %lld", (long long)H);
     snprintf(ckpt_rule, sizeof ckpt_rule, "[C, H, 128, 128] with H %lld", (long long)H);
     for (int i = i_state; i < n; i++) memcpy(all[i].size, pool, sizeof pool);
@@ -282,6 +418,10 @@ sp_status sp_kda_check_(const sp_kda_args *a, int inputs_direct, sp_kda_dims *di
     if (inputs_direct)
         for (int i = 0; i < 4; i++) SP_FORWARD(require_direct(all[i].t, all[i].name));
     SP_FORWARD(sp_specs_layout_(all, n));
+    d.width = table ? a->state_indices.shape[1] : 0;
+    SP_REQUIRE(!table || d.width > 0, SP_ERR_SHAPE_MISMATCH,
+               "state_indices: a verify table %s has no column (W >= 1)",
+               sp_shape_text_(&a->state_indices).s);
     SP_FORWARD(check_state_layout(&a->state, "state", &d, 1));
     if (d.interval > 0) SP_FORWARD(check_state_layout(&a->checkpoints, "checkpoints", &d, 0));
 

@@ -8,6 +8,7 @@
 #define SP_KDA_INTERNAL_H
 
 #include "bf16.h"
+#include "index.h"
 #include "internal.h"
 #include "kda/plan.h"
 #include "stridepack_kda.h"
@@ -57,6 +58,7 @@ static inline SP_HD int64_t sp_kda_two_pass_slots_(int64_t T, int64_t N) {
 
 typedef struct sp_kda_dims {
     int64_t T, H, N;      /* tokens, heads, sequences */
+    int64_t width;        /* 0: state_indices [N]; W: a verify table [N, W] */
     int64_t slots, pitch; /* state pool slots and slot pitch in elements */
     int64_t C;            /* checkpoint rows; 0 without checkpoints */
     int64_t interval;     /* checkpoint interval; 0 = none */
@@ -88,6 +90,72 @@ sp_status sp_kda_inputs_pack_unreadable_(sp_kda_inputs *p, const sp_tensor in[5]
  * Index arrays are read only for CPU tensors. Writes nothing but *dims. */
 sp_status sp_kda_check_(const sp_kda_args *a, int inputs_direct, sp_kda_dims *dims);
 
+
+/* ---- sequences: the index arrays, read by one rule on every backend ----- */
+
+/* A call's index arrays (index.h: i32 or i64 each) and the bounds their
+ * entries must keep. */
+typedef struct sp_kda_index_ {
+    sp_index_ cu;            /* cu_seqlens [N + 1] */
+    sp_index_ slot;          /* state_indices [N], or the verify table [N, width] */
+    sp_index_ accepted;      /* num_accepted_tokens [N]; absent: 1 each */
+    sp_index_ cu_starts;     /* checkpoint_cu_starts [N + 1]; absent: no checkpoints */
+    const uint8_t *has_init; /* has_initial_state [N]; NULL: every sequence reads */
+    int64_t width;           /* 0: one slot a sequence; else the verify table's row */
+    int64_t T, slots, C, interval;
+} sp_kda_index_;
+
+/* The index arrays of a checked call (check.c). */
+sp_kda_index_ sp_kda_index_of_(const sp_kda_args *a, const sp_kda_dims *d);
+
+/* One sequence as a backend runs it. */
+typedef struct sp_kda_seq_ {
+    int64_t bos, len; /* first token, token count */
+    int64_t read;     /* the slot its initial state is read from; -1: zeros */
+    int64_t write;    /* the slot its final state goes to; -1 with a verify table,
+                         where token t's state goes to sp_kda_token_slot_ */
+    int64_t crow;     /* first checkpoint row (interval > 0) */
+} sp_kda_seq_;
+
+/* Sequence n: 1 to run it as *s says; 0 to skip it, reading and writing
+ * nothing. Skipped: a padded sequence (its slot entry, the first of its
+ * table row, negative) and one whose entries reach outside their tensors —
+ * which the check refuses for CPU tensors and which on CUDA, where the
+ * arrays are not read on the host, is the documented device rule. */
+static inline SP_HD int sp_kda_sequence_(const sp_kda_index_ *x, int64_t n, sp_kda_seq_ *s) {
+    const int64_t bos = sp_index_at_(x->cu, n), eos = sp_index_at_(x->cu, n + 1);
+    if (bos < 0 || eos < bos || eos > x->T) return 0;
+    s->bos = bos;
+    s->len = eos - bos;
+    const int64_t row = n * (x->width > 0 ? x->width : 1);
+    const int64_t first = sp_index_at_(x->slot, row);
+    if (first < 0) return 0; /* padded */
+    if (x->width == 0) {
+        if (first >= x->slots) return 0;
+        s->read = s->write = first;
+    } else {
+        const int64_t acc = x->accepted.at ? sp_index_at_(x->accepted, n) : 1;
+        if (acc < 1 || acc > x->width || s->len > x->width) return 0;
+        s->read = sp_index_at_(x->slot, row + acc - 1);
+        if (s->read < 0 || s->read >= x->slots) return 0;
+        for (int64_t t = 0; t < s->len; t++)
+            if (sp_index_at_(x->slot, row + t) >= x->slots) return 0;
+        s->write = -1;
+    }
+    if (x->has_init && !x->has_init[n]) s->read = -1;
+    s->crow = 0;
+    if (x->interval > 0) {
+        s->crow = sp_index_at_(x->cu_starts, n);
+        if (s->crow < 0 || s->crow > x->C || s->len / x->interval > x->C - s->crow) return 0;
+    }
+    return 1;
+}
+
+/* With a verify table: the slot the state after token t (0-based) of
+ * sequence n goes to; negative: that state is not written. */
+static inline SP_HD int64_t sp_kda_token_slot_(const sp_kda_index_ *x, int64_t n, int64_t t) {
+    return sp_index_at_(x->slot, n * x->width + t);
+}
 
 /* Element offset of token t, head h in an input view (q, k, v, g, beta):
  * every backend addresses its inputs through this. */

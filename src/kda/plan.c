@@ -111,6 +111,9 @@ static const char *chunked_unsupported(const sp_kda_args *a, const sp_kda_dims *
     if (a->gate != SP_KDA_GATE_LOWER_BOUND)
         return "they need the lower-bound gate (the softplus gate has no bound on a token's "
                "decay, which their factorized products rely on)";
+    if (d->width > 0)
+        return "a verify table (2-D state_indices) writes the state after every token, which "
+               "they do not keep";
     if (d->interval % SP_KDA_CHUNK != 0) return "checkpoint_interval must be a multiple of 32";
     if (sp_cuda_device_((int)d->dev.ordinal, SP_CUDA_PART_KDA, dev) != SP_OK) {
         *dev = NULL;

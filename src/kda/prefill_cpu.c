@@ -120,19 +120,19 @@ static void step(scratch *w, float b, float kq, uint16_t *o_row) {
     }
 }
 
-static void run_task(const sp_kda_args *a, const sp_kda_dims *dm, int64_t n, int64_t h,
-                     scratch *w) {
-    const int64_t *cu = (const int64_t *)a->cu_seqlens.data;
-    const int64_t slot = ((const int32_t *)a->state_indices.data)[n];
+static void run_task(const sp_kda_args *a, const sp_kda_dims *dm, const sp_kda_index_ *x,
+                     int64_t n, int64_t h, scratch *w) {
     const float expA = expf(((const float *)a->A_log.data)[h]);
     const int64_t hd = dm->H * D * D; /* checkpoint row pitch (dense) */
-    int64_t crow = dm->interval > 0 ? ((const int64_t *)a->checkpoint_cu_starts.data)[n] : 0;
-    int64_t since = 0;
-    /* A padded sequence (a negative slot) is skipped: nothing read or
-     * written for it. An empty one leaves its slot's bits as they are. */
-    if (slot < 0 || cu[n + 1] == cu[n]) return;
-    load_state(dm, a->state.data, slot * dm->pitch, h, w->S);
-    for (int64_t t = cu[n]; t < cu[n + 1]; t++) {
+    sp_kda_seq_ sq;
+    /* A padded sequence is skipped: nothing read or written for it. An
+     * empty one leaves its slot's bits as they are. */
+    if (!sp_kda_sequence_(x, n, &sq) || sq.len == 0) return;
+    if (sq.read >= 0) load_state(dm, a->state.data, sq.read * dm->pitch, h, w->S);
+    else memset(w->S, 0, sizeof w->S);
+    int64_t crow = sq.crow, since = 0;
+    for (int64_t i = 0; i < sq.len; i++) {
+        const int64_t t = sq.bos + i;
         float kq;
         float b = prep_token(a, dm, t, h, expA, w, &kq);
         step(w, b, kq, (uint16_t *)a->o.data + (t * dm->H + h) * D);
@@ -141,8 +141,10 @@ static void run_task(const sp_kda_args *a, const sp_kda_dims *dm, int64_t n, int
             crow++;
             since = 0;
         }
+        const int64_t to = dm->width > 0 ? sp_kda_token_slot_(x, n, i) : -1;
+        if (to >= 0) store_state(dm, a->state.data, to * dm->pitch, h, w->S);
     }
-    store_state(dm, a->state.data, slot * dm->pitch, h, w->S);
+    if (sq.write >= 0) store_state(dm, a->state.data, sq.write * dm->pitch, h, w->S);
 }
 
 sp_status sp_kda_prefill_cpu_(const sp_kda_args *a, const sp_kda_dims *dm) {
@@ -151,10 +153,11 @@ sp_status sp_kda_prefill_cpu_(const sp_kda_args *a, const sp_kda_dims *dm) {
     SP_REQUIRE(ws, SP_ERR_OUT_OF_MEMORY, "sp_kda_prefill: no memory for %d x %zu bytes of scratch",
                nthreads, sizeof *ws);
     const int64_t tasks = dm->N * dm->H;
+    const sp_kda_index_ x = sp_kda_index_of_(a, dm);
     /* Tasks differ in length (varlen): hand them out one at a time. */
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads)
     for (int64_t i = 0; i < tasks; i++)
-        run_task(a, dm, i / dm->H, i % dm->H, &ws[omp_get_thread_num()]);
+        run_task(a, dm, &x, i / dm->H, i % dm->H, &ws[omp_get_thread_num()]);
     free(ws);
     return SP_OK;
 }

@@ -57,22 +57,24 @@ static double beta64(int form, double x) {
 
 static void run(const sp_kda_args *a, const sp_kda_dims *dm, int64_t n, int64_t h,
                 ref_scratch *w) {
-    const int64_t *cu = (const int64_t *)a->cu_seqlens.data;
-    const int64_t slot = ((const int32_t *)a->state_indices.data)[n];
+    const sp_kda_index_ x = sp_kda_index_of_(a, dm);
+    sp_kda_seq_ seq;
     const double A_log = ((const float *)a->A_log.data)[h];
     const float *bias = (const float *)a->dt_bias.data + h * D;
     const double scale = a->scale != 0.0f ? (double)a->scale : 1.0 / sqrt((double)D);
-    int64_t crow = dm->interval > 0 ? ((const int64_t *)a->checkpoint_cu_starts.data)[n] : 0;
-    /* A padded sequence (a negative slot) is skipped: nothing read or
-     * written for it. An empty one leaves its slot's bits as they are: a
-     * bf16 slot read and rounded back would quiet a signalling NaN. */
-    if (slot < 0 || cu[n + 1] == cu[n]) return;
+    /* A padded sequence is skipped: nothing read or written for it. An
+     * empty one leaves its slot's bits as they are: a bf16 slot read and
+     * rounded back would quiet a signalling NaN. */
+    if (!sp_kda_sequence_(&x, n, &seq) || seq.len == 0) return;
+    int64_t crow = seq.crow;
 
     for (int j = 0; j < D; j++)
         for (int d = 0; d < D; d++)
-            w->S[d][j] = read_state(dm, a->state.data, slot * dm->pitch + (h * D + j) * D + d);
+            w->S[d][j] = seq.read < 0 ? 0.0
+                                     : read_state(dm, a->state.data,
+                                                  seq.read * dm->pitch + (h * D + j) * D + d);
 
-    for (int64_t t = cu[n]; t < cu[n + 1]; t++) {
+    for (int64_t t = seq.bos; t < seq.bos + seq.len; t++) {
         const int64_t at = (t * dm->H + h) * D;
         double sq = 0, sk = 0;
         for (int d = 0; d < D; d++) {
@@ -113,10 +115,12 @@ static void run(const sp_kda_args *a, const sp_kda_dims *dm, int64_t n, int64_t 
             for (int d = 0; d < D; d++) acc += w->S[d][j] * w->q[d];
             o[j] = sp_f64_to_bf16_(acc);
         }
-        if (dm->interval > 0 && (t - cu[n] + 1) % dm->interval == 0)
+        if (dm->interval > 0 && (t - seq.bos + 1) % dm->interval == 0)
             save(dm, a->checkpoints.data, (crow++) * dm->H * D * D, h, w);
+        const int64_t to = dm->width > 0 ? sp_kda_token_slot_(&x, n, t - seq.bos) : -1;
+        if (to >= 0) save(dm, a->state.data, to * dm->pitch, h, w);
     }
-    save(dm, a->state.data, slot * dm->pitch, h, w);
+    if (seq.write >= 0) save(dm, a->state.data, seq.write * dm->pitch, h, w);
 }
 
 sp_status sp_kda_prefill_ref_(const sp_kda_args *a, const sp_kda_dims *dm) {

@@ -683,7 +683,7 @@ static void build_bad(const void *ctx, unsigned char *base, sp_device dev, sp_co
     case 7: a->q.data = a->x.data; break;
     case 8: a->state.data = a->weight.data; break;
     case 9: a->cu_seqlens.strides[0] = 2; break;
-    case 10: a->state_indices.dtype = SP_I64; break;
+    case 10: a->state_indices.dtype = SP_F32; break;
     case 11: a->silu = 2; break;
     case 12: a->x.data = (char *)a->x.data + 1; break;
     case 13: a->bias.dtype = SP_BF16; break;

@@ -447,14 +447,14 @@ MUT(m_beta_form_enum, a->beta_form = 7)
 MUT(m_g_f32_not_log_decay, a->g.dtype = SP_F32)
 MUT(m_scale_nan, a->scale = NAN)
 MUT(m_scale_inf, a->scale = INFINITY)
-MUT(m_cu_dtype, a->cu_seqlens.dtype = SP_I32)
+MUT(m_cu_dtype, a->cu_seqlens.dtype = SP_F32)
 MUT(m_cu_decreasing, ((int64_t *)b[KB_CU])[2] = ((int64_t *)b[KB_CU])[1] - 1)
 MUT(m_cu_past_T, ((int64_t *)b[KB_CU])[p->N] = p->T + 1)
 MUT(m_cu_negative, ((int64_t *)b[KB_CU])[0] = -1)
 MUT(m_idx_range, ((int32_t *)b[KB_IDX])[1] = (int32_t)p->slots)
 MUT(m_idx_dup, ((int32_t *)b[KB_IDX])[2] = ((int32_t *)b[KB_IDX])[0])
 MUT(m_idx_N, a->state_indices.shape[0] -= 1)
-MUT(m_idx_dtype, a->state_indices.dtype = SP_I64)
+MUT(m_idx_dtype, a->state_indices.dtype = SP_U8)
 MUT(m_state_pitch, a->state.strides[0] = p->H * D * D - 1)
 MUT(m_state_inner, a->state.strides[2] = D + 1)
 MUT(m_state_dtype, a->state.dtype = SP_F16)
@@ -514,7 +514,7 @@ static void bad_argument_cases(void) {
         {"cu_seqlens negative", m_cu_negative, SP_ERR_INVALID_ARGUMENT, NULL, 1},
         {"state_indices range", m_idx_range, SP_ERR_INVALID_ARGUMENT, NULL, 1},
         {"state_indices duplicate", m_idx_dup, SP_ERR_INVALID_ARGUMENT, NULL, 1},
-        {"state_indices N", m_idx_N, SP_ERR_SHAPE_MISMATCH, "expected [N] (N + 1 = cu_seqlens' size)", 0},
+        {"state_indices N", m_idx_N, SP_ERR_SHAPE_MISMATCH, "expected [N] or a verify table [N, W] (N + 1 = cu_seqlens' size)", 0},
         {"state_indices dtype", m_idx_dtype, SP_ERR_DTYPE_MISMATCH, NULL, 0},
         {"state pitch", m_state_pitch, SP_ERR_INVALID_ARGUMENT, NULL, 0},
         {"state inner strides", m_state_inner, SP_ERR_INVALID_ARGUMENT, NULL, 0},

@@ -687,7 +687,8 @@ class Kda(unittest.TestCase):
             sp.kda_prefill(**self.arrays(views, True), **dict(params, state_indices=None),
                            state=state.copy(), o=Bf16View(o))
         self.assertEqual(cm.exception.message, "state_indices: None, but every KDA call needs "
-                         "it (int32 [N]: the state slot of each sequence)")
+                         "it (int32 or int64 [N]: the state slot of each sequence (or a "
+                         "verify table [N, W]))")
         self.assertTrue((o == 0xA5A5).all())
         for device in (-1, "cuda:-1"):
             with self.subTest(device=device):
@@ -851,14 +852,14 @@ class Conv(unittest.TestCase):
         ro = out.copy()
         ro.flags.writeable = False
         cases = [(dict(state_indices=None), "SP_ERR_INVALID_ARGUMENT",
-                  "state_indices: None, but every convolution call needs it (int32 [N]: each "
-                  "sequence's slot, -1 for a padded one)"),
+                  "state_indices: None, but every convolution call needs it (int32 or int64 "
+                  "[N]: each sequence's slot, -1 for a padded one)"),
                  (dict(out=Bf16View(ro, versioned=True)), "SP_ERR_INVALID_ARGUMENT",
                   "out: read-only, and the convolution writes it"),
                  (dict(out=None), "SP_ERR_INVALID_ARGUMENT", None),
                  (dict(weight=p["weight"][:, :1].copy()), "SP_ERR_UNSUPPORTED", "weight"),
                  (dict(cu_seqlens=p["cu_seqlens"][:-1].copy()), "SP_ERR_SHAPE_MISMATCH", None),
-                 (dict(state_indices=p["state_indices"].astype(np.int64)),
+                 (dict(state_indices=p["state_indices"].astype(np.int16)),
                   "SP_ERR_DTYPE_MISMATCH", "state_indices")]
         for change, status, message in cases:
             with self.subTest(change=sorted(change)):

@@ -37,10 +37,18 @@ static __device__ __forceinline__ void state_io(void *pool, int bf16, int64_t ba
             }
         }
 }
+/* base < 0: the state starts from zeros (has_initial_state false). */
 static __device__ __forceinline__ void state_load(const void *pool, int bf16, int64_t base,
                                                   int vrow, int d0, int q, float S[][4],
                                                   int nds) {
-    state_io<0>(const_cast<void *>(pool), bf16, base, vrow, d0, q, S, nds);
+    if (base >= 0) {
+        state_io<0>(const_cast<void *>(pool), bf16, base, vrow, d0, q, S, nds);
+        return;
+    }
+#pragma unroll
+    for (int nd = 0; nd < nds; nd++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) S[nd][e] = 0.0f;
 }
 static __device__ __forceinline__ void state_store(void *pool, int bf16, int64_t base, int vrow,
                                                    int d0, int q, const float S[][4], int nds) {

@@ -296,7 +296,7 @@ static __global__ void __launch_bounds__(one_pass_traits<WGMMA>::THREADS, 1)
     const int vrow = v0 + 16 * vw + r; /* this lane's first V row */
     float S[DIM / 8][4];
     /* A sequence without tokens leaves its slot as it was, bit for bit. */
-    if (is_v && L > 0) state_load(p.state, p.state_bf16, sq.slot_base, vrow, 0, q, S, DIM / 8);
+    if (is_v && L > 0) state_load(p.state, p.state_bf16, sq.read_base, vrow, 0, q, S, DIM / 8);
     if (ON_WGMMA && !is_v)
 #pragma unroll
         for (int nd = 0; nd < DIM / 8; nd++) S[nd][0] = S[nd][1] = S[nd][2] = S[nd][3] = 0.0f;

@@ -97,14 +97,14 @@ static __device__ int chunk_at(const kda_params &p, int64_t slot, int64_t *n, in
     int64_t lo = 0, hi = p.N - 1, found = -1;
     while (lo <= hi) {
         const int64_t mid = lo + (hi - lo) / 2;
-        if (first_slot(p.cu_seqlens[mid], mid) <= slot)
+        if (first_slot(sp_index_at_(p.ix.cu, mid), mid) <= slot)
             found = mid, lo = mid + 1;
         else
             hi = mid - 1;
     }
     if (found < 0) return 0;
     *n = found;
-    *c = slot - first_slot(p.cu_seqlens[found], found);
+    *c = slot - first_slot(sp_index_at_(p.ix.cu, found), found);
     return 1;
 }
 
@@ -313,7 +313,7 @@ static __device__ __forceinline__ void state_pass(const kda_params &p, const voi
 
     float S[NDS][4]; /* S^T rows vrow, vrow + 8; K columns d0 .. d0 + TP::COLS - 1 */
     /* A sequence without tokens leaves its slot as it was, bit for bit. */
-    if (L > 0) state_load(p.state, p.state_bf16, sq.slot_base, vrow, d0, q, S, NDS);
+    if (L > 0) state_load(p.state, p.state_bf16, sq.read_base, vrow, d0, q, S, NDS);
 #if __CUDA_ARCH__ >= 900
     if (tid == 0) {
         for (int b = 0; b < RECORDS; b++) sp_mbarrier_init_(sp_smem_addr_(&s.arrived[b]), 1);

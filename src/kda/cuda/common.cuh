@@ -30,38 +30,41 @@ static __device__ __forceinline__ const uint16_t *kda_row(const kda_input &x, in
 typedef struct kda_params {
     kda_input q, k, v, g, beta;
     const float *A_log, *dt_bias;
-    const int64_t *cu_seqlens, *cu_starts;
-    const int32_t *state_indices;
+    sp_kda_index_ ix;   /* the index arrays and their bounds */
     void *state, *ckpt; /* V-first pools: element [., h, j, d] holds S[d][j] */
     uint16_t *o;
-    int64_t T, H, N, slots, pitch, C, interval;
+    int64_t T, H, N, pitch, interval;
     int state_bf16, gate;
     float lower_bound, scale;
 } kda_params;
 
-/* One sequence's place in the batch. */
+/* One sequence's place in the batch, for head h. */
 typedef struct kda_seq {
     int64_t bos, len;  /* first token, token count */
-    int64_t slot_base; /* element offset of [slot, h, 0, 0] in the pool */
+    int64_t read_base; /* element offset of [read slot, h, 0, 0]; -1: start from zeros */
+    int64_t slot_base; /* of [final slot, h, 0, 0]; -1 with a verify table */
     int64_t crow;      /* first checkpoint row (interval > 0) */
 } kda_seq;
 
-/* The index arrays live on the device and were not checked on the host:
- * 0 (skip the sequence, writing nothing) when sequence n would reach outside
- * its tensors. Uniform over a block, so no thread is left at a barrier. */
+/* Element offset of [slot, h, 0, 0] in the pool. */
+static __device__ __forceinline__ int64_t kda_slot_base(const kda_params &p, int64_t slot,
+                                                        int64_t h) {
+    return slot * p.pitch + h * SP_KDA_D * SP_KDA_D;
+}
+
+/* Sequence n by the one rule of every backend (sp_kda_sequence_): 0 skips
+ * it, writing nothing (padded, or its entries reach outside their tensors:
+ * the arrays were not checked on the host). Uniform over a block, so no
+ * thread is left at a barrier. */
 static __device__ __forceinline__ int kda_seq_of(const kda_params &p, int64_t n, int64_t h,
                                                  kda_seq *s) {
-    const int64_t bos = p.cu_seqlens[n], eos = p.cu_seqlens[n + 1];
-    const int64_t slot = p.state_indices[n];
-    if (bos < 0 || eos < bos || eos > p.T || slot < 0 || slot >= p.slots) return 0;
-    s->bos = bos;
-    s->len = eos - bos;
-    s->slot_base = slot * p.pitch + h * SP_KDA_D * SP_KDA_D;
-    s->crow = 0;
-    if (p.interval > 0) {
-        s->crow = p.cu_starts[n];
-        if (s->crow < 0 || s->crow > p.C || s->len / p.interval > p.C - s->crow) return 0;
-    }
+    sp_kda_seq_ q;
+    if (!sp_kda_sequence_(&p.ix, n, &q)) return 0;
+    s->bos = q.bos;
+    s->len = q.len;
+    s->read_base = q.read < 0 ? -1 : kda_slot_base(p, q.read, h);
+    s->slot_base = q.write < 0 ? -1 : kda_slot_base(p, q.write, h);
+    s->crow = q.crow;
     return 1;
 }
 

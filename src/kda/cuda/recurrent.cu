@@ -117,6 +117,7 @@ static __device__ __forceinline__ int64_t tile_at(int64_t base, int r, int j0, i
     return base + (int64_t)(j0 + c) * SP_KDA_D + tile_row(r, m);
 }
 
+/* base < 0: the state starts from zeros (has_initial_state false). */
 static __device__ void tile_load(const void *pool, int bf16, int64_t base, int r, int j0,
                                  float S[8][4]) {
 #pragma unroll
@@ -124,7 +125,9 @@ static __device__ void tile_load(const void *pool, int bf16, int64_t base, int r
 #pragma unroll
         for (int m = 0; m < 8; m++) {
             const int64_t at = tile_at(base, r, j0, c, m);
-            S[m][c] = bf16 ? sp_bf16_to_f32_(((const uint16_t *)pool)[at]) : ((const float *)pool)[at];
+            S[m][c] = base < 0  ? 0.0f
+                      : bf16    ? sp_bf16_to_f32_(((const uint16_t *)pool)[at])
+                                : ((const float *)pool)[at];
         }
 }
 
@@ -185,10 +188,9 @@ static __global__ void __launch_bounds__(THREADS, 1) kda_recurrent_kernel(kda_pa
 #pragma unroll
     for (int e = 0; e < PER_LANE; e++) bias[e] = p.dt_bias[h * SP_KDA_D + lane + 32 * e];
 
-    const int64_t slot_base = sq.slot_base;
     float S[8][4];
     /* A sequence without tokens leaves its slot as it was, bit for bit. */
-    if (L > 0) tile_load(p.state, p.state_bf16, slot_base, r, j0, S);
+    if (L > 0) tile_load(p.state, p.state_bf16, sq.read_base, r, j0, S);
 
     raw_token raw;
     if (w < L) load_token(p, bos + w, h, lane, raw);
@@ -239,9 +241,14 @@ static __global__ void __launch_bounds__(THREADS, 1) kda_recurrent_kernel(kda_pa
                 crow++;
                 since = 0;
             }
+            /* A verify table: every token's state to its column's slot. */
+            if (p.ix.width > 0) {
+                const int64_t to = sp_kda_token_slot_(&p.ix, n, c0 + i);
+                if (to >= 0) tile_store(p.state, p.state_bf16, kda_slot_base(p, to, h), r, j0, S);
+            }
         }
     }
-    if (L > 0) tile_store(p.state, p.state_bf16, slot_base, r, j0, S);
+    if (L > 0 && sq.slot_base >= 0) tile_store(p.state, p.state_bf16, sq.slot_base, r, j0, S);
 }
 
 extern "C" cudaError_t sp_kda_launch_recurrent_(const kda_params *p, cudaStream_t stream) {

@@ -1,0 +1,598 @@
+/*
+ * test_kda_engine.c — the engine conventions of the KDA prefill, one body
+ * for each memory backend (test_kda_engine on the CPU, test_kda_engine_gpu
+ * on the GPU):
+ *   - index arrays of either width (cu_seqlens, state_indices,
+ *     checkpoint_cu_starts as i32 or i64): the same bytes out;
+ *   - has_initial_state: a fresh sequence gives what a zeroed slot gives,
+ *     and its slot (NaN here) is never read;
+ *   - the speculative-verify table (state_indices [N, W] with
+ *     num_accepted_tokens): every written state and o row bit for bit those
+ *     of the same prefill fed one token per call, padded rows and negative
+ *     entries untouched, and within the float64 reference's bounds;
+ *   - the contract of those arguments, each violation refused with nothing
+ *     written; on CUDA, the device rule for rows the host cannot see.
+ */
+#include "bf16.h" /* sp_f32_to_bf16_: the library's rounding, for the oracle */
+#include "check.h"
+#include "kda_problem.h"
+#include "stridepack_kda.h"
+#include "ts_mem.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define D SP_KDA_HEAD_DIM
+#define DD (D * D)
+
+static const ts_mem *M;
+
+static int on_device(void) { return M->device.type == SP_DEVICE_CUDA; }
+
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    return p;
+}
+
+/* A copy of `bytes` host bytes in the backend's memory. */
+static void *put(const void *host, size_t bytes) {
+    void *d = M->alloc(bytes ? bytes : 1);
+    if (bytes) M->upload(d, host, bytes);
+    return d;
+}
+
+/* An index array of n entries as dtype `to` (i32 or i64), from int64. */
+static void *as_width(const int64_t *x, int64_t n, sp_dtype to) {
+    void *out = xmalloc((size_t)n * sp_dtype_size(to));
+    for (int64_t i = 0; i < n; i++) {
+        if (to == SP_I64) ((int64_t *)out)[i] = x[i];
+        else ((int32_t *)out)[i] = (int32_t)x[i];
+    }
+    return out;
+}
+
+/* Run a call whose buffers are all in the backend's memory; the two-pass
+ * kernel gets the workspace it asks for. */
+static sp_status run(sp_kda_args *a) {
+    void *ws = NULL;
+    if (a->kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS) {
+        size_t bytes = 0;
+        CHECK_OK(sp_kda_prefill_workspace_bytes(a, &bytes));
+        ws = M->alloc(bytes ? bytes : 1);
+        a->workspace = ws;
+        a->workspace_bytes = bytes;
+    }
+    const sp_status s = sp_kda_prefill(a, M->stream);
+    if (ws) {
+        char sync;
+        M->download(&sync, a->o.data, 1); /* the call is done before the release */
+        M->release(ws);
+        a->workspace = NULL;
+        a->workspace_bytes = 0;
+    }
+    return s;
+}
+
+/* The kernels of this backend that serve a plain call. */
+static int kernels(int32_t out[3]) {
+    if (!on_device()) {
+        out[0] = SP_KDA_KERNEL_AUTO;
+        return 1;
+    }
+    out[0] = SP_KDA_KERNEL_RECURRENT;
+    out[1] = SP_KDA_KERNEL_CHUNKED;
+    out[2] = SP_KDA_KERNEL_CHUNKED_TWO_PASS;
+    return 3;
+}
+
+/* ---- index widths --------------------------------------------------------- */
+
+static void widths_case(int32_t kernel) {
+    static const int64_t lens[] = {37, 20, 64, 5, 33};
+    kda_problem p;
+    kp_make(&p, 5, lens, 2, 2, SP_F32, SP_KDA_GATE_LOWER_BOUND, 32, 6100);
+    p.kernel = kernel;
+    ((int32_t *)p.host[KB_IDX])[3] = -1; /* a padded sequence: -1 in either width */
+    int64_t cu[KP_MAX_SEQ + 1], idx[KP_MAX_SEQ], cks[KP_MAX_SEQ + 1];
+    for (int64_t n = 0; n <= p.N; n++) {
+        cu[n] = ((const int64_t *)p.host[KB_CU])[n];
+        cks[n] = ((const int64_t *)p.host[KB_CKS])[n];
+        if (n < p.N) idx[n] = ((const int32_t *)p.host[KB_IDX])[n];
+    }
+    void *base[KB_COUNT] = {0};
+    for (int w = 0; w < 8; w++) {
+        const sp_dtype cdt = w & 1 ? SP_I32 : SP_I64, idt = w & 2 ? SP_I64 : SP_I32,
+                       sdt = w & 4 ? SP_I32 : SP_I64;
+        void *buf[KB_COUNT], *out[KB_COUNT];
+        kp_upload(M, &p, p.host, 0, buf);
+        sp_kda_args a;
+        kp_args(&p, buf, M->device, &a);
+        void *hc = as_width(cu, p.N + 1, cdt), *hi = as_width(idx, p.N, idt),
+             *hs = as_width(cks, p.N + 1, sdt);
+        void *dc = put(hc, (size_t)(p.N + 1) * sp_dtype_size(cdt)),
+             *di = put(hi, (size_t)p.N * sp_dtype_size(idt)),
+             *ds = put(hs, (size_t)(p.N + 1) * sp_dtype_size(sdt));
+        const int64_t n1 = p.N + 1, n = p.N;
+        CHECK_OK(sp_tensor_dense(&a.cu_seqlens, dc, cdt, 1, &n1, M->device));
+        CHECK_OK(sp_tensor_dense(&a.state_indices, di, idt, 1, &n, M->device));
+        CHECK_OK(sp_tensor_dense(&a.checkpoint_cu_starts, ds, sdt, 1, &n1, M->device));
+        CHECKF(run(&a) == SP_OK, "%s widths %d: %s", sp_kda_kernel_name(kernel), w,
+               sp_last_error());
+        kp_copy(&p, out);
+        kp_download(M, &p, buf, out);
+        if (w == 0) {
+            memcpy(base, out, sizeof base);
+            int64_t so;
+            CHECK(kp_err_o(&p, out[KB_O], out[KB_O], &so) == 0.0 && so == 0);
+        } else {
+            CHECKF(kp_outputs_equal(&p, base, out), "%s: cu %s, indices %s, cu_starts %s: "
+                   "outputs differ from i64/i32/i64", sp_kda_kernel_name(kernel),
+                   sp_dtype_name(cdt), sp_dtype_name(idt), sp_dtype_name(sdt));
+            kp_free_copy(out);
+        }
+        free(hc), free(hi), free(hs);
+        M->release(dc), M->release(di), M->release(ds);
+        kp_release(M, buf);
+    }
+    kp_free_copy(base);
+    kp_free(&p);
+}
+
+/* ---- has_initial_state ------------------------------------------------------ */
+
+/* Set slot `slot` of a host pool (dense dims 1..3 at p's pitch) to x. */
+static void fill_slot(const kda_problem *p, void *pool, int64_t slot, float x) {
+    for (int64_t i = 0; i < p->H * DD; i++) {
+        const int64_t at = slot * p->pitch + i;
+        if (p->state_dtype == SP_F32) {
+            ((float *)pool)[at] = x;
+        } else {
+            uint32_t u;
+            memcpy(&u, &x, 4);
+            ((uint16_t *)pool)[at] = (uint16_t)(u >> 16);
+        }
+    }
+}
+
+static void has_initial_state_case(int32_t kernel, sp_dtype sdt) {
+    static const int64_t lens[] = {37, 0, 64, 5, 33, 40};
+    static const uint8_t fresh[] = {1, 1, 0, 1, 0, 1}; /* has_initial_state */
+    kda_problem p;
+    kp_make(&p, 6, lens, 2, 2, sdt, SP_KDA_GATE_LOWER_BOUND, 0, 6200 + (uint64_t)sdt);
+    p.kernel = kernel;
+    const int32_t *idx = p.host[KB_IDX];
+    /* A: the fresh sequences' slots hold NaN and has_initial_state says
+     * not to read them. B: those slots hold zeros, every slot read. The
+     * empty sequence (1) keeps its slot either way. */
+    void *a_init[KB_COUNT], *b_init[KB_COUNT];
+    kp_copy(&p, a_init);
+    kp_copy(&p, b_init);
+    for (int n = 0; n < 6; n++)
+        if (!fresh[n] && lens[n] > 0) {
+            fill_slot(&p, a_init[KB_STATE], idx[n], NAN);
+            fill_slot(&p, b_init[KB_STATE], idx[n], 0.0f);
+        }
+    void *bufa[KB_COUNT], *bufb[KB_COUNT], *outa[KB_COUNT], *outb[KB_COUNT];
+    kp_upload(M, &p, a_init, 0, bufa);
+    kp_upload(M, &p, b_init, 0, bufb);
+    const int64_t n6 = 6;
+    void *dh = put(fresh, sizeof fresh);
+    sp_kda_args a, b;
+    kp_args(&p, bufa, M->device, &a);
+    CHECK_OK(sp_tensor_dense(&a.has_initial_state, dh, SP_BOOL, 1, &n6, M->device));
+    kp_args(&p, bufb, M->device, &b);
+    CHECKF(run(&a) == SP_OK, "has_initial_state: %s", sp_last_error());
+    CHECK_OK(run(&b));
+    kp_copy(&p, outa);
+    kp_copy(&p, outb);
+    kp_download(M, &p, bufa, outa);
+    kp_download(M, &p, bufb, outb);
+    /* Bit for bit, but for slots B zeroed and A filled with NaN: both written. */
+    CHECKF(memcmp(outa[KB_O], outb[KB_O], p.bytes[KB_O]) == 0, "%s %s: o differs",
+           sp_kda_kernel_name(kernel), sp_dtype_name(sdt));
+    CHECKF(memcmp(outa[KB_STATE], outb[KB_STATE], p.bytes[KB_STATE]) == 0,
+           "%s %s: the pool differs", sp_kda_kernel_name(kernel), sp_dtype_name(sdt));
+    CHECK(memcmp(outb[KB_STATE], b_init[KB_STATE], p.bytes[KB_STATE]) != 0);
+    /* The float64 reference with the same flags, within the prefill's bounds. */
+    void *ref[KB_COUNT];
+    kp_copy(&p, ref);
+    memcpy(ref[KB_STATE], a_init[KB_STATE], p.bytes[KB_STATE]);
+    sp_kda_args r;
+    kp_args(&p, ref, sp_cpu(), &r);
+    CHECK_OK(sp_tensor_dense(&r.has_initial_state, (void *)fresh, SP_BOOL, 1, &n6, sp_cpu()));
+    CHECK_OK(sp_kda_prefill_reference(&r));
+    int64_t so;
+    const double eo = kp_err_o(&p, outa[KB_O], ref[KB_O], &so);
+    const double tol = kernel == SP_KDA_KERNEL_RECURRENT || !on_device() ? 5e-3 : 4e-3;
+    CHECKF(eo < tol && so == 0, "%s %s: o %.3g from the reference, %lld stray",
+           sp_kda_kernel_name(kernel), sp_dtype_name(sdt), eo, (long long)so);
+    printf("has_initial_state %-16s %s: o %.2e from the reference\n", sp_kda_kernel_name(kernel),
+           sp_dtype_name(sdt), eo);
+    kp_free_copy(ref);
+    kp_free_copy(outa), kp_free_copy(outb), kp_free_copy(a_init), kp_free_copy(b_init);
+    kp_release(M, bufa), kp_release(M, bufb);
+    M->release(dh);
+    kp_free(&p);
+}
+
+/* ---- speculative verify ---------------------------------------------------- */
+
+/* A verify problem: p's inputs (N sequences of at most W tokens), a pool of
+ * its own (S slots, dense) and the table [N, W]. */
+typedef struct verify {
+    kda_problem p;
+    int64_t W, S;
+    int64_t table[KP_MAX_SEQ * 8];
+    int64_t acc[KP_MAX_SEQ]; /* num_accepted_tokens; 0 in use_acc = 0 */
+    int use_acc;
+    uint8_t init[KP_MAX_SEQ]; /* has_initial_state */
+    int use_init;
+    size_t pool_bytes;
+    void *pool; /* host, initial */
+} verify;
+
+static void verify_make(verify *v, const int64_t *lens, int N, int64_t W, sp_dtype sdt,
+                        int use_acc, int use_init, uint64_t seed) {
+    memset(v, 0, sizeof *v);
+    kp_make(&v->p, N, lens, 1, 2, sdt, SP_KDA_GATE_SOFTPLUS, 0, seed);
+    v->W = W;
+    v->S = N * W + 2;
+    v->use_acc = use_acc;
+    v->use_init = use_init;
+    ts_rng r;
+    ts_rng_seed(&r, seed + 1);
+    int64_t perm[KP_MAX_SEQ * 8 + 2];
+    for (int64_t i = 0; i < v->S; i++) perm[i] = i;
+    for (int64_t i = v->S - 1; i > 0; i--) {
+        const int64_t k = ts_rng_range(&r, 0, i), t = perm[i];
+        perm[i] = perm[k], perm[k] = t;
+    }
+    for (int64_t i = 0; i < N * W; i++) v->table[i] = perm[i];
+    for (int n = 0; n < N; n++) {
+        v->acc[n] = use_acc ? ts_rng_range(&r, 1, W) : 1;
+        v->init[n] = (uint8_t)(n % 3 != 1);
+    }
+    const size_t es = sp_dtype_size(sdt);
+    v->pool_bytes = (size_t)(v->S * v->p.H * DD) * es;
+    v->pool = xmalloc(v->pool_bytes);
+    for (int64_t i = 0; i < v->S * v->p.H * DD; i++) {
+        const float x = (float)(ts_rng_unit(&r) - 0.5) * 0.6f;
+        uint32_t u;
+        memcpy(&u, &x, 4);
+        if (sdt == SP_F32) ((float *)v->pool)[i] = x;
+        else ((uint16_t *)v->pool)[i] = (uint16_t)(u >> 16);
+    }
+}
+
+static void pool_tensor(const verify *v, void *data, sp_device dev, sp_dtype dt, int64_t slots,
+                        sp_tensor *t) {
+    const int64_t shape[4] = {slots, v->p.H, D, D};
+    CHECK_OK(sp_tensor_dense(t, data, dt, 4, shape, dev));
+}
+
+/* The verify call on the backend: o and the pool come back in o_out, pool_out. */
+static sp_status verify_run(const verify *v, sp_dtype tdt, void *o_out, void *pool_out) {
+    const kda_problem *p = &v->p;
+    void *buf[KB_COUNT];
+    kp_upload(M, p, p->host, 0, buf);
+    sp_kda_args a;
+    kp_args(p, buf, M->device, &a);
+    void *dp = put(v->pool, v->pool_bytes);
+    pool_tensor(v, dp, M->device, p->state_dtype, v->S, &a.state);
+    void *ht = as_width(v->table, p->N * v->W, tdt), *ha = as_width(v->acc, p->N, tdt);
+    void *dt = put(ht, (size_t)(p->N * v->W) * sp_dtype_size(tdt));
+    void *da = put(ha, (size_t)p->N * sp_dtype_size(tdt));
+    void *di = put(v->init, (size_t)p->N);
+    const int64_t shape[2] = {p->N, v->W}, n = p->N;
+    CHECK_OK(sp_tensor_dense(&a.state_indices, dt, tdt, 2, shape, M->device));
+    if (v->use_acc) CHECK_OK(sp_tensor_dense(&a.num_accepted_tokens, da, tdt, 1, &n, M->device));
+    if (v->use_init) CHECK_OK(sp_tensor_dense(&a.has_initial_state, di, SP_BOOL, 1, &n, M->device));
+    const sp_status s = run(&a);
+    M->download(o_out, buf[KB_O], p->bytes[KB_O]);
+    M->download(pool_out, dp, v->pool_bytes);
+    free(ht), free(ha);
+    M->release(dp), M->release(dt), M->release(da), M->release(di);
+    kp_release(M, buf);
+    return s;
+}
+
+static float pool_f32(const verify *v, const void *pool, int64_t i) {
+    if (v->p.state_dtype == SP_F32) return ((const float *)pool)[i];
+    uint32_t u = (uint32_t)((const uint16_t *)pool)[i] << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* The oracle: each token of each sequence in a call of its own (one
+ * sequence, one token, an f32 pool of one slot), the state carried from
+ * call to call on the host; each state the table keeps stored in the
+ * pool's dtype, rounded once. */
+static void verify_oracle(const verify *v, void *o_out, void *pool_out) {
+    const kda_problem *p = &v->p;
+    const int64_t slot_el = p->H * DD;
+    memcpy(pool_out, v->pool, v->pool_bytes);
+    memcpy(o_out, p->host[KB_O], p->bytes[KB_O]);
+    void *buf[KB_COUNT];
+    kp_upload(M, p, p->host, 0, buf);
+    float *cur = xmalloc((size_t)slot_el * 4);
+    void *ds = M->alloc((size_t)slot_el * 4), *dcu = M->alloc(16), *didx = M->alloc(4);
+    const int32_t zero = 0;
+    M->upload(didx, &zero, 4);
+    const int64_t *cu = p->host[KB_CU];
+    for (int64_t n = 0; n < p->N; n++) {
+        const int64_t *row = v->table + n * v->W, len = cu[n + 1] - cu[n];
+        if (row[0] < 0) continue; /* padded */
+        const int64_t from = row[v->acc[n] - 1];
+        for (int64_t i = 0; i < slot_el; i++)
+            cur[i] = v->use_init && !v->init[n] ? 0.0f : pool_f32(v, v->pool, from * slot_el + i);
+        for (int64_t t = 0; t < len; t++) {
+            sp_kda_args a;
+            kp_args(p, buf, M->device, &a);
+            const int64_t c[2] = {cu[n] + t, cu[n] + t + 1}, two = 2, one = 1;
+            M->upload(dcu, c, 16);
+            M->upload(ds, cur, (size_t)slot_el * 4);
+            CHECK_OK(sp_tensor_dense(&a.cu_seqlens, dcu, SP_I64, 1, &two, M->device));
+            CHECK_OK(sp_tensor_dense(&a.state_indices, didx, SP_I32, 1, &one, M->device));
+            pool_tensor(v, ds, M->device, SP_F32, 1, &a.state);
+            CHECKF(run(&a) == SP_OK, "oracle: %s", sp_last_error());
+            M->download(cur, ds, (size_t)slot_el * 4);
+            if (row[t] < 0) continue;
+            for (int64_t i = 0; i < slot_el; i++) {
+                const int64_t at = row[t] * slot_el + i;
+                if (p->state_dtype == SP_F32) ((float *)pool_out)[at] = cur[i];
+                else ((uint16_t *)pool_out)[at] = sp_f32_to_bf16_(cur[i]);
+            }
+        }
+    }
+    M->download(o_out, buf[KB_O], p->bytes[KB_O]);
+    free(cur);
+    M->release(ds), M->release(dcu), M->release(didx);
+    kp_release(M, buf);
+}
+
+/* ||x - y|| / ||y|| over the o rows of the sequences not padded. */
+static double o_err(const verify *v, const void *x, const void *y) {
+    const kda_problem *p = &v->p;
+    const int64_t *cu = p->host[KB_CU];
+    double num = 0, den = 0;
+    for (int64_t n = 0; n < p->N; n++) {
+        if (v->table[n * v->W] < 0) continue;
+        for (int64_t i = cu[n] * p->H * D; i < cu[n + 1] * p->H * D; i++) {
+            uint32_t a = (uint32_t)((const uint16_t *)x)[i] << 16,
+                     b = (uint32_t)((const uint16_t *)y)[i] << 16;
+            float fa, fb;
+            memcpy(&fa, &a, 4), memcpy(&fb, &b, 4);
+            num += ((double)fa - fb) * ((double)fa - fb);
+            den += (double)fb * fb;
+        }
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static void verify_case(sp_dtype sdt, sp_dtype tdt, int use_acc, int use_init, uint64_t seed) {
+    static const int64_t lens[] = {3, 1, 4, 2, 4, 0};
+    verify v;
+    verify_make(&v, lens, 6, 4, sdt, use_acc, use_init, seed);
+    v.table[3 * v.W] = -1; /* sequence 3 padded */
+    for (int64_t t = 1; t < v.W; t++) v.table[3 * v.W + t] = -1;
+    v.table[4 * v.W + 1] = -1; /* sequence 4 keeps no state after its token 1 */
+    if (v.acc[4] == 2) v.acc[4] = 3; /* and starts from another column */
+    const kda_problem *p = &v.p;
+    void *o = xmalloc(p->bytes[KB_O]), *pool = xmalloc(v.pool_bytes);
+    void *o2 = xmalloc(p->bytes[KB_O]), *pool2 = xmalloc(v.pool_bytes);
+    void *oo = xmalloc(p->bytes[KB_O]), *opool = xmalloc(v.pool_bytes);
+    CHECKF(verify_run(&v, tdt, o, pool) == SP_OK, "verify: %s", sp_last_error());
+    CHECK_OK(verify_run(&v, tdt, o2, pool2));
+    verify_oracle(&v, oo, opool);
+    char what[96];
+    snprintf(what, sizeof what, "verify %s pool, %s table%s%s", sp_dtype_name(sdt),
+             sp_dtype_name(tdt), use_acc ? ", num_accepted_tokens" : "",
+             use_init ? ", has_initial_state" : "");
+    CHECKF(memcmp(o, oo, p->bytes[KB_O]) == 0, "%s: o differs from one token a call", what);
+    CHECKF(memcmp(pool, opool, v.pool_bytes) == 0, "%s: the pool differs from one token a call",
+           what);
+    CHECKF(memcmp(o, o2, p->bytes[KB_O]) == 0 && memcmp(pool, pool2, v.pool_bytes) == 0,
+           "%s: two runs differ", what);
+    /* The oracle moved something: every sequence with tokens wrote a slot. */
+    CHECK(memcmp(opool, v.pool, v.pool_bytes) != 0);
+    /* The float64 reference with the same table. */
+    void *ro = xmalloc(p->bytes[KB_O]), *rpool = xmalloc(v.pool_bytes);
+    memcpy(ro, p->host[KB_O], p->bytes[KB_O]);
+    memcpy(rpool, v.pool, v.pool_bytes);
+    sp_kda_args r;
+    kp_args(p, p->host, sp_cpu(), &r);
+    r.o.data = ro;
+    pool_tensor(&v, rpool, sp_cpu(), sdt, v.S, &r.state);
+    void *ht = as_width(v.table, p->N * v.W, tdt), *ha = as_width(v.acc, p->N, tdt);
+    const int64_t shape[2] = {p->N, v.W}, n = p->N;
+    CHECK_OK(sp_tensor_dense(&r.state_indices, ht, tdt, 2, shape, sp_cpu()));
+    if (use_acc) CHECK_OK(sp_tensor_dense(&r.num_accepted_tokens, ha, tdt, 1, &n, sp_cpu()));
+    if (use_init) CHECK_OK(sp_tensor_dense(&r.has_initial_state, v.init, SP_BOOL, 1, &n, sp_cpu()));
+    CHECK_OK(sp_kda_prefill_reference(&r));
+    const double eo = o_err(&v, o, ro);
+    double num = 0, den = 0;
+    int64_t moved = 0;
+    for (int64_t i = 0; i < v.S * p->H * DD; i++) {
+        const double x = pool_f32(&v, pool, i), y = pool_f32(&v, rpool, i);
+        if (memcmp((const char *)rpool + i * (int64_t)sp_dtype_size(sdt),
+                   (const char *)v.pool + i * (int64_t)sp_dtype_size(sdt),
+                   sp_dtype_size(sdt)) != 0)
+            moved++;
+        num += (x - y) * (x - y);
+        den += y * y;
+    }
+    const double es = sqrt(num / den);
+    printf("%-60s: o %.2e state %.2e from the reference\n", what, eo, es);
+    CHECKF(eo < 5e-3, "%s: o %.3g from the reference", what, eo);
+    CHECKF(es < kp_state_tol(p), "%s: pool %.3g from the reference", what, es);
+    CHECK(moved > 0);
+    /* The padded row's o rows and every slot outside the written columns
+     * keep their bytes (the oracle wrote only those). */
+    const int64_t *cu = p->host[KB_CU];
+    CHECK(memcmp((const char *)o + cu[3] * p->H * D * 2,
+                 (const char *)p->host[KB_O] + cu[3] * p->H * D * 2,
+                 (size_t)((cu[4] - cu[3]) * p->H * D * 2)) == 0);
+    free(ht), free(ha), free(ro), free(rpool);
+    free(o), free(pool), free(o2), free(pool2), free(oo), free(opool), free(v.pool);
+    kp_free(&v.p);
+}
+
+/* ---- the contract ------------------------------------------------------------ */
+
+typedef struct bad {
+    const char *what;
+    sp_status want;
+    const char *says;
+    int where; /* 0 every backend; 1 host tensors only (index contents); 2 CUDA only */
+} bad;
+
+/* One call of a verify problem with one thing changed (case c), refused
+ * with nothing written. */
+static void bad_case(int c, const bad *b) {
+    static const int64_t lens[] = {3, 1, 4, 2};
+    verify v;
+    verify_make(&v, lens, 4, 4, SP_F32, 1, 0, 6300 + (uint64_t)c);
+    kda_problem *p = &v.p;
+    void *buf[KB_COUNT];
+    kp_upload(M, p, p->host, 0, buf);
+    sp_kda_args a;
+    kp_args(p, buf, M->device, &a);
+    int64_t two[2] = {p->N, v.W}, n = p->N, n1 = p->N + 1;
+    switch (c) {
+    case 0: v.acc[1] = 0; break;
+    case 1: v.acc[2] = v.W + 1; break;
+    case 2: /* sequence 2 has 4 tokens */
+        two[1] = 3;
+        for (int64_t i = 0; i < p->N; i++) v.acc[i] = 1;
+        break;
+    case 3: v.table[2 * v.W + 3] = v.table[0]; break;
+    case 4: v.table[1 * v.W + 0] = v.table[0 * v.W + 1]; break;
+    case 5: v.table[2 * v.W + 1] = v.S; break;
+    case 6: v.table[0 * v.W + 2] = v.table[0 * v.W + 0]; break;
+    case 7: v.acc[1] = 3, v.table[1 * v.W + 2] = v.table[0 * v.W + 1]; break;
+    default: break;
+    }
+    void *dp = put(v.pool, v.pool_bytes);
+    pool_tensor(&v, dp, M->device, SP_F32, v.S, &a.state);
+    void *ht = as_width(v.table, p->N * v.W, SP_I32), *ha = as_width(v.acc, p->N, SP_I32);
+    void *dt = put(ht, (size_t)(p->N * v.W) * 4), *da = put(ha, (size_t)p->N * 4);
+    void *dh = put(v.init, (size_t)p->N);
+    CHECK_OK(sp_tensor_dense(&a.state_indices, dt, SP_I32, 2, two, M->device));
+    CHECK_OK(sp_tensor_dense(&a.num_accepted_tokens, da, SP_I32, 1, &n, M->device));
+    switch (c) {
+    case 8: CHECK_OK(sp_tensor_dense(&a.state_indices, dt, SP_I32, 1, &n, M->device)); break;
+    case 9:
+        a.checkpoint_interval = 1;
+        CHECK_OK(sp_tensor_dense(&a.checkpoint_cu_starts, buf[KB_CU], SP_I64, 1, &n1, M->device));
+        CHECK_OK(sp_tensor_dense(&a.checkpoints, dp, SP_F32, 4, a.state.shape, M->device));
+        break;
+    case 10: two[1] = 0; CHECK_OK(sp_tensor_dense(&a.state_indices, dt, SP_I32, 2, two, M->device)); break;
+    case 11: CHECK_OK(sp_tensor_dense(&a.has_initial_state, dh, SP_U8, 1, &n, M->device)); break;
+    case 12: CHECK_OK(sp_tensor_dense(&a.has_initial_state, dh, SP_BOOL, 1, &n1, M->device)); break;
+    case 13: a.num_accepted_tokens.dtype = SP_F32; break;
+    case 14: a.kernel = SP_KDA_KERNEL_CHUNKED; break;
+    case 15: a.state_indices.dtype = SP_I16; break;
+    default: break;
+    }
+    const sp_status s = sp_kda_prefill(&a, M->stream);
+    CHECKF(s == b->want, "%s: %s, want %s (%s)", b->what, sp_status_string(s),
+           sp_status_string(b->want), sp_last_error());
+    CHECKF(!b->says || strstr(sp_last_error(), b->says), "%s: message '%s' lacks '%s'", b->what,
+           sp_last_error(), b->says);
+    void *pool = xmalloc(v.pool_bytes);
+    M->download(pool, dp, v.pool_bytes);
+    CHECKF(memcmp(pool, v.pool, v.pool_bytes) == 0, "%s: the pool was written", b->what);
+    CHECKF(kp_untouched(M, p, buf), "%s: o was written", b->what);
+    free(pool), free(ht), free(ha);
+    M->release(dp), M->release(dt), M->release(da), M->release(dh);
+    kp_release(M, buf);
+    free(v.pool);
+    kp_free(p);
+}
+
+static void bad_cases(void) {
+    static const bad cases[] = {
+        {"num_accepted_tokens 0", SP_ERR_INVALID_ARGUMENT, "num_accepted_tokens: [1] = 0", 1},
+        {"num_accepted_tokens > W", SP_ERR_INVALID_ARGUMENT, "is outside [1, 4]", 1},
+        {"a sequence longer than W", SP_ERR_INVALID_ARGUMENT, "more than the verify table's", 1},
+        {"a slot two sequences write", SP_ERR_INVALID_ARGUMENT, "is used by sequences", 1},
+        {"a slot two sequences write (column 0)", SP_ERR_INVALID_ARGUMENT, "is used by", 1},
+        {"an entry past the pool", SP_ERR_INVALID_ARGUMENT, "is outside [0, 18)", 1},
+        {"a slot written twice", SP_ERR_INVALID_ARGUMENT, "written twice by sequence 0", 1},
+        {"an initial state another writes", SP_ERR_INVALID_ARGUMENT, "is written by sequence 0", 1},
+        {"num_accepted_tokens without a table", SP_ERR_INVALID_ARGUMENT,
+         "num_accepted_tokens: given with a 1-D state_indices", 0},
+        {"a table with checkpoints", SP_ERR_INVALID_ARGUMENT, "checkpoint_interval: 1 with a "
+         "verify table", 0},
+        {"a table without columns", SP_ERR_SHAPE_MISMATCH, "has no column", 0},
+        {"has_initial_state u8", SP_ERR_DTYPE_MISMATCH, "has_initial_state: dtype u8", 0},
+        {"has_initial_state [N + 1]", SP_ERR_SHAPE_MISMATCH, "has_initial_state: shape", 0},
+        {"num_accepted_tokens f32", SP_ERR_DTYPE_MISMATCH, "expected i32 or i64", 0},
+        {"a table on a chunked kernel", SP_ERR_UNSUPPORTED, "verify table", 2},
+        {"state_indices i16", SP_ERR_DTYPE_MISMATCH, "state_indices: dtype i16, expected i32 or "
+         "i64", 0},
+    };
+    for (int c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++)
+        if (cases[c].where == 0 || cases[c].where == 1 + on_device()) bad_case(c, &cases[c]);
+}
+
+/* On CUDA the index arrays are not read on the host: rows the host would
+ * refuse are skipped on the device, nothing written for them, and the
+ * other rows are computed as without them. */
+static void device_rule_case(void) {
+    static const int64_t lens[] = {3, 1, 4, 2, 4};
+    verify v;
+    verify_make(&v, lens, 5, 4, SP_F32, 1, 0, 6400);
+    const kda_problem *p = &v.p;
+    void *o = xmalloc(p->bytes[KB_O]), *pool = xmalloc(v.pool_bytes);
+    CHECK_OK(verify_run(&v, SP_I32, o, pool));
+    verify bad = v;
+    bad.acc[1] = 0;                   /* outside [1, W] */
+    bad.table[2 * v.W + 3] = v.S + 7; /* past the pool */
+    bad.acc[4] = v.W + 1;
+    void *bo = xmalloc(p->bytes[KB_O]), *bpool = xmalloc(v.pool_bytes);
+    CHECK_OK(verify_run(&bad, SP_I32, bo, bpool));
+    const int64_t *cu = p->host[KB_CU], el = p->H * DD, row = p->H * D * 2;
+    for (int64_t n = 0; n < p->N; n++) {
+        const int skipped = n == 1 || n == 2 || n == 4;
+        const char *want_o = skipped ? (const char *)p->host[KB_O] : (const char *)o;
+        CHECKF(memcmp((const char *)bo + cu[n] * row, want_o + cu[n] * row,
+                      (size_t)((cu[n + 1] - cu[n]) * row)) == 0,
+               "device rule: sequence %lld's o rows", (long long)n);
+        for (int64_t t = 0; t < v.W; t++) {
+            const int64_t s = bad.table[n * v.W + t];
+            if (s < 0 || s >= v.S) continue;
+            const char *want = skipped ? (const char *)v.pool : (const char *)pool;
+            CHECKF(memcmp((const char *)bpool + s * el * 4, want + s * el * 4, (size_t)el * 4) == 0,
+                   "device rule: sequence %lld's slot %lld", (long long)n, (long long)s);
+        }
+    }
+    free(o), free(pool), free(bo), free(bpool), free(v.pool);
+    kp_free(&v.p);
+}
+
+int main(void) {
+    M = ts_mem_or_skip(TS_MEM_BACKEND);
+    int32_t ks[3];
+    const int nk = kernels(ks);
+    for (int i = 0; i < nk; i++) {
+        widths_case(ks[i]);
+        has_initial_state_case(ks[i], SP_F32);
+        has_initial_state_case(ks[i], SP_BF16);
+    }
+    for (int s = 0; s < 2; s++)
+        for (int w = 0; w < 2; w++)
+            verify_case(s ? SP_BF16 : SP_F32, w ? SP_I64 : SP_I32, 1, s == w,
+                        6500 + (uint64_t)(s * 2 + w));
+    verify_case(SP_F32, SP_I32, 0, 0, 6510);
+    bad_cases();
+    if (on_device()) device_rule_case();
+    return sp_test_finish(ts_mem_test_name(M, "test_kda_engine"));
+}
