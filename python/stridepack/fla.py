@@ -28,6 +28,9 @@ Served:
     or ``[N, H, V, K]`` with ``state_v_first=True``), ``output_final_state``,
     ``cu_seqlens`` (int64 or int32; then ``B`` must be 1), or ``B`` equal
     sequences without it;
+  - decode on a pool by ``ssm_state_indices`` (int32 or int64 ``[N]``, -1 a
+    padded sequence) and speculative verify: a 2-D ``ssm_state_indices
+    [N, k + 1]`` with ``num_accepted_tokens`` (``fused_recurrent_kda_fwd``);
   - ``cu_seqlens_cpu``, ``use_graph``, ``max_num_seqs``, ``disable_recompute``,
     ``chunk_size``: accepted and unused (stridepack's kernels take no
     host-side chunk list and are graph-safe; they compute no backward).
@@ -36,8 +39,8 @@ Refused (ValueError naming the option and the value): ``use_gate_in_kernel=False
 ``use_beta_sigmoid_in_kernel=False`` and ``allow_neg_eigval=True`` on CUDA tensors,
 ``use_qk_l2norm_in_kernel=False``,
 ``lower_bound`` outside [-5, 0) (or, in ``chunk_kda``, without ``safe_gate``),
-``return_intermediate_states=True``, ``num_accepted_tokens`` and 2-D
-``ssm_state_indices`` (speculative verify),
+``return_intermediate_states=True``, ``num_accepted_tokens`` without a 2-D
+``ssm_state_indices``, a 2-D one without ``inplace_final_state``,
 ``cp_context``, head dimensions other than K = V = 128, grouped value heads
 (``HV != H``), dtypes other than bf16 for q, k, v, g, beta and fp32 for the
 state, inputs that require grad (stridepack computes no gradient), and any
@@ -138,7 +141,10 @@ class _Call:
                 raise ValueError(f"The batch size is expected to be 1 rather than {B} when "
                                  f"using `cu_seqlens`.Please flatten variable-length inputs "
                                  f"before processing.")
-            self.cu = cu_seqlens.to(device=dev, dtype=torch.int64)
+            # int64 (fla) or int32 (vLLM's query_start_loc): either is read as it is.
+            self.cu = cu_seqlens.to(device=dev, dtype=(cu_seqlens.dtype if cu_seqlens.dtype in
+                                                       (torch.int32, torch.int64)
+                                                       else torch.int64))
             self.N = self.cu.shape[0] - 1
         else:  # B sequences of T tokens, as one varlen batch
             self.N = B
@@ -160,9 +166,10 @@ class _Call:
     def refuse(self, option, value, why):
         return _refuse(self.call, option, value, why)
 
-    def run(self, pool, state_indices, o, scale):
+    def run(self, pool, state_indices, o, scale, num_accepted_tokens=None):
         """kda_prefill on the V-first pool [slots, H, 128, 128] by
-        state_indices (int32 [N]) into o [1, B T, H, 128]."""
+        state_indices (int32 or int64 [N], or a verify table [N, W] with
+        num_accepted_tokens) into o [1, B T, H, 128]."""
         if scale is not None and scale == 0:  # the library's 0 means its default
             raise self.refuse("scale", scale, "a scale of 0 (o would be 0) is not served")
         lb = self.lower_bound
@@ -171,7 +178,7 @@ class _Call:
                     pool, state_indices, o, gate=gate,
                     lower_bound=-5.0 if lb is None else float(lb),
                     scale=float(HEAD_DIM ** -0.5 if scale is None else scale),
-                    beta_form=self.beta_form)
+                    beta_form=self.beta_form, num_accepted_tokens=num_accepted_tokens)
 
 
 def chunk_kda(q, k, v, g, beta, scale: Optional[float] = None, initial_state=None,
@@ -256,18 +263,29 @@ def fused_recurrent_kda_fwd(q, k, v, g, beta, A_log=None, dt_bias=None, initial_
     128]`` (``out`` when given), final_state the pool (in place), the new
     states, or None.
 
-    Not served yet (refused by name): ``num_accepted_tokens`` and 2-D
-    ``ssm_state_indices`` (speculative verify)."""
+    Speculative verify (fla's and vLLM's convention): ``ssm_state_indices``
+    a table ``[N, k + 1]`` (int32 or int64) and ``num_accepted_tokens``
+    (``[N]``, optional): sequence n (at most k + 1 tokens) starts from slot
+    ``[n, num_accepted_tokens[n] - 1]`` (column 0 without it) and the state
+    after its token t goes to slot ``[n, t]``; a negative entry leaves that
+    state unwritten, a negative ``[n, 0]`` marks a padded sequence. Needs
+    ``inplace_final_state=True``. The states are those of feeding the tokens
+    one call at a time (bit for bit with an fp32 pool)."""
     import torch
 
     refuse = lambda *a: _refuse("fused_recurrent_kda_fwd", *a)  # noqa: E731
-    if num_accepted_tokens is not None:
-        raise refuse("num_accepted_tokens", "a tensor", "speculative verify is not served yet")
-    if ssm_state_indices is not None and ssm_state_indices.dim() != 1:
+    table = ssm_state_indices is not None and ssm_state_indices.dim() == 2
+    if ssm_state_indices is not None and ssm_state_indices.dim() not in (1, 2):
         raise refuse("ssm_state_indices", list(ssm_state_indices.shape),
-                     "one slot a sequence ([N]) only: speculative verify is not served yet")
+                     "one slot a sequence [N], or a verify table [N, k + 1]")
+    if num_accepted_tokens is not None and not table:
+        raise refuse("num_accepted_tokens", "a tensor", "it picks the initial state in a 2-D "
+                     "ssm_state_indices [N, k + 1] (speculative verify)")
     if inplace_final_state and initial_state is None:
         raise refuse("inplace_final_state", True, "there is no initial_state to write into")
+    if table and not inplace_final_state:
+        raise refuse("inplace_final_state", False, "with a 2-D ssm_state_indices the state "
+                     "after every token goes to the pool (inplace_final_state=True)")
     c = _Call("fused_recurrent_kda_fwd", dict(locals()), kwargs,
               lower_bound_needs_safe_gate=False)
     N, H, dev = c.N, c.H, c.dev
@@ -276,33 +294,45 @@ def fused_recurrent_kda_fwd(q, k, v, g, beta, A_log=None, dt_bias=None, initial_
     if ssm_state_indices is not None:
         if ssm_state_indices.shape[0] != N:
             raise refuse("ssm_state_indices", list(ssm_state_indices.shape),
-                         f"one slot for each of the {N} sequences")
-        idx = ssm_state_indices.to(device=dev, dtype=torch.int32)
+                         f"one row for each of the {N} sequences")
+        # int32 or int64 are read as they are (the library takes both).
+        idx = ssm_state_indices.to(device=dev, dtype=(
+            ssm_state_indices.dtype if ssm_state_indices.dtype in (torch.int32, torch.int64)
+            else torch.int64)).contiguous()
     else:
         idx = torch.arange(N, dtype=torch.int32, device=dev)
+    acc = None
+    if num_accepted_tokens is not None:
+        acc = num_accepted_tokens.to(device=dev, dtype=(
+            num_accepted_tokens.dtype if num_accepted_tokens.dtype in (torch.int32, torch.int64)
+            else torch.int64)).contiguous()
     if out is not None and (out.shape != v.shape or out.dtype != torch.bfloat16):
         raise refuse("out", f"{list(out.shape)} {out.dtype}", f"out must be bf16 {list(v.shape)}")
     o = torch.zeros(1, c.q.shape[1], H, HEAD_DIM, dtype=torch.bfloat16, device=dev)
-    # Sequence n in a pool of the batch's own, at slot n; padded ones keep -1.
-    local = torch.where(idx >= 0, torch.arange(N, dtype=torch.int32, device=dev), idx)
     if initial_state is None:
+        # Sequence n in a pool of the batch's own, at slot n; padded ones keep -1.
+        local = torch.where(idx >= 0, torch.arange(N, dtype=idx.dtype, device=dev), idx)
         pool = torch.zeros(N, H, HEAD_DIM, HEAD_DIM, dtype=torch.float32, device=dev)
         c.run(pool, local, o, scale)
         final = None if not output_final_state else (
             pool if state_v_first else pool.transpose(-1, -2).contiguous())
     elif state_v_first and inplace_final_state:
-        c.run(initial_state, idx, o, scale)
+        c.run(initial_state, idx, o, scale, acc)
         final = initial_state
     else:
-        # The slots the batch uses, V-first and dense, as slots 0 .. N-1 of a
-        # pool of their own (padded sequences keep their -1).
-        used = idx.clamp(min=0).long()
+        # The slots the call names, V-first and dense, as slots 0 .. of a
+        # pool of their own (negative entries keep their -1): a copy each
+        # way. Only the slots the call writes go back.
+        flat = idx.reshape(-1)
+        local = torch.where(flat >= 0, torch.arange(flat.numel(), dtype=idx.dtype, device=dev),
+                            flat).reshape(idx.shape)
+        used = flat.clamp(min=0).long()
         rows = initial_state.index_select(0, used)
         pool = (rows if state_v_first else rows.transpose(-1, -2)).contiguous().clone()
-        c.run(pool, local, o, scale)
+        c.run(pool, local, o, scale, acc)
         back = pool if state_v_first else pool.transpose(-1, -2)
         if inplace_final_state:
-            live = (idx >= 0).nonzero().flatten()
+            live = _written(idx, c.cu, table).nonzero().flatten()
             initial_state.index_copy_(0, used.index_select(0, live), back.index_select(0, live))
             final = initial_state
         else:
@@ -312,6 +342,20 @@ def fused_recurrent_kda_fwd(q, k, v, g, beta, A_log=None, dt_bias=None, initial_
         out.copy_(o)
         o = out
     return o, final
+
+
+def _written(idx, cu, table):
+    """Which entries of the slot indices (flattened) a call writes: with one
+    slot a sequence every entry that is not negative; with a verify table
+    the columns of each sequence's tokens, in rows not padded (column 0 not
+    negative), where the entry is not negative."""
+    import torch
+    if not table:
+        return idx >= 0
+    N, W = idx.shape
+    lens = (cu[1:] - cu[:-1]).to(torch.int64)
+    cols = torch.arange(W, device=idx.device)[None, :]
+    return ((cols < lens[:, None]) & (idx[:, :1] >= 0) & (idx >= 0)).reshape(-1)
 
 
 def fused_recurrent_kda(q, k, v, g, beta, A_log=None, dt_bias=None, scale: Optional[float] = None,

@@ -259,6 +259,7 @@ typedef struct tcase {
     int64_t T, C, kd, W, N, slots;
     int silu, bias, wbf16, init, decode, xl, ol;
     int wdense; /* weight [C, W] dense (16-byte rows of 8 channels); else a [W, C] buffer */
+    int cu32, idx64; /* cu_seqlens as i32 (else i64), state_indices as i64 (else i32) */
     int64_t cu[MAX_SEQ + 1];
     int32_t idx[MAX_SEQ];
     uint8_t init_of[MAX_SEQ];
@@ -287,8 +288,9 @@ static void build_case(const void *ctx, unsigned char *base, sp_device dev, sp_c
     if (k->bias) sp_tensor_dense(&a->bias, base + k->o_b, wt, 1, &C, dev);
     a->silu = k->silu;
     const int64_t N = k->N, n1 = N + 1;
-    if (!k->decode) sp_tensor_dense(&a->cu_seqlens, base + k->o_cu, SP_I64, 1, &n1, dev);
-    sp_tensor_dense(&a->state_indices, base + k->o_idx, SP_I32, 1, &N, dev);
+    if (!k->decode)
+        sp_tensor_dense(&a->cu_seqlens, base + k->o_cu, k->cu32 ? SP_I32 : SP_I64, 1, &n1, dev);
+    sp_tensor_dense(&a->state_indices, base + k->o_idx, k->idx64 ? SP_I64 : SP_I32, 1, &N, dev);
     if (!k->decode && k->init)
         sp_tensor_dense(&a->has_initial_state, base + k->o_init, SP_BOOL, 1, &N, dev);
     const int64_t ss[3] = {k->slots, C, W - 1}, sst[3] = {k->pitch, W - 1, 1};
@@ -313,6 +315,17 @@ static void build_case(const void *ctx, unsigned char *base, sp_device dev, sp_c
     sp_tensor_view(&a->v, base + k->o_out, 2 * kd, SP_BF16, 2, sv, st, dev);
 }
 
+/* cu_seqlens and state_indices into host, in the case's widths. */
+static void write_indices(const tcase *k, unsigned char *host) {
+    for (int64_t n = 0; n <= k->N; n++) {
+        if (k->cu32) ((int32_t *)(host + k->o_cu))[n] = (int32_t)k->cu[n];
+        else ((int64_t *)(host + k->o_cu))[n] = k->cu[n];
+        if (n == k->N) break;
+        if (k->idx64) ((int64_t *)(host + k->o_idx))[n] = k->idx[n];
+        else ((int32_t *)(host + k->o_idx))[n] = k->idx[n];
+    }
+}
+
 /* Lay a case out in an arena. Lengths: lens[0..N); slots: -1 where pad. */
 static void layout_case(tcase *k, arena *A, const int64_t *lens, const int32_t *slots,
                         const uint8_t *init_of, int64_t tail) {
@@ -335,9 +348,8 @@ static void layout_case(tcase *k, arena *A, const int64_t *lens, const int32_t *
     k->o_w = arena_take(A, (size_t)(C * W) * wsz, k->wbf16 ? IN_BF16 : IN_F32);
     k->o_b = arena_take(A, (size_t)C * wsz, k->wbf16 ? IN_BF16 : IN_F32);
     k->o_cu = arena_take(A, (size_t)(k->N + 1) * 8, IN_OTHER);
-    memcpy(A->host + k->o_cu, k->cu, (size_t)(k->N + 1) * 8);
-    k->o_idx = arena_take(A, (size_t)k->N * 4 + 4, IN_OTHER);
-    memcpy(A->host + k->o_idx, k->idx, (size_t)k->N * 4);
+    k->o_idx = arena_take(A, (size_t)k->N * 8 + 8, IN_OTHER); /* either width */
+    write_indices(k, A->host);
     k->o_init = arena_take(A, (size_t)k->N + 1, IN_OTHER);
     memcpy(A->host + k->o_init, k->init_of, (size_t)k->N);
     k->pitch = C * (W - 1) + (k->xl % 2 ? 8 : 0); /* padded slot pitch on odd layouts */
@@ -466,6 +478,22 @@ static void prefill_case(int64_t W, int64_t kd, int64_t vd, int flags, int xl, i
         free(got2);
         free(B.host);
     }
+
+    /* Same inputs, cu_seqlens i32 and state_indices i64: the same bytes out. */
+    tcase k3 = k;
+    k3.cu32 = 1;
+    k3.idx64 = 1;
+    arena B = A;
+    B.host = arena_copy(&A);
+    write_indices(&k3, B.host);
+    unsigned char *got3 = arena_copy(&B);
+    CHECK_OK(run_backend(k.decode, build_case, &k3, &B, got3));
+    const int64_t row = k.ol == OL_TOKEN_PADDED || k.ol == OL_SPLIT_STRIDED ? k.C + OPAD : k.C;
+    CHECKF(memcmp(got + k.o_out, got3 + k.o_out, (size_t)(k.T * row) * 2) == 0 &&
+               memcmp(got + k.o_state, got3 + k.o_state, (size_t)(k.slots * k.pitch) * 2) == 0,
+           "%s: i32 cu_seqlens, i64 state_indices give other bytes", what);
+    free(got3);
+    free(B.host);
     free(got);
     free(A.host);
 }

@@ -501,6 +501,55 @@ class Kda(unittest.TestCase):
         self.assertGreater(np.linalg.norm(ref), 0)
         self.assertLess(np.linalg.norm(got - ref) / np.linalg.norm(ref), 2e-2)
 
+    def test_engine_conventions(self):
+        """Index arrays of either width, has_initial_state and the verify
+        table, through the binding: bit for bit what the plain calls give."""
+        rng = np.random.default_rng(12)
+        views, params, state = self.inputs(rng)
+        s0 = state.copy()
+        o0 = self.run_kda(sp.kda_prefill, views, params, s0)
+        wide = dict(params, cu_seqlens=params["cu_seqlens"].astype(np.int32),
+                    state_indices=params["state_indices"].astype(np.int64))
+        s1 = state.copy()
+        self.assertTrue(np.array_equal(self.run_kda(sp.kda_prefill, views, wide, s1), o0))
+        self.assertTrue(np.array_equal(s1.view(np.uint32), s0.view(np.uint32)))
+        # has_initial_state: sequence 0 (slot 2) starts from zeros, its NaN never read.
+        s_nan, s_zero = state.copy(), state.copy()
+        s_nan[2], s_zero[2] = np.nan, 0
+        fresh = np.array([False, True])
+        o_nan = self.run_kda(lambda **a: sp.kda_prefill(**a, has_initial_state=fresh), views,
+                             params, s_nan)
+        o_zero = self.run_kda(sp.kda_prefill, views, params, s_zero)
+        self.assertTrue(np.array_equal(o_nan, o_zero))
+        self.assertTrue(np.array_equal(s_nan.view(np.uint32), s_zero.view(np.uint32)))
+        # A verify table [2, 13]: the states after each token, into its column.
+        W = 13
+        table = rng.permutation(2 * W + 2)[:2 * W].reshape(2, W).astype(np.int32)
+        acc = np.array([3, 1], np.int32)
+        pool = (0.1 * rng.standard_normal((2 * W + 2, self.H, 128, 128))).astype(np.float32)
+        got = pool.copy()
+        o_v = self.run_kda(lambda **a: sp.kda_prefill(**a, num_accepted_tokens=acc), views,
+                           dict(params, state_indices=table), got)
+        want, o_want = pool.copy(), np.full_like(o_v, 0xA5A5)
+        for n in range(2):
+            one = pool[table[n, acc[n] - 1]][None].copy()
+            for t in range(self.CU[n], self.CU[n + 1]):
+                step = {k: v[:, t:t + 1] for k, v in views.items()}
+                o = np.full((1, 1, self.H, 128), 0xA5A5, np.uint16)
+                sp.kda_prefill(**{k: Bf16View(np.ascontiguousarray(v)) for k, v in step.items()},
+                               A_log=params["A_log"], dt_bias=params["dt_bias"],
+                               cu_seqlens=np.array([0, 1], np.int64), state=one,
+                               state_indices=np.array([0], np.int32), o=Bf16View(o))
+                o_want[:, t] = o[:, 0]
+                want[table[n, t - self.CU[n]]] = one[0]
+        self.assertTrue(np.array_equal(o_v, o_want))
+        self.assertTrue(np.array_equal(got.view(np.uint32), want.view(np.uint32)))
+        self.assertFalse(np.array_equal(got, pool))
+        with self.assertRaises(sp.StridepackError) as cm:
+            self.run_kda(lambda **a: sp.kda_prefill(**a, num_accepted_tokens=acc), views, params,
+                         state.copy())
+        self.assertIn("num_accepted_tokens: given with a 1-D state_indices", cm.exception.message)
+
     def test_reads_in_place_is_the_librarys_rule(self):
         T, H = self.T, self.H
         P = H * 128

@@ -594,12 +594,55 @@ class FlaDecodeDropIn(unittest.TestCase):
         o3, s3 = fused_recurrent_kda(**self.fla_kw())
         self.assertIsNone(s3)
 
-    def test_verify_is_refused_by_name(self):
+    def test_verify_table_equals_one_token_a_call(self):
+        """A 2-D ssm_state_indices with num_accepted_tokens, in both layouts
+        and both index widths: every state the table names is the drop-in's
+        own one-token decode of that prefix, bit for bit; a padded row and a
+        -1 column leave the pool alone."""
         from stridepack.fla import fused_recurrent_kda_fwd
+        gen = torch.Generator().manual_seed(72)
+        N, L, W, H, slots = 3, 3, 4, self.H, 14
+        args, _ = kda_inputs(gen, T=N * L, H=H)
+        cu = torch.arange(N + 1, dtype=torch.int32) * L
+        kw = dict(self.fla_kw(), **{k: args[k] for k in ("q", "k", "v", "g", "beta", "A_log",
+                                                         "dt_bias")}, cu_seqlens=cu)
+        table = torch.randperm(slots, generator=gen)[:N * W].reshape(N, W)
+        table[1] = -1         # padded
+        table[2, 1] = -1      # the state after token 1 of sequence 2 is not kept
+        acc = torch.tensor([2, 1, 4], dtype=torch.int32)
+        pool0 = 0.1 * torch.randn(slots, H, 128, 128, generator=gen)  # K-first, fla's default
+        want, o_want = pool0.clone(), torch.zeros(1, N * L, H, 128, dtype=torch.bfloat16)
+        for n in (0, 2):
+            one = pool0[table[n, acc[n] - 1]][None].clone()
+            for t in range(L):
+                x = {k: kw[k][:, n * L + t:n * L + t + 1] for k in ("q", "k", "v", "g", "beta")}
+                o1, _ = fused_recurrent_kda_fwd(**dict(kw, **x, cu_seqlens=None),
+                                                initial_state=one)
+                o_want[:, n * L + t] = o1[:, 0]
+                if table[n, t] >= 0:
+                    want[table[n, t]] = one[0]
+        for v_first in (False, True):
+            for dt in (torch.int32, torch.int64):
+                with self.subTest(state_v_first=v_first, dtype=dt):
+                    pool = pool0.clone() if not v_first else pool0.transpose(-1, -2).contiguous()
+                    o, ht = fused_recurrent_kda_fwd(**kw, initial_state=pool,
+                                                    ssm_state_indices=table.to(dt),
+                                                    num_accepted_tokens=acc.to(dt),
+                                                    state_v_first=v_first)
+                    self.assertIs(ht, pool)
+                    got = pool if not v_first else pool.transpose(-1, -2)
+                    self.assertTrue(bits_equal(o, o_want))
+                    self.assertTrue((o[:, L:2 * L] == 0).all(), "the padded row")
+                    self.assertTrue(torch.equal(got, want))
+        self.assertFalse(torch.equal(want, pool0))
+
+    def test_verify_misuse_is_named(self):
+        from stridepack.fla import fused_recurrent_kda_fwd
+        table = torch.arange(self.N * 2, dtype=torch.int32).reshape(self.N, 2)
         for change, named in ((dict(num_accepted_tokens=torch.ones(self.N, dtype=torch.int32)),
                                "num_accepted_tokens"),
-                              (dict(ssm_state_indices=torch.zeros(self.N, 2, dtype=torch.int32)),
-                               "ssm_state_indices=[4, 2]")):
+                              (dict(ssm_state_indices=table, inplace_final_state=False,
+                                    output_final_state=True), "inplace_final_state=False")):
             with self.subTest(named=named):
                 pool = self.pool.clone()
                 with self.assertRaises(ValueError) as cm:
