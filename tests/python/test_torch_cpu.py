@@ -652,6 +652,112 @@ class FlaDecodeDropIn(unittest.TestCase):
                 self.assertTrue(torch.equal(pool, self.pool))
 
 
+class VllmConvDropIn(unittest.TestCase):
+    """stridepack.vllm.causal_conv1d_fn / causal_conv1d_update in vLLM's
+    layouts ([dim, T] x, states by cache index, pad_slot_id, has_initial_state)
+    against the convolution written here with torch's conv1d, and bit for
+    bit against stridepack's own calls."""
+
+    def setUp(self):
+        gen = torch.Generator().manual_seed(80)
+        self.dim, self.W, self.slots = 48, 4, 6
+        self.lens = [5, 0, 9, 3]
+        self.T = sum(self.lens)
+        self.weight = (torch.randn(self.dim, self.W, generator=gen) * 0.5).bfloat16()
+        self.bias = (torch.randn(self.dim, generator=gen) * 0.1).bfloat16()
+        self.states = torch.randn(self.slots, self.dim, self.W - 1, generator=gen).bfloat16()
+        # vLLM's x: [dim, T], the transpose of the projection's token-major columns.
+        self.x = torch.randn(self.T, self.dim + 8, generator=gen).bfloat16()[:, 4:4 + self.dim].t()
+        self.qsl = torch.tensor([0, 5, 5, 14, 17], dtype=torch.int32)
+        self.cache = torch.tensor([3, 0, -1, 5], dtype=torch.int32)  # sequence 2 padded
+        self.init = torch.tensor([True, False, False, True])
+
+    def conv_ref(self, x_seq, window, silu=True):
+        """x_seq [dim, L] float64 after a window [dim, W - 1]: out [dim, L]
+        and the new window."""
+        z = torch.cat([window, x_seq], dim=1)
+        if x_seq.shape[1] == 0:  # an empty sequence: its window as it starts
+            return x_seq, z[:, -(self.W - 1):]
+        out = torch.nn.functional.conv1d(z[None], self.weight.double()[:, None], self.bias.double(),
+                                         groups=self.dim)[0]
+        return (out * torch.sigmoid(out) if silu else out), z[:, -(self.W - 1):]
+
+    def test_prefill_in_vllms_layout(self):
+        from stridepack.vllm import causal_conv1d_fn
+        states = self.states.clone()
+        out = causal_conv1d_fn(self.x, self.weight, self.bias, states, self.qsl,
+                               cache_indices=self.cache.long(), has_initial_state=self.init,
+                               activation="silu")
+        self.assertEqual(out.shape, self.x.shape)
+        self.assertEqual(out.stride(0), 1)  # token-major in memory, as vLLM's
+        want_states = self.states.clone()
+        for n, L in enumerate(self.lens):
+            s0, slot = int(self.qsl[n]), int(self.cache[n])
+            if slot < 0:
+                continue
+            window = (self.states[slot].double() if self.init[n]
+                      else torch.zeros(self.dim, self.W - 1, dtype=torch.float64))
+            ref, new = self.conv_ref(self.x[:, s0:s0 + L].double(), window)
+            if L:
+                err = (out[:, s0:s0 + L].double() - ref).abs().max().item()
+                self.assertLess(err, 2e-2 * max(1.0, ref.abs().max().item()))
+            want_states[slot] = new.bfloat16()
+        self.assertTrue(torch.equal(states, want_states))
+        # Bit for bit stridepack's own call on the token-major view.
+        states2, out2 = self.states.clone(), torch.empty(self.T, self.dim, dtype=torch.bfloat16)
+        sp.causal_conv1d(self.x.t(), self.weight, self.qsl, states2, self.cache, bias=self.bias,
+                         has_initial_state=self.init, silu=True, out=out2)
+        live = torch.cat([torch.arange(int(self.qsl[n]), int(self.qsl[n + 1]))
+                          for n in range(4) if self.cache[n] >= 0])
+        self.assertTrue(torch.equal(out.t()[live].view(torch.int16), out2[live].view(torch.int16)))
+        self.assertTrue(torch.equal(states, states2))
+
+    def test_update_and_pad_slot_id(self):
+        from stridepack.vllm import causal_conv1d_update
+        gen = torch.Generator().manual_seed(81)
+        x = torch.randn(4, self.dim, generator=gen).bfloat16()
+        idx = torch.tensor([4, 9, 1, 2], dtype=torch.int64)  # 9: this call's pad_slot_id
+        for shape3 in (False, True):
+            with self.subTest(seqlen_dim=shape3):
+                states = self.states.clone()
+                xin = x[..., None] if shape3 else x
+                out = causal_conv1d_update(xin, states, self.weight, self.bias, activation=True,
+                                           conv_state_indices=idx, pad_slot_id=9)
+                self.assertEqual(out.shape, xin.shape)
+                out = out[..., 0] if shape3 else out
+                want = self.states.clone()
+                for n in (0, 2, 3):
+                    s = int(idx[n])
+                    ref, new = self.conv_ref(x[n].double()[:, None], self.states[s].double())
+                    self.assertLess((out[n].double() - ref[:, 0]).abs().max().item(), 3e-2)
+                    want[s] = new.bfloat16()
+                self.assertTrue(torch.equal(states, want))  # slot 9 names no slot: untouched
+
+    def test_refused_by_name(self):
+        from stridepack.vllm import causal_conv1d_fn, causal_conv1d_update
+        x1 = torch.zeros(2, self.dim, dtype=torch.bfloat16)
+        cases = [
+            (lambda st: causal_conv1d_update(x1, st, self.weight, num_accepted_tokens=torch.ones(
+                2, dtype=torch.int32)), "num_accepted_tokens"),
+            (lambda st: causal_conv1d_update(x1[..., None].expand(2, self.dim, 3), st,
+                                             self.weight), "x=[2, 48, 3]"),
+            (lambda st: causal_conv1d_fn(self.x, self.weight, None, st, self.qsl,
+                                         initial_state_idx=torch.zeros(4, dtype=torch.int32)),
+             "initial_state_idx"),
+            (lambda st: causal_conv1d_fn(self.x, self.weight, None, st[..., :2], self.qsl),
+             "conv_states"),
+            (lambda st: causal_conv1d_fn(self.x, self.weight, None, st, self.qsl,
+                                         activation="gelu"), "activation='gelu'"),
+        ]
+        for call, named in cases:
+            with self.subTest(named=named):
+                st = self.states.clone()
+                with self.assertRaises(ValueError) as cm:
+                    call(st)
+                self.assertIn(named, str(cm.exception))
+                self.assertTrue(torch.equal(st, self.states))
+
+
 class NoObjectMemoryReads(unittest.TestCase):
     def test_hooks_are_gone(self):
         # The TensorImpl address comes from Tensor._cdata, never from the
