@@ -143,9 +143,14 @@ def build_anchors(arms):
 
 
 def import_fla():
-    """fla's chunk_kda from $SP_ANCHOR_DIR/fla, without running the package
-    __init__ files of fla, fla.ops and fla.modules (they import every layer,
-    model and op, with transformers and einops)."""
+    """fla's chunk_kda from $SP_ANCHOR_DIR/fla (import_fla_op)."""
+    return import_fla_op("fla.ops.kda.chunk", "chunk_kda")
+
+
+def import_fla_op(module, name):
+    """`name` of fla's `module` from $SP_ANCHOR_DIR/fla, without running the
+    package __init__ files of fla, fla.ops and fla.modules (they import every
+    layer, model and op, with transformers and einops)."""
     os.environ.setdefault("FLA_DISABLE_BACKEND_DISPATCH", "1")
     root = os.path.join(ANCHOR_DIR, "fla")
     if not os.path.isfile(os.path.join(root, "fla", "ops", "kda", "chunk.py")):
@@ -167,8 +172,8 @@ def import_fla():
             if "." in name:
                 parent, child = name.rsplit(".", 1)
                 setattr(sys.modules[parent], child, m)
-    from fla.ops.kda.chunk import chunk_kda
-    return chunk_kda
+    import importlib
+    return getattr(importlib.import_module(module), name)
 
 
 def import_stridepack():

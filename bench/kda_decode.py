@@ -1,0 +1,219 @@
+"""The KDA decode step and speculative verify against their limit and fla.
+
+One generated token of a KDA layer reads and writes every live sequence's
+state: N sequences, H heads, a [128, 128] state each (64 KiB in fp32, 32 KiB
+in bf16), in a pool by slot. The limit of such a step is one device-to-device
+copy of the bytes it must move, measured in the same run (a copy of B bytes
+reads B and writes B): with k tokens a sequence, one read and k writes of
+each (sequence, head) state (k = 1: the decode step, state_indices [N];
+k > 1: verify, a table [N, k] with num_accepted_tokens).
+
+Arms, on the same inputs (q, k, v the column slices of a [N k, 3 H 128]
+convolution output, g [N k, H 128], beta [N k, H], the K3 gate):
+  stridepack  stridepack.kda_prefill on the V-first pool by index
+  fla         fla's fused_recurrent_kda_fwd (from $SP_ANCHOR_DIR/fla, as in
+              bench/kda_anchors.py), state_v_first=True, in place
+  limit       one torch copy of the step's bytes / 2, device to device
+
+Run (GPU):
+  SP_ANCHOR_DIR=.anchors PYTHONPATH=<build>/python python3 bench/kda_decode.py \\
+      --json bench/results/h200_kda_decode.json
+Records, one JSON object a line: {"arm", "N", "H", "k", "pool", "ms",
+"limit_ms", "device", "date", "commit"}, and one "accuracy" record a shape
+(o and written states of stridepack against the float64 reference on the
+first sequences; reruns bit-identical). --self-test checks the driver's
+verify inputs and accuracy path on the CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kda_anchors  # noqa: E402  (fla's loader, the commit)
+
+D = 128
+GRID_N, GRID_H, GRID_K, POOLS = (64, 256, 512), (12, 32, 96), (1, 4), ("f32", "bf16")
+
+
+def make_inputs(N, H, k, pool, device, seed):
+    """The step's inputs; the pool has N k + 1 slots, the table [N, k] (k > 1)
+    a random permutation of them, num_accepted_tokens random in [1, k]."""
+    g = torch.Generator().manual_seed(seed)
+    T, P = N * k, H * D
+    conv = (torch.rand(T, 3 * P, generator=g) * 2 - 1).bfloat16().to(device)
+    x = dict(q=conv[:, :P].view(1, T, H, D), k=conv[:, P:2 * P].view(1, T, H, D),
+             v=conv[:, 2 * P:].view(1, T, H, D),
+             g=(torch.rand(1, T, H, D, generator=g) * 4 - 3).bfloat16().to(device),
+             beta=(torch.rand(1, T, H, generator=g) * 6 - 3).bfloat16().to(device),
+             A_log=(torch.rand(H, generator=g) - 0.5).to(device),
+             dt_bias=(torch.rand(P, generator=g) - 0.5).to(device))
+    slots = N * k + 1
+    dt = torch.float32 if pool == "f32" else torch.bfloat16
+    x["pool"] = (0.05 * torch.randn(slots, H, D, D, generator=g)).to(dt).to(device)
+    x["cu"] = (torch.arange(N + 1, dtype=torch.int64) * k).to(device)
+    perm = torch.randperm(slots, generator=g)[:N * k].to(torch.int32)
+    x["idx"] = (perm if k == 1 else perm.view(N, k)).to(device)
+    x["acc"] = None if k == 1 else torch.randint(1, k + 1, (N,), generator=g,
+                                                 dtype=torch.int32).to(device)
+    x["o"] = torch.empty(1, T, H, D, dtype=torch.bfloat16, device=device)
+    x["shape"] = (N, H, k)
+    return x
+
+
+def sp_step(sp, x, reference=False):
+    sp.kda_prefill(x["q"], x["k"], x["v"], x["g"], x["beta"], x["A_log"], x["dt_bias"], x["cu"],
+                   x["pool"], x["idx"], x["o"], gate="lower_bound", lower_bound=-5.0,
+                   num_accepted_tokens=x["acc"], reference=reference)
+
+
+def fla_step(fwd, x):
+    fwd(x["q"], x["k"], x["v"], x["g"], x["beta"], A_log=x["A_log"], dt_bias=x["dt_bias"],
+        initial_state=x["pool"], inplace_final_state=True, state_v_first=True,
+        cu_seqlens=x["cu"], ssm_state_indices=x["idx"], num_accepted_tokens=x["acc"],
+        use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True,
+        lower_bound=-5.0, out=x["o"])
+
+
+def step_bytes(x):
+    """Bytes the step must move: one read and k writes of each state."""
+    N, H, k = x["shape"]
+    return N * H * D * D * x["pool"].element_size() * (1 + k)
+
+
+def accuracy(sp, x, n_check=4):
+    """stridepack against the float64 reference on the first n_check
+    sequences (their own pool copy): relative L2 of o and of the states the
+    call writes; and whether a rerun gives the same bits."""
+    N, H, k = x["shape"]
+    n = min(n_check, N)
+    sub = {key: (v[:, :n * k] if key in ("q", "k", "v", "g", "beta", "o") else v)
+           for key, v in x.items()}
+    sub["cu"], sub["idx"] = x["cu"][:n + 1], x["idx"][:n]
+    sub["acc"] = None if x["acc"] is None else x["acc"][:n]
+    sub["o"] = torch.empty_like(x["o"][:, :n * k])
+    sub["shape"] = (n, H, k)
+    cpu = {key: (v.cpu().contiguous() if torch.is_tensor(v) else v) for key, v in sub.items()}
+    cpu["pool"] = x["pool"].cpu().clone()
+    ref = dict(cpu, pool=cpu["pool"].clone(), o=cpu["o"].clone())
+    got = {key: (v.clone() if torch.is_tensor(v) else v) for key, v in sub.items()}
+    got["pool"], got["o"] = x["pool"].clone(), sub["o"]
+    sp_step(sp, got)
+    again = dict(got, pool=x["pool"].clone(), o=torch.empty_like(got["o"]))
+    sp_step(sp, again)
+    sp_step(sp, ref, reference=True)
+    written = torch.unique(cpu["idx"].reshape(-1).long()[cpu["idx"].reshape(-1) >= 0])
+
+    def rel(a, b):
+        a, b = a.double().cpu(), b.double().cpu()
+        return float((a - b).norm() / b.norm())
+
+    return dict(o_rel=rel(got["o"], ref["o"]),
+                state_rel=rel(got["pool"][written.to(x["pool"].device)], ref["pool"][written]),
+                rerun_identical=bool(torch.equal(got["o"].view(torch.int16),
+                                                 again["o"].view(torch.int16))
+                                     and torch.equal(got["pool"], again["pool"])))
+
+
+def time_arms(arms, warmup, reps):
+    for f in arms.values():
+        for _ in range(warmup):
+            f()
+    torch.cuda.synchronize()
+    ts = {a: [] for a in arms}
+    for _ in range(reps):
+        kda_anchors.gpu_ahead()
+        ev = []
+        for a, f in arms.items():
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            f()
+            e1.record()
+            ev.append((a, e0, e1))
+        torch.cuda.synchronize()
+        for a, e0, e1 in ev:
+            ts[a].append(e0.elapsed_time(e1))
+    return {a: statistics.median(t) for a, t in ts.items()}
+
+
+def self_test():
+    """The driver's inputs and accuracy path on the CPU (no timing, no fla)."""
+    import stridepack as sp
+    for k in (1, 4):
+        for pool in POOLS:
+            x = make_inputs(3, 2, k, pool, "cpu", 5)
+            a = accuracy(sp, x, n_check=3)
+            assert a["o_rel"] < 1e-4 and a["state_rel"] < (1e-5 if pool == "f32" else 5e-3), a
+            assert a["rerun_identical"], a
+            assert step_bytes(x) == 3 * 2 * D * D * (4 if pool == "f32" else 2) * (1 + k)
+            print(f"self-test k={k} {pool}: {a}")
+    print("self-test passed")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", help="append the records to this file (one JSON object a line)")
+    ap.add_argument("--N", default=",".join(map(str, GRID_N)))
+    ap.add_argument("--H", default=",".join(map(str, GRID_H)))
+    ap.add_argument("--k", default=",".join(map(str, GRID_K)))
+    ap.add_argument("--pools", default=",".join(POOLS))
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--no-fla", action="store_true")
+    ap.add_argument("--self-test", action="store_true")
+    a = ap.parse_args()
+    if a.self_test:
+        return self_test()
+    import stridepack as sp
+    fwd, fla_why = None, "--no-fla"
+    if not a.no_fla:
+        try:
+            fwd = kda_anchors.import_fla_op("fla.ops.kda.fused_recurrent", "fused_recurrent_kda_fwd")
+        except Exception as e:  # noqa: BLE001
+            fla_why = f"{type(e).__name__}: {e}"
+            print(f"fla skipped: {fla_why}", file=sys.stderr)
+    dev = torch.device("cuda", 0)
+    meta = dict(device=torch.cuda.get_device_name(dev),
+                date=datetime.date.today().isoformat(), commit=kda_anchors.git_commit())
+    records = []
+    for k in map(int, a.k.split(",")):
+        for pool in a.pools.split(","):
+            for H in map(int, a.H.split(",")):
+                for N in map(int, a.N.split(",")):
+                    x = make_inputs(N, H, k, pool, dev, seed=N * 1000 + H * 10 + k)
+                    nbytes = step_bytes(x) // 2
+                    src = torch.empty(nbytes, dtype=torch.uint8, device=dev)
+                    dst = torch.empty_like(src)
+                    arms = {"limit": lambda: dst.copy_(src), "stridepack": lambda: sp_step(sp, x)}
+                    if fwd is not None:
+                        arms["fla"] = lambda: fla_step(fwd, x)
+                    ms = time_arms(arms, a.warmup, a.reps)
+                    for arm in arms:
+                        if arm == "limit":
+                            continue
+                        r = dict(arm=arm, N=N, H=H, k=k, pool=pool, ms=round(ms[arm], 5),
+                                 limit_ms=round(ms["limit"], 5), **meta)
+                        records.append(r)
+                    acc = dict(arm="accuracy", N=N, H=H, k=k, pool=pool, **accuracy(sp, x), **meta)
+                    records.append(acc)
+                    share = {arm: ms["limit"] / ms[arm] for arm in arms if arm != "limit"}
+                    print(f"N {N:4d} H {H:3d} k {k} {pool:4s}: limit {ms['limit']:.4f} ms  " +
+                          "  ".join(f"{arm} {ms[arm]:.4f} ms ({share[arm]:.2f})" for arm in share)
+                          + f"  o {acc['o_rel']:.1e} state {acc['state_rel']:.1e}", flush=True)
+                    del x, src, dst
+                    torch.cuda.empty_cache()
+    if a.json:
+        with open(a.json, "a") as fh:
+            for r in records:
+                fh.write(json.dumps(r) + "\n")
+
+
+if __name__ == "__main__":
+    main()
