@@ -76,12 +76,14 @@ step bench_conv "$build/bench/bench_conv" --json "$out/h200_conv.json"
 # The binding as built above: its extension sits in the build tree.
 PYTHONPATH="$build/python" step anchors python3 bench/anchors.py --json "$out/h200_anchors.json"
 PYTHONPATH="$build/python" step bench_python python3 bench/bench_python.py --json "$out/h200_python_host.json"
+# The decode and verify grid; fla's arm where $SP_ANCHOR_DIR holds it.
+PYTHONPATH="$build/python" step bench_kda_decode python3 bench/kda_decode.py --json "$out/h200_kda_decode.json"
 fi
 
 grep -hE "tests passed|tests failed|Not Run|\(Failed\)|Skipped" "$logs"/ctest*.log 2>/dev/null | tail -20
 grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$logs"/san_*.log 2>/dev/null | sort | uniq -c
 tail -6 "$logs/demo.log" 2>/dev/null
-for f in bench_kda bench_pack bench_boundary bench_conv anchors bench_python; do
+for f in bench_kda bench_pack bench_boundary bench_conv anchors bench_python bench_kda_decode; do
   [ -f "$logs/$f.log" ] && { echo "== $f"; grep -vE '^\{' "$logs/$f.log" | tail -16; }
 done
 printf '%s\n' "${summary[@]}"
