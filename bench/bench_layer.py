@@ -129,19 +129,7 @@ def main():
             for _ in range(args.warmup):
                 fn()
         torch.cuda.synchronize()
-        times = {k: [] for k in arms}
-        for _ in range(args.reps):
-            evs = []
-            ka.gpu_ahead()
-            for k, fn in arms.items():
-                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                e0.record()
-                fn()
-                e1.record()
-                evs.append((k, e0, e1))
-            torch.cuda.synchronize()
-            for k, e0, e1 in evs:
-                times[k].append(e0.elapsed_time(e1))
+        times = ka.time_interleaved(arms, args.reps)
         for (c, prep), ts in times.items():
             rec = dict(consumer=c, prep=prep, T=T, H=H, ms=round(statistics.median(ts), 4),
                        ms_min=round(min(ts), 4), reps=len(ts))

@@ -435,6 +435,25 @@ def gpu_ahead(ms=2.0):
         sleep(int(ms * 1.0e6 * 2.0))  # cycles, at up to 2 GHz
 
 
+def time_interleaved(arms, reps):
+    """reps rounds of every arm (name -> call) in turn, each round led by
+    gpu_ahead; CUDA event times {name: [ms, ...]}."""
+    times = {k: [] for k in arms}
+    for _ in range(reps):
+        evs = []
+        gpu_ahead()
+        for k, fn in arms.items():
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            fn()
+            e1.record()
+            evs.append((k, e0, e1))
+        torch.cuda.synchronize()
+        for k, e0, e1 in evs:
+            times[k].append(e0.elapsed_time(e1))
+    return times
+
+
 def time_shape(arms, warmup, reps):
     """Warm up (the first two calls checked), then reps interleaved rounds.
     Returns {label: dict(ms=..., ...)} or {label: dict(error=...)}."""

@@ -127,19 +127,7 @@ def time_arms(arms, warmup, reps):
         for _ in range(warmup):
             f()
     torch.cuda.synchronize()
-    ts = {a: [] for a in arms}
-    for _ in range(reps):
-        kda_anchors.gpu_ahead()
-        ev = []
-        for a, f in arms.items():
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            f()
-            e1.record()
-            ev.append((a, e0, e1))
-        torch.cuda.synchronize()
-        for a, e0, e1 in ev:
-            ts[a].append(e0.elapsed_time(e1))
+    ts = kda_anchors.time_interleaved(arms, reps)
     return {a: statistics.median(t) for a, t in ts.items()}
 
 
