@@ -10,7 +10,9 @@ k > 1: verify, a table [N, k] with num_accepted_tokens).
 
 Arms, on the same inputs (q, k, v the column slices of a [N k, 3 H 128]
 convolution output, g [N k, H 128], beta [N k, H], the K3 gate):
-  stridepack  stridepack.kda_prefill on the V-first pool by index
+  stridepack  stridepack.kda_prefill on the V-first pool by index (the
+              kernel "auto" picks); stridepack:recurrent and
+              stridepack:decode the same with the kernel forced
   fla         fla's fused_recurrent_kda_fwd (from $SP_ANCHOR_DIR/fla, as in
               bench/kda_anchors.py), state_v_first=True, in place
   limit       one torch copy of the step's bytes / 2, device to device
@@ -68,10 +70,10 @@ def make_inputs(N, H, k, pool, device, seed):
     return x
 
 
-def sp_step(sp, x, reference=False):
+def sp_step(sp, x, reference=False, kernel="auto"):
     sp.kda_prefill(x["q"], x["k"], x["v"], x["g"], x["beta"], x["A_log"], x["dt_bias"], x["cu"],
                    x["pool"], x["idx"], x["o"], gate="lower_bound", lower_bound=-5.0,
-                   num_accepted_tokens=x["acc"], reference=reference)
+                   num_accepted_tokens=x["acc"], reference=reference, kernel=kernel)
 
 
 def fla_step(fwd, x):
@@ -88,10 +90,10 @@ def step_bytes(x):
     return N * H * D * D * x["pool"].element_size() * (1 + k)
 
 
-def accuracy(sp, x, n_check=4):
-    """stridepack against the float64 reference on the first n_check
-    sequences (their own pool copy): relative L2 of o and of the states the
-    call writes; and whether a rerun gives the same bits."""
+def accuracy(sp, x, n_check=4, kernel="auto"):
+    """stridepack (the kernel given) against the float64 reference on the
+    first n_check sequences (their own pool copy): relative L2 of o and of
+    the states the call writes; and whether a rerun gives the same bits."""
     N, H, k = x["shape"]
     n = min(n_check, N)
     sub = {key: (v[:, :n * k] if key in ("q", "k", "v", "g", "beta", "o") else v)
@@ -105,9 +107,9 @@ def accuracy(sp, x, n_check=4):
     ref = dict(cpu, pool=cpu["pool"].clone(), o=cpu["o"].clone())
     got = {key: (v.clone() if torch.is_tensor(v) else v) for key, v in sub.items()}
     got["pool"], got["o"] = x["pool"].clone(), sub["o"]
-    sp_step(sp, got)
+    sp_step(sp, got, kernel=kernel)
     again = dict(got, pool=x["pool"].clone(), o=torch.empty_like(got["o"]))
-    sp_step(sp, again)
+    sp_step(sp, again, kernel=kernel)
     sp_step(sp, ref, reference=True)
     written = torch.unique(cpu["idx"].reshape(-1).long()[cpu["idx"].reshape(-1) >= 0])
 
@@ -163,7 +165,8 @@ def main():
     fwd, fla_why = None, "--no-fla"
     if not a.no_fla:
         try:
-            fwd = kda_anchors.import_fla_op("fla.ops.kda.fused_recurrent", "fused_recurrent_kda_fwd")
+            fwd = kda_anchors.import_fla_op("fla.ops.kda.fused_recurrent",
+                                            "fused_recurrent_kda_fwd")
         except Exception as e:  # noqa: BLE001
             fla_why = f"{type(e).__name__}: {e}"
             print(f"fla skipped: {fla_why}", file=sys.stderr)
@@ -179,7 +182,10 @@ def main():
                     nbytes = step_bytes(x) // 2
                     src = torch.empty(nbytes, dtype=torch.uint8, device=dev)
                     dst = torch.empty_like(src)
-                    arms = {"limit": lambda: dst.copy_(src), "stridepack": lambda: sp_step(sp, x)}
+                    # "stridepack": the kernel AUTO picks; the others forced, to compare.
+                    arms = {"limit": lambda: dst.copy_(src), "stridepack": lambda: sp_step(sp, x),
+                            "stridepack:recurrent": lambda: sp_step(sp, x, kernel="recurrent"),
+                            "stridepack:decode": lambda: sp_step(sp, x, kernel="decode")}
                     if fwd is not None:
                         arms["fla"] = lambda: fla_step(fwd, x)
                     ms = time_arms(arms, a.warmup, a.reps)
@@ -189,12 +195,15 @@ def main():
                         r = dict(arm=arm, N=N, H=H, k=k, pool=pool, ms=round(ms[arm], 5),
                                  limit_ms=round(ms["limit"], 5), **meta)
                         records.append(r)
-                    acc = dict(arm="accuracy", N=N, H=H, k=k, pool=pool, **accuracy(sp, x), **meta)
-                    records.append(acc)
+                    for kern in ("auto", "decode"):
+                        acc = dict(arm="accuracy", kernel=kern, N=N, H=H, k=k, pool=pool,
+                                   **accuracy(sp, x, kernel=kern), **meta)
+                        records.append(acc)
                     share = {arm: ms["limit"] / ms[arm] for arm in arms if arm != "limit"}
                     print(f"N {N:4d} H {H:3d} k {k} {pool:4s}: limit {ms['limit']:.4f} ms  " +
                           "  ".join(f"{arm} {ms[arm]:.4f} ms ({share[arm]:.2f})" for arm in share)
-                          + f"  o {acc['o_rel']:.1e} state {acc['state_rel']:.1e}", flush=True)
+                          + f"  decode: o {acc['o_rel']:.1e} state {acc['state_rel']:.1e}",
+                          flush=True)
                     del x, src, dst
                     torch.cuda.empty_cache()
     if a.json:

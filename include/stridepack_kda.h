@@ -97,6 +97,15 @@ typedef enum sp_kda_beta {
  *   a multiple of 32, and q, k, v, g and
  *   o 16-byte aligned (strided inputs are by the rule in sp_kda_args; the
  *   boundary's packed copies always are).
+ *   DECODE: for few tokens a sequence (decode, speculative verify), laid
+ *     out for bandwidth: each state row (the 128 K channels of a V column)
+ *     is read once into registers, run through the sequence's tokens and
+ *     written once (and after each token a verify table keeps); fp32, o
+ *     and the state within fp32 rounding of RECURRENT (the order of the
+ *     sums differs). Serves every call of the recurrent kernel but those
+ *     with checkpoints, with the pool 16-byte aligned (8 for bf16), its
+ *     slot pitch a multiple of 4 elements and o 8-byte aligned. Not chosen
+ *     by AUTO yet: it has not been measured against RECURRENT.
  *   AUTO (the default): RECURRENT where the chunked kernels cannot serve
  *     the call or the sequences average under 8 tokens; else
  *     CHUNKED_TWO_PASS for at most 32 (sequence, head) pairs when the
@@ -106,10 +115,12 @@ typedef enum sp_kda_kernel {
     SP_KDA_KERNEL_AUTO = 0,
     SP_KDA_KERNEL_RECURRENT = 1,
     SP_KDA_KERNEL_CHUNKED = 2,
-    SP_KDA_KERNEL_CHUNKED_TWO_PASS = 3
+    SP_KDA_KERNEL_CHUNKED_TWO_PASS = 3,
+    SP_KDA_KERNEL_DECODE = 4
 } sp_kda_kernel;
 
-/* "auto", "recurrent", "chunked", "chunked_two_pass"; "unknown" otherwise. */
+/* "auto", "recurrent", "chunked", "chunked_two_pass", "decode"; "unknown"
+ * otherwise. */
 SP_API const char *sp_kda_kernel_name(sp_kda_kernel k);
 
 /* The arguments of one prefill call. T tokens, H heads, N sequences.

@@ -20,7 +20,8 @@ BETAS = {"logits": _native.KDA_BETA_LOGITS, "logits_x2": _native.KDA_BETA_LOGITS
          "activated": _native.KDA_BETA_ACTIVATED}
 KERNELS = {_native.kda_kernel_name(k): k
            for k in (_native.KDA_KERNEL_AUTO, _native.KDA_KERNEL_RECURRENT,
-                     _native.KDA_KERNEL_CHUNKED, _native.KDA_KERNEL_CHUNKED_TWO_PASS)}
+                     _native.KDA_KERNEL_CHUNKED, _native.KDA_KERNEL_CHUNKED_TWO_PASS,
+                     _native.KDA_KERNEL_DECODE)}
 
 
 def available() -> bool:
@@ -96,8 +97,9 @@ def kda_prefill(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Arra
     checkpoint_interval n > 0 with checkpoint_cu_starts int64 or int32
     [N + 1] and checkpoints [C, H, 128, 128] (the state's dtype): the state
     after every n tokens of each sequence.
-    kernel: "auto", "recurrent", "chunked" or "chunked_two_pass"
-    (sp_kda_kernel); workspace: a dense device array of at least
+    kernel: "auto", "recurrent", "chunked", "chunked_two_pass" or "decode"
+    (sp_kda_kernel; "decode": few tokens a sequence, CUDA, no checkpoints,
+    not chosen by "auto" yet); workspace: a dense device array of at least
     kda_workspace_bytes(...) bytes, which lets "auto" pick the two-pass
     kernel where it is faster and "chunked_two_pass" run.
     On CUDA: the current stream, nothing allocated, graph-capturable. Every

@@ -149,5 +149,6 @@ PyMODINIT_FUNC PyInit__native(void) {
     PyModule_AddIntConstant(m, "KDA_KERNEL_RECURRENT", SP_KDA_KERNEL_RECURRENT);
     PyModule_AddIntConstant(m, "KDA_KERNEL_CHUNKED", SP_KDA_KERNEL_CHUNKED);
     PyModule_AddIntConstant(m, "KDA_KERNEL_CHUNKED_TWO_PASS", SP_KDA_KERNEL_CHUNKED_TWO_PASS);
+    PyModule_AddIntConstant(m, "KDA_KERNEL_DECODE", SP_KDA_KERNEL_DECODE);
     return m;
 }

@@ -36,6 +36,7 @@ const char *sp_kda_kernel_name(sp_kda_kernel k) {
     case SP_KDA_KERNEL_RECURRENT: return "recurrent";
     case SP_KDA_KERNEL_CHUNKED: return "chunked";
     case SP_KDA_KERNEL_CHUNKED_TWO_PASS: return "chunked_two_pass";
+    case SP_KDA_KERNEL_DECODE: return "decode";
     }
     return "unknown";
 }
@@ -132,6 +133,22 @@ static const char *chunked_unsupported(const sp_kda_args *a, const sp_kda_dims *
     return NULL;
 }
 
+const char *sp_kda_decode_layout_unsupported_(const sp_kda_args *a, const sp_kda_dims *d) {
+    if (d->interval > 0) return "it writes no checkpoints";
+    const uintptr_t align = d->state_bf16 ? 8 : 16; /* a lane's 4 channels of a row */
+    if ((uintptr_t)a->state.data % align != 0 || d->pitch % 4 != 0)
+        return d->state_bf16 ? "the pool must be 8-byte aligned, its slot pitch a multiple of 4"
+                             : "the pool must be 16-byte aligned, its slot pitch a multiple of 4";
+    if ((uintptr_t)a->o.data % 8 != 0) return "o must be 8-byte aligned";
+    return NULL;
+}
+
+/* Why the decode kernel cannot serve the call, or NULL when it can. */
+static const char *decode_unsupported(const sp_kda_args *a, const sp_kda_dims *d) {
+    if (d->dev.type != SP_DEVICE_CUDA) return "it runs on CUDA tensors only";
+    return sp_kda_decode_layout_unsupported_(a, d);
+}
+
 int sp_kda_chunked_can_serve_(const sp_kda_args *a, const sp_kda_dims *d) {
     const sp_cuda_device *dev;
     return chunked_unsupported(a, d, &dev) == NULL;
@@ -140,8 +157,14 @@ int sp_kda_chunked_can_serve_(const sp_kda_args *a, const sp_kda_dims *d) {
 sp_status sp_kda_plan_(const sp_kda_args *a, const sp_kda_dims *d, sp_kda_plan *plan) {
     const int32_t k = a->kernel;
     SP_REQUIRE(k == SP_KDA_KERNEL_AUTO || k == SP_KDA_KERNEL_RECURRENT ||
-                   k == SP_KDA_KERNEL_CHUNKED || k == SP_KDA_KERNEL_CHUNKED_TWO_PASS,
+                   k == SP_KDA_KERNEL_CHUNKED || k == SP_KDA_KERNEL_CHUNKED_TWO_PASS ||
+                   k == SP_KDA_KERNEL_DECODE,
                SP_ERR_INVALID_ARGUMENT, "kernel: %d is not an sp_kda_kernel", (int)k);
+    if (k == SP_KDA_KERNEL_DECODE) {
+        const char *no = decode_unsupported(a, d);
+        SP_REQUIRE(!no, SP_ERR_UNSUPPORTED, "kernel: the decode kernel cannot serve this call: %s",
+                   no);
+    }
     const sp_cuda_device *dev;
     const char *why = chunked_unsupported(a, d, &dev);
     if (k == SP_KDA_KERNEL_CHUNKED || k == SP_KDA_KERNEL_CHUNKED_TWO_PASS)
@@ -187,7 +210,7 @@ static sp_status check_forced(const sp_kda_args *a, const sp_kda_dims *d,
                               const sp_kda_plan *forced) {
     const int32_t k = forced->kernel;
     SP_REQUIRE(k == SP_KDA_KERNEL_RECURRENT || k == SP_KDA_KERNEL_CHUNKED ||
-                   k == SP_KDA_KERNEL_CHUNKED_TWO_PASS,
+                   k == SP_KDA_KERNEL_CHUNKED_TWO_PASS || k == SP_KDA_KERNEL_DECODE,
                SP_ERR_INVALID_ARGUMENT, "plan: kernel %d is not a kernel that runs (AUTO is not)",
                (int)k);
     sp_kda_args with = *a;

@@ -48,6 +48,10 @@ sp_status sp_kda_plan_(const sp_kda_args *a, const struct sp_kda_dims *d, sp_kda
 /* 1 when the chunked kernels can serve the checked call (whatever its
  * kernel and workspace fields say). */
 int sp_kda_chunked_can_serve_(const sp_kda_args *a, const struct sp_kda_dims *d);
+/* Why the decode kernel's layout rules (its vector accesses, no
+ * checkpoints) refuse the checked call, or NULL: the device aside, for its
+ * emulation too. */
+const char *sp_kda_decode_layout_unsupported_(const sp_kda_args *a, const struct sp_kda_dims *d);
 
 /* The plan's rules as functions of their inputs alone (tests check them):
  * V-column splits of the one-pass kernel for `pairs` (sequence, head) pairs

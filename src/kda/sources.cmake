@@ -13,6 +13,7 @@ set(SP_KDA_CUDA_SOURCES
   kda/cuda/recurrent.cu  # token-by-token kernel, one block per (sequence, head)
   kda/cuda/chunked.cu    # chunked kernel on tensor cores, one pass
   kda/cuda/chunked_two_pass.cu  # the same in two kernels, for few (sequence, head) pairs
+  kda/cuda/decode.cu     # few tokens a sequence, a warp per state row; and its host emulation
 )
 # The one-pass kernel moves registers between its warpgroups (setmaxnreg):
 # its Hopper code is sm_90a (cmake/cuda_arch.cmake).

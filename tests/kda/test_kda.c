@@ -975,6 +975,14 @@ int main(void) {
         for (int di = 0; di < 2; di++) empty_sequence_case(R, state_dts[di]);
         padded_case(R);
         device_guard_cases(R);
+        /* The decode kernel: what the recurrent kernel serves, checkpoints aside;
+         * sequences of up to 300 tokens (its tokens go in chunks of 8). */
+        const int32_t DEC = SP_KDA_KERNEL_DECODE;
+        for (int di = 0; di < 2; di++)
+            for (int gi = 0; gi < 2; gi++)
+                batch_case(DEC, state_dts[di], gates[gi], 0, sm ? small_lens : batch_lens,
+                           sm ? 3 : 5, 3);
+        for (int di = 0; di < 2; di++) empty_sequence_case(DEC, state_dts[di]);
 #ifdef TS_MEM_IS_CUDA
         /* The one-pass kernel's builds, each forced where the device has it:
          * the wgmma build and the mma.sync build; or the one SP_TEST_KDA_BUILD

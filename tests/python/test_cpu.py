@@ -757,10 +757,10 @@ class Kda(unittest.TestCase):
             self.assertTrue(callable(getattr(_native, name)), name)
         self.assertFalse(hasattr(_native, "kda"), "the mode-integer entry point is back")
         self.assertEqual(_kda.KERNELS, {"auto": 0, "recurrent": 1, "chunked": 2,
-                                        "chunked_two_pass": 3})
+                                        "chunked_two_pass": 3, "decode": 4})
         self.assertEqual(_kda.GATES, {"lower_bound": 0, "softplus": 1, "log_decay": 2})
         self.assertEqual(_kda.BETAS, {"logits": 0, "logits_x2": 1, "activated": 2})
-        self.assertEqual(_native.kda_kernel_name(4), "unknown")
+        self.assertEqual(_native.kda_kernel_name(5), "unknown")
         self.assertIs(sp.kda_available(), True)
 
 

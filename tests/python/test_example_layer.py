@@ -184,8 +184,8 @@ class ExampleLayer(unittest.TestCase):
         self.assertTrue(torch.equal(la.conv_pool, lb.conv_pool))
 
     def test_cli(self):
-        out = os.popen(f"{sys.executable} {os.path.join(HERE, '..', '..', 'docs', 'examples', 'kda_layer.py')}"
-                       f" --device {DEVICE} --steps 1").read()
+        script = os.path.join(HERE, "..", "..", "docs", "examples", "kda_layer.py")
+        out = os.popen(f"{sys.executable} {script} --device {DEVICE} --steps 1").read()
         self.assertIn("decode steps", out)
 
 

@@ -22,8 +22,8 @@ typedef struct kda_input {
 } kda_input;
 
 /* Token t, head h of x: its row of 128 channels, or its beta logit. */
-static __device__ __forceinline__ const uint16_t *kda_row(const kda_input &x, int64_t t,
-                                                          int64_t h) {
+static __host__ __device__ __forceinline__ const uint16_t *kda_row(const kda_input &x,
+                                                                   int64_t t, int64_t h) {
     return x.at + sp_kda_at_(x.ts, x.hs, t, h);
 }
 
@@ -47,17 +47,17 @@ typedef struct kda_seq {
 } kda_seq;
 
 /* Element offset of [slot, h, 0, 0] in the pool. */
-static __device__ __forceinline__ int64_t kda_slot_base(const kda_params &p, int64_t slot,
-                                                        int64_t h) {
+static __host__ __device__ __forceinline__ int64_t kda_slot_base(const kda_params &p,
+                                                                 int64_t slot, int64_t h) {
     return slot * p.pitch + h * SP_KDA_D * SP_KDA_D;
 }
 
 /* Sequence n by the one rule of every backend (sp_kda_sequence_): 0 skips
  * it, writing nothing (padded, or its entries reach outside their tensors:
  * the arrays were not checked on the host). Uniform over a block, so no
- * thread is left at a barrier. */
-static __device__ __forceinline__ int kda_seq_of(const kda_params &p, int64_t n, int64_t h,
-                                                 kda_seq *s) {
+ * thread is left at a barrier. Host code too (a kernel's emulation). */
+static __host__ __device__ __forceinline__ int kda_seq_of(const kda_params &p, int64_t n,
+                                                          int64_t h, kda_seq *s) {
     sp_kda_seq_ q;
     if (!sp_kda_sequence_(&p.ix, n, &q)) return 0;
     s->bos = q.bos;
@@ -84,6 +84,7 @@ kda_params sp_kda_cuda_params_(const sp_kda_args *a, const sp_kda_dims *d);
 /* Launchers: enqueue the plan's kernels on `stream` (the current device
  * must be the tensors'); return the launch's own error. */
 cudaError_t sp_kda_launch_recurrent_(const kda_params *p, cudaStream_t stream);
+cudaError_t sp_kda_launch_decode_(const kda_params *p, cudaStream_t stream);
 cudaError_t sp_kda_launch_chunked_(const kda_params *p, const sp_kda_plan *plan,
                                    cudaStream_t stream);
 /* workspace: plan->workspace_bytes of it; dev: the device's row (whether
