@@ -79,7 +79,11 @@ static sp_status run(sp_kda_args *a) {
         a->workspace = ws;
         a->workspace_bytes = bytes;
     }
-    const sp_status s = emulated ? sp_kda_decode_emulate_(a) : sp_kda_prefill(a, M->stream);
+#ifdef SP_KDA_TEST_EMULATED
+    const sp_status s = sp_kda_decode_emulate_(a);
+#else
+    const sp_status s = sp_kda_prefill(a, M->stream);
+#endif
     if (ws) {
         char sync;
         M->download(&sync, a->o.data, 1); /* the call is done before the release */
