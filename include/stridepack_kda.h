@@ -49,8 +49,9 @@ extern "C" {
  * LOG_DECAY takes g as the log-decay itself (fla's use_gate_in_kernel=False,
  * after an engine's own gate kernel): bf16 or f32, every value <= 0, -inf
  * meaning "forget the channel"; A_log and dt_bias are then not read (still
- * required, of their shapes). For now only CPU tensors serve LOG_DECAY: a
- * CUDA call with it is SP_ERR_UNSUPPORTED. */
+ * required, of their shapes). The CPU backend, the reference and the
+ * RECURRENT and DECODE kernels serve every gate; the chunked kernels only the
+ * lower-bound one (sp_kda_kernel). */
 typedef enum sp_kda_gate {
     SP_KDA_GATE_LOWER_BOUND = 0, /* K3: lower_bound * sigmoid(exp(A_log) * x) */
     SP_KDA_GATE_SOFTPLUS = 1,    /* Kimi-Linear: -exp(A_log) * softplus(x) */
@@ -60,8 +61,8 @@ typedef enum sp_kda_gate {
 /* How beta_t comes from the beta input. Values are fixed; new ones are
  * appended. LOGITS_X2 is fla's allow_neg_eigval (b in [0, 2): negative
  * eigenvalues of the state's transition); ACTIVATED takes beta as computed
- * elsewhere, used as given. For now only CPU tensors serve the two others: a
- * CUDA call with either is SP_ERR_UNSUPPORTED. */
+ * elsewhere, used as given. The chunked kernels serve LOGITS only (and beta
+ * bf16); every other kernel and backend serves all three. */
 typedef enum sp_kda_beta {
     SP_KDA_BETA_LOGITS = 0,    /* b = sigmoid(beta) (the default) */
     SP_KDA_BETA_LOGITS_X2 = 1, /* b = 2 sigmoid(beta) */
@@ -140,7 +141,8 @@ typedef struct sp_kda_args {
     sp_tensor v;    /* [1, T, H, 128] */
     sp_tensor g;    /* [1, T, H, 128] raw gate input (g_raw); with
                        SP_KDA_GATE_LOG_DECAY the log-decay, bf16 or f32 */
-    sp_tensor beta; /* [1, T, H] logits; b_t = sigmoid(beta_t) (see beta_form) */
+    sp_tensor beta; /* [1, T, H] logits, b_t = sigmoid(beta_t) (see beta_form);
+                       bf16, or f32 */
 
     /* Gate parameters, f32, dense. */
     sp_tensor A_log;   /* [H] */

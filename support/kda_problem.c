@@ -67,6 +67,7 @@ void kp_make_ex(kda_problem *p, int N, const int64_t *lens, int64_t tail, int64_
     p->state_dtype = state_dtype;
     p->gate = gate;
     p->g_dtype = SP_BF16;
+    p->beta_dtype = SP_BF16;
     p->beta_form = SP_KDA_BETA_LOGITS;
     p->lower_bound = gate == SP_KDA_GATE_LOWER_BOUND ? -5.0f + 4.0f * (float)ts_rng_unit(&r) : -5.0f;
     p->scale = 0.0f;
@@ -189,7 +190,7 @@ void kp_args(const kda_problem *p, void *const ptr[KB_COUNT], sp_device dev, sp_
     sp_tensor_dense(&a->k, ptr[KB_K], SP_BF16, 4, x4, dev);
     sp_tensor_dense(&a->v, ptr[KB_V], SP_BF16, 4, x4, dev);
     sp_tensor_dense(&a->g, ptr[KB_G], p->g_dtype, 4, x4, dev);
-    sp_tensor_dense(&a->beta, ptr[KB_BETA], SP_BF16, 3, x3, dev);
+    sp_tensor_dense(&a->beta, ptr[KB_BETA], p->beta_dtype, 3, x3, dev);
     sp_tensor_dense(&a->A_log, ptr[KB_ALOG], SP_F32, 1, &nh, dev);
     sp_tensor_dense(&a->dt_bias, ptr[KB_DTB], SP_F32, 1, &nhd, dev);
     sp_tensor_dense(&a->cu_seqlens, ptr[KB_CU], SP_I64, 1, &n1, dev);
@@ -239,6 +240,18 @@ void kp_beta_form(kda_problem *p, int32_t form, uint64_t seed) {
     if (form != SP_KDA_BETA_ACTIVATED) return;
     uint16_t *beta = p->host[KB_BETA];
     for (int64_t i = 0; i < p->T * p->H; i++) beta[i] = bf16_of((float)unif(&r, 0, 1.98));
+}
+
+static double val(sp_dtype t, const void *b, int64_t i);
+
+void kp_beta_f32(kda_problem *p) {
+    const int64_t n = p->T * p->H;
+    float *f = xmalloc((size_t)n * 4);
+    for (int64_t i = 0; i < n; i++) f[i] = (float)val(SP_BF16, p->host[KB_BETA], i);
+    free(p->host[KB_BETA]);
+    p->host[KB_BETA] = f;
+    p->bytes[KB_BETA] = (size_t)n * 4;
+    p->beta_dtype = SP_F32;
 }
 
 void kp_extreme_gates(kda_problem *p, uint64_t seed) {

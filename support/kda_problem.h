@@ -36,6 +36,7 @@ typedef struct kda_problem {
     int32_t kernel; /* sp_kda_kernel for kp_args (0: AUTO) */
     int32_t beta_form; /* sp_kda_beta for kp_args (0: logits) */
     sp_dtype g_dtype;  /* bf16, or f32 for a log-decay g (kp_log_decay) */
+    sp_dtype beta_dtype; /* bf16, or f32 (kp_beta_f32) */
     size_t bytes[KB_COUNT];
     void *host[KB_COUNT]; /* the initial contents */
 } kda_problem;
@@ -87,6 +88,8 @@ void kp_log_decay(kda_problem *p, sp_dtype gdt, uint64_t seed);
 /* Make p's beta of the form `form` (sp_kda_beta): for ACTIVATED, values in
  * [0, 2); logits stay as they are. */
 void kp_beta_form(kda_problem *p, int32_t form, uint64_t seed);
+/* Make p's beta f32, each value its bf16 value (call after kp_beta_form). */
+void kp_beta_f32(kda_problem *p);
 
 /* The outputs (o, state pool, checkpoints) back into host[], after the
  * work queued on the device. */

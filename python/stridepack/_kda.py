@@ -72,10 +72,11 @@ def kda_prefill(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Arra
     lower_bound * sigmoid(exp(A_log) * (g + dt_bias)), lower_bound in [-5, 0)),
     "softplus" (Kimi-Linear: -exp(A_log) * softplus(g + dt_bias)) or
     "log_decay" (g is the log-decay itself, bf16 or fp32, every value <= 0,
-    -inf forgetting the channel; A_log and dt_bias not read; CPU tensors
-    only for now). beta_form: "logits" (sigmoid(beta), the default),
-    "logits_x2" (2 sigmoid(beta): negative eigenvalues) or "activated" (beta
-    as given); the last two on CPU tensors only for now.
+    -inf forgetting the channel; A_log and dt_bias not read). beta_form:
+    "logits" (sigmoid(beta), the default), "logits_x2" (2 sigmoid(beta):
+    negative eigenvalues) or "activated" (beta as given); beta bf16 or fp32.
+    On CUDA the chunked kernels serve the lower-bound gate with bf16 logits
+    only; "auto" runs the recurrent kernel for the other forms.
     scale: multiplies the normalized q (0: 128 ** -0.5).
     cu_seqlens: int64 or int32 [N + 1] (fla's cu_seqlens, vLLM's
     query_start_loc). state: fp32 or bf16 [slots, H, 128, 128], V-first

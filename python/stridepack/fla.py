@@ -14,8 +14,8 @@ silently different result. torch tensors only (CPU or CUDA).
 Served:
   - a precomputed log-decay g (``use_gate_in_kernel=False``, bf16 or fp32, every
     value <= 0), an activated beta (``use_beta_sigmoid_in_kernel=False``) and
-    ``allow_neg_eigval=True``: on CPU tensors only for now (CUDA tensors are
-    refused by name);
+    ``allow_neg_eigval=True``; beta bf16 or fp32 (on CUDA these run on the
+    recurrent kernel, which the chunked kernels outrun for long sequences);
   - the gate computed in the kernel (``use_gate_in_kernel=True``) with
     ``A_log`` and ``dt_bias``: Kimi-Linear's ``-exp(A_log) * softplus(g +
     dt_bias)`` (``lower_bound=None``), or with ``safe_gate=True`` and
@@ -35,8 +35,7 @@ Served:
     ``chunk_size``: accepted and unused (stridepack's kernels take no
     host-side chunk list and are graph-safe; they compute no backward).
 
-Refused (ValueError naming the option and the value): ``use_gate_in_kernel=False``,
-``use_beta_sigmoid_in_kernel=False`` and ``allow_neg_eigval=True`` on CUDA tensors,
+Refused (ValueError naming the option and the value):
 ``use_qk_l2norm_in_kernel=False``,
 ``lower_bound`` outside [-5, 0) (or, in ``chunk_kda``, without ``safe_gate``),
 ``return_intermediate_states=True``, ``num_accepted_tokens`` without a 2-D
@@ -89,14 +88,6 @@ class _Call:
             raise self.refuse(name, kwargs[name], "stridepack does not know this option")
         if allow_neg_eigval and not use_beta_sigmoid_in_kernel:
             raise ValueError("`allow_neg_eigval=True` requires `use_beta_sigmoid_in_kernel=True`.")
-        cuda = q.device.type == "cuda"
-        for option, value, served in (("use_gate_in_kernel", use_gate_in_kernel, True),
-                                      ("use_beta_sigmoid_in_kernel", use_beta_sigmoid_in_kernel,
-                                       True), ("allow_neg_eigval", allow_neg_eigval, False)):
-            if cuda and value != served:
-                raise self.refuse(option, value, "stridepack's CUDA kernels serve the gate "
-                                  "computed in the kernel with beta logits only, for now (CPU "
-                                  "tensors serve every form)")
         self.log_decay = not use_gate_in_kernel
         self.beta_form = ("activated" if not use_beta_sigmoid_in_kernel else
                           "logits_x2" if allow_neg_eigval else "logits")
@@ -131,10 +122,11 @@ class _Call:
             raise self.refuse("beta", list(beta.shape), "beta is one scalar a (token, head): "
                               "[B, T, H]")
         for name, x in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta)):
-            if x.dtype != torch.bfloat16 and not (name == "g" and self.log_decay
+            if x.dtype != torch.bfloat16 and not (((name == "g" and self.log_decay)
+                                                   or name == "beta")
                                                   and x.dtype == torch.float32):
                 raise self.refuse(name, str(x.dtype), "q, k, v, g and beta are bf16 (a "
-                                  "precomputed log-decay g bf16 or fp32)")
+                                  "precomputed log-decay g, and beta, bf16 or fp32)")
         dev = q.device
         if cu_seqlens is not None:
             if B != 1:

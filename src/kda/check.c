@@ -370,6 +370,7 @@ sp_status sp_kda_check_(const sp_kda_args *a, int inputs_direct, sp_kda_dims *di
     for (int i = 0; i < 5; i++)
         all[n++] = (sp_spec_){bf16_in[i], in_names[i], SP_BF16, 0, {0}, NULL, 0, 0};
     if (a->gate == SP_KDA_GATE_LOG_DECAY) all[3].dtype = SP_SPEC_FLOATS; /* g: bf16 or f32 */
+    all[4].dtype = SP_SPEC_FLOATS;                                        /* beta: bf16 or f32 */
     const int i_alog = n;
     all[n++] = (sp_spec_){&a->A_log, "A_log", SP_F32, 1, {0}, "[H] as q", 1, 0};
     all[n++] = (sp_spec_){&a->dt_bias, "dt_bias", SP_F32, 1, {0}, "[H * 128] as q", 1, 0};
@@ -431,11 +432,6 @@ sp_status sp_kda_check_(const sp_kda_args *a, int inputs_direct, sp_kda_dims *di
     if (d.dev.type == SP_DEVICE_CUDA) {
         /* Here rather than at the launch: the boundary packs between the two. */
         SP_FORWARD(sp_check_device_usable_(d.dev));
-        SP_REQUIRE(a->gate != SP_KDA_GATE_LOG_DECAY && a->beta_form == SP_KDA_BETA_LOGITS,
-                   SP_ERR_UNSUPPORTED,
-                   "%s: the CUDA kernels serve the lower-bound and softplus gates with beta "
-                   "logits only, for now (CPU tensors serve every form)",
-                   a->gate == SP_KDA_GATE_LOG_DECAY ? "gate" : "beta_form");
         SP_REQUIRE(d.H == 0 || d.N <= INT32_MAX / d.H, SP_ERR_UNSUPPORTED,
                    "cu_seqlens: N * H = %lld * %lld blocks exceed one launch (2^31 - 1)",
                    (long long)d.N, (long long)d.H);

@@ -31,6 +31,19 @@ static inline SP_HD float sp_kda_gate_f32_(int gate, float lower_bound, float ex
     return -expA * sp;
 }
 
+/* The log-decay of a channel from its g input x and dt_bias b: by the gate
+ * formula, or x itself (SP_KDA_GATE_LOG_DECAY, where b is not read). */
+static inline SP_HD float sp_kda_log_decay_f32_(int gate, float lower_bound, float expA, float x,
+                                               float b) {
+    return gate == SP_KDA_GATE_LOG_DECAY ? x : sp_kda_gate_f32_(gate, lower_bound, expA, x + b);
+}
+
+/* Element `at` of an input that is bf16, or f32 where f32 (g with the
+ * log-decay gate, beta), as float. */
+static inline SP_HD float sp_kda_float_at_(const void *data, int f32, int64_t at) {
+    return f32 ? ((const float *)data)[at] : sp_bf16_to_f32_(((const uint16_t *)data)[at]);
+}
+
 /* b_t from the beta input x, by sp_kda_beta (CPU and CUDA use this one rule). */
 static inline SP_HD float sp_kda_beta_f32_(int form, float x) {
     if (form == SP_KDA_BETA_ACTIVATED) return x;

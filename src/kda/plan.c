@@ -110,8 +110,10 @@ static const char *chunked_unsupported(const sp_kda_args *a, const sp_kda_dims *
     *dev = NULL;
     if (d->dev.type != SP_DEVICE_CUDA) return "they run on CUDA tensors only";
     if (a->gate != SP_KDA_GATE_LOWER_BOUND)
-        return "they need the lower-bound gate (the softplus gate has no bound on a token's "
-               "decay, which their factorized products rely on)";
+        return "they need the lower-bound gate (the softplus gate and a precomputed log-decay "
+               "have no bound on a token's decay, which their factorized products rely on)";
+    if (a->beta_form != SP_KDA_BETA_LOGITS || a->beta.dtype != SP_BF16)
+        return "they take beta as bf16 logits (the sigmoid in the kernel)";
     if (d->width > 0)
         return "a verify table (2-D state_indices) writes the state after every token, which "
                "they do not keep";

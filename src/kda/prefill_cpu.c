@@ -64,9 +64,7 @@ static float prep_token(const sp_kda_args *a, const sp_kda_dims *dm, int64_t t, 
                         float expA, scratch *w, float *kq) {
     const uint16_t *q = row(&a->q, t, h), *k = row(&a->k, t, h);
     const uint16_t *v = row(&a->v, t, h);
-    const int log_decay = a->gate == SP_KDA_GATE_LOG_DECAY;
-    const void *g = (const char *)a->g.data + sp_kda_at_(a->g.strides[1], a->g.strides[2], t, h) *
-                                                  (int64_t)sp_dtype_size(a->g.dtype);
+    const int64_t g_at = sp_kda_at_(a->g.strides[1], a->g.strides[2], t, h);
     const float *bias = (const float *)a->dt_bias.data + h * D;
     float sq = 0.0f, sk = 0.0f;
     for (int d = 0; d < D; d++) {
@@ -84,13 +82,13 @@ static float prep_token(const sp_kda_args *a, const sp_kda_dims *dm, int64_t t, 
         w->k[d] *= rk;
         dot += w->k[d] * w->q[d];
         w->v[d] = sp_bf16_to_f32_(v[d]);
-        const float x = a->g.dtype == SP_F32 ? ((const float *)g)[d]
-                                             : sp_bf16_to_f32_(((const uint16_t *)g)[d]);
-        w->dec[d] = expf(log_decay ? x
-                                   : sp_kda_gate_f32_(a->gate, a->lower_bound, expA, x + bias[d]));
+        const float x = sp_kda_float_at_(a->g.data, a->g.dtype == SP_F32, g_at + d);
+        w->dec[d] = expf(sp_kda_log_decay_f32_(a->gate, a->lower_bound, expA, x, bias[d]));
     }
     *kq = dot;
-    return sp_kda_beta_f32_(a->beta_form, sp_bf16_to_f32_(*row(&a->beta, t, h)));
+    const int64_t b_at = sp_kda_at_(a->beta.strides[1], a->beta.strides[2], t, h);
+    return sp_kda_beta_f32_(a->beta_form, sp_kda_float_at_(a->beta.data, a->beta.dtype == SP_F32,
+                                                           b_at));
 }
 
 /* One token step on S; writes o's row. restrict: the state and the

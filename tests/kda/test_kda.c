@@ -307,28 +307,36 @@ static void empty_sequence_case(int32_t kernel, sp_dtype sdt) {
  * varlen batch with checkpoints against the reference, the log-decay g in
  * bf16 and f32 (decays near 0, down to -60 and -inf), beta activated in
  * [0, 2) and as logits times 2. */
-static void forms_cases(void) {
+/* Every gate and beta form (g and beta bf16 or f32), on the backend's
+ * kernel `kernel` (one that serves them: the CPU's, recurrent, decode;
+ * checkpoints where it writes them). */
+static void forms_cases(int32_t kernel) {
     static const int64_t lens[] = {37, 0, 70, 5};
     static const sp_dtype pools[] = {SP_F32, SP_BF16};
     static const struct {
         int32_t gate, beta;
-        sp_dtype gdt;
-    } forms[] = {{SP_KDA_GATE_LOG_DECAY, SP_KDA_BETA_LOGITS, SP_BF16},
-                 {SP_KDA_GATE_LOG_DECAY, SP_KDA_BETA_ACTIVATED, SP_F32},
-                 {SP_KDA_GATE_LOG_DECAY, SP_KDA_BETA_LOGITS_X2, SP_F32},
-                 {SP_KDA_GATE_LOWER_BOUND, SP_KDA_BETA_ACTIVATED, SP_BF16},
-                 {SP_KDA_GATE_SOFTPLUS, SP_KDA_BETA_LOGITS_X2, SP_BF16}};
+        sp_dtype gdt, bdt;
+    } forms[] = {{SP_KDA_GATE_LOG_DECAY, SP_KDA_BETA_LOGITS, SP_BF16, SP_BF16},
+                 {SP_KDA_GATE_LOG_DECAY, SP_KDA_BETA_ACTIVATED, SP_F32, SP_F32},
+                 {SP_KDA_GATE_LOG_DECAY, SP_KDA_BETA_LOGITS_X2, SP_F32, SP_BF16},
+                 {SP_KDA_GATE_LOWER_BOUND, SP_KDA_BETA_ACTIVATED, SP_BF16, SP_BF16},
+                 {SP_KDA_GATE_SOFTPLUS, SP_KDA_BETA_LOGITS_X2, SP_BF16, SP_F32},
+                 {SP_KDA_GATE_SOFTPLUS, SP_KDA_BETA_LOGITS, SP_BF16, SP_BF16}};
+    const int64_t interval = kernel == SP_KDA_KERNEL_DECODE ? 0 : 32;
     for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++)
         for (int di = 0; di < 2; di++) {
             kda_problem p;
             const uint64_t seed = 5200 + 10 * (uint64_t)i + (uint64_t)di;
             kp_make(&p, 4, lens, 3, 2, pools[di],
-                    forms[i].gate == SP_KDA_GATE_LOG_DECAY ? 0 : forms[i].gate, 32, seed);
+                    forms[i].gate == SP_KDA_GATE_LOG_DECAY ? 0 : forms[i].gate, interval, seed);
             if (forms[i].gate == SP_KDA_GATE_LOG_DECAY) kp_log_decay(&p, forms[i].gdt, seed);
             kp_beta_form(&p, forms[i].beta, seed);
+            if (forms[i].bdt == SP_F32) kp_beta_f32(&p);
+            p.kernel = kernel;
             char what[96];
-            snprintf(what, sizeof what, "%s gate %d beta %d g %s", sp_dtype_name(pools[di]),
-                     (int)forms[i].gate, (int)forms[i].beta, sp_dtype_name(forms[i].gdt));
+            snprintf(what, sizeof what, "%s gate %d beta %d g %s beta %s", sp_dtype_name(pools[di]),
+                     (int)forms[i].gate, (int)forms[i].beta, sp_dtype_name(forms[i].gdt),
+                     sp_dtype_name(forms[i].bdt));
             check_problem(&p, what);
             kp_free(&p);
         }
@@ -434,7 +442,7 @@ MUT(m_g_strided, {
 MUT(m_k_inner, a->k.strides[3] = 2)
 MUT(m_beta_H, a->beta.shape[2] += 1)
 MUT(m_beta_misaligned, a->beta.data = (char *)a->beta.data + 1)
-MUT(m_beta_dtype, a->beta.dtype = SP_F32)
+MUT(m_beta_dtype, a->beta.dtype = SP_F16)
 MUT(m_alog_dtype, a->A_log.dtype = SP_BF16)
 MUT(m_alog_H, a->A_log.shape[0] += 1)
 MUT(m_dtb_shape, a->dt_bias.shape[0] = 64 * p->H)
@@ -951,7 +959,7 @@ int main(void) {
         one_token_case(SP_KDA_GATE_LOG_DECAY, 0.0f, SP_KDA_BETA_LOGITS, SP_BF16);
         one_token_case(SP_KDA_GATE_LOG_DECAY, 0.0f, SP_KDA_BETA_ACTIVATED, SP_F32);
         one_token_case(SP_KDA_GATE_SOFTPLUS, 0.0f, SP_KDA_BETA_LOGITS_X2, SP_BF16);
-        forms_cases();
+        forms_cases(SP_KDA_KERNEL_AUTO);
         for (int di = 0; di < 2; di++)
             for (int gi = 0; gi < 2; gi++)
                 for (int ii = 0; ii < 4; ii++)
@@ -983,6 +991,8 @@ int main(void) {
                 batch_case(DEC, state_dts[di], gates[gi], 0, sm ? small_lens : batch_lens,
                            sm ? 3 : 5, 3);
         for (int di = 0; di < 2; di++) empty_sequence_case(DEC, state_dts[di]);
+        forms_cases(R);
+        forms_cases(DEC);
 #ifdef TS_MEM_IS_CUDA
         /* The one-pass kernel's builds, each forced where the device has it:
          * the wgmma build and the mma.sync build; or the one SP_TEST_KDA_BUILD

@@ -244,6 +244,55 @@ static void has_initial_state_case(int32_t kernel, sp_dtype sdt) {
     kp_free(&p);
 }
 
+/* ---- gate and beta forms ------------------------------------------------------ */
+
+/* The precomputed log-decay (g bf16 or f32), activated beta and 2 sigmoid
+ * beta (beta bf16 or f32), on a kernel that serves them, against the float64
+ * reference. */
+static void forms_case(int32_t kernel) {
+    static const int64_t lens[] = {5, 12, 1, 0};
+    static const struct {
+        int32_t gate, beta;
+        sp_dtype gdt, bdt;
+    } forms[] = {{SP_KDA_GATE_LOG_DECAY, SP_KDA_BETA_ACTIVATED, SP_F32, SP_F32},
+                 {SP_KDA_GATE_LOG_DECAY, SP_KDA_BETA_LOGITS_X2, SP_BF16, SP_BF16},
+                 {SP_KDA_GATE_SOFTPLUS, SP_KDA_BETA_ACTIVATED, SP_BF16, SP_F32}};
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+        kda_problem p;
+        const uint64_t seed = 6600 + (uint64_t)i;
+        kp_make(&p, 4, lens, 1, 2, SP_F32,
+                forms[i].gate == SP_KDA_GATE_LOG_DECAY ? 0 : forms[i].gate, 0, seed);
+        if (forms[i].gate == SP_KDA_GATE_LOG_DECAY) kp_log_decay(&p, forms[i].gdt, seed);
+        kp_beta_form(&p, forms[i].beta, seed);
+        if (forms[i].bdt == SP_F32) kp_beta_f32(&p);
+        p.kernel = kernel;
+        void *buf[KB_COUNT], *got[KB_COUNT], *ref[KB_COUNT];
+        kp_upload(M, &p, p.host, 0, buf);
+        sp_kda_args a;
+        kp_args(&p, buf, M->device, &a);
+        CHECKF(run(&a) == SP_OK, "%s form %zu: %s", sp_kda_kernel_name(kernel), i,
+               sp_last_error());
+        kp_copy(&p, got);
+        kp_download(M, &p, buf, got);
+        kp_copy(&p, ref);
+        sp_kda_args r;
+        kp_args(&p, ref, sp_cpu(), &r);
+        CHECK_OK(sp_kda_prefill_reference(&r));
+        int64_t so, ss;
+        const double eo = kp_err_o(&p, got[KB_O], ref[KB_O], &so);
+        const double es = kp_err_state(&p, got[KB_STATE], ref[KB_STATE], &ss);
+        printf("forms %-16s gate %d beta %d g %s beta %s: o %.2e state %.2e\n",
+               sp_kda_kernel_name(kernel), (int)forms[i].gate, (int)forms[i].beta,
+               sp_dtype_name(forms[i].gdt), sp_dtype_name(forms[i].bdt), eo, es);
+        CHECKF(eo < 5e-3 && so == 0 && es < kp_state_tol(&p) && ss == 0,
+               "%s form %zu: o %.3g state %.3g, %lld + %lld stray", sp_kda_kernel_name(kernel), i,
+               eo, es, (long long)so, (long long)ss);
+        kp_free_copy(got), kp_free_copy(ref);
+        kp_release(M, buf);
+        kp_free(&p);
+    }
+}
+
 /* ---- speculative verify ---------------------------------------------------- */
 
 /* A verify problem: p's inputs (N sequences of at most W tokens), a pool of
@@ -537,6 +586,18 @@ static void bad_case(int c, const bad *b) {
         a.kernel = SP_KDA_KERNEL_DECODE;
         break;
     case 17: a.kernel = SP_KDA_KERNEL_DECODE; break;
+    case 18: /* one slot a sequence, g f32 the log-decay, on a chunked kernel */
+        memset(&a.num_accepted_tokens, 0, sizeof a.num_accepted_tokens);
+        CHECK_OK(sp_tensor_dense(&a.state_indices, dt, SP_I32, 1, &n, M->device));
+        a.gate = SP_KDA_GATE_LOG_DECAY;
+        a.kernel = SP_KDA_KERNEL_CHUNKED;
+        break;
+    case 19: /* the same with an activated beta */
+        memset(&a.num_accepted_tokens, 0, sizeof a.num_accepted_tokens);
+        CHECK_OK(sp_tensor_dense(&a.state_indices, dt, SP_I32, 1, &n, M->device));
+        a.beta_form = SP_KDA_BETA_ACTIVATED;
+        a.kernel = SP_KDA_KERNEL_CHUNKED_TWO_PASS;
+        break;
     default: break;
     }
     const sp_status s = sp_kda_prefill(&a, M->stream);
@@ -578,6 +639,8 @@ static void bad_cases(void) {
          "i64", 0},
         {"checkpoints on the decode kernel", SP_ERR_UNSUPPORTED, "writes no checkpoints", 2},
         {"a decode kernel on CPU tensors", SP_ERR_UNSUPPORTED, "CUDA tensors only", 1},
+        {"a log-decay gate on the chunked kernel", SP_ERR_UNSUPPORTED, "precomputed log-decay", 2},
+        {"an activated beta on the two-pass kernel", SP_ERR_UNSUPPORTED, "bf16 logits", 2},
     };
     for (int c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++)
         if (cases[c].where == 0 || cases[c].where == 1 + on_device()) bad_case(c, &cases[c]);
@@ -627,7 +690,8 @@ int main(void) {
         widths_case(ks[i]);
         has_initial_state_case(ks[i], SP_F32);
         has_initial_state_case(ks[i], SP_BF16);
-        if (is_chunked(ks[i])) continue; /* a verify table: refused by name (bad_cases) */
+        if (is_chunked(ks[i])) continue; /* forms, a verify table: refused by name (bad_cases) */
+        forms_case(ks[i]);
         for (int s = 0; s < 2; s++)
             for (int w = 0; w < 2; w++)
                 verify_case(ks[i], s ? SP_BF16 : SP_F32, w ? SP_I64 : SP_I32, 1, s == w,

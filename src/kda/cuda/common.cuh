@@ -27,14 +27,23 @@ static __host__ __device__ __forceinline__ const uint16_t *kda_row(const kda_inp
     return x.at + sp_kda_at_(x.ts, x.hs, t, h);
 }
 
+/* Element c of token t, head h of an input that may be f32 (g with the
+ * log-decay gate, beta: f32 = 1), as float. */
+static __host__ __device__ __forceinline__ float kda_in(const kda_input &x, int f32, int64_t t,
+                                                        int64_t h, int c) {
+    return sp_kda_float_at_(x.at, f32, sp_kda_at_(x.ts, x.hs, t, h) + c);
+}
+
 typedef struct kda_params {
-    kda_input q, k, v, g, beta;
+    kda_input q, k, v, g, beta; /* bf16, but g and beta where g_f32, beta_f32 */
     const float *A_log, *dt_bias;
     sp_kda_index_ ix;   /* the index arrays and their bounds */
     void *state, *ckpt; /* V-first pools: element [., h, j, d] holds S[d][j] */
     uint16_t *o;
     int64_t T, H, N, pitch, interval;
-    int state_bf16, gate;
+    int state_bf16, gate, beta_form;
+    int g_f32, beta_f32; /* the recurrent and decode kernels read these; the chunked
+                            kernels are planned for bf16 only */
     float lower_bound, scale;
 } kda_params;
 

@@ -150,11 +150,12 @@ static SP_HD void dec_prep_store(const kda_params &p, const dec_block &b, int64_
     const float kf = sp_bf16_to_f32_(kda_row(p.k, t, b.h)[c]);
     s.q[i][c] = qf * (p.scale / sqrtf(tq + (float)SP_KDA_EPS));
     s.k[i][c] = kf * (1.0f / sqrtf(tk + (float)SP_KDA_EPS));
-    const float x = sp_bf16_to_f32_(kda_row(p.g, t, b.h)[c]) + p.dt_bias[b.h * SP_KDA_D + c];
-    s.e[i][c] = expf(sp_kda_gate_f32_(p.gate, p.lower_bound, b.expA, x));
+    const float x = kda_in(p.g, p.g_f32, t, b.h, c);
+    s.e[i][c] = expf(sp_kda_log_decay_f32_(p.gate, p.lower_bound, b.expA, x,
+                                           p.dt_bias[b.h * SP_KDA_D + c]));
     if (c < ROWS_PER_BLOCK) s.v[i][c] = sp_bf16_to_f32_(kda_row(p.v, t, b.h)[b.row0 + c]);
     if (c == 0)
-        s.b[i] = sp_kda_beta_f32_(SP_KDA_BETA_LOGITS, sp_bf16_to_f32_(*kda_row(p.beta, t, b.h)));
+        s.b[i] = sp_kda_beta_f32_(p.beta_form, kda_in(p.beta, p.beta_f32, t, b.h, 0));
 }
 
 /* Step, 1: decay the thread's channels of each row by token i; their share

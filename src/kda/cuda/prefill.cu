@@ -36,6 +36,9 @@ extern "C" kda_params sp_kda_cuda_params_(const sp_kda_args *a, const sp_kda_dim
     p.interval = d->interval;
     p.state_bf16 = d->state_bf16;
     p.gate = a->gate;
+    p.beta_form = a->beta_form;
+    p.g_f32 = a->g.dtype == SP_F32;
+    p.beta_f32 = a->beta.dtype == SP_F32;
     p.lower_bound = a->lower_bound;
     p.scale = d->scale;
     return p;

@@ -41,10 +41,11 @@
 #define PER_LANE (SP_KDA_D / 32) /* prep: elements per lane of a token */
 #define FULL SP_KDA_FULL_MASK
 
-/* One token's raw inputs, lane's share: d = lane + 32*e. */
+/* One token's raw inputs, lane's share: d = lane + 32*e (g and beta as
+ * floats: they may be f32). */
 typedef struct raw_token {
-    uint16_t q[PER_LANE], k[PER_LANE], v[PER_LANE], g[PER_LANE];
-    uint16_t beta;
+    uint16_t q[PER_LANE], k[PER_LANE], v[PER_LANE];
+    float g[PER_LANE], beta;
 } raw_token;
 
 typedef struct group_smem {
@@ -61,15 +62,15 @@ static __device__ float warp_sum(float x) {
 static __device__ void load_token(const kda_params &p, int64_t t, int64_t h, int lane,
                                   raw_token &r) {
     const uint16_t *q = kda_row(p.q, t, h) + lane, *k = kda_row(p.k, t, h) + lane;
-    const uint16_t *v = kda_row(p.v, t, h) + lane, *g = kda_row(p.g, t, h) + lane;
+    const uint16_t *v = kda_row(p.v, t, h) + lane;
 #pragma unroll
     for (int e = 0; e < PER_LANE; e++) {
         r.q[e] = q[32 * e];
         r.k[e] = k[32 * e];
         r.v[e] = v[32 * e];
-        r.g[e] = g[32 * e];
+        r.g[e] = kda_in(p.g, p.g_f32, t, h, lane + 32 * e);
     }
-    r.beta = *kda_row(p.beta, t, h);
+    r.beta = kda_in(p.beta, p.beta_f32, t, h, 0);
 }
 
 /* Normalize q and k, gate, beta: the token-only work, one warp per token. */
@@ -96,13 +97,12 @@ static __device__ void prep_token(const kda_params &p, const raw_token &r, int w
         s.q[w][d] = qn;
         s.k[w][d] = kn;
         s.v[w][d] = sp_bf16_to_f32_(r.v[e]);
-        const float x = sp_bf16_to_f32_(r.g[e]) + bias[e];
-        s.dec[w][d] = expf(sp_kda_gate_f32_(p.gate, p.lower_bound, expA, x));
+        s.dec[w][d] = expf(sp_kda_log_decay_f32_(p.gate, p.lower_bound, expA, r.g[e], bias[e]));
     }
     kq = warp_sum(kq);
     if (lane == 0) {
         s.kq[w] = kq;
-        s.b[w] = 1.0f / (1.0f + expf(-sp_bf16_to_f32_(r.beta)));
+        s.b[w] = sp_kda_beta_f32_(p.beta_form, r.beta);
     }
 }
 
