@@ -15,6 +15,17 @@ kda_prefill with a workspace as the boundary has one).
 ms: median of --reps CUDA-event times of preparation + consumer, arms
 interleaved round by round, after --warmup calls each.
 
+Then the whole engine-style layer of docs/examples/kda_layer.py (fused
+in-projection, causal convolution, KDA prefill, output gate and projection)
+at the same T and H (one sequence, the lower-bound gate, hidden 7168), its
+prefill timed three ways, records {"layer": "kda_layer", "api", "T", "H",
+"ms"}:
+  stridepack  stridepack's own calls (q, k, v read where the convolution
+              leaves them)
+  dropin      fla's signatures served by stridepack.fla
+  fla         fla's own chunk_kda (it makes its inputs contiguous itself)
+(--no-layer leaves this out.)
+
 Run: SP_ANCHOR_DIR=.anchors PYTHONPATH=<build>/python \\
      python3 bench/bench_layer.py --json bench/results/h200_layer.json
 """
@@ -74,6 +85,54 @@ def consumers(x, sp, mods, chunk_kda):
     return out
 
 
+def layer_records(args, chunk_kda):
+    """The example layer's prefill through stridepack's calls, the drop-in
+    and fla's own (when importable), interleaved."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "examples",
+                        "kda_layer.py")
+    spec = importlib.util.spec_from_file_location("kda_layer", path)
+    kl = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(kl)
+    fla_calls = None
+    if chunk_kda is not None:
+        try:
+            fla_calls = (chunk_kda, ka.import_fla_op("fla.ops.kda.fused_recurrent",
+                                                     "fused_recurrent_kda_fwd"))
+        except Exception as e:  # noqa: BLE001
+            print(f"fla's fused_recurrent_kda_fwd: {type(e).__name__}: {e}", file=sys.stderr)
+    out = []
+    for H in [int(h) for h in args.heads.split(",")]:
+        T = args.tokens
+        g = torch.Generator().manual_seed(T + H)
+        hidden = kl.SIZES["k3"]["hidden"]
+        apis = {"stridepack": dict(api="stridepack"), "dropin": dict(api="fla")}
+        if fla_calls is not None:
+            apis["fla"] = dict(api="fla", fla_calls=fla_calls)
+        layers = {a: kl.KdaLayer(hidden, H, gate="lower_bound", slots=2, device="cuda", seed=H,
+                                 **kw) for a, kw in apis.items()}
+        x = torch.randn(T, hidden, generator=g).bfloat16().cuda()
+        cu = torch.tensor([0, T], dtype=torch.int32, device="cuda")
+        slot = torch.tensor([1], dtype=torch.int32, device="cuda")
+        has = torch.tensor([True], device="cuda")
+        arms = {a: (lambda l=l: l.prefill(x, cu, slot, has)) for a, l in layers.items()}
+        for fn in arms.values():
+            for _ in range(args.warmup):
+                with torch.inference_mode():
+                    fn()
+        torch.cuda.synchronize()
+        with torch.inference_mode():
+            times = ka.time_interleaved(arms, args.reps)
+        for a, ts in times.items():
+            rec = dict(layer="kda_layer", api=a, T=T, H=H, ms=round(statistics.median(ts), 4),
+                       ms_min=round(min(ts), 4), reps=len(ts))
+            out.append(rec)
+            print(f"T={T} H={H:3d} layer {a:10s} {rec['ms']:8.3f} ms", flush=True)
+        del layers, arms, x
+        torch.cuda.empty_cache()
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json")
@@ -82,6 +141,7 @@ def main():
     ap.add_argument("--heads", default="96,12")
     ap.add_argument("--tokens", type=int, default=16384)
     ap.add_argument("--consumers", default="flashkda,ffkda,fla,stridepack")
+    ap.add_argument("--no-layer", action="store_true")
     args = ap.parse_args()
     import stridepack as sp
     want = args.consumers.split(",")
@@ -137,6 +197,8 @@ def main():
             print(f"T={T} H={H:3d} {c:10s} {prep:16s} {rec['ms']:8.3f} ms", flush=True)
         del arms, x, views, dense, inputs
         torch.cuda.empty_cache()
+    if not args.no_layer:
+        records += layer_records(args, chunk_kda)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({**meta, "results": records}, f, indent=1)

@@ -21,7 +21,9 @@ batch padded to a fixed size with slot -1, as under CUDA graphs.
 `KdaLayer(..., api="fla")` makes the same calls through fla's signatures
 (stridepack.fla.chunk_kda and fused_recurrent_kda_fwd, gathering and
 scattering the prefill's states as an engine calling fla does), so one layer
-runs either way and the two can be compared.
+runs either way and the two can be compared; `fla_calls=(chunk_kda,
+fused_recurrent_kda_fwd)` gives it fla's own functions instead, for the
+comparison with fla (bench/bench_layer.py, tests/python/test_fla_dropin.py).
 
     python3 docs/examples/kda_layer.py                    # small, on the CPU
     python3 docs/examples/kda_layer.py --device cuda --size kimi-linear
@@ -51,8 +53,12 @@ class KdaLayer:
     a conv-state pool and a recurrent-state pool of `slots` slots."""
 
     def __init__(self, hidden, heads, gate="softplus", slots=8, conv_width=4, rank=64,
-                 device="cpu", seed=0, api="stridepack"):
+                 device="cpu", seed=0, api="stridepack", fla_calls=None):
         g = torch.Generator().manual_seed(seed)
+        if fla_calls is None:
+            from stridepack.fla import chunk_kda, fused_recurrent_kda_fwd
+            fla_calls = (chunk_kda, fused_recurrent_kda_fwd)
+        self.fla_calls = fla_calls
         P = heads * D
         self.H, self.P, self.gate, self.api, self.dev = heads, P, gate, api, torch.device(device)
 
@@ -118,7 +124,7 @@ class KdaLayer:
         """The prefill as an engine calling fla's chunk_kda does it: gather
         the slots' states (zero where a request starts fresh), run, scatter
         the final states back."""
-        from stridepack.fla import chunk_kda
+        chunk_kda = self.fla_calls[0]
         idx = slots.long()
         h0 = self.kda_pool.index_select(0, idx)
         h0[~has_initial_state] = 0
@@ -144,7 +150,7 @@ class KdaLayer:
         q, k, v, g, beta = self._inputs(x, qkv)
         cu = torch.arange(N + 1, dtype=torch.int32, device=self.dev)
         if self.api == "fla":
-            from stridepack.fla import fused_recurrent_kda_fwd
+            fused_recurrent_kda_fwd = self.fla_calls[1]
             lb = dict(lower_bound=-5.0) if self.gate == "lower_bound" else {}
             o, _ = fused_recurrent_kda_fwd(q, k, v, g, beta, A_log=self.A_log,
                                            dt_bias=self.dt_bias, initial_state=self.kda_pool,
@@ -159,13 +165,16 @@ class KdaLayer:
         return self._output(x, o)
 
 
-def run(size="small", device="cpu", tokens=None, steps=3, api="stridepack", seed=0):
+def run(size="small", device="cpu", tokens=None, steps=3, api="stridepack", seed=0,
+        fla_calls=None, pad=True):
     """A prefill of three requests (one fresh, two continuing from their
-    slots) and `steps` decode steps of a batch padded to four rows. Returns
-    the layer, the prefill's y and the list of decode y's."""
+    slots) and `steps` decode steps of a batch of four rows: the three and a
+    padded row (slot -1), or with pad=False a fourth request in slot 3 (fla's
+    own decode kernel reads a -1 slot out of bounds). Returns the layer, the
+    prefill's y and the list of decode y's."""
     cfg = SIZES[size]
     layer = KdaLayer(cfg["hidden"], cfg["heads"], gate=cfg["gate"], device=device, seed=seed,
-                     api=api)
+                     api=api, fla_calls=fla_calls)
     dev = layer.dev
     g = torch.Generator().manual_seed(seed + 1)
     T = tokens or 48
@@ -180,7 +189,7 @@ def run(size="small", device="cpu", tokens=None, steps=3, api="stridepack", seed
     x = torch.randn(T, cfg["hidden"], generator=g).bfloat16().to(dev)
     y = layer.prefill(x, cu, slots, has_init)
     ys = []
-    batch = torch.tensor([6, 5, -1, 2], dtype=torch.int32, device=dev)  # row 2 pads the batch
+    batch = torch.tensor([6, 5, -1 if pad else 3, 2], dtype=torch.int32, device=dev)
     for _ in range(steps):
         xt = torch.randn(4, cfg["hidden"], generator=g).bfloat16().to(dev)
         ys.append(layer.decode(xt, batch))
