@@ -19,7 +19,16 @@ the longer, this is the GPU's time). Arms:
   inputs_dense  KdaInputs.pack on five dense tensors (each comes back as itself)
   torch4        four .copy_ into preallocated dense tensors
   torch1        one .copy_ (q alone)
-Each stridepack arm is checked bit for bit against .contiguous() first.
+  kda_prefill   stridepack.kda_prefill on the K3 views (one sequence of T
+                tokens, a pool of 2 slots)
+  fla_chunk     stridepack.fla.chunk_kda on the same (V-first initial state,
+                final state returned): the drop-in around kda_prefill
+  kda_decode    stridepack.kda_prefill with T sequences of one token on a
+                pool by index (int32 query_start_loc, a padded row)
+  fla_decode    stridepack.fla.fused_recurrent_kda_fwd on the same, in place
+                (state_v_first): the drop-in around kda_decode
+Each stridepack arm is checked bit for bit against .contiguous() first, and
+each drop-in arm against the call it wraps.
 
 Run (GPU): PYTHONPATH=build/python python3 bench/bench_python.py --json out.json
            (--device cpu for a smoke run without a GPU)
@@ -81,6 +90,54 @@ def single_us(arms, calls, sync, rounds=5):
     return {name: round(us, 2) for name, us in best.items()}
 
 
+def kda_arms(arms, xs, g, T, H, dev, sync):
+    """The KDA calls and their fla drop-ins (see the docstring), checked: each
+    drop-in's o equal to the call it wraps on the same inputs."""
+    import stridepack.fla as fla
+    q, k, v, beta = xs
+    gen = torch.Generator().manual_seed(7)
+    A_log = (torch.rand(H, generator=gen) - 0.5).to(dev)
+    dt_bias = (torch.rand(H * 128, generator=gen) - 0.5).to(dev)
+    gr = (torch.rand(1, T, H, 128, generator=gen) * 4 - 3).bfloat16().to(dev)
+    beta_l = (torch.rand(1, T, H, generator=gen) * 6 - 3).bfloat16().to(dev)
+    qkv = [(torch.rand(1, T, H, 128, generator=gen) * 2 - 1).bfloat16().to(dev) for _ in range(3)]
+    for dst, src in zip((q, k, v), qkv):  # finite values in the K3 views
+        dst.copy_(src)
+    beta.copy_(beta_l)
+    pool = (0.05 * torch.randn(max(T, 2) + 1, H, 128, 128, generator=gen)).to(dev)
+    o = torch.empty(1, T, H, 128, dtype=torch.bfloat16, device=dev)
+    one = torch.tensor([0, T], dtype=torch.int64, device=dev)
+    slot = torch.tensor([1], dtype=torch.int32, device=dev)
+    cu = torch.arange(T + 1, dtype=torch.int32, device=dev)
+    idx = torch.arange(T, dtype=torch.int32, device=dev)
+    idx[T // 2] = -1
+    flags = dict(use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
+                 use_beta_sigmoid_in_kernel=True, lower_bound=-5.0)
+    h0 = pool[1:2].clone()
+    arms["kda_prefill"] = lambda: stridepack.kda_prefill(q, k, v, gr, beta, A_log, dt_bias, one,
+                                                         pool, slot, o)
+    arms["fla_chunk"] = lambda: fla.chunk_kda(q, k, v, gr, beta, A_log=A_log, dt_bias=dt_bias,
+                                              initial_state=h0, output_final_state=True,
+                                              state_v_first=True, cu_seqlens=one, safe_gate=True,
+                                              **flags)
+    arms["kda_decode"] = lambda: stridepack.kda_prefill(q, k, v, gr, beta, A_log, dt_bias, cu,
+                                                        pool, idx, o)
+    arms["fla_decode"] = lambda: fla.fused_recurrent_kda_fwd(
+        q, k, v, gr, beta, A_log=A_log, dt_bias=dt_bias, initial_state=pool,
+        inplace_final_state=True, state_v_first=True, cu_seqlens=cu, ssm_state_indices=idx,
+        **flags)
+    # The drop-ins compute what the calls they wrap compute.
+    p1, p2 = pool.clone(), pool.clone()
+    stridepack.kda_prefill(q, k, v, gr, beta, A_log, dt_bias, one, p1, slot, o)
+    o1 = o.clone()
+    o2, _ = fla.chunk_kda(q, k, v, gr, beta, A_log=A_log, dt_bias=dt_bias,
+                          initial_state=p2[1:2].clone(), output_final_state=True,
+                          state_v_first=True, cu_seqlens=one, safe_gate=True, **flags)
+    sync()
+    if not torch.equal(o1.view(torch.int16), o2.view(torch.int16)):
+        sys.exit("fla_chunk: o differs from kda_prefill's")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", help="write the results here")
@@ -121,6 +178,7 @@ def main():
         for x, r in zip(got, want):
             if not torch.equal(x.view(torch.int16), r.view(torch.int16)):
                 sys.exit(f"{name}: output differs from .contiguous()")
+    kda_arms(arms, xs, g, T, H, dev, sync)
     passes = stridepack.copy_pass_count()
     arms["pack_dense"]()
     if any(x is not d for x, d in zip(arms["inputs_dense"](), kda_dense)):
