@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from . import _native
+from . import _api, _native
 from ._api import Array
 
 
@@ -42,8 +42,8 @@ def causal_conv1d(x: Array, weight: Array, cu_seqlens: Array, state: Array,
     call is one launch on the current stream, allocates nothing and can be
     captured in a graph. Every argument is checked before anything is
     written; errors are StridepackError naming the argument."""
-    _native.conv((x, weight, bias, cu_seqlens, state, state_indices, has_initial_state, out, q,
-                  k, v), silu, False, reference)
+    _call((x, weight, bias, cu_seqlens, state, state_indices, has_initial_state, out, q, k, v),
+          silu, False, reference)
 
 
 def causal_conv1d_update(x: Array, weight: Array, state: Array, state_indices: Array, *,
@@ -57,8 +57,17 @@ def causal_conv1d_update(x: Array, weight: Array, state: Array, state_indices: A
 
     x: bf16 [N, C], one token per sequence, any strides. Each sequence starts
     from its slot state[state_indices[n]] (bf16 [slots, C, W - 1]), convolves,
-    and leaves its last W-1 inputs there. state_indices: int32 or int64 [N], -1 for a
-    padded row (skipped, nothing written). weight, bias, silu and the output
+    and leaves its last W-1 inputs there. state_indices: int32 or int64 [N],
+    -1 for a padded row (skipped, nothing written). weight, bias, silu and the output
     layouts (out [N, C], or q, k, v with N rows) as in causal_conv1d."""
-    _native.conv((x, weight, bias, None, state, state_indices, None, out, q, k, v), silu, True,
-                 reference)
+    _call((x, weight, bias, None, state, state_indices, None, out, q, k, v), silu, True,
+          reference)
+
+
+def _call(arrays, silu, decode, reference):
+    """The extension's call, or under torch.compile the custom op
+    stridepack::causal_conv1d (the same call, opaque to the tracer)."""
+    if _api.compiling():
+        _api._torch_ops.causal_conv1d(arrays, silu, decode, reference)
+    else:
+        _native.conv(arrays, bool(silu), bool(decode), bool(reference))

@@ -34,9 +34,6 @@ def _beta_code(beta_form):
     if beta_form not in BETAS:
         raise error("SP_ERR_INVALID_ARGUMENT", 1,
                     f"beta_form: {beta_form!r} is not one of {sorted(BETAS)}")
-    if beta_form != "logits" and _api.compiling():
-        raise _refused("SP_ERR_UNSUPPORTED", f"beta_form: {beta_form!r} is not served under "
-                       "torch.compile yet (eager calls serve it on CPU tensors)")
     return BETAS[beta_form]
 
 
@@ -114,7 +111,7 @@ def kda_prefill(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Arra
             (q, k, v, g, beta, A_log, dt_bias, cu_seqlens, state, state_indices, o,
              checkpoint_cu_starts, checkpoints, has_initial_state, num_accepted_tokens,
              workspace),
-            gate_code, lower_bound, scale, checkpoint_interval, kernel_code, reference)
+            gate_code, lower_bound, scale, checkpoint_interval, kernel_code, reference, beta_code)
         return
     arrays = (q, k, v, g, beta, A_log, dt_bias, cu_seqlens, state, state_indices, o,
               checkpoint_cu_starts, checkpoints, has_initial_state, num_accepted_tokens)
@@ -186,7 +183,7 @@ class KdaBoundary:
                 self.max_heads, (q, k, v, g, beta, A_log, dt_bias, cu_seqlens, state,
                                state_indices, o, checkpoint_cu_starts, checkpoints,
                                has_initial_state, num_accepted_tokens, workspace),
-                gate_code, lower_bound, scale, checkpoint_interval, kernel_code)
+                gate_code, lower_bound, scale, checkpoint_interval, kernel_code, beta_code)
             return
         if self._b is None:
             raise error("SP_ERR_INVALID_ARGUMENT", 1, "boundary: already closed")
@@ -218,14 +215,15 @@ class KdaBoundary:
     # No __del__: the capsule frees the boundary when it is dropped.
 
 
-def _run_prefill_arrays(arrays, gate_code, lower_bound, scale, interval, kernel_code, reference):
+def _run_prefill_arrays(arrays, gate_code, lower_bound, scale, interval, kernel_code, reference,
+                        beta_code):
     """The eager body of stridepack::kda_prefill."""
     *ts, workspace = arrays
     if reference:
-        _native.kda_reference(tuple(ts), gate_code, lower_bound, scale, interval)
+        _native.kda_reference(tuple(ts), gate_code, lower_bound, scale, interval, beta_code)
     else:
         _native.kda_prefill(tuple(ts), gate_code, lower_bound, scale, interval, kernel_code,
-                            workspace)
+                            workspace, beta_code)
 
 
 KDA_INPUT_NAMES = ("q", "k", "v", "g", "beta")

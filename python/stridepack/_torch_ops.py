@@ -9,7 +9,8 @@
         Tensor(a!) state, state_indices?, Tensor(b!) o, checkpoint_cu_starts?,
         Tensor(c!)? checkpoints, has_initial_state?, num_accepted_tokens?,
         Tensor(d!)? workspace, int gate, float lower_bound,
-        float scale, int checkpoint_interval, int kernel, bool reference) -> ()
+        float scale, int checkpoint_interval, int kernel, bool reference,
+        int beta_form) -> ()
         kda_prefill (mutates state, o, checkpoints and the workspace)
     stridepack::kda_boundary_run(int max_heads, <kda_prefill's arguments but
         reference>) -> ()
@@ -22,6 +23,18 @@
         that torch.compile records (mode="reduce-overhead") replays these
         at addresses of its own pool, which the boundary's fixed-address
         rules (warm-up and capture on the same views) would refuse.
+
+    stridepack::causal_conv1d(x, weight, bias?, cu_seqlens?, Tensor(a!) state,
+        state_indices, has_initial_state?, Tensor(b!)? out, Tensor(c!)? q,
+        Tensor(d!)? k, Tensor(e!)? v, bool silu, bool decode, bool reference)
+        -> ()
+        causal_conv1d and causal_conv1d_update (and so stridepack.vllm's)
+    stridepack::fla_chunk_kda(<stridepack.fla.chunk_kda's tensors and
+        options>) -> Tensor[] (o, the final state or an empty tensor)
+    stridepack::fla_fused_recurrent_kda_fwd(<its tensors and options>,
+        Tensor(a!)? initial_state, Tensor(b!)? out) -> Tensor[]
+        the drop-ins of stridepack.fla: fla.py returns out and the pool
+        written in place itself (an op's outputs alias none of its inputs)
 
 Each has a fake (meta) implementation, so a function that packs compiles
 with fullgraph=True. Only the traced call goes through them: stridepack.pack
@@ -89,12 +102,13 @@ def register() -> bool:
                     checkpoint_cu_starts: Optional[Tensor], checkpoints: Optional[Tensor],
                     has_initial_state: Optional[Tensor], num_accepted_tokens: Optional[Tensor],
                     workspace: Optional[Tensor], gate: int, lower_bound: float, scale: float,
-                    checkpoint_interval: int, kernel: int, reference: bool) -> None:
+                    checkpoint_interval: int, kernel: int, reference: bool,
+                    beta_form: int) -> None:
         _kda._run_prefill_arrays(
             (q, k, v, g, beta, A_log, dt_bias, cu_seqlens, state, state_indices, o,
              checkpoint_cu_starts, checkpoints, has_initial_state, num_accepted_tokens,
              workspace),
-            gate, lower_bound, scale, checkpoint_interval, kernel, reference)
+            gate, lower_bound, scale, checkpoint_interval, kernel, reference, beta_form)
 
     @kda_prefill.register_fake
     def _(*args, **kwargs):
@@ -108,7 +122,8 @@ def register() -> bool:
                          has_initial_state: Optional[Tensor],
                          num_accepted_tokens: Optional[Tensor],
                          workspace: Optional[Tensor], gate: int, lower_bound: float,
-                         scale: float, checkpoint_interval: int, kernel: int) -> None:
+                         scale: float, checkpoint_interval: int, kernel: int,
+                         beta_form: int) -> None:
         xs = [q, k, v, g, beta]
         # As the boundary: copy only what the prefill cannot read in place
         # (beta it always reads).
@@ -128,11 +143,93 @@ def register() -> bool:
             if need > 0:
                 workspace = torch.empty(need, dtype=torch.uint8, device=q.device)
         _kda._run_prefill_arrays((*arrays, workspace), gate, lower_bound, scale,
-                                 checkpoint_interval, kernel, False)
+                                 checkpoint_interval, kernel, False, beta_form)
 
     @kda_boundary_run.register_fake
     def _(*args, **kwargs):
         return None
+
+    from . import _native
+
+    @torch.library.custom_op("stridepack::causal_conv1d",
+                             mutates_args=("state", "out", "q", "k", "v"))
+    def causal_conv1d(x: Tensor, weight: Tensor, bias: Optional[Tensor],
+                      cu_seqlens: Optional[Tensor], state: Tensor, state_indices: Tensor,
+                      has_initial_state: Optional[Tensor], out: Optional[Tensor],
+                      q: Optional[Tensor], k: Optional[Tensor], v: Optional[Tensor], silu: bool,
+                      decode: bool, reference: bool) -> None:
+        _native.conv((x, weight, bias, cu_seqlens, state, state_indices, has_initial_state, out,
+                      q, k, v), silu, decode, reference)
+
+    @causal_conv1d.register_fake
+    def _(*args, **kwargs):
+        return None
+
+    from . import fla as _fla
+
+    @torch.library.custom_op("stridepack::fla_chunk_kda", mutates_args=())
+    def fla_chunk_kda(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor,
+                      A_log: Optional[Tensor], dt_bias: Optional[Tensor],
+                      initial_state: Optional[Tensor], scale: Optional[float],
+                      output_final_state: bool, use_qk_l2norm_in_kernel: bool,
+                      use_gate_in_kernel: bool, use_beta_sigmoid_in_kernel: bool,
+                      allow_neg_eigval: bool, safe_gate: bool, lower_bound: Optional[float],
+                      state_v_first: bool, cu_seqlens: Optional[Tensor]) -> List[Tensor]:
+        o, s = _fla._chunk_kda_eager(
+            q, k, v, g, beta, A_log=A_log, dt_bias=dt_bias, initial_state=initial_state,
+            scale=scale, output_final_state=output_final_state,
+            use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+            use_gate_in_kernel=use_gate_in_kernel,
+            use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
+            allow_neg_eigval=allow_neg_eigval, safe_gate=safe_gate, lower_bound=lower_bound,
+            state_v_first=state_v_first, cu_seqlens=cu_seqlens)
+        return [o, s if s is not None else o.new_empty(0, dtype=torch.float32)]
+
+    @fla_chunk_kda.register_fake
+    def _(q, k, v, g, beta, A_log, dt_bias, initial_state, scale, output_final_state, *rest):
+        cu_seqlens = rest[-1]
+        n = q.shape[0] if cu_seqlens is None else cu_seqlens.shape[0] - 1
+        o = v.new_empty(v.shape, dtype=torch.bfloat16)
+        s = (v.new_empty(n, q.shape[2], q.shape[3], v.shape[3], dtype=torch.float32)
+             if output_final_state else v.new_empty(0, dtype=torch.float32))
+        return [o, s]
+
+    @torch.library.custom_op("stridepack::fla_fused_recurrent_kda_fwd",
+                             mutates_args=("initial_state", "out"))
+    def fla_fused_recurrent_kda_fwd(
+            q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, A_log: Optional[Tensor],
+            dt_bias: Optional[Tensor], initial_state: Optional[Tensor], scale: Optional[float],
+            output_final_state: bool, inplace_final_state: bool, state_v_first: bool,
+            cu_seqlens: Optional[Tensor], ssm_state_indices: Optional[Tensor],
+            num_accepted_tokens: Optional[Tensor], use_qk_l2norm_in_kernel: bool,
+            use_gate_in_kernel: bool, use_beta_sigmoid_in_kernel: bool, allow_neg_eigval: bool,
+            lower_bound: Optional[float], out: Optional[Tensor]) -> List[Tensor]:
+        o, s = _fla._fused_recurrent_kda_fwd_eager(
+            q, k, v, g, beta, A_log=A_log, dt_bias=dt_bias, initial_state=initial_state,
+            scale=scale, output_final_state=output_final_state,
+            inplace_final_state=inplace_final_state, state_v_first=state_v_first,
+            cu_seqlens=cu_seqlens, ssm_state_indices=ssm_state_indices,
+            num_accepted_tokens=num_accepted_tokens,
+            use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+            use_gate_in_kernel=use_gate_in_kernel,
+            use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
+            allow_neg_eigval=allow_neg_eigval, lower_bound=lower_bound, out=out)
+        # Outputs never alias inputs: out and an in-place pool come back
+        # from the caller's side (fla.py), here as empty tensors.
+        empty = v.new_empty(0, dtype=torch.float32)
+        return [o if out is None else empty,
+                s if s is not None and not inplace_final_state else empty]
+
+    @fla_fused_recurrent_kda_fwd.register_fake
+    def _(q, k, v, g, beta, A_log, dt_bias, initial_state, scale, output_final_state,
+          inplace_final_state, state_v_first, cu_seqlens, *rest):
+        out = rest[-1]
+        n = q.shape[0] if cu_seqlens is None else cu_seqlens.shape[0] - 1
+        empty = v.new_empty(0, dtype=torch.float32)
+        o = v.new_empty(v.shape, dtype=torch.bfloat16) if out is None else empty
+        s = (v.new_empty(n, q.shape[2], q.shape[3], v.shape[3], dtype=torch.float32)
+             if output_final_state and not inplace_final_state else empty)
+        return [o, s]
 
     _torch = torch
     _prefill_op = torch.ops.stridepack.kda_prefill.default
@@ -162,14 +259,33 @@ def pack(tensors):
     return outs
 
 
-def kda_prefill(arrays, gate, lower_bound, scale, interval, kernel, reference):
+def kda_prefill(arrays, gate, lower_bound, scale, interval, kernel, reference, beta_form=0):
     """The traced form of stridepack.kda_prefill (arrays: its 15 arrays and
     the workspace)."""
     _prefill_op(*arrays, int(gate), float(lower_bound), float(scale), int(interval), int(kernel),
-                bool(reference))
+                bool(reference), int(beta_form))
 
 
-def kda_boundary_run(max_heads, arrays, gate, lower_bound, scale, interval, kernel):
+def fla_chunk_kda_op(*args):
+    """The traced form of stridepack.fla.chunk_kda: [o, final state or empty]."""
+    return _torch.ops.stridepack.fla_chunk_kda.default(*args)
+
+
+def fla_fused_recurrent_kda_fwd_op(*args):
+    """The traced form of stridepack.fla.fused_recurrent_kda_fwd: [o or empty
+    (with out), final state or empty (none, or the pool in place)]."""
+    return _torch.ops.stridepack.fla_fused_recurrent_kda_fwd.default(*args)
+
+
+def causal_conv1d(arrays, silu, decode, reference):
+    """The traced form of stridepack.causal_conv1d and causal_conv1d_update
+    (arrays: their 11 arrays, None where absent)."""
+    _torch.ops.stridepack.causal_conv1d.default(*arrays, bool(silu), bool(decode),
+                                                bool(reference))
+
+
+def kda_boundary_run(max_heads, arrays, gate, lower_bound, scale, interval, kernel,
+                     beta_form=0):
     """The traced form of KdaBoundary.run."""
     _boundary_op(int(max_heads), *arrays, int(gate), float(lower_bound), float(scale),
-                 int(interval), int(kernel))
+                 int(interval), int(kernel), int(beta_form))

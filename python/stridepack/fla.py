@@ -50,7 +50,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Tuple
 
-from . import _native
+from . import _api, _native
 from ._kda import kda_prefill
 
 __all__ = ["chunk_kda", "fused_recurrent_kda", "fused_recurrent_kda_fwd"]
@@ -173,14 +173,14 @@ class _Call:
                     beta_form=self.beta_form, num_accepted_tokens=num_accepted_tokens)
 
 
-def chunk_kda(q, k, v, g, beta, scale: Optional[float] = None, initial_state=None,
-              output_final_state: bool = False, use_qk_l2norm_in_kernel: bool = False,
-              use_gate_in_kernel: bool = False, use_beta_sigmoid_in_kernel: bool = False,
-              allow_neg_eigval: bool = False, safe_gate: bool = False,
-              lower_bound: Optional[float] = None, disable_recompute: bool = False,
-              return_intermediate_states: bool = False, state_v_first: bool = False,
-              cu_seqlens=None, cu_seqlens_cpu=None, cp_context=None, use_graph: bool = False,
-              max_num_seqs: Optional[int] = None, **kwargs) -> Tuple[Any, Any]:
+def _chunk_kda_eager(q, k, v, g, beta, scale: Optional[float] = None, initial_state=None,
+                     output_final_state: bool = False, use_qk_l2norm_in_kernel: bool = False,
+                     use_gate_in_kernel: bool = False, use_beta_sigmoid_in_kernel: bool = False,
+                     allow_neg_eigval: bool = False, safe_gate: bool = False,
+                     lower_bound: Optional[float] = None, disable_recompute: bool = False,
+                     return_intermediate_states: bool = False, state_v_first: bool = False,
+                     cu_seqlens=None, cu_seqlens_cpu=None, cp_context=None, use_graph: bool = False,
+                     max_num_seqs: Optional[int] = None, **kwargs) -> Tuple[Any, Any]:
     """fla's ``chunk_kda`` forward on stridepack's kernels (see the module's
     docstring for what is served and what is refused).
 
@@ -228,15 +228,18 @@ def chunk_kda(q, k, v, g, beta, scale: Optional[float] = None, initial_state=Non
     return o, (pool if state_v_first else pool.transpose(-1, -2).contiguous())
 
 
-def fused_recurrent_kda_fwd(q, k, v, g, beta, A_log=None, dt_bias=None, initial_state=None,
-                            scale: Optional[float] = None, output_final_state: bool = False,
-                            inplace_final_state: bool = True, state_v_first: bool = False,
-                            cu_seqlens=None, ssm_state_indices=None, num_accepted_tokens=None,
-                            use_qk_l2norm_in_kernel: bool = False,
-                            use_gate_in_kernel: bool = False,
-                            use_beta_sigmoid_in_kernel: bool = False,
-                            allow_neg_eigval: bool = False, lower_bound: Optional[float] = None,
-                            out=None, **kwargs) -> Tuple[Any, Any]:
+def _fused_recurrent_kda_fwd_eager(q, k, v, g, beta, A_log=None, dt_bias=None, initial_state=None,
+                                   scale: Optional[float] = None,
+                                   output_final_state: bool = False,
+                                   inplace_final_state: bool = True, state_v_first: bool = False,
+                                   cu_seqlens=None, ssm_state_indices=None,
+                                   num_accepted_tokens=None,
+                                   use_qk_l2norm_in_kernel: bool = False,
+                                   use_gate_in_kernel: bool = False,
+                                   use_beta_sigmoid_in_kernel: bool = False,
+                                   allow_neg_eigval: bool = False,
+                                   lower_bound: Optional[float] = None,
+                                   out=None, **kwargs) -> Tuple[Any, Any]:
     """fla's ``fused_recurrent_kda_fwd`` (the decode call engines make) on
     stridepack's prefill, which runs its recurrent kernel for short sequences.
 
@@ -334,6 +337,91 @@ def fused_recurrent_kda_fwd(q, k, v, g, beta, A_log=None, dt_bias=None, initial_
         out.copy_(o)
         o = out
     return o, final
+
+
+def chunk_kda(q, k, v, g, beta, scale: Optional[float] = None, initial_state=None,
+              output_final_state: bool = False, use_qk_l2norm_in_kernel: bool = False,
+              use_gate_in_kernel: bool = False, use_beta_sigmoid_in_kernel: bool = False,
+              allow_neg_eigval: bool = False, safe_gate: bool = False,
+              lower_bound: Optional[float] = None, disable_recompute: bool = False,
+              return_intermediate_states: bool = False, state_v_first: bool = False,
+              cu_seqlens=None, cu_seqlens_cpu=None, cp_context=None, use_graph: bool = False,
+              max_num_seqs: Optional[int] = None, **kwargs) -> Tuple[Any, Any]:
+    def eager():
+        return _chunk_kda_eager(
+            q, k, v, g, beta, scale=scale, initial_state=initial_state,
+            output_final_state=output_final_state,
+            use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+            use_gate_in_kernel=use_gate_in_kernel,
+            use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
+            allow_neg_eigval=allow_neg_eigval, safe_gate=safe_gate, lower_bound=lower_bound,
+            disable_recompute=disable_recompute,
+            return_intermediate_states=return_intermediate_states, state_v_first=state_v_first,
+            cu_seqlens=cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu, cp_context=cp_context,
+            use_graph=use_graph, max_num_seqs=max_num_seqs, **kwargs)
+    if not _api.compiling():
+        return eager()
+    # Traced: the custom op stridepack::fla_chunk_kda. What it does not
+    # carry is refused here, as the eager call refuses it.
+    extra = dict(kwargs)
+    A_log, dt_bias = extra.pop("A_log", None), extra.pop("dt_bias", None)
+    if "transpose_state_layout" in extra:
+        state_v_first = bool(extra.pop("transpose_state_layout")) or state_v_first
+    for name in _IGNORED:
+        extra.pop(name, None)
+    if extra or return_intermediate_states or cp_context is not None:
+        return eager()  # raises the refusal
+    o, final = _api._torch_ops.fla_chunk_kda_op(
+        q, k, v, g, beta, A_log, dt_bias, initial_state, scale, output_final_state,
+        use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
+        allow_neg_eigval, safe_gate, lower_bound, state_v_first, cu_seqlens)
+    return o, (final if output_final_state else None)
+
+
+chunk_kda.__doc__ = _chunk_kda_eager.__doc__ + """
+
+    Under torch.compile this is the custom op stridepack::fla_chunk_kda."""
+
+
+def fused_recurrent_kda_fwd(q, k, v, g, beta, A_log=None, dt_bias=None, initial_state=None,
+                            scale: Optional[float] = None, output_final_state: bool = False,
+                            inplace_final_state: bool = True, state_v_first: bool = False,
+                            cu_seqlens=None, ssm_state_indices=None, num_accepted_tokens=None,
+                            use_qk_l2norm_in_kernel: bool = False,
+                            use_gate_in_kernel: bool = False,
+                            use_beta_sigmoid_in_kernel: bool = False,
+                            allow_neg_eigval: bool = False, lower_bound: Optional[float] = None,
+                            out=None, **kwargs) -> Tuple[Any, Any]:
+    def eager():
+        return _fused_recurrent_kda_fwd_eager(
+            q, k, v, g, beta, A_log=A_log, dt_bias=dt_bias, initial_state=initial_state,
+            scale=scale, output_final_state=output_final_state,
+            inplace_final_state=inplace_final_state, state_v_first=state_v_first,
+            cu_seqlens=cu_seqlens, ssm_state_indices=ssm_state_indices,
+            num_accepted_tokens=num_accepted_tokens,
+            use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+            use_gate_in_kernel=use_gate_in_kernel,
+            use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
+            allow_neg_eigval=allow_neg_eigval, lower_bound=lower_bound, out=out, **kwargs)
+    if not _api.compiling():
+        return eager()
+    if any(name not in _IGNORED for name in kwargs):
+        return eager()  # raises the refusal
+    o, final = _api._torch_ops.fla_fused_recurrent_kda_fwd_op(
+        q, k, v, g, beta, A_log, dt_bias, initial_state, scale, output_final_state,
+        inplace_final_state, state_v_first, cu_seqlens, ssm_state_indices, num_accepted_tokens,
+        use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
+        allow_neg_eigval, lower_bound, out)
+    if out is not None:
+        o = out
+    if inplace_final_state:
+        return o, initial_state
+    return o, (final if output_final_state else None)
+
+
+fused_recurrent_kda_fwd.__doc__ = _fused_recurrent_kda_fwd_eager.__doc__ + """
+
+    Under torch.compile this is the custom op stridepack::fla_fused_recurrent_kda_fwd."""
 
 
 def _written(idx, cu, table):

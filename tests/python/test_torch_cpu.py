@@ -250,6 +250,99 @@ class CustomOps(unittest.TestCase):
         self.assertTrue(bits_equal(outs[0], xs[0]) and bits_equal(outs[1], xs[1]))
 
 
+@unittest.skipUnless(HAVE_OPS, f"torch {torch.__version__} has no torch.library.custom_op")
+class CustomOpsEngine(unittest.TestCase):
+    """The convolution, stridepack.vllm and stridepack.fla under
+    torch.compile(fullgraph=True) (backend aot_eager, CPU tensors): the same
+    bits and states as eager, through their custom ops."""
+
+    def setUp(self):
+        self.assertTrue(sp.register_torch_ops())
+
+    def test_convolution_ops(self):
+        gen = torch.Generator().manual_seed(20)
+        C, W, T = 64, 4, 13
+        weight = torch.randn(C, W, generator=gen).bfloat16()
+        x = torch.randn(T, C + 8, generator=gen).bfloat16()[:, 4:4 + C]
+        cu = torch.tensor([0, 5, 13], dtype=torch.int32)
+        idx = torch.tensor([2, 0], dtype=torch.int64)
+        init = torch.tensor([True, False])
+        st0 = torch.randn(3, C, W - 1, generator=gen).bfloat16()
+        torch.library.opcheck(torch.ops.stridepack.causal_conv1d.default,
+                              (x, weight, None, cu, st0.clone(), idx, init,
+                               torch.empty(T, C, dtype=torch.bfloat16), None, None, None, True,
+                               False, False))
+
+        def prefill_then_step(x, state, x1):
+            out = torch.empty(x.shape, dtype=torch.bfloat16)
+            sp.causal_conv1d(x, weight, cu, state, idx, has_initial_state=init, out=out)
+            y1 = torch.empty(x1.shape, dtype=torch.bfloat16)
+            sp.causal_conv1d_update(x1, weight, state, idx, out=y1)
+            return out, y1
+
+        x1 = torch.randn(2, C, generator=gen).bfloat16()
+        s_eager, s_comp = st0.clone(), st0.clone()
+        want = prefill_then_step(x, s_eager, x1)
+        got = torch.compile(prefill_then_step, fullgraph=True, backend="aot_eager")(x, s_comp,
+                                                                                      x1)
+        for a, b in zip(got, want):
+            self.assertTrue(bits_equal(a, b))
+        self.assertTrue(bits_equal(s_comp, s_eager))
+
+        from stridepack.vllm import causal_conv1d_fn, causal_conv1d_update
+
+        def vllm_calls(xt, states, x1):
+            y = causal_conv1d_fn(xt, weight, None, states, cu, cache_indices=idx,
+                                 has_initial_state=init, activation="silu")
+            return y, causal_conv1d_update(x1, states, weight, activation=True,
+                                           conv_state_indices=idx)
+
+        s_eager, s_comp = st0.clone(), st0.clone()
+        want = vllm_calls(x.t(), s_eager, x1)
+        got = torch.compile(vllm_calls, fullgraph=True, backend="aot_eager")(x.t(), s_comp, x1)
+        for a, b in zip(got, want):
+            self.assertTrue(bits_equal(a, b))
+        self.assertTrue(bits_equal(s_comp, s_eager))
+
+    def test_fla_dropin_ops(self):
+        from stridepack.fla import chunk_kda, fused_recurrent_kda_fwd
+        gen = torch.Generator().manual_seed(21)
+        args, _ = kda_inputs(gen, T=24, H=2)
+        flags = dict(use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
+                     use_beta_sigmoid_in_kernel=True)
+        h0 = 0.1 * torch.randn(2, 2, 128, 128, generator=gen)
+
+        def prefill(q, k, v, g, beta):
+            return chunk_kda(q, k, v, g, beta, A_log=args["A_log"], dt_bias=args["dt_bias"],
+                             initial_state=h0, output_final_state=True,
+                             cu_seqlens=args["cu_seqlens"], **flags)
+
+        x = [args[n] for n in ("q", "k", "v", "g", "beta")]
+        want = prefill(*x)
+        got = torch.compile(prefill, fullgraph=True, backend="aot_eager")(*x)
+        self.assertTrue(bits_equal(got[0], want[0]) and torch.equal(got[1], want[1]))
+
+        pool0 = 0.1 * torch.randn(5, 2, 128, 128, generator=gen)
+        dec = {n: args[n][:, :4] for n in ("q", "k", "v", "g", "beta")}
+        cu = torch.arange(5, dtype=torch.int32)
+        idx = torch.tensor([3, -1, 0, 4], dtype=torch.int32)
+
+        def decode(pool, q, k, v, g, beta):
+            o, ht = fused_recurrent_kda_fwd(q, k, v, g, beta, A_log=args["A_log"],
+                                            dt_bias=args["dt_bias"], initial_state=pool,
+                                            state_v_first=True, cu_seqlens=cu,
+                                            ssm_state_indices=idx, **flags)
+            return o, ht
+
+        p_eager, p_comp = pool0.clone(), pool0.clone()
+        o1, h1 = decode(p_eager, *dec.values())
+        o2, h2 = torch.compile(decode, fullgraph=True, backend="aot_eager")(p_comp,
+                                                                            *dec.values())
+        self.assertTrue(bits_equal(o1, o2))
+        self.assertTrue(torch.equal(p_eager, p_comp) and torch.equal(h2, p_comp))
+        self.assertFalse(torch.equal(p_comp, pool0))
+
+
 class Reading(unittest.TestCase):
     def test_direct_reads_match_attribute_reads(self):
         # Where the torch in the process exports its C shim (torch 2), plain
