@@ -15,6 +15,11 @@ convolution output, g [N k, H 128], beta [N k, H], the K3 gate):
               stridepack:decode the same with the kernel forced
   fla         fla's fused_recurrent_kda_fwd (from $SP_ANCHOR_DIR/fla, as in
               bench/kda_anchors.py), state_v_first=True, in place
+  dropin      stridepack.fla.fused_recurrent_kda_fwd, the same call (V-first:
+              read and written in place)
+  dropin:k_first  the same on a K-first pool of the same bytes (fla's default
+              layout: the slots used gathered, transposed and scattered back),
+              what the transposition costs
   limit       one torch copy of the step's bytes / 2, device to device
 
 Run (GPU):
@@ -79,6 +84,16 @@ def sp_step(sp, x, reference=False, kernel="auto"):
 def fla_step(fwd, x):
     fwd(x["q"], x["k"], x["v"], x["g"], x["beta"], A_log=x["A_log"], dt_bias=x["dt_bias"],
         initial_state=x["pool"], inplace_final_state=True, state_v_first=True,
+        cu_seqlens=x["cu"], ssm_state_indices=x["idx"], num_accepted_tokens=x["acc"],
+        use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True,
+        lower_bound=-5.0, out=x["o"])
+
+
+def dropin_step(x, pool):
+    import stridepack.fla as fla
+    fla.fused_recurrent_kda_fwd(
+        x["q"], x["k"], x["v"], x["g"], x["beta"], A_log=x["A_log"], dt_bias=x["dt_bias"],
+        initial_state=pool, inplace_final_state=True, state_v_first=pool is x["pool"],
         cu_seqlens=x["cu"], ssm_state_indices=x["idx"], num_accepted_tokens=x["acc"],
         use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True,
         lower_bound=-5.0, out=x["o"])
@@ -188,6 +203,9 @@ def main():
                             "stridepack:decode": lambda: sp_step(sp, x, kernel="decode")}
                     if fwd is not None:
                         arms["fla"] = lambda: fla_step(fwd, x)
+                    k_first = x["pool"].transpose(-1, -2).contiguous()
+                    arms["dropin"] = lambda: dropin_step(x, x["pool"])
+                    arms["dropin:k_first"] = lambda: dropin_step(x, k_first)
                     ms = time_arms(arms, a.warmup, a.reps)
                     for arm in arms:
                         if arm == "limit":
@@ -204,7 +222,7 @@ def main():
                           "  ".join(f"{arm} {ms[arm]:.4f} ms ({share[arm]:.2f})" for arm in share)
                           + f"  decode: o {acc['o_rel']:.1e} state {acc['state_rel']:.1e}",
                           flush=True)
-                    del x, src, dst
+                    del x, src, dst, k_first
                     torch.cuda.empty_cache()
     if a.json:
         with open(a.json, "a") as fh:

@@ -519,6 +519,69 @@ static void verify_case(int32_t kernel, sp_dtype sdt, sp_dtype tdt, int use_acc,
     kp_free(&v.p);
 }
 
+#ifdef TS_MEM_IS_CUDA
+#include "cuda_ok.h"
+
+#include <cuda_runtime.h>
+
+/* The verify call captured in a CUDA graph on the backend's stream, then
+ * replayed after new inputs, a new pool, table and accepted counts are
+ * written at the same addresses: bit for bit the eager call on those
+ * contents (the engine's decode step under graphs). */
+static void graph_case(int32_t kernel) {
+    static const int64_t lens[] = {3, 1, 4, 2};
+    verify v, w;
+    verify_make(&v, lens, 4, 4, SP_F32, 1, 0, 6700);
+    verify_make(&w, lens, 4, 4, SP_F32, 1, 0, 6701);
+    v.p.kernel = w.p.kernel = kernel;
+    const kda_problem *p = &v.p;
+    cudaStream_t st = (cudaStream_t)M->stream;
+    void *buf[KB_COUNT];
+    kp_upload(M, p, p->host, 0, buf);
+    sp_kda_args a;
+    kp_args(p, buf, M->device, &a);
+    void *dp = put(v.pool, v.pool_bytes);
+    pool_tensor(&v, dp, M->device, SP_F32, v.S, &a.state);
+    void *ht = as_width(v.table, p->N * v.W, SP_I32), *ha = as_width(v.acc, p->N, SP_I32);
+    void *dt = put(ht, (size_t)(p->N * v.W) * 4), *da = put(ha, (size_t)p->N * 4);
+    const int64_t shape[2] = {p->N, v.W}, n = p->N;
+    CHECK_OK(sp_tensor_dense(&a.state_indices, dt, SP_I32, 2, shape, M->device));
+    CHECK_OK(sp_tensor_dense(&a.num_accepted_tokens, da, SP_I32, 1, &n, M->device));
+    CHECK_OK(sp_kda_prefill(&a, st)); /* warm-up, eager */
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CUDA_OK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    const sp_status s = sp_kda_prefill(&a, st);
+    CUDA_OK(cudaStreamEndCapture(st, &graph));
+    CHECKF(s == SP_OK, "capture: %s", sp_last_error());
+    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    /* New contents at the same addresses. */
+    for (int b = 0; b < KB_COUNT; b++)
+        if (w.p.bytes[b]) M->upload(buf[b], w.p.host[b], w.p.bytes[b]);
+    M->upload(dp, w.pool, w.pool_bytes);
+    free(ht), free(ha);
+    ht = as_width(w.table, p->N * v.W, SP_I32), ha = as_width(w.acc, p->N, SP_I32);
+    M->upload(dt, ht, (size_t)(p->N * v.W) * 4);
+    M->upload(da, ha, (size_t)p->N * 4);
+    CUDA_OK(cudaGraphLaunch(exec, st));
+    void *o = xmalloc(p->bytes[KB_O]), *pool = xmalloc(v.pool_bytes);
+    M->download(o, buf[KB_O], p->bytes[KB_O]);
+    M->download(pool, dp, v.pool_bytes);
+    void *o2 = xmalloc(p->bytes[KB_O]), *pool2 = xmalloc(v.pool_bytes);
+    CHECK_OK(verify_run(&w, SP_I32, o2, pool2));
+    CHECKF(memcmp(o, o2, p->bytes[KB_O]) == 0 && memcmp(pool, pool2, v.pool_bytes) == 0,
+           "%s: the replayed graph differs from the eager call", sp_kda_kernel_name(kernel));
+    CHECK(memcmp(pool, w.pool, v.pool_bytes) != 0);
+    CUDA_OK(cudaGraphExecDestroy(exec));
+    CUDA_OK(cudaGraphDestroy(graph));
+    free(o), free(pool), free(o2), free(pool2), free(ht), free(ha);
+    M->release(dp), M->release(dt), M->release(da);
+    kp_release(M, buf);
+    free(v.pool), free(w.pool);
+    kp_free(&v.p), kp_free(&w.p);
+}
+#endif
+
 /* ---- the contract ------------------------------------------------------------ */
 
 typedef struct bad {
@@ -698,6 +761,9 @@ int main(void) {
                             6500 + (uint64_t)(s * 2 + w));
         verify_case(ks[i], SP_F32, SP_I32, 0, 0, 6510);
         if (on_device()) device_rule_case(ks[i]);
+#ifdef TS_MEM_IS_CUDA
+        graph_case(ks[i]);
+#endif
     }
     if (!emulated) bad_cases(); /* the contract of sp_kda_prefill itself */
     return sp_test_finish(emulated ? "test_kda_engine_emulated"
