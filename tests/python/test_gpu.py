@@ -696,6 +696,115 @@ class CompiledKda(unittest.TestCase):
         self.assertFalse([n for n in names if "stridepack" in n], names)
 
 
+def rel(a, b):
+    a, b = a.double().cpu(), b.double().cpu()
+    return float((a - b).norm() / b.norm().clamp_min(1e-30))
+
+
+class EngineCallsGpu(unittest.TestCase):
+    """The engine conventions on CUDA through the binding: the decode step
+    and verify on the recurrent and decode kernels against the CPU, int32
+    query_start_loc and int64 slots, has_initial_state, the gate and beta
+    forms, the fla drop-in's decode under torch.compile and in a CUDA graph
+    recorded by mode="reduce-overhead"."""
+
+    def setUp(self):
+        self.gen = torch.Generator(device=DEV).manual_seed(60)
+
+    def decode_inputs(self, N, H, k=1):
+        views, params, _, _ = kda_layer_inputs(self.gen, N * k, H)
+        slots = N * k + 2
+        pool = 0.1 * torch.randn(slots, H, 128, 128, device=DEV, generator=self.gen)
+        cu = torch.arange(N + 1, dtype=torch.int32, device=DEV) * k
+        perm = torch.randperm(slots, device=DEV, generator=self.gen)[:N * k]
+        idx = perm.to(torch.int64) if k == 1 else perm.view(N, k).to(torch.int32)
+        acc = None if k == 1 else torch.randint(1, k + 1, (N,), device=DEV, generator=self.gen,
+                                                dtype=torch.int32)
+        return views, dict(A_log=params["A_log"], dt_bias=params["dt_bias"], cu_seqlens=cu,
+                           state_indices=idx, num_accepted_tokens=acc), pool
+
+    def test_decode_and_verify_kernels_against_the_cpu(self):
+        for k in (1, 4):
+            views, params, pool0 = self.decode_inputs(33, 4, k)
+            T = views["q"].shape[1]
+            cpu = {n: x.cpu() for n, x in views.items()}
+            cpar = {n: (x.cpu() if torch.is_tensor(x) else x) for n, x in params.items()}
+            o_ref, p_ref = torch.zeros(1, T, 4, 128, dtype=torch.bfloat16), pool0.cpu()
+            sp.kda_prefill(**cpu, **cpar, state=p_ref, o=o_ref, gate="softplus")
+            for kernel in ("recurrent", "decode", "auto"):
+                with self.subTest(k=k, kernel=kernel):
+                    o = torch.zeros(1, T, 4, 128, dtype=torch.bfloat16, device=DEV)
+                    pool = pool0.clone()
+                    sp.kda_prefill(**views, **params, state=pool, o=o, gate="softplus",
+                                   kernel=kernel)
+                    torch.cuda.synchronize()
+                    self.assertLess(rel(o, o_ref), 1e-3)
+                    self.assertLess(rel(pool, p_ref), 1e-5)
+
+    def test_forms_and_has_initial_state(self):
+        views, params, pool0 = self.decode_inputs(16, 2)
+        T = views["q"].shape[1]
+        g = -torch.rand(1, T, 2, 128, device=DEV, generator=self.gen) * 3  # the log-decay, f32
+        beta = torch.rand(1, T, 2, device=DEV, generator=self.gen)         # activated, f32
+        has = torch.rand(16, device=DEV, generator=self.gen) > 0.5
+        args = dict(views, g=g, beta=beta)
+        cpu = {n: x.cpu() for n, x in args.items()}
+        cpar = {n: (x.cpu() if torch.is_tensor(x) else x) for n, x in params.items()}
+        o_ref, p_ref = torch.zeros(1, T, 2, 128, dtype=torch.bfloat16), pool0.cpu()
+        sp.kda_prefill(**cpu, **cpar, state=p_ref, o=o_ref, gate="log_decay",
+                       beta_form="activated", has_initial_state=has.cpu())
+        for kernel in ("recurrent", "decode"):
+            with self.subTest(kernel=kernel):
+                o = torch.zeros(1, T, 2, 128, dtype=torch.bfloat16, device=DEV)
+                pool = pool0.clone()
+                sp.kda_prefill(**args, **params, state=pool, o=o, gate="log_decay",
+                               beta_form="activated", has_initial_state=has, kernel=kernel)
+                torch.cuda.synchronize()
+                self.assertLess(rel(o, o_ref), 1e-3)
+                self.assertLess(rel(pool, p_ref), 1e-5)
+
+    def test_fla_decode_compiled_and_in_a_graph(self):
+        from torch._dynamo.utils import counters
+        from stridepack.fla import fused_recurrent_kda_fwd
+        torch._dynamo.reset()
+        self.assertTrue(sp.register_torch_ops())
+        views, params, pool0 = self.decode_inputs(8, 4)
+        idx = params["state_indices"].clone()
+        idx[3] = -1  # a padded row
+
+        def step(q, k, v, g, beta, pool):
+            # The graph's own copy of the pool: a CUDA graph that torch
+            # records does not mutate its inputs.
+            p = pool.clone()
+            o, _ = fused_recurrent_kda_fwd(q, k, v, g, beta, A_log=params["A_log"],
+                                           dt_bias=params["dt_bias"], initial_state=p,
+                                           state_v_first=True, cu_seqlens=params["cu_seqlens"],
+                                           ssm_state_indices=idx, use_qk_l2norm_in_kernel=True,
+                                           use_gate_in_kernel=True,
+                                           use_beta_sigmoid_in_kernel=True, lower_bound=-5.0)
+            return o, p
+
+        x = [views[n].contiguous() for n in ("q", "k", "v", "g", "beta")]
+        o_e, p_e = step(*x, pool0)
+        o_c, p_c = torch.compile(step, fullgraph=True)(*x, pool0)
+        torch.cuda.synchronize()
+        self.assertTrue(bits_equal(o_c, o_e))
+        self.assertTrue(torch.equal(p_c, p_e))
+        self.assertFalse(torch.equal(p_c, pool0))
+        counters.clear()
+        torch._dynamo.reset()
+        graphed = torch.compile(step, mode="reduce-overhead", fullgraph=True)
+        for _ in range(4):  # warm-up, record, replays with new contents
+            for t in x:
+                t.copy_((torch.rand(t.shape, device=DEV, generator=self.gen) * 2 - 1).to(t.dtype))
+            got = [t.clone() for t in graphed(*x, pool0)]
+            want = step(*x, pool0)
+            torch.cuda.synchronize()
+            self.assertTrue(bits_equal(got[0], want[0]))
+            self.assertTrue(torch.equal(got[1], want[1]))
+        self.assertEqual(counters["inductor"]["cudagraph_skips"], 0)
+
+
 class ConvGpu(unittest.TestCase):
     """The causal convolution through the binding on CUDA tensors: the same
     bits as the CPU backend without SiLU (the header's promise), in both
