@@ -175,14 +175,11 @@ def register() -> bool:
                       use_gate_in_kernel: bool, use_beta_sigmoid_in_kernel: bool,
                       allow_neg_eigval: bool, safe_gate: bool, lower_bound: Optional[float],
                       state_v_first: bool, cu_seqlens: Optional[Tensor]) -> List[Tensor]:
-        o, s = _fla._chunk_kda_eager(
-            q, k, v, g, beta, A_log=A_log, dt_bias=dt_bias, initial_state=initial_state,
-            scale=scale, output_final_state=output_final_state,
-            use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
-            use_gate_in_kernel=use_gate_in_kernel,
-            use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
-            allow_neg_eigval=allow_neg_eigval, safe_gate=safe_gate, lower_bound=lower_bound,
-            state_v_first=state_v_first, cu_seqlens=cu_seqlens)
+        o, s = _fla.chunk_kda(
+            q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel,
+            use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval, safe_gate,
+            lower_bound, state_v_first=state_v_first, cu_seqlens=cu_seqlens, A_log=A_log,
+            dt_bias=dt_bias)
         return [o, s if s is not None else o.new_empty(0, dtype=torch.float32)]
 
     @fla_chunk_kda.register_fake
@@ -204,16 +201,11 @@ def register() -> bool:
             num_accepted_tokens: Optional[Tensor], use_qk_l2norm_in_kernel: bool,
             use_gate_in_kernel: bool, use_beta_sigmoid_in_kernel: bool, allow_neg_eigval: bool,
             lower_bound: Optional[float], out: Optional[Tensor]) -> List[Tensor]:
-        o, s = _fla._fused_recurrent_kda_fwd_eager(
-            q, k, v, g, beta, A_log=A_log, dt_bias=dt_bias, initial_state=initial_state,
-            scale=scale, output_final_state=output_final_state,
-            inplace_final_state=inplace_final_state, state_v_first=state_v_first,
-            cu_seqlens=cu_seqlens, ssm_state_indices=ssm_state_indices,
-            num_accepted_tokens=num_accepted_tokens,
-            use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
-            use_gate_in_kernel=use_gate_in_kernel,
-            use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
-            allow_neg_eigval=allow_neg_eigval, lower_bound=lower_bound, out=out)
+        o, s = _fla.fused_recurrent_kda_fwd(
+            q, k, v, g, beta, A_log, dt_bias, initial_state, scale, output_final_state,
+            inplace_final_state, state_v_first, cu_seqlens, ssm_state_indices,
+            num_accepted_tokens, use_qk_l2norm_in_kernel, use_gate_in_kernel,
+            use_beta_sigmoid_in_kernel, allow_neg_eigval, lower_bound, out)
         # Outputs never alias inputs: out and an in-place pool come back
         # from the caller's side (fla.py), here as empty tensors.
         empty = v.new_empty(0, dtype=torch.float32)

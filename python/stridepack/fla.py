@@ -63,6 +63,13 @@ def _refuse(call: str, option: str, value: Any, why: str) -> ValueError:
     return ValueError(f"stridepack.fla.{call}: {option}={value!r} is not served: {why}")
 
 
+def _refuse_unknown(call, kwargs):
+    """Refuse a keyword fla's call would not take (the ones _IGNORED aside)."""
+    unknown = sorted(name for name in kwargs if name not in _IGNORED)
+    if unknown:
+        raise _refuse(call, unknown[0], kwargs[unknown[0]], "stridepack does not know this option")
+
+
 class _Call:
     """One drop-in call's inputs, checked and laid out for kda_prefill: q, k,
     v, g, beta as one varlen batch ([1, B T, H, 128] without cu_seqlens),
@@ -81,11 +88,7 @@ class _Call:
         use_beta_sigmoid_in_kernel = a["use_beta_sigmoid_in_kernel"]
         use_qk_l2norm_in_kernel = a["use_qk_l2norm_in_kernel"]
         allow_neg_eigval = a["allow_neg_eigval"]
-        for name in _IGNORED:
-            kwargs.pop(name, None)
-        if kwargs:
-            name = sorted(kwargs)[0]
-            raise self.refuse(name, kwargs[name], "stridepack does not know this option")
+        _refuse_unknown(call, kwargs)
         if allow_neg_eigval and not use_beta_sigmoid_in_kernel:
             raise ValueError("`allow_neg_eigval=True` requires `use_beta_sigmoid_in_kernel=True`.")
         self.log_decay = not use_gate_in_kernel
@@ -173,14 +176,14 @@ class _Call:
                     beta_form=self.beta_form, num_accepted_tokens=num_accepted_tokens)
 
 
-def _chunk_kda_eager(q, k, v, g, beta, scale: Optional[float] = None, initial_state=None,
-                     output_final_state: bool = False, use_qk_l2norm_in_kernel: bool = False,
-                     use_gate_in_kernel: bool = False, use_beta_sigmoid_in_kernel: bool = False,
-                     allow_neg_eigval: bool = False, safe_gate: bool = False,
-                     lower_bound: Optional[float] = None, disable_recompute: bool = False,
-                     return_intermediate_states: bool = False, state_v_first: bool = False,
-                     cu_seqlens=None, cu_seqlens_cpu=None, cp_context=None, use_graph: bool = False,
-                     max_num_seqs: Optional[int] = None, **kwargs) -> Tuple[Any, Any]:
+def chunk_kda(q, k, v, g, beta, scale: Optional[float] = None, initial_state=None,
+              output_final_state: bool = False, use_qk_l2norm_in_kernel: bool = False,
+              use_gate_in_kernel: bool = False, use_beta_sigmoid_in_kernel: bool = False,
+              allow_neg_eigval: bool = False, safe_gate: bool = False,
+              lower_bound: Optional[float] = None, disable_recompute: bool = False,
+              return_intermediate_states: bool = False, state_v_first: bool = False,
+              cu_seqlens=None, cu_seqlens_cpu=None, cp_context=None, use_graph: bool = False,
+              max_num_seqs: Optional[int] = None, **kwargs) -> Tuple[Any, Any]:
     """fla's ``chunk_kda`` forward on stridepack's kernels (see the module's
     docstring for what is served and what is refused).
 
@@ -191,7 +194,8 @@ def _chunk_kda_eager(q, k, v, g, beta, scale: Optional[float] = None, initial_st
     place). Returns ``(o, final_state)``: o bf16 ``[B, T, H, 128]``, new;
     final_state fp32 ``[N, H, 128, 128]`` in the layout of ``initial_state``
     (``[N, H, K, V]``, or ``[N, H, V, K]`` with ``state_v_first``), new, or
-    None without ``output_final_state``. ``initial_state`` is not written."""
+    None without ``output_final_state``. ``initial_state`` is not written.
+    Under torch.compile this is the custom op stridepack::fla_chunk_kda."""
     import torch
 
     A_log, dt_bias = kwargs.pop("A_log", None), kwargs.pop("dt_bias", None)
@@ -203,6 +207,13 @@ def _chunk_kda_eager(q, k, v, g, beta, scale: Optional[float] = None, initial_st
                      "stridepack keeps no per-chunk states (checkpoints: stridepack.kda_prefill)")
     if cp_context is not None:
         raise refuse("cp_context", cp_context, "no context parallelism")
+    if _api.compiling():  # the custom op, which runs this function eagerly
+        _refuse_unknown("chunk_kda", kwargs)
+        o, final = _api._torch_ops.fla_chunk_kda_op(
+            q, k, v, g, beta, A_log, dt_bias, initial_state, scale, output_final_state,
+            use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
+            allow_neg_eigval, safe_gate, lower_bound, state_v_first, cu_seqlens)
+        return o, (final if output_final_state else None)
     c = _Call("chunk_kda", dict(locals()), kwargs, lower_bound_needs_safe_gate=True)
     N, H = c.N, c.H
     if initial_state is not None:
@@ -228,18 +239,18 @@ def _chunk_kda_eager(q, k, v, g, beta, scale: Optional[float] = None, initial_st
     return o, (pool if state_v_first else pool.transpose(-1, -2).contiguous())
 
 
-def _fused_recurrent_kda_fwd_eager(q, k, v, g, beta, A_log=None, dt_bias=None, initial_state=None,
-                                   scale: Optional[float] = None,
-                                   output_final_state: bool = False,
-                                   inplace_final_state: bool = True, state_v_first: bool = False,
-                                   cu_seqlens=None, ssm_state_indices=None,
-                                   num_accepted_tokens=None,
-                                   use_qk_l2norm_in_kernel: bool = False,
-                                   use_gate_in_kernel: bool = False,
-                                   use_beta_sigmoid_in_kernel: bool = False,
-                                   allow_neg_eigval: bool = False,
-                                   lower_bound: Optional[float] = None,
-                                   out=None, **kwargs) -> Tuple[Any, Any]:
+def fused_recurrent_kda_fwd(q, k, v, g, beta, A_log=None, dt_bias=None, initial_state=None,
+                            scale: Optional[float] = None,
+                            output_final_state: bool = False,
+                            inplace_final_state: bool = True, state_v_first: bool = False,
+                            cu_seqlens=None, ssm_state_indices=None,
+                            num_accepted_tokens=None,
+                            use_qk_l2norm_in_kernel: bool = False,
+                            use_gate_in_kernel: bool = False,
+                            use_beta_sigmoid_in_kernel: bool = False,
+                            allow_neg_eigval: bool = False,
+                            lower_bound: Optional[float] = None,
+                            out=None, **kwargs) -> Tuple[Any, Any]:
     """fla's ``fused_recurrent_kda_fwd`` (the decode call engines make) on
     stridepack's prefill, which runs its recurrent kernel for short sequences.
 
@@ -265,9 +276,22 @@ def _fused_recurrent_kda_fwd_eager(q, k, v, g, beta, A_log=None, dt_bias=None, i
     after its token t goes to slot ``[n, t]``; a negative entry leaves that
     state unwritten, a negative ``[n, 0]`` marks a padded sequence. Needs
     ``inplace_final_state=True``. The states are those of feeding the tokens
-    one call at a time (bit for bit with an fp32 pool)."""
+    one call at a time (bit for bit with an fp32 pool). Under torch.compile
+    this is the custom op stridepack::fla_fused_recurrent_kda_fwd."""
     import torch
 
+    if _api.compiling():  # the custom op, which runs this function eagerly
+        _refuse_unknown("fused_recurrent_kda_fwd", kwargs)
+        o, final = _api._torch_ops.fla_fused_recurrent_kda_fwd_op(
+            q, k, v, g, beta, A_log, dt_bias, initial_state, scale, output_final_state,
+            inplace_final_state, state_v_first, cu_seqlens, ssm_state_indices,
+            num_accepted_tokens, use_qk_l2norm_in_kernel, use_gate_in_kernel,
+            use_beta_sigmoid_in_kernel, allow_neg_eigval, lower_bound, out)
+        if inplace_final_state:  # the op's outputs alias none of its inputs
+            final = initial_state
+        elif not output_final_state:
+            final = None
+        return (o if out is None else out), final
     refuse = lambda *a: _refuse("fused_recurrent_kda_fwd", *a)  # noqa: E731
     table = ssm_state_indices is not None and ssm_state_indices.dim() == 2
     if ssm_state_indices is not None and ssm_state_indices.dim() not in (1, 2):
@@ -337,91 +361,6 @@ def _fused_recurrent_kda_fwd_eager(q, k, v, g, beta, A_log=None, dt_bias=None, i
         out.copy_(o)
         o = out
     return o, final
-
-
-def chunk_kda(q, k, v, g, beta, scale: Optional[float] = None, initial_state=None,
-              output_final_state: bool = False, use_qk_l2norm_in_kernel: bool = False,
-              use_gate_in_kernel: bool = False, use_beta_sigmoid_in_kernel: bool = False,
-              allow_neg_eigval: bool = False, safe_gate: bool = False,
-              lower_bound: Optional[float] = None, disable_recompute: bool = False,
-              return_intermediate_states: bool = False, state_v_first: bool = False,
-              cu_seqlens=None, cu_seqlens_cpu=None, cp_context=None, use_graph: bool = False,
-              max_num_seqs: Optional[int] = None, **kwargs) -> Tuple[Any, Any]:
-    def eager():
-        return _chunk_kda_eager(
-            q, k, v, g, beta, scale=scale, initial_state=initial_state,
-            output_final_state=output_final_state,
-            use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
-            use_gate_in_kernel=use_gate_in_kernel,
-            use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
-            allow_neg_eigval=allow_neg_eigval, safe_gate=safe_gate, lower_bound=lower_bound,
-            disable_recompute=disable_recompute,
-            return_intermediate_states=return_intermediate_states, state_v_first=state_v_first,
-            cu_seqlens=cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu, cp_context=cp_context,
-            use_graph=use_graph, max_num_seqs=max_num_seqs, **kwargs)
-    if not _api.compiling():
-        return eager()
-    # Traced: the custom op stridepack::fla_chunk_kda. What it does not
-    # carry is refused here, as the eager call refuses it.
-    extra = dict(kwargs)
-    A_log, dt_bias = extra.pop("A_log", None), extra.pop("dt_bias", None)
-    if "transpose_state_layout" in extra:
-        state_v_first = bool(extra.pop("transpose_state_layout")) or state_v_first
-    for name in _IGNORED:
-        extra.pop(name, None)
-    if extra or return_intermediate_states or cp_context is not None:
-        return eager()  # raises the refusal
-    o, final = _api._torch_ops.fla_chunk_kda_op(
-        q, k, v, g, beta, A_log, dt_bias, initial_state, scale, output_final_state,
-        use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
-        allow_neg_eigval, safe_gate, lower_bound, state_v_first, cu_seqlens)
-    return o, (final if output_final_state else None)
-
-
-chunk_kda.__doc__ = _chunk_kda_eager.__doc__ + """
-
-    Under torch.compile this is the custom op stridepack::fla_chunk_kda."""
-
-
-def fused_recurrent_kda_fwd(q, k, v, g, beta, A_log=None, dt_bias=None, initial_state=None,
-                            scale: Optional[float] = None, output_final_state: bool = False,
-                            inplace_final_state: bool = True, state_v_first: bool = False,
-                            cu_seqlens=None, ssm_state_indices=None, num_accepted_tokens=None,
-                            use_qk_l2norm_in_kernel: bool = False,
-                            use_gate_in_kernel: bool = False,
-                            use_beta_sigmoid_in_kernel: bool = False,
-                            allow_neg_eigval: bool = False, lower_bound: Optional[float] = None,
-                            out=None, **kwargs) -> Tuple[Any, Any]:
-    def eager():
-        return _fused_recurrent_kda_fwd_eager(
-            q, k, v, g, beta, A_log=A_log, dt_bias=dt_bias, initial_state=initial_state,
-            scale=scale, output_final_state=output_final_state,
-            inplace_final_state=inplace_final_state, state_v_first=state_v_first,
-            cu_seqlens=cu_seqlens, ssm_state_indices=ssm_state_indices,
-            num_accepted_tokens=num_accepted_tokens,
-            use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
-            use_gate_in_kernel=use_gate_in_kernel,
-            use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
-            allow_neg_eigval=allow_neg_eigval, lower_bound=lower_bound, out=out, **kwargs)
-    if not _api.compiling():
-        return eager()
-    if any(name not in _IGNORED for name in kwargs):
-        return eager()  # raises the refusal
-    o, final = _api._torch_ops.fla_fused_recurrent_kda_fwd_op(
-        q, k, v, g, beta, A_log, dt_bias, initial_state, scale, output_final_state,
-        inplace_final_state, state_v_first, cu_seqlens, ssm_state_indices, num_accepted_tokens,
-        use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
-        allow_neg_eigval, lower_bound, out)
-    if out is not None:
-        o = out
-    if inplace_final_state:
-        return o, initial_state
-    return o, (final if output_final_state else None)
-
-
-fused_recurrent_kda_fwd.__doc__ = _fused_recurrent_kda_fwd_eager.__doc__ + """
-
-    Under torch.compile this is the custom op stridepack::fla_fused_recurrent_kda_fwd."""
 
 
 def _written(idx, cu, table):
