@@ -348,14 +348,21 @@ static void pool_tensor(const verify *v, void *data, sp_device dev, sp_dtype dt,
     CHECK_OK(sp_tensor_dense(t, data, dt, 4, shape, dev));
 }
 
-/* The verify call on the backend: o and the pool come back in o_out, pool_out. */
+/* The verify call on the backend: o and the pool come back in o_out,
+ * pool_out. The pool lies between two guard slots of poison in one
+ * allocation, which must keep their bytes (whatever the indices say: the
+ * device rule's skipped rows included). */
 static sp_status verify_run(const verify *v, sp_dtype tdt, void *o_out, void *pool_out) {
     const kda_problem *p = &v->p;
     void *buf[KB_COUNT];
     kp_upload(M, p, p->host, 0, buf);
     sp_kda_args a;
     kp_args(p, buf, M->device, &a);
-    void *dp = put(v->pool, v->pool_bytes);
+    const size_t guard = v->pool_bytes / (size_t)v->S, all = v->pool_bytes + 2 * guard;
+    unsigned char *img = xmalloc(all);
+    memset(img, 0xA5, all);
+    memcpy(img + guard, v->pool, v->pool_bytes);
+    void *dall = put(img, all), *dp = (char *)dall + guard;
     pool_tensor(v, dp, M->device, p->state_dtype, v->S, &a.state);
     void *ht = as_width(v->table, p->N * v->W, tdt), *ha = as_width(v->acc, p->N, tdt);
     void *dt = put(ht, (size_t)(p->N * v->W) * sp_dtype_size(tdt));
@@ -367,9 +374,14 @@ static sp_status verify_run(const verify *v, sp_dtype tdt, void *o_out, void *po
     if (v->use_init) CHECK_OK(sp_tensor_dense(&a.has_initial_state, di, SP_BOOL, 1, &n, M->device));
     const sp_status s = run(&a);
     M->download(o_out, buf[KB_O], p->bytes[KB_O]);
-    M->download(pool_out, dp, v->pool_bytes);
-    free(ht), free(ha);
-    M->release(dp), M->release(dt), M->release(da), M->release(di);
+    unsigned char *back = xmalloc(all);
+    M->download(back, dall, all);
+    memcpy(pool_out, back + guard, v->pool_bytes);
+    CHECKF(memcmp(back, img, guard) == 0 && memcmp(back + guard + v->pool_bytes,
+                                                   img + guard + v->pool_bytes, guard) == 0,
+           "%s: a guard slot around the pool was written", sp_kda_kernel_name(p->kernel));
+    free(ht), free(ha), free(img), free(back);
+    M->release(dall), M->release(dt), M->release(da), M->release(di);
     kp_release(M, buf);
     return s;
 }
@@ -717,6 +729,7 @@ static void device_rule_case(int32_t kernel) {
     verify v;
     verify_make(&v, lens, 5, 4, SP_F32, 1, 0, 6400);
     v.p.kernel = kernel;
+    v.acc[0] = 1; /* sequence 0 starts from column 0 (its column 2 is made -7 below) */
     const kda_problem *p = &v.p;
     void *o = xmalloc(p->bytes[KB_O]), *pool = xmalloc(v.pool_bytes);
     CHECK_OK(verify_run(&v, SP_I32, o, pool));
@@ -724,6 +737,7 @@ static void device_rule_case(int32_t kernel) {
     bad.acc[1] = 0;                   /* outside [1, W] */
     bad.table[2 * v.W + 3] = v.S + 7; /* past the pool */
     bad.acc[4] = v.W + 1;
+    bad.table[0 * v.W + 2] = -7;      /* any negative entry: that state not kept */
     void *bo = xmalloc(p->bytes[KB_O]), *bpool = xmalloc(v.pool_bytes);
     CHECK_OK(verify_run(&bad, SP_I32, bo, bpool));
     const int64_t *cu = p->host[KB_CU], el = p->H * DD, row = p->H * D * 2;
@@ -741,6 +755,11 @@ static void device_rule_case(int32_t kernel) {
                    "device rule: sequence %lld's slot %lld", (long long)n, (long long)s);
         }
     }
+    const int64_t kept = v.table[0 * v.W + 2]; /* the slot the -7 replaced: not written */
+    CHECK(memcmp((const char *)bpool + kept * el * 4, (const char *)v.pool + kept * el * 4,
+                 (size_t)el * 4) == 0);
+    CHECK(memcmp((const char *)pool + kept * el * 4, (const char *)v.pool + kept * el * 4,
+                 (size_t)el * 4) != 0);
     free(o), free(pool), free(bo), free(bpool), free(v.pool);
     kp_free(&v.p);
 }
