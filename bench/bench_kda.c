@@ -11,7 +11,9 @@
  * mma.sync build, g the wgmma build (without --probe, the plan's choice);
  * v (k) the mma.sync build with only its V side's (K side's) arithmetic,
  * g.v and g.k the same of the wgmma build: how long each side takes alone
- * (timing probes built into this program only, kda_probe.cu).
+ * (timing probes built into this program only, kda_probe.cu); h (g.h) the
+ * mma.sync (wgmma) build with each operand buffer handed to the V warps by
+ * an mbarrier rather than a named barrier (an experiment, the same results).
  * Prints one JSON line per kernel x shape x state (also appended to FILE
  * with --json FILE), then a table.
  *
@@ -20,7 +22,7 @@
  * (1000: two kernels; else the rest beside the pass in one kernel).
  * --shape T H N runs that shape alone, in the table or not.
  *
- * Run: build/bench/bench_kda [--shape T H N] [--probe m|g|v|k|g.v|g.k] [--two-pass R.P]
+ * Run: build/bench/bench_kda [--shape T H N] [--probe m|g|v|k|g.v|g.k|h|g.h] [--two-pass R.P]
  *      [--json FILE]
  */
 #include "harness.h"
@@ -232,6 +234,8 @@ int main(int argc, char **argv) {
         {"g.v", "wgmma build, V side only", 1, 1},
         {"g.k", "wgmma build, K side only", 1, 2},
         {"m", "mma.sync build", 0, 0},
+        {"h", "mma.sync build, mbarrier handover", 0, 4},
+        {"g.h", "wgmma build, mbarrier handover", 1, 4},
     };
     for (int i = 1; i + 1 < argc; i++)
         if (strcmp(argv[i], "--probe") == 0) {
@@ -239,7 +243,7 @@ int main(int argc, char **argv) {
             for (int n = 1; n < (int)(sizeof probes / sizeof probes[0]); n++)
                 if (strcmp(argv[i + 1], probes[n].flag) == 0) probe = n;
             if (probe < 0) {
-                fprintf(stderr, "--probe takes v, k, g, g.v, g.k or m\n");
+                fprintf(stderr, "--probe takes v, k, g, g.v, g.k, m, h or g.h\n");
                 return 2;
             }
             for (int k = i; k + 2 < argc; k++) argv[k] = argv[k + 2];

@@ -133,6 +133,12 @@ static __device__ __forceinline__ void sp_fence_proxy_async_global_(void) {
     asm volatile("fence.proxy.async.global;\n" ::: "memory");
 }
 
+/* Arrive on `bar` (release: this thread's earlier shared-memory writes are
+ * seen by a thread whose wait on the phase returns). */
+static __device__ __forceinline__ void sp_mbarrier_arrive_(unsigned bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
 /* Wait until `bar` completes the phase of parity `parity`. */
 static __device__ __forceinline__ void sp_mbarrier_wait_(unsigned bar, unsigned parity) {
     asm volatile("{\n.reg .pred done;\nWAIT_%=:\n"

@@ -212,14 +212,28 @@ static __device__ __forceinline__ void stage_o(const float O[CHUNK / 8][4], uint
 
 /* The kernel. PROBE: 0, or (benchmark builds only, bench/kda_probe.cu) a
  * timing probe that does only the V side's (ONE_PASS_PROBE_V) or only the K
- * side's (ONE_PASS_PROBE_K) arithmetic, with wrong results. WGMMA: the
- * build (one_pass_traits). */
-enum { ONE_PASS_PROBE_V = 1, ONE_PASS_PROBE_K = 2 };
+ * side's (ONE_PASS_PROBE_K) arithmetic, with wrong results; or, with
+ * ONE_PASS_MBAR_HANDOVER, an experiment: each operand buffer handed from the
+ * K warps to the V warps by an mbarrier (every K thread arrives with release
+ * semantics, the V threads wait on the phase with acquire) in place of the
+ * named barrier's arrive and sync, the same results. WGMMA: the build
+ * (one_pass_traits). */
+enum { ONE_PASS_PROBE_V = 1, ONE_PASS_PROBE_K = 2, ONE_PASS_MBAR_HANDOVER = 4 };
+/* The dynamic shared memory of the PROBE instance of a build: the mbarriers
+ * of the handover experiment after the build's own. */
+template <int PROBE, int WGMMA> static constexpr size_t one_pass_launch_smem(void) {
+    return one_pass_smem<WGMMA>::BYTES +
+           ((PROBE & ONE_PASS_MBAR_HANDOVER) ? 8 * (one_pass_traits<WGMMA>::STAGES + 1) : 0);
+}
+static_assert(one_pass_launch_smem<ONE_PASS_MBAR_HANDOVER, 1>() <= 227 * 1024 &&
+                  one_pass_launch_smem<ONE_PASS_MBAR_HANDOVER, 0>() <= 227 * 1024,
+              "the handover experiment's shared memory on sm_90");
 template <int PROBE, int WGMMA>
 static __global__ void __launch_bounds__(one_pass_traits<WGMMA>::THREADS, 1)
     kda_chunked_kernel(kda_params p, int splits) {
     typedef one_pass_traits<WGMMA> TR;
-    constexpr int DO_K = PROBE != ONE_PASS_PROBE_V, DO_V = PROBE != ONE_PASS_PROBE_K;
+    constexpr int SIDE = PROBE & 3, MBAR = PROBE & ONE_PASS_MBAR_HANDOVER;
+    constexpr int DO_K = SIDE != ONE_PASS_PROBE_V, DO_V = SIDE != ONE_PASS_PROBE_K;
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int ON_WGMMA = WGMMA;
 #else
@@ -242,6 +256,18 @@ static __global__ void __launch_bounds__(one_pass_traits<WGMMA>::THREADS, 1)
     kda_seq sq;
     if (!kda_seq_of(p, n, h, &sq)) return;
     const int64_t L = sq.len, chunks = (L + CHUNK - 1) / CHUNK;
+    /* The handover experiment's mbarriers, after the build's shared memory
+     * (8-byte aligned), each expecting every K thread's arrival. */
+    unsigned full_bar = 0;
+    if constexpr (MBAR) {
+        const unsigned end = sp_smem_addr_(smem_bytes) + (unsigned)one_pass_smem<WGMMA>::BYTES;
+        full_bar = (end + 7u) & ~7u;
+        if (tid == 0) {
+            for (int b = 0; b < TR::STAGES; b++) sp_mbarrier_init_(full_bar + 8 * b, TR::K_THREADS);
+            sp_mbarrier_init_fence_();
+        }
+        __syncthreads();
+    }
 
     if (w < TR::K_THREADS / 32) { /* ---- the K warps ---- */
         sp_setmaxnreg_dec_<TR::K_REGS>();
@@ -280,7 +306,10 @@ static __global__ void __launch_bounds__(one_pass_traits<WGMMA>::THREADS, 1)
             /* G: the V side's tensor cores read Lk, Lq, R through the async
              * proxy; this thread's stores are ordered before those reads. */
             if (ON_WGMMA) sp_fence_proxy_async_();
-            sp_bar_arrive_(TR::BAR_FULL + b, TR::THREADS);
+            if constexpr (MBAR)
+                sp_mbarrier_arrive_(full_bar + 8 * b);
+            else
+                sp_bar_arrive_(TR::BAR_FULL + b, TR::THREADS);
         }
         sp_cp_async_wait_<0>();
         return;
@@ -311,7 +340,10 @@ static __global__ void __launch_bounds__(one_pass_traits<WGMMA>::THREADS, 1)
         const int b = (int)(ci % TR::STAGES);
         const int64_t c0 = ci * CHUNK;
         const int nt = (int)(L - c0 < CHUNK ? L - c0 : CHUNK);
-        sp_bar_sync_(TR::BAR_FULL + b, TR::THREADS);
+        if constexpr (MBAR) /* the buffer's (ci / STAGES)-th use completes that phase */
+            sp_mbarrier_wait_(full_bar + 8 * b, (unsigned)((ci / TR::STAGES) & 1));
+        else
+            sp_bar_sync_(TR::BAR_FULL + b, TR::THREADS);
         /* T is needed from solve_w on; the other V warps start on the
          * state's products meanwhile. */
         if (DO_V && vw == TR::V_SOLVER) solve_t(lane, s.work[b], s.ops[b]);
@@ -355,7 +387,8 @@ static cudaError_t launch_one_pass(const kda_params *p, int splits, int wgmma,
                                    cudaStream_t stream) {
     const void *kernel = wgmma ? (const void *)kda_chunked_kernel<PROBE, 1>
                                : (const void *)kda_chunked_kernel<PROBE, 0>;
-    const int smem = (int)(wgmma ? one_pass_smem<1>::BYTES : one_pass_smem<0>::BYTES);
+    const int smem = (int)(wgmma ? one_pass_launch_smem<PROBE, 1>()
+                                 : one_pass_launch_smem<PROBE, 0>());
     static_assert(one_pass_traits<0>::THREADS == one_pass_traits<1>::THREADS, "one block size");
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
