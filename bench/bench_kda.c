@@ -1,6 +1,7 @@
 /*
- * bench_kda.c — the CUDA KDA prefill, each kernel (recurrent, chunked, and
- * the library's plan) on the same inputs in the same process, timed
+ * bench_kda.c — the CUDA KDA prefill, each kernel (recurrent, chunked,
+ * two-pass, decode, and the library's plan) on the same inputs in the same
+ * process, timed
  * interleaved, at the shapes where fla's Triton chunk_kda was measured on
  * an H200 (2026-11-30, K3 contract, fp32 state): its Python-call times and,
  * at T = 16384, its GPU kernel time. Dense inputs, fp32 and bf16 state
@@ -22,7 +23,10 @@
  * (1000: two kernels; else the rest beside the pass in one kernel).
  * --shape T H N runs that shape alone, in the table or not.
  *
+ * --decode-rows R runs the decode kernel's build with R V rows a warp (2, 4, 8).
+ *
  * Run: build/bench/bench_kda [--shape T H N] [--probe m|g|v|k|g.v|g.k|h|g.h] [--two-pass R.P]
+ *      [--decode-rows R]
  *      [--json FILE]
  */
 #include "harness.h"
@@ -118,8 +122,8 @@ static void free_case(kda_case *c) {
  * ONE_PASS_PROBE_V or _K); the two-pass kernel's records in flight and
  * thousandths of its slots prepared first (0: the plan's). */
 static struct {
-    int build, probe, records, head_permille;
-} opts = {-1, 0, 0, 0};
+    int build, probe, records, head_permille, decode_rows;
+} opts = {-1, 0, 0, 0, 0};
 
 /* kda_probe.cu: the probe instance `side` of the plan's one-pass build. */
 int bench_kda_probe(const sp_kda_args *a, const sp_kda_plan *plan, int side, cudaStream_t s);
@@ -136,6 +140,8 @@ static void arm_prefill(void *ctx, cudaStream_t s) {
         plan.records = opts.records;
         plan.head_slots = h < 1 ? 1 : h;
     }
+    if (st == SP_OK && plan.kernel == SP_KDA_KERNEL_DECODE && opts.decode_rows)
+        plan.decode_rows_per_warp = opts.decode_rows;
     if (st == SP_OK && plan.kernel == SP_KDA_KERNEL_CHUNKED && opts.probe) {
         if (bench_kda_probe(&c->a, &plan, opts.probe, s) != 0) {
             fprintf(stderr, "bench_kda_probe: %s\n", sp_last_error());
@@ -269,6 +275,18 @@ int main(int argc, char **argv) {
         }
     opts.records = tp_records;
     opts.head_permille = tp_head;
+    /* --decode-rows R: the decode kernel's build with R V rows a warp (2, 4, 8). */
+    for (int i = 1; i + 1 < argc; i++)
+        if (strcmp(argv[i], "--decode-rows") == 0) {
+            opts.decode_rows = atoi(argv[i + 1]);
+            if (opts.decode_rows != 2 && opts.decode_rows != 4 && opts.decode_rows != 8) {
+                fprintf(stderr, "--decode-rows takes 2, 4 or 8\n");
+                return 2;
+            }
+            for (int k = i; k + 2 < argc; k++) argv[k] = argv[k + 2];
+            argc -= 2;
+            break;
+        }
     FILE *out = NULL;
     if (bench_json_arg(argc, argv, &out)) return 2;
     char name[256];
@@ -300,11 +318,18 @@ int main(int argc, char **argv) {
                   {2048, 96, 32, 0, 0},
                   {2048, 96, 64, 0, 0},
                   {2048, 96, 128, 0, 0},
-                  {2048, 96, 256, 0, 0}};
+                  {2048, 96, 256, 0, 0},
+                  /* Decode (one token a sequence) and four tokens a sequence: the
+                   * decode kernel's shapes (bench/kda_decode.py has the grid). */
+                  {64, 12, 64, 0, 0},
+                  {64, 96, 64, 0, 0},
+                  {512, 96, 512, 0, 0},
+                  {2048, 96, 512, 0, 0}};
     static const sp_dtype states[] = {SP_F32, SP_BF16};
-    enum { NK = 4 };
+    enum { NK = 5 };
     static const int32_t kernels[NK] = {SP_KDA_KERNEL_RECURRENT, SP_KDA_KERNEL_CHUNKED,
-                                        SP_KDA_KERNEL_CHUNKED_TWO_PASS, SP_KDA_KERNEL_AUTO};
+                                        SP_KDA_KERNEL_CHUNKED_TWO_PASS, SP_KDA_KERNEL_DECODE,
+                                        SP_KDA_KERNEL_AUTO};
     char table[160][160];
     int rows = 0;
     /* --shape outside the table: it alone, in the first row's place. */
@@ -359,8 +384,8 @@ int main(int argc, char **argv) {
             }
             free(o_rec), free(s_rec);
 
-            bench_fn fns[NK] = {arm_prefill, arm_prefill, arm_prefill, arm_prefill};
-            void *ctxs[NK] = {&c[0], &c[1], &c[2], &c[3]};
+            bench_fn fns[NK] = {arm_prefill, arm_prefill, arm_prefill, arm_prefill, arm_prefill};
+            void *ctxs[NK] = {&c[0], &c[1], &c[2], &c[3], &c[4]};
             bench_stats st[NK];
             bench_time_interleaved(fns, ctxs, NK, s, 3, 50, st);
             for (int k = 0; k < NK; k++) {

@@ -104,8 +104,8 @@ typedef enum sp_kda_beta {
  *     written once (and after each token a verify table keeps); fp32, o
  *     and the state within fp32 rounding of RECURRENT (the order of the
  *     sums differs). Serves every call of the recurrent kernel but those
- *     with checkpoints, with the pool 16-byte aligned (8 for bf16), its
- *     slot pitch a multiple of 4 elements and o 8-byte aligned. Not chosen
+ *     with checkpoints, with the pool 16-byte aligned (8 for bf16) and its
+ *     slot pitch a multiple of 4 elements. Not chosen
  *     by AUTO yet: it has not been measured against RECURRENT.
  *   AUTO (the default): RECURRENT where the chunked kernels cannot serve
  *     the call or the sequences average under 8 tokens; else

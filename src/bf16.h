@@ -1,7 +1,8 @@
 /*
  * bf16.h — bf16 <-> float conversions (round to nearest even, NaN kept a
  * NaN) that the host code and the kernels share, and SP_HD, which makes a
- * static inline helper callable from both. Included by C and by CUDA
+ * static inline helper callable from both (SP_HD_UNROLL: its loops
+ * unrolled on the device). Included by C and by CUDA
  * sources.
  */
 #ifndef SP_BF16_H
@@ -14,6 +15,14 @@
 #define SP_HD __host__ __device__
 #else
 #define SP_HD
+#endif
+
+/* Before a loop of an SP_HD function: unrolled in device code, a plain
+ * loop on the host. */
+#ifdef __CUDA_ARCH__
+#define SP_HD_UNROLL _Pragma("unroll")
+#else
+#define SP_HD_UNROLL
 #endif
 
 #ifdef __cplusplus

@@ -25,16 +25,16 @@ template <int W> static FN void window_load(const conv_params &p, int64_t slot, 
                                             window<W> &r) {
     const uint16_t *base = p.state + slot * p.s_slot;
     if (p.state_vec) {
-        UNROLL
+        SP_HD_UNROLL
         for (int k = 0; k < W - 1; k++) r.v[k] = load16(base + c0 * (W - 1) + k * VEC);
         return;
     }
-    UNROLL
+    SP_HD_UNROLL
     for (int k = 0; k < W - 1; k++) r.v[k] = bf8{{0, 0, 0, 0}};
-    UNROLL
+    SP_HD_UNROLL
     for (int i = 0; i < VEC; i++) {
         if (c0 + i >= p.C) break;
-        UNROLL
+        SP_HD_UNROLL
         for (int j = 0; j < W - 1; j++)
             put(r.v[(i * (W - 1) + j) / VEC], (i * (W - 1) + j) % VEC,
                 base[(c0 + i) * p.s_c + j * p.s_j]);
@@ -45,7 +45,7 @@ template <int W> static FN void window_store(const conv_params &p, int64_t slot,
                                              const window<W> &r) {
     uint16_t *base = p.state + slot * p.s_slot;
     if (p.state_vec) {
-        UNROLL
+        SP_HD_UNROLL
         for (int k = 0; k < W - 1; k++) {
             uint4 *at = (uint4 *)(base + c0 * (W - 1) + k * VEC);
             must_align(at, 16);
@@ -53,10 +53,10 @@ template <int W> static FN void window_store(const conv_params &p, int64_t slot,
         }
         return;
     }
-    UNROLL
+    SP_HD_UNROLL
     for (int i = 0; i < VEC; i++) {
         if (c0 + i >= p.C) break;
-        UNROLL
+        SP_HD_UNROLL
         for (int j = 0; j < W - 1; j++)
             base[(c0 + i) * p.s_c + j * p.s_j] =
                 get(r.v[(i * (W - 1) + j) / VEC], (i * (W - 1) + j) % VEC);
@@ -75,35 +75,35 @@ static FN void decode_thread(const conv_params &p, int64_t n0, int64_t n1, int64
     load_params<W>(p, c0, w, bias);
     const int si = seg_of(p, c0);
     int64_t next[DBATCH]; /* the next batch's slots, read a batch ahead */
-    UNROLL
+    SP_HD_UNROLL
     for (int b = 0; b < DBATCH; b++) next[b] = n0 + b < n1 ? sp_index_at_(p.idx, n0 + b) : -1;
     for (int64_t n = n0; n < n1; n += DBATCH) {
         int64_t slot[DBATCH];
         bf8 x[DBATCH];
         window<W> r[DBATCH];
-        UNROLL
+        SP_HD_UNROLL
         for (int b = 0; b < DBATCH; b++) {
             slot[b] = next[b];
             next[b] = n + DBATCH + b < n1 ? sp_index_at_(p.idx, n + DBATCH + b) : -1;
             if (n + b < n1) x[b] = load_x(p, n + b, c0); /* row n + b exists whatever the slot */
         }
-        UNROLL
+        SP_HD_UNROLL
         for (int b = 0; b < DBATCH; b++)
             if (slot[b] >= 0 && slot[b] < p.slots) window_load<W>(p, slot[b], c0, r[b]);
-        UNROLL
+        SP_HD_UNROLL
         for (int b = 0; b < DBATCH; b++) {
             if (slot[b] < 0 || slot[b] >= p.slots) continue; /* padded: nothing written */
             float z[W - 1][VEC];
-            UNROLL
+            SP_HD_UNROLL
             for (int i = 0; i < VEC; i++)
-                UNROLL
+                SP_HD_UNROLL
                 for (int j = 0; j < W - 1; j++)
                     z[j][i] = widen(get(r[b].v[(i * (W - 1) + j) / VEC], (i * (W - 1) + j) % VEC));
             store_out(p, si, n + b, c0, step<W, SILU>(w, bias, z, x[b]));
             window<W> o = {}; /* every half is set below */
-            UNROLL
+            SP_HD_UNROLL
             for (int i = 0; i < VEC; i++)
-                UNROLL
+                SP_HD_UNROLL
                 for (int j = 0; j < W - 1; j++) {
                     const int k = i * (W - 1) + j, from = k + 1; /* tap j+1, or the input */
                     put(o.v[k / VEC], k % VEC,

@@ -45,11 +45,6 @@
 
 /* A thread's code, for the device and for the emulation on the host. */
 #define FN __host__ __device__ __forceinline__
-#ifdef __CUDA_ARCH__
-#define UNROLL _Pragma("unroll")
-#else
-#define UNROLL
-#endif
 
 #define THREADS 128
 #define VEC 8 /* channels per thread: one 16-byte vector of bf16 */
@@ -148,7 +143,7 @@ static FN bf8 load_x(const conv_params &p, int64_t t, int64_t c0) {
         return v;
     }
     bf8 v = {{0, 0, 0, 0}};
-    UNROLL
+    SP_HD_UNROLL
     for (int i = 0; i < VEC; i++)
         if (c0 + i < p.C) put(v, i, row[(c0 + i) * p.x_col]);
     return v;
@@ -170,7 +165,7 @@ static FN void store_out(const conv_params &p, int si, int64_t t, int64_t c0, co
         *at = to_uint4(y);
         return;
     }
-    UNROLL
+    SP_HD_UNROLL
     for (int i = 0; i < VEC; i++) {
         const int64_t c = c0 + i;
         if (c >= p.C) break;
@@ -207,20 +202,20 @@ template <int W, int SILU>
 static FN bf8 step(const float (&w)[VEC][W], const float (&bias)[VEC], float (&z)[W - 1][VEC],
                    const bf8 &x) {
     float y[VEC];
-    UNROLL
+    SP_HD_UNROLL
     for (int i = 0; i < VEC; i++) {
         float zz[W];
-        UNROLL
+        SP_HD_UNROLL
         for (int j = 0; j < W - 1; j++) zz[j] = z[j][i];
         zz[W - 1] = widen(get(x, i));
         y[i] = act<SILU>(sp_conv_sum_(w[i], zz, W, bias[i]));
-        UNROLL
+        SP_HD_UNROLL
         for (int j = 0; j < W - 2; j++) z[j][i] = z[j + 1][i];
         z[W - 2][i] = zz[W - 1];
     }
     /* Round to nearest even, two at a time (one instruction). */
     bf8 out;
-    UNROLL
+    SP_HD_UNROLL
     for (int k = 0; k < VEC / 2; k++) {
 #ifdef __CUDA_ARCH__
         const __nv_bfloat162 h = __floats2bfloat162_rn(y[2 * k], y[2 * k + 1]);
@@ -252,10 +247,10 @@ static FN bf8 load16(const uint16_t *at) {
 
 /* N consecutive 32-bit words from a 16-byte aligned address, N/4 loads. */
 template <int N> static FN void load_words(const uint16_t *at, uint32_t (&u)[N]) {
-    UNROLL
+    SP_HD_UNROLL
     for (int r = 0; r < N / 4; r++) {
         const bf8 v = load16(at + r * VEC);
-        UNROLL
+        SP_HD_UNROLL
         for (int q = 0; q < 4; q++) u[4 * r + q] = v.w[q];
     }
 }
@@ -270,23 +265,23 @@ static FN void load_params(const conv_params &p, int64_t c0, float (&w)[VEC][W],
     if (p.w_vec && p.w_bf16) {
         uint32_t u[VEC * W / 2]; /* two bf16 a word */
         load_words((const uint16_t *)p.w + c0 * W, u);
-        UNROLL
+        SP_HD_UNROLL
         for (int i = 0; i < VEC; i++)
-            UNROLL
+            SP_HD_UNROLL
             for (int j = 0; j < W; j++)
                 w[i][j] = widen((uint16_t)(u[(i * W + j) >> 1] >> (16 * ((i * W + j) & 1))));
     } else if (p.w_vec) {
         uint32_t u[VEC * W]; /* f32 bits */
         load_words((const uint16_t *)((const float *)p.w + c0 * W), u);
-        UNROLL
+        SP_HD_UNROLL
         for (int i = 0; i < VEC; i++)
-            UNROLL
+            SP_HD_UNROLL
             for (int j = 0; j < W; j++) w[i][j] = sp_bits_f32_(u[i * W + j]);
     } else {
-        UNROLL
+        SP_HD_UNROLL
         for (int i = 0; i < VEC; i++) {
             const int64_t c = c0 + i < p.C ? c0 + i : p.C - 1; /* past C: computed, never stored */
-            UNROLL
+            SP_HD_UNROLL
             for (int j = 0; j < W; j++) {
                 const int64_t at = c * p.w_c + j * p.w_j;
                 w[i][j] = p.w_bf16 ? sp_bf16_to_f32_(((const uint16_t *)p.w)[at])
@@ -295,21 +290,21 @@ static FN void load_params(const conv_params &p, int64_t c0, float (&w)[VEC][W],
         }
     }
     if (!p.bias) {
-        UNROLL
+        SP_HD_UNROLL
         for (int i = 0; i < VEC; i++) bias[i] = 0.0f;
     } else if (p.b_vec) {
         const uint16_t *at = (const uint16_t *)((const char *)p.bias + c0 * (p.w_bf16 ? 2 : 4));
         const bf8 lo = load16(at);
         if (p.w_bf16) {
-            UNROLL
+            SP_HD_UNROLL
             for (int i = 0; i < VEC; i++) bias[i] = widen(get(lo, i));
         } else {
             const bf8 hi = load16(at + VEC);
-            UNROLL
+            SP_HD_UNROLL
             for (int i = 0; i < VEC; i++) bias[i] = sp_bits_f32_(i < 4 ? lo.w[i] : hi.w[i - 4]);
         }
     } else {
-        UNROLL
+        SP_HD_UNROLL
         for (int i = 0; i < VEC; i++) {
             const int64_t c = c0 + i < p.C ? c0 + i : p.C - 1;
             bias[i] = p.w_bf16 ? sp_bf16_to_f32_(((const uint16_t *)p.bias)[c * p.b_c])

@@ -54,12 +54,12 @@ static FN void state_io(const conv_params &p, int64_t slot, int64_t c0, float (&
         must_align(v, 16);
         bf8 raw[W - 1] = {}; /* a store sets every half below */
         if (!store) {
-            UNROLL
+            SP_HD_UNROLL
             for (int r = 0; r < W - 1; r++) raw[r] = from_uint4(v[r]);
         }
-        UNROLL
+        SP_HD_UNROLL
         for (int i = 0; i < VEC; i++) {
-            UNROLL
+            SP_HD_UNROLL
             for (int j = 0; j < W - 1; j++) {
                 const int k = i * (W - 1) + j;
                 if (store)
@@ -69,15 +69,15 @@ static FN void state_io(const conv_params &p, int64_t slot, int64_t c0, float (&
             }
         }
         if (store) {
-            UNROLL
+            SP_HD_UNROLL
             for (int r = 0; r < W - 1; r++) v[r] = to_uint4(raw[r]);
         }
         return;
     }
-    UNROLL
+    SP_HD_UNROLL
     for (int i = 0; i < VEC; i++) {
         if (c0 + i >= p.C) break;
-        UNROLL
+        SP_HD_UNROLL
         for (int j = 0; j < W - 1; j++) {
             uint16_t *e = base + (c0 + i) * p.s_c + j * p.s_j;
             if (store)
@@ -91,10 +91,10 @@ static FN void state_io(const conv_params &p, int64_t slot, int64_t c0, float (&
 /* The window before token t from x itself: z[j] <- row t-W+1+j. */
 template <int W>
 static FN void halo_from_x(const conv_params &p, int64_t t, int64_t c0, float (&z)[W - 1][VEC]) {
-    UNROLL
+    SP_HD_UNROLL
     for (int j = 0; j < W - 1; j++) {
         const bf8 r = load_x(p, t - (W - 1) + j, c0);
-        UNROLL
+        SP_HD_UNROLL
         for (int i = 0; i < VEC; i++) z[j][i] = widen(get(r, i));
     }
 }
@@ -163,7 +163,7 @@ static FN void ring_seek(xring &r, int64_t a, int64_t b) {
     r.next = r.x + a * r.xr;
     r.left = r.end - a;
     r.u = 0;
-    UNROLL
+    SP_HD_UNROLL
     for (int u = 0; u < RING; u++) ring_issue(r, u);
 }
 
@@ -217,10 +217,10 @@ static FN void run_tokens(const conv_params &p, const float (&w)[VEC][W], const 
         for (int64_t t = a; t < b; t += AHEAD) {
             const int64_t m = b - t;
             bf8 xs[AHEAD];
-            UNROLL
+            SP_HD_UNROLL
             for (int u = 0; u < AHEAD; u++)
                 if (u < m) xs[u] = load_x(p, t + u, c0);
-            UNROLL
+            SP_HD_UNROLL
             for (int u = 0; u < AHEAD; u++) {
                 if (u >= m) break;
                 store_out(p, si, t + u, c0, step<W, SILU>(w, bias, z, xs[u]));
@@ -285,9 +285,9 @@ static FN void conv_thread(const conv_params &p, int64_t bx, int64_t tiles, int6
         if (p.init && p.init[n]) {
             state_io<W>(p, slot, c0, z, false);
         } else {
-            UNROLL
+            SP_HD_UNROLL
             for (int j = 0; j < W - 1; j++)
-                UNROLL
+                SP_HD_UNROLL
                 for (int i = 0; i < VEC; i++) z[j][i] = 0.0f;
         }
         const int64_t own = t1 > s + W - 1 ? t1 : s + W - 1;

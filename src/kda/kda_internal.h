@@ -184,10 +184,11 @@ sp_status sp_kda_run_(const sp_kda_args *a, const sp_kda_dims *d, struct CUstrea
 /* Backends, called after the check with T, N and H > 0. */
 sp_status sp_kda_prefill_cpu_(const sp_kda_args *a, const sp_kda_dims *d);
 sp_status sp_kda_prefill_ref_(const sp_kda_args *a, const sp_kda_dims *d);
-/* CUDA builds: the decode kernel (decode.cu) run on the host, thread by
- * thread, on CPU tensors: the call's check, then the kernel's arithmetic and
- * indexing, for tests on machines without a GPU. */
-sp_status sp_kda_decode_emulate_(const sp_kda_args *a);
+/* CUDA builds: the decode kernel (decode.cu) with `rows_per_warp` (2, 4 or
+ * 8: sp_kda_plan) run on the host, thread by thread, on CPU tensors: the
+ * call's check, then the kernel's arithmetic and indexing, for tests on
+ * machines without a GPU. */
+sp_status sp_kda_decode_emulate_(const sp_kda_args *a, int rows_per_warp);
 /* CUDA builds: prefill.cu; otherwise src/cuda/none.c returns SP_ERR_NO_DEVICE. */
 sp_status sp_kda_prefill_cuda_(const sp_kda_args *a, const sp_kda_dims *d,
                                struct CUstream_st *stream);

@@ -30,6 +30,11 @@
 #define HEAD_MIN 0.05
 #define HEAD_MAX 0.8
 
+/* The decode kernel's V rows a warp (blocks of 8 x this many rows): 4 puts
+ * four blocks on each (sequence, head) pair, 3072 blocks at N = 64, H = 12
+ * (docs/TUNING.md, "DECODE_ROWS_PER_WARP": not yet swept). */
+#define DECODE_ROWS_PER_WARP 4
+
 const char *sp_kda_kernel_name(sp_kda_kernel k) {
     switch (k) {
     case SP_KDA_KERNEL_AUTO: return "auto";
@@ -141,7 +146,6 @@ const char *sp_kda_decode_layout_unsupported_(const sp_kda_args *a, const sp_kda
     if ((uintptr_t)a->state.data % align != 0 || d->pitch % 4 != 0)
         return d->state_bf16 ? "the pool must be 8-byte aligned, its slot pitch a multiple of 4"
                              : "the pool must be 16-byte aligned, its slot pitch a multiple of 4";
-    if ((uintptr_t)a->o.data % 8 != 0) return "o must be 8-byte aligned";
     return NULL;
 }
 
@@ -200,6 +204,8 @@ sp_status sp_kda_plan_(const sp_kda_args *a, const sp_kda_dims *d, sp_kda_plan *
         p.head_slots = sp_kda_two_pass_head_slots_(pairs, dev->sms, p.records,
                                                    sp_kda_two_pass_slots_(d->T, d->N));
         p.workspace_bytes = need;
+    } else if (p.kernel == SP_KDA_KERNEL_DECODE) {
+        p.decode_rows_per_warp = DECODE_ROWS_PER_WARP;
     }
     *plan = p;
     return SP_OK;
@@ -230,6 +236,11 @@ static sp_status check_forced(const sp_kda_args *a, const sp_kda_dims *d,
         SP_REQUIRE(!forced->wgmma || dev->kda_wgmma, SP_ERR_UNSUPPORTED,
                    "plan: the wgmma build has no wgmma code for cuda:%d",
                    (int)d->dev.ordinal);
+    }
+    if (forced->kernel == SP_KDA_KERNEL_DECODE) {
+        const int r = forced->decode_rows_per_warp;
+        SP_REQUIRE(r == 2 || r == 4 || r == 8, SP_ERR_INVALID_ARGUMENT,
+                   "plan: decode_rows_per_warp %d is not 2, 4 or 8", r);
     }
     if (forced->kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS) {
         const int64_t slots = sp_kda_two_pass_slots_(d->T, d->N);

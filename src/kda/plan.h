@@ -31,6 +31,8 @@ typedef struct sp_kda_plan {
                            [1, slots]; the rest are prepared beside it in one kernel,
                            where the device holds both (slots: two kernels) */
     size_t workspace_bytes; /* the two-pass kernel's need; 0 for the others */
+    /* DECODE: V rows a warp: 2, 4 or 8 (blocks of 16, 32 or 64 rows) */
+    int32_t decode_rows_per_warp;
 } sp_kda_plan;
 
 /* Calls with at most this many (sequence, head) pairs go to the two-pass

@@ -363,7 +363,7 @@ static void host_plan_cases(void) {
                {SP_KDA_KERNEL_AUTO, SP_ERR_INVALID_ARGUMENT},
                {7, SP_ERR_INVALID_ARGUMENT}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        const sp_kda_plan plan = {bad[i].kernel, 1, 0, 2, 1, 0};
+        const sp_kda_plan plan = {bad[i].kernel, 1, 0, 2, 1, 0, 4};
         CHECK_STATUS(sp_kda_prefill_planned_(&a, &plan, NULL), bad[i].status);
         if (bad[i].status == SP_ERR_INVALID_ARGUMENT)
             CHECKF(strncmp(sp_last_error(), "plan: kernel", 12) == 0, "%s", sp_last_error());

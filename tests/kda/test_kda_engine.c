@@ -68,6 +68,10 @@ static void *as_width(const int64_t *x, int64_t n, sp_dtype to) {
     return out;
 }
 
+/* The decode kernel's rows a warp that run() gives it (sp_kda_plan): 0, the
+ * library's plan; else 2, 4 or 8 through a plan of the test's. */
+static int decode_rows;
+
 /* Run a call whose buffers are all in the backend's memory; the two-pass
  * kernel gets the workspace it asks for. */
 static sp_status run(sp_kda_args *a) {
@@ -80,9 +84,17 @@ static sp_status run(sp_kda_args *a) {
         a->workspace_bytes = bytes;
     }
 #ifdef SP_KDA_TEST_EMULATED
-    const sp_status s = sp_kda_decode_emulate_(a);
+    const sp_status s = sp_kda_decode_emulate_(a, decode_rows ? decode_rows : 4);
 #else
-    const sp_status s = sp_kda_prefill(a, M->stream);
+    sp_status s;
+    sp_kda_plan plan;
+    if (a->kernel == SP_KDA_KERNEL_DECODE && decode_rows &&
+        (s = sp_kda_prefill_plan_(a, &plan)) == SP_OK) {
+        plan.decode_rows_per_warp = decode_rows;
+        s = sp_kda_prefill_planned_(a, &plan, M->stream);
+    } else {
+        s = sp_kda_prefill(a, M->stream);
+    }
 #endif
     if (ws) {
         char sync;
@@ -769,20 +781,27 @@ int main(void) {
     int32_t ks[4];
     const int nk = kernels(ks);
     for (int i = 0; i < nk; i++) {
-        widths_case(ks[i]);
-        has_initial_state_case(ks[i], SP_F32);
-        has_initial_state_case(ks[i], SP_BF16);
-        if (is_chunked(ks[i])) continue; /* forms, a verify table: refused by name (bad_cases) */
-        forms_case(ks[i]);
-        for (int s = 0; s < 2; s++)
-            for (int w = 0; w < 2; w++)
-                verify_case(ks[i], s ? SP_BF16 : SP_F32, w ? SP_I64 : SP_I32, 1, s == w,
-                            6500 + (uint64_t)(s * 2 + w));
-        verify_case(ks[i], SP_F32, SP_I32, 0, 0, 6510);
-        if (on_device()) device_rule_case(ks[i]);
+        /* The decode kernel in each of its builds: rows a warp 2, 4, 8. */
+        static const int rows[3] = {2, 8, 4};
+        for (int ri = 0; ri < (ks[i] == SP_KDA_KERNEL_DECODE ? 3 : 1); ri++) {
+            decode_rows = ks[i] == SP_KDA_KERNEL_DECODE ? rows[ri] : 0;
+            if (decode_rows) printf("decode kernel, %d rows a warp\n", decode_rows);
+            widths_case(ks[i]);
+            has_initial_state_case(ks[i], SP_F32);
+            has_initial_state_case(ks[i], SP_BF16);
+            if (is_chunked(ks[i])) continue; /* forms, a verify table: refused by name */
+            forms_case(ks[i]);
+            for (int s = 0; s < 2; s++)
+                for (int w = 0; w < 2; w++)
+                    verify_case(ks[i], s ? SP_BF16 : SP_F32, w ? SP_I64 : SP_I32, 1, s == w,
+                                6500 + (uint64_t)(s * 2 + w));
+            verify_case(ks[i], SP_F32, SP_I32, 0, 0, 6510);
+            if (on_device()) device_rule_case(ks[i]);
 #ifdef TS_MEM_IS_CUDA
-        graph_case(ks[i]);
+            graph_case(ks[i]);
 #endif
+        }
+        decode_rows = 0;
     }
     if (!emulated) bad_cases(); /* the contract of sp_kda_prefill itself */
     return sp_test_finish(emulated ? "test_kda_engine_emulated"

@@ -93,7 +93,8 @@ kda_params sp_kda_cuda_params_(const sp_kda_args *a, const sp_kda_dims *d);
 /* Launchers: enqueue the plan's kernels on `stream` (the current device
  * must be the tensors'); return the launch's own error. */
 cudaError_t sp_kda_launch_recurrent_(const kda_params *p, cudaStream_t stream);
-cudaError_t sp_kda_launch_decode_(const kda_params *p, cudaStream_t stream);
+cudaError_t sp_kda_launch_decode_(const kda_params *p, const sp_kda_plan *plan,
+                                  cudaStream_t stream);
 cudaError_t sp_kda_launch_chunked_(const kda_params *p, const sp_kda_plan *plan,
                                    cudaStream_t stream);
 /* workspace: plan->workspace_bytes of it; dev: the device's row (whether

@@ -10,12 +10,12 @@
  * exp(g), b and v[j] are known:
  *   S[:, j] *= exp(g);  u_j = v_j - S[:, j] . k^;  S[:, j] += b k^ u_j;
  *   o_j = S[:, j] . q^.
- * So a warp owns ROWS_PER_WARP rows, lane l holding channels 4l .. 4l + 3 of
+ * So a warp owns RPW rows, lane l holding channels 4l .. 4l + 3 of
  * each (one 16-byte load from an fp32 pool, 8 bytes from a bf16 one), every
  * row's load issued before anything else; the dot products finish by a xor
  * butterfly, whose fixed order makes reruns, and any number of tokens a call,
- * give the same bits. A block is (sequence, head, ROWS_PER_BLOCK rows):
- * ROW_BLOCKS blocks a (sequence, head) pair, so that at N = 64 there are
+ * give the same bits. A block is (sequence, head, 8 RPW rows): 128 / (8 RPW)
+ * blocks a (sequence, head) pair, so that at N = 64 there are
  * loads in flight on every multiprocessor. While the rows load, the block
  * prepares up to DEC_TOKENS tokens' vectors in shared memory (each half of
  * the block one token at a time); then each warp runs its rows through them
@@ -34,19 +34,23 @@
 
 #define DEC_THREADS 256
 #define DEC_WARPS (DEC_THREADS / 32)
-#define ROWS_PER_WARP 4
-#define ROWS_PER_BLOCK (DEC_WARPS * ROWS_PER_WARP) /* 32 */
-#define ROW_BLOCKS (SP_KDA_D / ROWS_PER_BLOCK)     /* 4 */
-#define DEC_TOKENS 8                               /* tokens prepared at a time */
-#define HALF 128                                   /* threads preparing one token */
+#define DEC_TOKENS 8 /* tokens prepared at a time */
+#define HALF 128     /* threads preparing one token */
 #define FULL SP_KDA_FULL_MASK
 
-typedef struct dec_smem {
+/* RPW: V rows a warp (the plan's decode_rows_per_warp: 2, 4 or 8). */
+template <int RPW> struct dec_shape {
+    static constexpr int ROWS = DEC_WARPS * RPW;      /* a block's rows */
+    static constexpr int BLOCKS = SP_KDA_D / ROWS;     /* blocks a (sequence, head) pair */
+    static_assert(ROWS <= HALF && SP_KDA_D % ROWS == 0, "rows a block");
+};
+
+template <int RPW> struct dec_smem {
     float q[DEC_TOKENS][SP_KDA_D], k[DEC_TOKENS][SP_KDA_D], e[DEC_TOKENS][SP_KDA_D];
-    float v[DEC_TOKENS][ROWS_PER_BLOCK]; /* v of the block's rows */
+    float v[DEC_TOKENS][dec_shape<RPW>::ROWS]; /* v of the block's rows */
     float b[DEC_TOKENS];
     float red[2][2][HALF / 32]; /* per half: each warp's sums of q^2 and k^2 */
-} dec_smem;
+};
 
 /* What a block works on: uniform over its threads. */
 typedef struct dec_block {
@@ -57,36 +61,39 @@ typedef struct dec_block {
 } dec_block;
 
 /* One thread's registers: its 4 channels of its warp's rows. */
-typedef struct dec_lane {
-    float S[ROWS_PER_WARP][4];
-    float dot[ROWS_PER_WARP]; /* this lane's share of a row's dot product */
-    float sq, sk;             /* prep: q^2 and k^2 of its channel */
-} dec_lane;
+template <int RPW> struct dec_lane {
+    float S[RPW][4];
+    float dot[RPW]; /* this lane's share of a row's dot product */
+    float sq, sk;   /* prep: q^2 and k^2 of its channel */
+};
 
 /* ---- the phases: the arithmetic of the kernel and of the emulation ------- */
 
 /* Block x of the grid; 0 when it has nothing to do (a padded or skipped
  * sequence, or one without tokens). */
-static SP_HD int dec_begin(const kda_params &p, int64_t x, dec_block *b) {
-    const int64_t pair = x / ROW_BLOCKS;
+template <int RPW> static SP_HD int dec_begin(const kda_params &p, int64_t x, dec_block *b) {
+    typedef dec_shape<RPW> SH;
+    const int64_t pair = x / SH::BLOCKS;
     b->h = pair % p.H;
     b->n = pair / p.H;
-    b->row0 = (int)(x % ROW_BLOCKS) * ROWS_PER_BLOCK;
+    b->row0 = (int)(x % SH::BLOCKS) * SH::ROWS;
     if (!kda_seq_of(p, b->n, b->h, &b->sq) || b->sq.len == 0) return 0;
     b->expA = expf(p.A_log[b->h]);
     return 1;
 }
 
-static SP_HD int64_t dec_row(const dec_block &b, int w, int r) {
-    return b.row0 + w * ROWS_PER_WARP + r;
+template <int RPW> static SP_HD int64_t dec_row(const dec_block &b, int w, int r) {
+    return b.row0 + w * RPW + r;
 }
 
 /* Load (or zero, for a fresh sequence) the thread's channels of its rows. */
-static SP_HD void dec_load(const kda_params &p, const dec_block &b, int tid, dec_lane &l) {
+template <int RPW>
+static SP_HD void dec_load(const kda_params &p, const dec_block &b, int tid, dec_lane<RPW> &l) {
     const int w = tid / 32, c = 4 * (tid % 32);
-    for (int r = 0; r < ROWS_PER_WARP; r++) {
+    SP_HD_UNROLL
+    for (int r = 0; r < RPW; r++) {
         float *x = l.S[r];
-        const int64_t at = b.sq.read_base + dec_row(b, w, r) * SP_KDA_D + c;
+        const int64_t at = b.sq.read_base + dec_row<RPW>(b, w, r) * SP_KDA_D + c;
         if (b.sq.read_base < 0) {
             x[0] = x[1] = x[2] = x[3] = 0.0f;
         } else if (p.state_bf16) {
@@ -103,12 +110,14 @@ static SP_HD void dec_load(const kda_params &p, const dec_block &b, int tid, dec
 }
 
 /* Store the thread's channels of its rows to the slot at `base` ([slot, h]). */
+template <int RPW>
 static SP_HD void dec_store(const kda_params &p, const dec_block &b, int64_t base, int tid,
-                            const dec_lane &l) {
+                            const dec_lane<RPW> &l) {
     const int w = tid / 32, c = 4 * (tid % 32);
-    for (int r = 0; r < ROWS_PER_WARP; r++) {
+    SP_HD_UNROLL
+    for (int r = 0; r < RPW; r++) {
         const float *x = l.S[r];
-        const int64_t at = base + dec_row(b, w, r) * SP_KDA_D + c;
+        const int64_t at = base + dec_row<RPW>(b, w, r) * SP_KDA_D + c;
         if (p.state_bf16) {
             uint2 u;
             u.x = (uint32_t)sp_f32_to_bf16_(x[0]) | (uint32_t)sp_f32_to_bf16_(x[1]) << 16;
@@ -122,8 +131,9 @@ static SP_HD void dec_store(const kda_params &p, const dec_block &b, int64_t bas
 
 /* Prep, 1: token t's channel tid % 128, squared (q and k), to be summed over
  * the warp. */
+template <int RPW>
 static SP_HD void dec_prep_squares(const kda_params &p, const dec_block &b, int64_t t, int tid,
-                                   dec_lane &l) {
+                                   dec_lane<RPW> &l) {
     const int c = tid % HALF;
     const float qf = sp_bf16_to_f32_(kda_row(p.q, t, b.h)[c]);
     const float kf = sp_bf16_to_f32_(kda_row(p.k, t, b.h)[c]);
@@ -132,7 +142,8 @@ static SP_HD void dec_prep_squares(const kda_params &p, const dec_block &b, int6
 }
 
 /* Prep, 2: the warp's sums (lane 0's, after the butterfly) into red[]. */
-static SP_HD void dec_prep_partial(int tid, const dec_lane &l, dec_smem &s) {
+template <int RPW>
+static SP_HD void dec_prep_partial(int tid, const dec_lane<RPW> &l, dec_smem<RPW> &s) {
     const int half = tid / HALF, w4 = (tid % HALF) / 32;
     if (tid % 32 == 0) {
         s.red[half][0][w4] = l.sq;
@@ -141,8 +152,9 @@ static SP_HD void dec_prep_partial(int tid, const dec_lane &l, dec_smem &s) {
 }
 
 /* Prep, 3: token t (i-th of the chunk) normalized, gated, into shared memory. */
+template <int RPW>
 static SP_HD void dec_prep_store(const kda_params &p, const dec_block &b, int64_t t, int i,
-                                 int tid, dec_smem &s) {
+                                 int tid, dec_smem<RPW> &s) {
     const int half = tid / HALF, c = tid % HALF;
     const float *rq = s.red[half][0], *rk = s.red[half][1];
     const float tq = (rq[0] + rq[1]) + (rq[2] + rq[3]), tk = (rk[0] + rk[1]) + (rk[2] + rk[3]);
@@ -153,17 +165,21 @@ static SP_HD void dec_prep_store(const kda_params &p, const dec_block &b, int64_
     const float x = kda_in(p.g, p.g_f32, t, b.h, c);
     s.e[i][c] = expf(sp_kda_log_decay_f32_(p.gate, p.lower_bound, b.expA, x,
                                            p.dt_bias[b.h * SP_KDA_D + c]));
-    if (c < ROWS_PER_BLOCK) s.v[i][c] = sp_bf16_to_f32_(kda_row(p.v, t, b.h)[b.row0 + c]);
+    if (c < dec_shape<RPW>::ROWS)
+        s.v[i][c] = sp_bf16_to_f32_(kda_row(p.v, t, b.h)[b.row0 + c]);
     if (c == 0)
         s.b[i] = sp_kda_beta_f32_(p.beta_form, kda_in(p.beta, p.beta_f32, t, b.h, 0));
 }
 
 /* Step, 1: decay the thread's channels of each row by token i; their share
  * of S[:, j] . k^. */
-static SP_HD void dec_decay(int i, int tid, const dec_smem &s, dec_lane &l) {
+template <int RPW>
+static SP_HD void dec_decay(int i, int tid, const dec_smem<RPW> &s, dec_lane<RPW> &l) {
     const int c = 4 * (tid % 32);
-    for (int r = 0; r < ROWS_PER_WARP; r++) {
+    SP_HD_UNROLL
+    for (int r = 0; r < RPW; r++) {
         float d = 0.0f;
+        SP_HD_UNROLL
         for (int x = 0; x < 4; x++) {
             l.S[r][x] *= s.e[i][c + x];
             d = fmaf(l.S[r][x], s.k[i][c + x], d);
@@ -174,34 +190,39 @@ static SP_HD void dec_decay(int i, int tid, const dec_smem &s, dec_lane &l) {
 
 /* Step, 2: with the full S . k^ of each row (dot[]), the rank-1 update;
  * the thread's share of S[:, j] . q^. */
-static SP_HD void dec_update(const dec_block &b, int i, int tid, const dec_smem &s, dec_lane &l) {
+template <int RPW>
+static SP_HD void dec_update(int i, int tid, const dec_smem<RPW> &s, dec_lane<RPW> &l) {
     const int w = tid / 32, c = 4 * (tid % 32);
-    for (int r = 0; r < ROWS_PER_WARP; r++) {
-        const float bu = s.b[i] * (s.v[i][w * ROWS_PER_WARP + r] - l.dot[r]);
+    SP_HD_UNROLL
+    for (int r = 0; r < RPW; r++) {
+        const float bu = s.b[i] * (s.v[i][w * RPW + r] - l.dot[r]);
         float d = 0.0f;
+        SP_HD_UNROLL
         for (int x = 0; x < 4; x++) {
             l.S[r][x] = fmaf(s.k[i][c + x], bu, l.S[r][x]);
             d = fmaf(l.S[r][x], s.q[i][c + x], d);
         }
         l.dot[r] = d;
     }
-    (void)b;
 }
 
-/* Step, 3: o of the warp's rows (full dots in dot[]), by its lane 0: one
- * 8-byte store. */
+/* Step, 3: o of the warp's rows (full dots in dot[], the same in every
+ * lane): lane r < RPW stores row r's (the warp's stores coalesce). */
+template <int RPW>
 static SP_HD void dec_out(const kda_params &p, const dec_block &b, int64_t t, int tid,
-                          const dec_lane &l) {
-    if (tid % 32) return;
-    uint2 u;
-    u.x = (uint32_t)sp_f32_to_bf16_(l.dot[0]) | (uint32_t)sp_f32_to_bf16_(l.dot[1]) << 16;
-    u.y = (uint32_t)sp_f32_to_bf16_(l.dot[2]) | (uint32_t)sp_f32_to_bf16_(l.dot[3]) << 16;
-    *(uint2 *)(p.o + (t * p.H + b.h) * SP_KDA_D + dec_row(b, tid / 32, 0)) = u;
+                          const dec_lane<RPW> &l) {
+    const int lane = tid % 32;
+    if (lane >= RPW) return;
+    float x = l.dot[0];
+    SP_HD_UNROLL
+    for (int r = 1; r < RPW; r++) x = lane == r ? l.dot[r] : x;
+    p.o[(t * p.H + b.h) * SP_KDA_D + dec_row<RPW>(b, tid / 32, lane)] = sp_f32_to_bf16_(x);
 }
 
 /* After token i (0-based in the sequence): the rows to its table slot. */
+template <int RPW>
 static SP_HD void dec_token_store(const kda_params &p, const dec_block &b, int64_t i, int tid,
-                                  const dec_lane &l) {
+                                  const dec_lane<RPW> &l) {
     if (p.ix.width == 0) return;
     const int64_t to = sp_kda_token_slot_(&p.ix, b.n, i);
     if (to >= 0) dec_store(p, b, kda_slot_base(p, to, b.h), tid, l);
@@ -220,12 +241,13 @@ static __device__ __forceinline__ void half_sync(int half) {
     else asm volatile("bar.sync 1, 128;" ::: "memory");
 }
 
+template <int RPW>
 static __global__ void __launch_bounds__(DEC_THREADS) kda_decode_kernel(kda_params p) {
-    __shared__ __align__(16) dec_smem s;
+    __shared__ __align__(16) dec_smem<RPW> s;
     dec_block b;
-    if (!dec_begin(p, blockIdx.x, &b)) return;
+    if (!dec_begin<RPW>(p, blockIdx.x, &b)) return;
     const int tid = threadIdx.x, half = tid / HALF;
-    dec_lane l;
+    dec_lane<RPW> l;
     dec_load(p, b, tid, l); /* in flight during the first prep */
     for (int64_t c0 = 0; c0 < b.sq.len; c0 += DEC_TOKENS) {
         const int nt = (int)(b.sq.len - c0 < DEC_TOKENS ? b.sq.len - c0 : DEC_TOKENS);
@@ -243,10 +265,10 @@ static __global__ void __launch_bounds__(DEC_THREADS) kda_decode_kernel(kda_para
         for (int i = 0; i < nt; i++) {
             dec_decay(i, tid, s, l);
 #pragma unroll
-            for (int r = 0; r < ROWS_PER_WARP; r++) l.dot[r] = butterfly(l.dot[r]);
-            dec_update(b, i, tid, s, l);
+            for (int r = 0; r < RPW; r++) l.dot[r] = butterfly(l.dot[r]);
+            dec_update(i, tid, s, l);
 #pragma unroll
-            for (int r = 0; r < ROWS_PER_WARP; r++) l.dot[r] = butterfly(l.dot[r]);
+            for (int r = 0; r < RPW; r++) l.dot[r] = butterfly(l.dot[r]);
             dec_out(p, b, b.sq.bos + c0 + i, tid, l);
             dec_token_store(p, b, c0 + i, tid, l);
         }
@@ -254,20 +276,29 @@ static __global__ void __launch_bounds__(DEC_THREADS) kda_decode_kernel(kda_para
     if (b.sq.slot_base >= 0) dec_store(p, b, b.sq.slot_base, tid, l);
 }
 
-extern "C" cudaError_t sp_kda_launch_decode_(const kda_params *p, cudaStream_t stream) {
+template <int RPW> static cudaError_t launch(const kda_params *p, cudaStream_t stream) {
     void *params[] = {(void *)p};
-    return cudaLaunchKernel((const void *)kda_decode_kernel,
-                            dim3((unsigned)(p->N * p->H * ROW_BLOCKS)), dim3(DEC_THREADS), params,
-                            0, stream);
+    return cudaLaunchKernel((const void *)kda_decode_kernel<RPW>,
+                            dim3((unsigned)(p->N * p->H * dec_shape<RPW>::BLOCKS)),
+                            dim3(DEC_THREADS), params, 0, stream);
+}
+
+extern "C" cudaError_t sp_kda_launch_decode_(const kda_params *p, const sp_kda_plan *plan,
+                                             cudaStream_t stream) {
+    switch (plan->decode_rows_per_warp) {
+    case 2: return launch<2>(p, stream);
+    case 8: return launch<8>(p, stream);
+    default: return launch<4>(p, stream);
+    }
 }
 
 /* ---- the emulation ------------------------------------------------------------ */
 
 /* The butterfly of every warp of the block over x(l) = field of lane l, in
  * the order the shuffles add: x_l += x_(l ^ off), off = 16, 8, 4, 2, 1. */
-template <typename F> static void host_butterfly(dec_lane *lanes, F field) {
+template <int RPW, typename F> static void host_butterfly(dec_lane<RPW> *lanes, F field) {
     for (int w = 0; w < DEC_WARPS; w++) {
-        dec_lane *L = lanes + 32 * w;
+        dec_lane<RPW> *L = lanes + 32 * w;
         for (int off = 16; off > 0; off >>= 1) {
             float next[32];
             for (int i = 0; i < 32; i++) next[i] = *field(L[i]) + *field(L[i ^ off]);
@@ -277,9 +308,11 @@ template <typename F> static void host_butterfly(dec_lane *lanes, F field) {
 }
 
 /* Block x of the grid on the host, its threads phase by phase. */
-static void emulate_block(const kda_params &p, int64_t x, dec_smem &s, dec_lane *lanes) {
+template <int RPW>
+static void emulate_block(const kda_params &p, int64_t x, dec_smem<RPW> &s, dec_lane<RPW> *lanes) {
+    typedef dec_lane<RPW> lane_t;
     dec_block b;
-    if (!dec_begin(p, x, &b)) return;
+    if (!dec_begin<RPW>(p, x, &b)) return;
     for (int t = 0; t < DEC_THREADS; t++) dec_load(p, b, t, lanes[t]);
     for (int64_t c0 = 0; c0 < b.sq.len; c0 += DEC_TOKENS) {
         const int nt = (int)(b.sq.len - c0 < DEC_TOKENS ? b.sq.len - c0 : DEC_TOKENS);
@@ -287,18 +320,18 @@ static void emulate_block(const kda_params &p, int64_t x, dec_smem &s, dec_lane 
             const int lo = (i % 2) * HALF;
             for (int t = lo; t < lo + HALF; t++)
                 dec_prep_squares(p, b, b.sq.bos + c0 + i, t, lanes[t]);
-            host_butterfly(lanes, [](dec_lane &l) { return &l.sq; });
-            host_butterfly(lanes, [](dec_lane &l) { return &l.sk; });
+            host_butterfly(lanes, [](lane_t &l) { return &l.sq; });
+            host_butterfly(lanes, [](lane_t &l) { return &l.sk; });
             for (int t = lo; t < lo + HALF; t++) dec_prep_partial(t, lanes[t], s);
             for (int t = lo; t < lo + HALF; t++) dec_prep_store(p, b, b.sq.bos + c0 + i, i, t, s);
         }
         for (int i = 0; i < nt; i++) {
             for (int t = 0; t < DEC_THREADS; t++) dec_decay(i, t, s, lanes[t]);
-            for (int r = 0; r < ROWS_PER_WARP; r++)
-                host_butterfly(lanes, [r](dec_lane &l) { return &l.dot[r]; });
-            for (int t = 0; t < DEC_THREADS; t++) dec_update(b, i, t, s, lanes[t]);
-            for (int r = 0; r < ROWS_PER_WARP; r++)
-                host_butterfly(lanes, [r](dec_lane &l) { return &l.dot[r]; });
+            for (int r = 0; r < RPW; r++)
+                host_butterfly(lanes, [r](lane_t &l) { return &l.dot[r]; });
+            for (int t = 0; t < DEC_THREADS; t++) dec_update(i, t, s, lanes[t]);
+            for (int r = 0; r < RPW; r++)
+                host_butterfly(lanes, [r](lane_t &l) { return &l.dot[r]; });
             for (int t = 0; t < DEC_THREADS; t++) {
                 dec_out(p, b, b.sq.bos + c0 + i, t, lanes[t]);
                 dec_token_store(p, b, c0 + i, t, lanes[t]);
@@ -309,8 +342,25 @@ static void emulate_block(const kda_params &p, int64_t x, dec_smem &s, dec_lane 
         for (int t = 0; t < DEC_THREADS; t++) dec_store(p, b, b.sq.slot_base, t, lanes[t]);
 }
 
-extern "C" sp_status sp_kda_decode_emulate_(const sp_kda_args *a) {
+template <int RPW> static sp_status emulate(const kda_params &p, const sp_kda_dims &d) {
+    dec_smem<RPW> *s = (dec_smem<RPW> *)malloc(sizeof *s);
+    dec_lane<RPW> *lanes = (dec_lane<RPW> *)malloc(DEC_THREADS * sizeof *lanes);
+    if (!s || !lanes) {
+        free(s);
+        free(lanes);
+        return sp_set_error_(SP_ERR_OUT_OF_MEMORY, "sp_kda_decode_emulate_: no memory");
+    }
+    for (int64_t x = 0; x < d.N * d.H * dec_shape<RPW>::BLOCKS; x++)
+        emulate_block(p, x, *s, lanes);
+    free(s);
+    free(lanes);
+    return SP_OK;
+}
+
+extern "C" sp_status sp_kda_decode_emulate_(const sp_kda_args *a, int rows_per_warp) {
     SP_REQUIRE(a, SP_ERR_INVALID_ARGUMENT, "args: NULL");
+    SP_REQUIRE(rows_per_warp == 2 || rows_per_warp == 4 || rows_per_warp == 8,
+               SP_ERR_INVALID_ARGUMENT, "rows_per_warp: %d is not 2, 4 or 8", rows_per_warp);
     sp_kda_args call = *a;
     call.kernel = SP_KDA_KERNEL_AUTO; /* the plan's device rule aside: checked below */
     sp_kda_dims d;
@@ -321,15 +371,6 @@ extern "C" sp_status sp_kda_decode_emulate_(const sp_kda_args *a) {
     SP_REQUIRE(!no, SP_ERR_UNSUPPORTED, "kernel: the decode kernel cannot serve this call: %s", no);
     if (d.T == 0 || d.N == 0 || d.H == 0) return SP_OK;
     const kda_params p = sp_kda_cuda_params_(&call, &d);
-    dec_smem *s = (dec_smem *)malloc(sizeof *s);
-    dec_lane *lanes = (dec_lane *)malloc(DEC_THREADS * sizeof *lanes);
-    if (!s || !lanes) {
-        free(s);
-        free(lanes);
-        return sp_set_error_(SP_ERR_OUT_OF_MEMORY, "sp_kda_decode_emulate_: no memory");
-    }
-    for (int64_t x = 0; x < d.N * d.H * ROW_BLOCKS; x++) emulate_block(p, x, *s, lanes);
-    free(s);
-    free(lanes);
-    return SP_OK;
+    return rows_per_warp == 2 ? emulate<2>(p, d) : rows_per_warp == 8 ? emulate<8>(p, d)
+                                                                      : emulate<4>(p, d);
 }

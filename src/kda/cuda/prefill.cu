@@ -52,7 +52,7 @@ static sp_status launch(const kda_params *p, const sp_kda_plan *plan, void *work
     if (plan->kernel == SP_KDA_KERNEL_RECURRENT) {
         SP_CUDA_CHECK(sp_kda_launch_recurrent_(p, stream));
     } else if (plan->kernel == SP_KDA_KERNEL_DECODE) {
-        SP_CUDA_CHECK(sp_kda_launch_decode_(p, stream));
+        SP_CUDA_CHECK(sp_kda_launch_decode_(p, plan, stream));
     } else if (plan->kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS) {
         const sp_cuda_device *dev;
         SP_FORWARD(sp_cuda_device_(device, SP_CUDA_PART_KDA, &dev));
