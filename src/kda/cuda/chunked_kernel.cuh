@@ -232,7 +232,12 @@ template <int PROBE, int WGMMA>
 static __global__ void __launch_bounds__(one_pass_traits<WGMMA>::THREADS, 1)
     kda_chunked_kernel(kda_params p, int splits) {
     typedef one_pass_traits<WGMMA> TR;
-    constexpr int SIDE = PROBE & 3, MBAR = PROBE & ONE_PASS_MBAR_HANDOVER;
+    constexpr int SIDE = PROBE & 3;
+#if __CUDA_ARCH__ >= 900
+    constexpr int MBAR = PROBE & ONE_PASS_MBAR_HANDOVER;
+#else
+    constexpr int MBAR = 0; /* mbarriers need sm_90: the named barriers there */
+#endif
     constexpr int DO_K = SIDE != ONE_PASS_PROBE_V, DO_V = SIDE != ONE_PASS_PROBE_K;
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int ON_WGMMA = WGMMA;
