@@ -219,6 +219,11 @@ static __device__ __forceinline__ void stage_o(const float O[CHUNK / 8][4], uint
  * named barrier's arrive and sync, the same results. WGMMA: the build
  * (one_pass_traits). */
 enum { ONE_PASS_PROBE_V = 1, ONE_PASS_PROBE_K = 2, ONE_PASS_MBAR_HANDOVER = 4 };
+#if __CUDA_ARCH__ >= 900
+#define SP_KDA_MBARRIERS 1
+#else
+#define SP_KDA_MBARRIERS 0
+#endif
 /* The dynamic shared memory of the PROBE instance of a build: the mbarriers
  * of the handover experiment after the build's own. */
 template <int PROBE, int WGMMA> static constexpr size_t one_pass_launch_smem(void) {
@@ -232,12 +237,8 @@ template <int PROBE, int WGMMA>
 static __global__ void __launch_bounds__(one_pass_traits<WGMMA>::THREADS, 1)
     kda_chunked_kernel(kda_params p, int splits) {
     typedef one_pass_traits<WGMMA> TR;
-    constexpr int SIDE = PROBE & 3;
-#if __CUDA_ARCH__ >= 900
-    constexpr int MBAR = PROBE & ONE_PASS_MBAR_HANDOVER;
-#else
-    constexpr int MBAR = 0; /* mbarriers need sm_90: the named barriers there */
-#endif
+    /* mbarriers need sm_90: below, the named barriers */
+    constexpr int SIDE = PROBE & 3, MBAR = (PROBE & ONE_PASS_MBAR_HANDOVER) && SP_KDA_MBARRIERS;
     constexpr int DO_K = SIDE != ONE_PASS_PROBE_V, DO_V = SIDE != ONE_PASS_PROBE_K;
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int ON_WGMMA = WGMMA;
