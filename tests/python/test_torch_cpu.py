@@ -304,6 +304,33 @@ class CustomOpsEngine(unittest.TestCase):
             self.assertTrue(bits_equal(a, b))
         self.assertTrue(bits_equal(s_comp, s_eager))
 
+    def test_prefill_op_with_the_engine_arguments(self):
+        # stridepack::kda_prefill carries has_initial_state, a verify table,
+        # num_accepted_tokens, index arrays of either width and beta_form.
+        gen = torch.Generator().manual_seed(22)
+        args, _ = kda_inputs(gen, T=8, H=2)
+        W, slots = 4, 10
+        table = torch.randperm(slots, generator=gen)[:2 * W].view(2, W).to(torch.int64)
+        acc = torch.tensor([2, 1], dtype=torch.int32)
+        has = torch.tensor([True, False])
+        cu = torch.tensor([0, 3, 7], dtype=torch.int32)
+        pool0 = 0.1 * torch.randn(slots, 2, 128, 128, generator=gen)
+        x = {n: args[n] for n in ("q", "k", "v", "g", "beta", "A_log", "dt_bias")}
+
+        def step(pool, o):
+            sp.kda_prefill(**x, cu_seqlens=cu, state=pool, state_indices=table, o=o,
+                           num_accepted_tokens=acc, has_initial_state=has,
+                           beta_form="logits_x2", gate="softplus")
+            return o.float().sum()
+
+        p_e, p_c = pool0.clone(), pool0.clone()
+        o_e, o_c = (torch.zeros(1, 8, 2, 128, dtype=torch.bfloat16) for _ in range(2))
+        step(p_e, o_e)
+        torch.compile(step, fullgraph=True, backend="aot_eager")(p_c, o_c)
+        self.assertTrue(bits_equal(o_c, o_e))
+        self.assertTrue(torch.equal(p_c, p_e))
+        self.assertFalse(torch.equal(p_c, pool0))
+
     def test_fla_dropin_ops(self):
         from stridepack.fla import chunk_kda, fused_recurrent_kda_fwd
         gen = torch.Generator().manual_seed(21)
