@@ -50,7 +50,8 @@ from __future__ import annotations
 
 from typing import Any, Optional, Tuple
 
-from . import _api, _native
+from . import _api
+from ._errors import StridepackError
 from ._kda import kda_prefill
 
 __all__ = ["chunk_kda", "fused_recurrent_kda", "fused_recurrent_kda_fwd"]
@@ -61,6 +62,16 @@ _IGNORED = ("cu_seqlens_cpu", "use_graph", "max_num_seqs", "disable_recompute", 
 
 def _refuse(call: str, option: str, value: Any, why: str) -> ValueError:
     return ValueError(f"stridepack.fla.{call}: {option}={value!r} is not served: {why}")
+
+
+def _index_array(x, dev):
+    """An index array as the library takes it: int32 or int64 as it is (else
+    int64), on `dev`, dense; x itself when it is already so."""
+    import torch
+    if x.device != dev or x.dtype not in (torch.int32, torch.int64):
+        x = x.to(device=dev, dtype=x.dtype if x.dtype in (torch.int32, torch.int64)
+                 else torch.int64)
+    return x if x.is_contiguous() else x.contiguous()
 
 
 def _refuse_unknown(call, kwargs):
@@ -137,25 +148,28 @@ class _Call:
                                  f"using `cu_seqlens`.Please flatten variable-length inputs "
                                  f"before processing.")
             # int64 (fla) or int32 (vLLM's query_start_loc): either is read as it is.
-            self.cu = cu_seqlens.to(device=dev, dtype=(cu_seqlens.dtype if cu_seqlens.dtype in
-                                                       (torch.int32, torch.int64)
-                                                       else torch.int64))
+            self.cu = _index_array(cu_seqlens, dev)
             self.N = self.cu.shape[0] - 1
         else:  # B sequences of T tokens, as one varlen batch
             self.N = B
             self.cu = torch.arange(B + 1, dtype=torch.int64, device=dev) * T
             q, k, v, g = (x.reshape(1, B * T, H, HEAD_DIM) for x in (q, k, v, g))
             beta = beta.reshape(1, B * T, H)
-        # q, k, v, g are read where they lie when their rows allow it (the K3
-        # column slices do); others are made dense first.
-        self.q, self.k, self.v, self.g = (x if _native.kda_reads_in_place(x) else x.contiguous()
-                                          for x in (q, k, v, g))
+        # q, k, v, g go as they are: the prefill reads them where they lie when
+        # their rows allow it (the K3 column slices do); run() makes the others
+        # dense when the prefill says so.
+        self.q, self.k, self.v, self.g = q, k, v, g
         self.beta, self.B, self.T, self.H, self.dev = beta, B, T, H, dev
         if A_log is None:  # lower_bound * sigmoid(g + dt_bias): exp(A_log) = 1
             A_log = torch.zeros(H, dtype=torch.float32, device=dev)
         if dt_bias is None:
             dt_bias = torch.zeros(H * HEAD_DIM, dtype=torch.float32, device=dev)
-        self.A_log, self.dt_bias = A_log.float(), dt_bias.float().reshape(-1)
+        if A_log.dtype != torch.float32:
+            A_log = A_log.float()
+        if dt_bias.dtype != torch.float32:
+            dt_bias = dt_bias.float()
+        self.A_log = A_log
+        self.dt_bias = dt_bias if dt_bias.dim() == 1 else dt_bias.reshape(-1)
         self.lower_bound = lower_bound
 
     def refuse(self, option, value, why):
@@ -169,11 +183,21 @@ class _Call:
             raise self.refuse("scale", scale, "a scale of 0 (o would be 0) is not served")
         lb = self.lower_bound
         gate = "log_decay" if self.log_decay else "softplus" if lb is None else "lower_bound"
-        kda_prefill(self.q, self.k, self.v, self.g, self.beta, self.A_log, self.dt_bias, self.cu,
-                    pool, state_indices, o, gate=gate,
-                    lower_bound=-5.0 if lb is None else float(lb),
-                    scale=float(HEAD_DIM ** -0.5 if scale is None else scale),
-                    beta_form=self.beta_form, num_accepted_tokens=num_accepted_tokens)
+        kw = dict(gate=gate, lower_bound=-5.0 if lb is None else float(lb),
+                  scale=float(HEAD_DIM ** -0.5 if scale is None else scale),
+                  beta_form=self.beta_form, num_accepted_tokens=num_accepted_tokens)
+        x = (self.q, self.k, self.v, self.g)
+        try:
+            kda_prefill(*x, self.beta, self.A_log, self.dt_bias, self.cu, pool, state_indices, o,
+                        **kw)
+        except StridepackError as e:
+            # Refused, nothing written: an input whose rows the prefill does
+            # not read where they lie. Dense copies of those, then the call.
+            if "not read in place" not in e.message:
+                raise
+            x = tuple(t if t.is_contiguous() else t.contiguous() for t in x)
+            kda_prefill(*x, self.beta, self.A_log, self.dt_bias, self.cu, pool, state_indices, o,
+                        **kw)
 
 
 def chunk_kda(q, k, v, g, beta, scale: Optional[float] = None, initial_state=None,
@@ -266,8 +290,9 @@ def fused_recurrent_kda_fwd(q, k, v, g, beta, A_log=None, dt_bias=None, initial_
     back (a copy each way). Without ``inplace_final_state``,
     ``output_final_state`` returns new final states ``[N, H, K, V]`` and the
     pool is not written. Returns ``(o, final_state)``: o bf16 ``[B, T, H,
-    128]`` (``out`` when given), final_state the pool (in place), the new
-    states, or None.
+    128]`` (``out`` when given: written where it lies when dense, its rows of
+    padded sequences left as they were; new and zero there otherwise),
+    final_state the pool (in place), the new states, or None.
 
     Speculative verify (fla's and vLLM's convention): ``ssm_state_indices``
     a table ``[N, k + 1]`` (int32 or int64) and ``num_accepted_tokens``
@@ -314,20 +339,22 @@ def fused_recurrent_kda_fwd(q, k, v, g, beta, A_log=None, dt_bias=None, initial_
         if ssm_state_indices.shape[0] != N:
             raise refuse("ssm_state_indices", list(ssm_state_indices.shape),
                          f"one row for each of the {N} sequences")
-        # int32 or int64 are read as they are (the library takes both).
-        idx = ssm_state_indices.to(device=dev, dtype=(
-            ssm_state_indices.dtype if ssm_state_indices.dtype in (torch.int32, torch.int64)
-            else torch.int64)).contiguous()
+        idx = _index_array(ssm_state_indices, dev)  # int32 or int64 as they are
     else:
         idx = torch.arange(N, dtype=torch.int32, device=dev)
     acc = None
     if num_accepted_tokens is not None:
-        acc = num_accepted_tokens.to(device=dev, dtype=(
-            num_accepted_tokens.dtype if num_accepted_tokens.dtype in (torch.int32, torch.int64)
-            else torch.int64)).contiguous()
+        acc = _index_array(num_accepted_tokens, dev)
     if out is not None and (out.shape != v.shape or out.dtype != torch.bfloat16):
         raise refuse("out", f"{list(out.shape)} {out.dtype}", f"out must be bf16 {list(v.shape)}")
-    o = torch.zeros(1, c.q.shape[1], H, HEAD_DIM, dtype=torch.bfloat16, device=dev)
+    # o in v's shape, the prefill writing a [1, B T, H, 128] view of it: out
+    # itself when given and dense (the rows of padded sequences keep what it
+    # held), else new, zero.
+    if out is not None and out.is_contiguous():
+        o_full = out
+    else:
+        o_full = torch.zeros(v.shape, dtype=torch.bfloat16, device=dev)
+    o = o_full if c.B == 1 else o_full.view(1, c.B * c.T, H, HEAD_DIM)
     if initial_state is None:
         # Sequence n in a pool of the batch's own, at slot n; padded ones keep -1.
         local = torch.where(idx >= 0, torch.arange(N, dtype=idx.dtype, device=dev), idx)
@@ -356,11 +383,10 @@ def fused_recurrent_kda_fwd(q, k, v, g, beta, A_log=None, dt_bias=None, initial_
             final = initial_state
         else:
             final = back.contiguous() if output_final_state else None
-    o = o.reshape(c.B, c.T, H, HEAD_DIM)
-    if out is not None:
-        out.copy_(o)
-        o = out
-    return o, final
+    if out is not None and o_full is not out:
+        out.copy_(o_full)
+        o_full = out
+    return o_full, final
 
 
 def _written(idx, cu, table):

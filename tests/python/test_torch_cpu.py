@@ -695,6 +695,19 @@ class FlaDecodeDropIn(unittest.TestCase):
                 for slot in (1, 2, 4, 6):  # nobody's
                     self.assertTrue(torch.equal(got[slot], self.pool[slot]))
 
+    def test_out_written_where_it_lies(self):
+        from stridepack.fla import fused_recurrent_kda_fwd
+        o_want, pool_want = self.direct()
+        pool = self.pool.clone()
+        out = torch.full((1, self.N, self.H, 128), 7.0, dtype=torch.bfloat16)
+        o, ht = fused_recurrent_kda_fwd(**self.fla_kw(), initial_state=pool,
+                                        ssm_state_indices=self.idx, state_v_first=True, out=out)
+        self.assertIs(o, out)
+        live = [0, 2, 3]
+        self.assertTrue(bits_equal(out[:, live], o_want[:, live]))
+        self.assertTrue((out[:, 1] == 7).all(), "the padded row of out kept its contents")
+        self.assertTrue(torch.equal(pool, pool_want))
+
     def test_padded_row_without_a_pool(self):
         from stridepack.fla import fused_recurrent_kda_fwd
         o, ht = fused_recurrent_kda_fwd(**self.fla_kw(), ssm_state_indices=self.idx,
