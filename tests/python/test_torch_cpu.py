@@ -533,6 +533,27 @@ class FlaDropIn(unittest.TestCase):
                     A_log=args["A_log"], dt_bias=args["dt_bias"], use_qk_l2norm_in_kernel=True,
                     use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True)
 
+    def test_views_the_prefill_does_not_read_in_place(self):
+        # q and k with channels strided (innermost stride H): the prefill
+        # refuses them, the drop-in makes them dense and calls again.
+        from stridepack.fla import chunk_kda
+        gen = torch.Generator().manual_seed(33)
+        args, h0 = self.inputs(gen)
+        T, H = args["q"].shape[1], args["q"].shape[2]
+        a = self.fla_args(args)
+        strided = {}
+        for n in ("q", "k"):
+            buf = torch.empty(1, T, 128, H, dtype=torch.bfloat16)
+            view = buf.permute(0, 1, 3, 2)
+            view.copy_(a[n])
+            self.assertFalse(sp._native.kda_reads_in_place(view))
+            strided[n] = view
+        o1, s1 = chunk_kda(**a, initial_state=h0, output_final_state=True,
+                           cu_seqlens=args["cu_seqlens"])
+        o2, s2 = chunk_kda(**dict(a, **strided), initial_state=h0, output_final_state=True,
+                           cu_seqlens=args["cu_seqlens"])
+        self.assertTrue(bits_equal(o1, o2) and torch.equal(s1, s2))
+
     def test_every_served_gate_and_both_state_layouts(self):
         from stridepack.fla import chunk_kda
         gen = torch.Generator().manual_seed(60)
