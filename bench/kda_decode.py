@@ -53,23 +53,28 @@ GRID_N, GRID_H, GRID_K, POOLS = (64, 256, 512), (12, 32, 96), (1, 4), ("f32", "b
 def make_inputs(N, H, k, pool, device, seed):
     """The step's inputs; the pool has N k + 1 slots, the table [N, k] (k > 1)
     a random permutation of them, num_accepted_tokens random in [1, k]."""
-    g = torch.Generator().manual_seed(seed)
+    # Made on the device (the largest pool is 12.9 GB): its own generator.
+    g = torch.Generator(device=device).manual_seed(seed)
     T, P = N * k, H * D
-    conv = (torch.rand(T, 3 * P, generator=g) * 2 - 1).bfloat16().to(device)
+
+    def rand(*shape, lo=0.0, hi=1.0):
+        return torch.rand(*shape, generator=g, device=device) * (hi - lo) + lo
+
+    conv = rand(T, 3 * P, lo=-1, hi=1).bfloat16()
     x = dict(q=conv[:, :P].view(1, T, H, D), k=conv[:, P:2 * P].view(1, T, H, D),
-             v=conv[:, 2 * P:].view(1, T, H, D),
-             g=(torch.rand(1, T, H, D, generator=g) * 4 - 3).bfloat16().to(device),
-             beta=(torch.rand(1, T, H, generator=g) * 6 - 3).bfloat16().to(device),
-             A_log=(torch.rand(H, generator=g) - 0.5).to(device),
-             dt_bias=(torch.rand(P, generator=g) - 0.5).to(device))
+             v=conv[:, 2 * P:].view(1, T, H, D), g=rand(1, T, H, D, lo=-3, hi=1).bfloat16(),
+             beta=rand(1, T, H, lo=-3, hi=3).bfloat16(), A_log=rand(H, lo=-0.5, hi=0.5),
+             dt_bias=rand(P, lo=-0.5, hi=0.5))
     slots = N * k + 1
     dt = torch.float32 if pool == "f32" else torch.bfloat16
-    x["pool"] = (0.05 * torch.randn(slots, H, D, D, generator=g)).to(dt).to(device)
-    x["cu"] = (torch.arange(N + 1, dtype=torch.int64) * k).to(device)
-    perm = torch.randperm(slots, generator=g)[:N * k].to(torch.int32)
-    x["idx"] = (perm if k == 1 else perm.view(N, k)).to(device)
-    x["acc"] = None if k == 1 else torch.randint(1, k + 1, (N,), generator=g,
-                                                 dtype=torch.int32).to(device)
+    x["pool"] = torch.empty(slots, H, D, D, dtype=dt, device=device)
+    for s in range(slots):  # a slot at a time: no f32 copy of a bf16 pool
+        x["pool"][s] = 0.05 * torch.randn(H, D, D, generator=g, device=device)
+    x["cu"] = torch.arange(N + 1, dtype=torch.int64, device=device) * k
+    perm = torch.randperm(slots, generator=g, device=device)[:N * k].to(torch.int32)
+    x["idx"] = perm if k == 1 else perm.view(N, k)
+    x["acc"] = None if k == 1 else torch.randint(1, k + 1, (N,), generator=g, device=device,
+                                                 dtype=torch.int32)
     x["o"] = torch.empty(1, T, H, D, dtype=torch.bfloat16, device=device)
     x["shape"] = (N, H, k)
     return x
