@@ -73,9 +73,10 @@ SHAPES = [(16384, 96, 1), (16384, 96, 8), (16384, 64, 1), (8192, 96, 1), (2048, 
 SP_KERNELS = ("recurrent", "chunked", "chunked_two_pass", "auto")
 # The gate forms (sp_kda_gate): K3's lower bound, Kimi-Linear's softplus, and
 # the log-decay computed before the call (fla's use_gate_in_kernel=False: the
-# softplus gate's values, fp32). --gates picks them; FlashKDA and its fork
-# take the lower-bound gate only.
-GATES = ("lower_bound", "softplus", "log_decay")
+# softplus gate's values, fp32 as vLLM's gate kernel writes them, or rounded
+# to bf16: log_decay_bf16, which the chunked kernels read). --gates picks
+# them; FlashKDA and its fork take the lower-bound gate only.
+GATES = ("lower_bound", "softplus", "log_decay", "log_decay_bf16")
 # --shapes gates: the shapes of the gate comparison (T, H, lengths).
 GATE_SHAPES = [(16384, 96, (16384,)), (16384, 32, (16384,)), (16384, 16, (16384,)),
                (8192, 32, (4096, 2048, 1536, 512))]
@@ -200,14 +201,14 @@ def sp_prefill(sp, x, o, state, kernel, workspace):
     """stridepack's prefill on x's inputs; o and the state pool in place.
     Keep every stridepack call here (argument names live in python/stridepack/_kda.py)."""
     sp.kda_prefill(x["q"], x["k"], x["v"], x["g"], x["beta"], x["A_log"], x["dt_bias"],
-                   x["cu"], state, x["idx"], o, gate=x["gate"], lower_bound=LOWER_BOUND,
+                   x["cu"], state, x["idx"], o, gate=x["form"], lower_bound=LOWER_BOUND,
                    scale=SCALE, kernel=kernel, workspace=workspace)
 
 
 def sp_workspace_bytes(sp, x, o, state):
     return int(sp.kda_workspace_bytes(x["q"], x["k"], x["v"], x["g"], x["beta"], x["A_log"],
                                       x["dt_bias"], x["cu"], state, x["idx"], o,
-                                      gate=x["gate"], lower_bound=LOWER_BOUND, scale=SCALE))
+                                      gate=x["form"], lower_bound=LOWER_BOUND, scale=SCALE))
 
 
 def flashkda_fwd(mod, x, o, ws, final_state, uniform_seq_len=0):
@@ -225,7 +226,7 @@ def fla_call(chunk_kda, x, safe_gate=True):
     """fla's chunk_kda with the options of x's gate form: the K3 gate in the
     kernel with its lower bound; softplus in the kernel (lower_bound None);
     the log-decay as g (use_gate_in_kernel=False)."""
-    gate = x["gate"]
+    gate = x["form"]
     opts = dict(use_gate_in_kernel=gate != "log_decay")
     if gate == "lower_bound":
         opts.update(safe_gate=safe_gate, lower_bound=LOWER_BOUND)
@@ -243,8 +244,8 @@ def make_inputs(lengths, H, device, seed, edge=False, gate="lower_bound"):
     """Inputs for sequences of `lengths` (B = 1, varlen) and a gate form:
     the K3 contract for "lower_bound"; for "softplus" the same raw gate input
     with A_log in [-0.5, 0.5] (edge: up to 3); for "log_decay" g is that
-    softplus gate's value itself, fp32 (edge: some channels at -60, forgotten
-    within a token). edge=True: gate inputs a mix of U(-4, 1.5), -30 and +30,
+    softplus gate's value itself, fp32 (log_decay_bf16: rounded to bf16;
+    edge: some channels at -60, forgotten within a token). edge=True: gate inputs a mix of U(-4, 1.5), -30 and +30,
     beta logits a mix of U(-3, 3) and +-10."""
     gen = torch.Generator(device=device)
     gen.manual_seed(seed)
@@ -271,14 +272,15 @@ def make_inputs(lengths, H, device, seed, edge=False, gate="lower_bound"):
     A_log = U((H,), -0.5, 3.0 if edge and gate != "lower_bound" else 0.5).float()
     dt_bias = U((H * D,), -0.5, 0.5).float()
     g = g.bfloat16()
-    if gate == "log_decay":
+    form = "log_decay" if gate.startswith("log_decay") else gate
+    if form == "log_decay":
         graw = g.double() + dt_bias.double().view(1, 1, H, D)
         g = -torch.exp(A_log.double()).view(1, 1, H, 1) * torch.nn.functional.softplus(graw)
         if edge:
             sel = torch.rand(1, T, H, D, generator=gen, device=device)
             g = torch.where(sel < 0.02, torch.full_like(g, -60.0), g)
-        g = g.float()
-    x = dict(q=q, k=k, v=v, g=g, beta=beta.bfloat16(), gate=gate,
+        g = g.bfloat16() if gate == "log_decay_bf16" else g.float()
+    x = dict(q=q, k=k, v=v, g=g, beta=beta.bfloat16(), gate=gate, form=form,
              A_log=A_log, dt_bias=dt_bias,
              cu=torch.tensor(cu_list, dtype=torch.int64, device=device),
              cu_cpu=torch.tensor(cu_list, dtype=torch.int64),
@@ -292,11 +294,11 @@ def gate_f64(x):
     """The per-channel log-decay [T, H, K] of x's gate form, in fp64."""
     T, H = x["T"], x["H"]
     f64 = torch.float64
-    if x["gate"] == "log_decay":
+    if x["form"] == "log_decay":
         return x["g"].reshape(T, H, D).to(f64)
     graw = x["g"].reshape(T, H, D).to(f64) + x["dt_bias"].to(f64).view(1, H, D)
     expA = torch.exp(x["A_log"].to(f64)).view(1, H, 1)
-    if x["gate"] == "softplus":
+    if x["form"] == "softplus":
         return -expA * torch.nn.functional.softplus(graw)
     return LOWER_BOUND * torch.sigmoid(expA * graw)
 
@@ -740,9 +742,9 @@ def _naive(x):
             for t in range(cu[n], cu[n + 1]):
                 gr = x["g"][0, t, h].to(f) + x["dt_bias"][h * D:(h + 1) * D].to(f)
                 ea = math.exp(float(x["A_log"][h]))
-                if x["gate"] == "log_decay":
+                if x["form"] == "log_decay":
                     gt = x["g"][0, t, h].to(f)
-                elif x["gate"] == "softplus":
+                elif x["form"] == "softplus":
                     gt = -ea * torch.log1p(torch.exp(gr))
                 else:
                     gt = LOWER_BOUND * torch.sigmoid(ea * gr)
@@ -784,13 +786,14 @@ def self_test():
                                                      (2048, 96, (128,) * 16)]
     assert parse_shapes("gates")[-1] == (8192, 32, (4096, 2048, 1536, 512))
     # The other gate forms: the reference against the scalar loop.
-    for gate in ("softplus", "log_decay"):
+    for gate in ("softplus", "log_decay", "log_decay_bf16"):
         y = make_inputs((19, 0, 12), 2, torch.device("cpu"), seed=9, edge=True, gate=gate)
         o64, s64 = reference(y, torch.float64)
         on, sn = _naive(y)
         assert rel_l2(o64, on) < 1e-12 and rel_l2(s64, sn) < 1e-12, gate
-        if gate == "log_decay":
-            assert y["g"].dtype == torch.float32 and y["g"].max().item() <= 0
+        if gate.startswith("log_decay"):
+            want = torch.float32 if gate == "log_decay" else torch.bfloat16
+            assert y["g"].dtype == want and y["g"].max().item() <= 0
             assert (y["g"] == -60).any()
     print("self-test passed")
     return 0

@@ -19,9 +19,9 @@ extern "C" int bench_kda_probe(const sp_kda_args *a, const sp_kda_plan *plan, in
     if (sp_kda_check_(a, 1, &d) != SP_OK) return -1;
     const kda_params p = sp_kda_cuda_params_(a, &d);
     const cudaError_t e =
-        side == ONE_PASS_PROBE_V   ? launch_one_pass<ONE_PASS_PROBE_V>(&p, plan->splits, plan->wgmma, s)
-        : side == ONE_PASS_PROBE_K ? launch_one_pass<ONE_PASS_PROBE_K>(&p, plan->splits, plan->wgmma, s)
-                                   : launch_one_pass<ONE_PASS_MBAR_HANDOVER>(&p, plan->splits,
+        side == ONE_PASS_PROBE_V   ? launch_one_pass<ONE_PASS_PROBE_V, 0>(&p, plan->splits, plan->wgmma, s)
+        : side == ONE_PASS_PROBE_K ? launch_one_pass<ONE_PASS_PROBE_K, 0>(&p, plan->splits, plan->wgmma, s)
+                                   : launch_one_pass<ONE_PASS_MBAR_HANDOVER, 0>(&p, plan->splits,
                                                                              plan->wgmma, s);
     if (e != cudaSuccess) {
         sp_set_error_(SP_ERR_CUDA, "probe launch: %s", cudaGetErrorString(e));

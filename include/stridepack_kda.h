@@ -50,8 +50,8 @@ extern "C" {
  * after an engine's own gate kernel): bf16 or f32, every value <= 0, -inf
  * meaning "forget the channel"; A_log and dt_bias are then not read (still
  * required, of their shapes). The CPU backend, the reference and the
- * RECURRENT and DECODE kernels serve every gate; the chunked kernels only the
- * lower-bound one (sp_kda_kernel). */
+ * RECURRENT and DECODE kernels serve every gate; the chunked kernels every
+ * gate with g bf16 (sp_kda_kernel). */
 typedef enum sp_kda_gate {
     SP_KDA_GATE_LOWER_BOUND = 0, /* K3: lower_bound * sigmoid(exp(A_log) * x) */
     SP_KDA_GATE_SOFTPLUS = 1,    /* Kimi-Linear: -exp(A_log) * softplus(x) */
@@ -61,8 +61,8 @@ typedef enum sp_kda_gate {
 /* How beta_t comes from the beta input. Values are fixed; new ones are
  * appended. LOGITS_X2 is fla's allow_neg_eigval (b in [0, 2): negative
  * eigenvalues of the state's transition); ACTIVATED takes beta as computed
- * elsewhere, used as given. The chunked kernels serve LOGITS only (and beta
- * bf16); every other kernel and backend serves all three. */
+ * elsewhere, used as given. Every kernel and backend serves all three, beta
+ * bf16 or f32. */
 typedef enum sp_kda_beta {
     SP_KDA_BETA_LOGITS = 0,    /* b = sigmoid(beta) (the default) */
     SP_KDA_BETA_LOGITS_X2 = 1, /* b = 2 sigmoid(beta) */
@@ -93,11 +93,15 @@ typedef enum sp_kda_beta {
  *     H200) the pass leaves room on the GPU, and the second kernel
  *     prepares the last chunks' products beside the pass (a cooperative
  *     launch); the results are the same bits either way.
- *   Both chunked kernels serve CUDA calls with the lower-bound gate, one
- *   slot a sequence (no verify table), a checkpoint interval that is 0 or
- *   a multiple of 32, and q, k, v, g and
- *   o 16-byte aligned (strided inputs are by the rule in sp_kda_args; the
- *   boundary's packed copies always are).
+ *   Both chunked kernels serve CUDA calls with g bf16, one slot a sequence
+ *   (no verify table), a checkpoint interval that is 0 or a multiple of 32,
+ *   and q, k, v, g and o 16-byte aligned (strided inputs are by the rule in
+ *   sp_kda_args; the boundary's packed copies always are). Every gate and
+ *   beta form: K3's (the lower-bound gate, beta bf16 logits) in the builds
+ *   measured above; the others in every-gate builds, which compute a chunk
+ *   whose decays exceed 5 nats a token on average over 8 tokens
+ *   element by element (exact exponents <= 0) instead of factored. The
+ *   every-gate builds are not yet measured: AUTO does not choose them.
  *   DECODE: for few tokens a sequence (decode, speculative verify), laid
  *     out for bandwidth: each state row (the 128 K channels of a V column)
  *     is read once into registers, run through the sequence's tokens and
@@ -108,7 +112,8 @@ typedef enum sp_kda_beta {
  *     slot pitch a multiple of 4 elements. Not chosen
  *     by AUTO yet: it has not been measured against RECURRENT.
  *   AUTO (the default): RECURRENT where the chunked kernels cannot serve
- *     the call or the sequences average under 8 tokens; else
+ *     the call, the sequences average under 8 tokens, or the gate or beta
+ *     form is not K3's; else
  *     CHUNKED_TWO_PASS for at most 32 (sequence, head) pairs when the
  *     workspace given is large enough; else CHUNKED. CPU tensors have one
  *     implementation (the recurrent form); AUTO and RECURRENT select it. */

@@ -61,6 +61,22 @@ static __device__ __forceinline__ void sp_bar_arrive_(int id, int count) {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
+/* sp_bar_sync_ that also gives every thread whether any of them had `pred`
+ * nonzero. */
+static __device__ __forceinline__ int sp_bar_sync_or_(int id, int count, int pred) {
+    int any;
+    asm volatile("{\n"
+                 "  .reg .pred p, q;\n"
+                 "  setp.ne.s32 p, %3, 0;\n"
+                 "  bar.red.or.pred q, %1, %2, p;\n"
+                 "  selp.s32 %0, 1, 0, q;\n"
+                 "}\n"
+                 : "=r"(any)
+                 : "r"(id), "r"(count), "r"(pred)
+                 : "memory");
+    return any;
+}
+
 /* 2^x and 1/x, one special-function instruction each; results below the
  * smallest normal float flush to zero. */
 static __device__ __forceinline__ float sp_ex2_ftz_(float x) {

@@ -6,6 +6,8 @@
  *
  *   CPU tensors, or a call the chunked kernels cannot serve -> RECURRENT
  *   sequences under CHUNKED_MIN_MEAN_TOKENS tokens on average -> RECURRENT
+ *   gate or beta forms other than K3's, CHUNKED_EVERY_GATE_AUTO
+ *     off                                            -> RECURRENT
  *   at most SP_KDA_TWO_PASS_MAX_PAIRS (sequence, head) pairs, with the
  *     workspace                                      -> CHUNKED_TWO_PASS
  *   else                                             -> CHUNKED
@@ -29,6 +31,12 @@
 #define HEAD_K 0.17
 #define HEAD_MIN 0.05
 #define HEAD_MAX 0.8
+
+/* AUTO sends calls in gate or beta forms other than K3's (the lower-bound
+ * gate, beta bf16 logits) to the recurrent kernel: the chunked kernels'
+ * every-gate builds serve them when forced, and take AUTO's calls once
+ * measured against it (docs/TUNING.md, "CHUNKED_EVERY_GATE"). */
+#define CHUNKED_EVERY_GATE_AUTO 0
 
 /* The decode kernel's V rows a warp (blocks of 8 x this many rows): 4 puts
  * four blocks on each (sequence, head) pair, 3072 blocks at N = 64, H = 12
@@ -114,11 +122,8 @@ static const char *chunked_unsupported(const sp_kda_args *a, const sp_kda_dims *
                                        const sp_cuda_device **dev) {
     *dev = NULL;
     if (d->dev.type != SP_DEVICE_CUDA) return "they run on CUDA tensors only";
-    if (a->gate != SP_KDA_GATE_LOWER_BOUND)
-        return "they need the lower-bound gate (the softplus gate and a precomputed log-decay "
-               "have no bound on a token's decay, which their factorized products rely on)";
-    if (a->beta_form != SP_KDA_BETA_LOGITS || a->beta.dtype != SP_BF16)
-        return "they take beta as bf16 logits (the sigmoid in the kernel)";
+    if (a->g.dtype != SP_BF16)
+        return "they read g as bf16 (a log-decay in f32 runs on the recurrent or decode kernel)";
     if (d->width > 0)
         return "a verify table (2-D state_indices) writes the state after every token, which "
                "they do not keep";
@@ -155,6 +160,11 @@ static const char *decode_unsupported(const sp_kda_args *a, const sp_kda_dims *d
     return sp_kda_decode_layout_unsupported_(a, d);
 }
 
+int sp_kda_k3_forms_(const sp_kda_args *a) {
+    return a->gate == SP_KDA_GATE_LOWER_BOUND && a->beta_form == SP_KDA_BETA_LOGITS &&
+           a->beta.dtype == SP_BF16;
+}
+
 int sp_kda_chunked_can_serve_(const sp_kda_args *a, const sp_kda_dims *d) {
     const sp_cuda_device *dev;
     return chunked_unsupported(a, d, &dev) == NULL;
@@ -188,7 +198,8 @@ sp_status sp_kda_plan_(const sp_kda_args *a, const sp_kda_dims *d, sp_kda_plan *
     const int64_t pairs = d->N * d->H;
     if (k != SP_KDA_KERNEL_AUTO)
         p.kernel = k;
-    else if (why || (d->N > 0 && d->T / d->N < CHUNKED_MIN_MEAN_TOKENS))
+    else if (why || (d->N > 0 && d->T / d->N < CHUNKED_MIN_MEAN_TOKENS) ||
+             (!CHUNKED_EVERY_GATE_AUTO && !sp_kda_k3_forms_(a)))
         p.kernel = SP_KDA_KERNEL_RECURRENT;
     else if (pairs <= SP_KDA_TWO_PASS_MAX_PAIRS && a->workspace_bytes >= need)
         p.kernel = SP_KDA_KERNEL_CHUNKED_TWO_PASS;
@@ -201,8 +212,12 @@ sp_status sp_kda_plan_(const sp_kda_args *a, const sp_kda_dims *d, sp_kda_plan *
         p.wgmma = sp_kda_chunked_wgmma_(p.splits) && dev->kda_wgmma;
     } else if (p.kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS) {
         p.records = sp_kda_two_pass_records_(pairs, dev->sms);
-        p.head_slots = sp_kda_two_pass_head_slots_(pairs, dev->sms, p.records,
-                                                   sp_kda_two_pass_slots_(d->T, d->N));
+        /* The one-kernel form is the K3 build's (its share is measured
+         * there): the every-gate build prepares every record first. */
+        const int64_t slots = sp_kda_two_pass_slots_(d->T, d->N);
+        p.head_slots = sp_kda_k3_forms_(a)
+                           ? sp_kda_two_pass_head_slots_(pairs, dev->sms, p.records, slots)
+                           : slots;
         p.workspace_bytes = need;
     } else if (p.kernel == SP_KDA_KERNEL_DECODE) {
         p.decode_rows_per_warp = DECODE_ROWS_PER_WARP;

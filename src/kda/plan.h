@@ -29,7 +29,8 @@ typedef struct sp_kda_plan {
     int32_t records;    /* records in flight per state-pass block: 2 or 4 */
     int64_t head_slots; /* record slots prepared before the state pass starts, in
                            [1, slots]; the rest are prepared beside it in one kernel,
-                           where the device holds both (slots: two kernels) */
+                           where the device holds both (slots: two kernels; K3's
+                           forms only, sp_kda_k3_forms_) */
     size_t workspace_bytes; /* the two-pass kernel's need; 0 for the others */
     /* DECODE: V rows a warp: 2, 4 or 8 (blocks of 16, 32 or 64 rows) */
     int32_t decode_rows_per_warp;
@@ -64,6 +65,9 @@ const char *sp_kda_decode_layout_unsupported_(const sp_kda_args *a, const struct
 int sp_kda_chunked_splits_(int64_t pairs, int sms);
 int sp_kda_chunked_wgmma_(int splits);
 int sp_kda_two_pass_records_(int64_t pairs, int sms);
+/* 1 when the call is in K3's forms (the lower-bound gate, beta bf16
+ * logits): the chunked kernels' K3 build; else their every-gate build. */
+int sp_kda_k3_forms_(const sp_kda_args *a);
 int64_t sp_kda_two_pass_head_slots_(int64_t pairs, int sms, int records, int64_t slots);
 
 /* The two-pass kernel's workspace for T tokens, N sequences, H heads;

@@ -302,14 +302,11 @@ static void empty_sequence_case(int32_t kernel, sp_dtype sdt) {
     kp_free(&p);
 }
 
-/* The host serves every gate and beta form (the CUDA kernels refuse the
- * log-decay gate and beta other than logits for now: dispatch_cases): a
- * varlen batch with checkpoints against the reference, the log-decay g in
- * bf16 and f32 (decays near 0, down to -60 and -inf), beta activated in
- * [0, 2) and as logits times 2. */
-/* Every gate and beta form (g and beta bf16 or f32), on the backend's
- * kernel `kernel` (one that serves them: the CPU's, recurrent, decode;
- * checkpoints where it writes them). */
+/* Every gate and beta form (g and beta bf16 or f32; g bf16 only on the
+ * chunked kernels, which read no other), on the backend's kernel `kernel`:
+ * a varlen batch against the reference, checkpoints where the kernel
+ * writes them, the log-decay g with decays near 0, down to -60 and -inf,
+ * beta activated in [0, 2) and as logits times 2. */
 static void forms_cases(int32_t kernel) {
     static const int64_t lens[] = {37, 0, 70, 5};
     static const sp_dtype pools[] = {SP_F32, SP_BF16};
@@ -325,6 +322,7 @@ static void forms_cases(int32_t kernel) {
     const int64_t interval = kernel == SP_KDA_KERNEL_DECODE ? 0 : 32;
     for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++)
         for (int di = 0; di < 2; di++) {
+            if (is_chunked(kernel) && forms[i].gdt != SP_BF16) continue;
             kda_problem p;
             const uint64_t seed = 5200 + 10 * (uint64_t)i + (uint64_t)di;
             kp_make(&p, 4, lens, 3, 2, pools[di],
@@ -590,13 +588,18 @@ static void bad_argument_cases(void) {
 /* The chunked kernels at their edges: every length modulo the chunk (two
  * batches of 16 sequences, 32k + m tokens for m = 0..31), a long sequence,
  * gates pinned at the lower bound or at ~0 and beta logits of +-10. */
+/* Sixteen lengths 32k + m, m = 16 half .. 16 half + 15. */
+static void residue_lens(int half, int64_t lens[16]) {
+    for (int i = 0; i < 16; i++) {
+        const int m = 16 * half + i;
+        lens[i] = m + 32 * (m % 3);
+    }
+}
+
 static void chunked_edge_cases(int32_t kernel, int small) {
     int64_t lens[16];
     for (int half = 0; half < 2; half++) {
-        for (int i = 0; i < 16; i++) {
-            const int m = 16 * half + i;
-            lens[i] = m + 32 * (m % 3);
-        }
+        residue_lens(half, lens);
         kda_problem p;
         /* 48 pairs (16 when small), then 32: on 132 multiprocessors the two-pass kernel's
          * state pass then takes blocks of 16 and 32 V rows. */
@@ -632,6 +635,34 @@ static void chunked_edge_cases(int32_t kernel, int small) {
     kp_make(&p, 1, &long_len, 0, 2, SP_F32, SP_KDA_GATE_LOWER_BOUND, 1024, 3300);
     p.kernel = kernel;
     check_problem(&p, "one sequence of 8200 tokens");
+    kp_free(&p);
+}
+
+/* The chunked kernels' every-gate builds at their edges: every length
+ * modulo the chunk with the log-decay gate (decays near 0, down to -60 and
+ * -inf: most chunks in the safe form) and beta activated in [0, 2); the
+ * softplus gate with A_log 3 on head 0 (decays up to tens of nats a token:
+ * safe chunks) and as drawn on head 1 (factored chunks), beta 2 sigmoid. */
+static void every_gate_edge_cases(int32_t kernel) {
+    int64_t lens[16];
+    for (int half = 0; half < 2; half++) {
+        residue_lens(half, lens);
+        kda_problem p;
+        kp_make(&p, 16, lens, 5, 2, half ? SP_BF16 : SP_F32, SP_KDA_GATE_LOWER_BOUND, 32,
+                3500 + (uint64_t)half);
+        kp_log_decay(&p, SP_BF16, 3510 + (uint64_t)half);
+        kp_beta_form(&p, SP_KDA_BETA_ACTIVATED, 3520 + (uint64_t)half);
+        p.kernel = kernel;
+        check_problem(&p, half ? "log-decay, lengths 16..31 mod 32" : "log-decay, lengths 0..15 mod 32");
+        kp_free(&p);
+    }
+    static const int64_t sp_lens[] = {100, 33, 64};
+    kda_problem p;
+    kp_make(&p, 3, sp_lens, 0, 2, SP_F32, SP_KDA_GATE_SOFTPLUS, 32, 3530);
+    ((float *)p.host[KB_ALOG])[0] = 3.0f;
+    kp_beta_form(&p, SP_KDA_BETA_LOGITS_X2, 3531);
+    p.kernel = kernel;
+    check_problem(&p, "softplus, A_log 3 on head 0");
     kp_free(&p);
 }
 
@@ -684,8 +715,9 @@ static void bad_plan_cases(void) {
         CHECKF(sp_kda_prefill_planned_(&a, &plan, NULL) == bad[i].want, "bad plan %zu: %s", i,
                sp_last_error());
     }
-    /* The softplus gate: the chunked kernels cannot serve it, whatever the plan. */
-    a.gate = SP_KDA_GATE_SOFTPLUS;
+    /* A log-decay g in f32: the chunked kernels cannot serve it, whatever the plan. */
+    a.gate = SP_KDA_GATE_LOG_DECAY;
+    a.g.dtype = SP_F32;
     CHECK_STATUS(sp_kda_prefill_planned_(&a, &good, NULL), SP_ERR_UNSUPPORTED);
     CHECKF(kp_untouched(M, &p, dev), "a refused plan wrote");
     M->release(ws);
@@ -766,27 +798,25 @@ static void dispatch_cases(void) {
     a.kernel = SP_KDA_KERNEL_RECURRENT;
     CHECK_OK(sp_kda_prefill_kernel(&a, &k));
     CHECK(k == SP_KDA_KERNEL_RECURRENT);
+    /* Gate and beta forms other than K3's: AUTO takes the recurrent kernel
+     * (plan.c, CHUNKED_EVERY_GATE_AUTO), though the two-pass kernel could
+     * run them (its workspace is reported); a log-decay g in f32 none but
+     * the recurrent and decode kernels serve (no workspace). */
     a.kernel = SP_KDA_KERNEL_AUTO;
-    a.gate = SP_KDA_GATE_SOFTPLUS;
-    CHECK_OK(sp_kda_prefill_kernel(&a, &k));
-    CHECK(k == SP_KDA_KERNEL_RECURRENT);
-    size_t need = 1;
-    CHECK_OK(sp_kda_prefill_workspace_bytes(&a, &need));
-    CHECKF(need == 0, "softplus gate: workspace %zu, want 0 (no kernel needs one)", need);
-    /* The CUDA kernels serve neither the log-decay gate nor beta other than
-     * logits yet: refused, naming which, nothing written. */
-    {
-        sp_kda_args f = a;
-        f.gate = SP_KDA_GATE_LOG_DECAY;
-        CHECK_STATUS(sp_kda_prefill(&f, NULL), SP_ERR_UNSUPPORTED);
-        CHECKF(strncmp(sp_last_error(), "gate:", 5) == 0, "log-decay refusal: %s", sp_last_error());
-        f = a;
-        f.beta_form = SP_KDA_BETA_ACTIVATED;
-        CHECK_STATUS(sp_kda_prefill(&f, NULL), SP_ERR_UNSUPPORTED);
-        CHECKF(strncmp(sp_last_error(), "beta_form:", 10) == 0, "beta refusal: %s",
-               sp_last_error());
-        CHECKF(kp_untouched(M, &p, dev), "a refused form wrote");
+    const size_t two_pass_need = (size_t)(p.T / 32 + p.N) * (size_t)p.H * (37504 + 4);
+    for (int f = 0; f < 4; f++) {
+        sp_kda_args o = a;
+        if (f == 0) o.gate = SP_KDA_GATE_SOFTPLUS;
+        if (f == 1) o.gate = SP_KDA_GATE_LOG_DECAY;
+        if (f == 2) o.beta_form = SP_KDA_BETA_ACTIVATED;
+        if (f == 3) o.gate = SP_KDA_GATE_LOG_DECAY, o.g.dtype = SP_F32;
+        CHECK_OK(sp_kda_prefill_kernel(&o, &k));
+        CHECKF(k == SP_KDA_KERNEL_RECURRENT, "form %d: AUTO chose %s", f, kernel_name(k));
+        size_t need = 1;
+        CHECK_OK(sp_kda_prefill_workspace_bytes(&o, &need));
+        CHECKF(need == (f == 3 ? 0 : two_pass_need), "form %d: workspace %zu", f, need);
     }
+    size_t need = 0;
 
     /* With a large enough workspace, AUTO takes the two-pass kernel for
      * these 4 (sequence, head) pairs; one byte less and it does not. */
@@ -822,7 +852,11 @@ static void dispatch_cases(void) {
         sp_status want = SP_ERR_UNSUPPORTED;
         const char *needle = NULL;
         switch (c) {
-        case 0: a.gate = SP_KDA_GATE_SOFTPLUS; needle = "lower-bound gate"; break;
+        case 0: /* a log-decay g in f32 (refused before anything reads it) */
+            a.gate = SP_KDA_GATE_LOG_DECAY;
+            a.g.dtype = SP_F32;
+            needle = "read g as bf16";
+            break;
         case 1:
             a.checkpoint_interval = 16;
             needle = "multiple of 32";
@@ -941,6 +975,8 @@ static void chunked_cases(int32_t kernel, int sm) {
         batch_case(kernel, SP_F32, SP_KDA_GATE_LOWER_BOUND, 64, extra_lens, 3, 4);
     }
     chunked_edge_cases(kernel, sm);
+    forms_cases(kernel);
+    every_gate_edge_cases(kernel);
     for (int di = 0; di < 2; di++) empty_sequence_case(kernel, state_dts[di]);
     padded_case(kernel);
     device_guard_cases(kernel);

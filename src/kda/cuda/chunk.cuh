@@ -25,14 +25,24 @@
  * then A = b (Lk R^T), QK = Lq R^T. Each factor stays within
  * e^(+-16 |g|max): with the lower-bound gate (|g| <= 5) within e^80, which
  * fp32 represents, while the true products are at most 1. So the kernels
- * serve the lower-bound gate only (the softplus gate has no bound; the plan
- * sends it to the recurrent kernel). The same three operands serve the
+ * take this factored form only where each channel's decay over each half of
+ * the chunk is at most that: always at the lower-bound gate, and in the
+ * every-gate builds wherever a chunk's gates allow (chunk_k.cuh,
+ * out_of_range). The same three operands serve the
  * state: with c = exp(gam_m) and e = exp(gam_31 - gam_m) per channel,
  * Kg = Lk diag(c), Qg = Lq diag(c), Kd = R diag(e) and exp(gam_31) = c e, so
  *   S' = diag(c) S0;  P = Lk S', o = Lq S' + QK W;  S1 = diag(e) (S' + R^T W)
  * and the per-channel scalings are done on the state in registers. (Not
  * diag(c_next e) as one factor: it can underflow where diag(e) times the
  * state does not, at the lower bound: e^-160 against e^-80.)
+ *
+ * The safe form, for the other chunks (the every-gate builds only): A and
+ * QK element by element in fp32, sum_d k_i k_j exp(gam_i - gam_j) with
+ * exponents <= 0, and the V side's operands referred to the chunk's ends:
+ * Lk = Kg, Lq = Qg, R = Kd (factors <= 1), c = 1, e = exp(gam_31), and
+ *   P = Kg S0, o = Qg S0 + QK W;  S1 = diag(e) S0 + Kd^T W
+ * (the state scaled before the product is added, not after). A factor that
+ * underflows stands for a decay fp32 cannot tell from total.
  *
  * Operands: Lk, Lq, R are bf16 (rounded once, by the K side), their
  * products over the 128 channels bf16 with fp32 accumulation (mma.sync, or
@@ -89,6 +99,17 @@ typedef struct chunk_ops_sw {
     float b[CHUNK];
     float c[DIM], e[DIM];
 } chunk_ops_sw;
+
+/* A chunk's form, in the every-gate builds: factored (0) or safe (1). Kept
+ * in the spare column of QK's first row (MAT_PITCH > CHUNK: a column no
+ * product reads), so that a chunk_ops record keeps its size and layout. */
+template <typename OPS> static __device__ __forceinline__ float &chunk_form(OPS &ops) {
+    static_assert(MAT_PITCH > CHUNK, "QK's rows have a spare column");
+    return ops.qk[0][CHUNK];
+}
+template <typename OPS> static __device__ __forceinline__ int chunk_is_safe(const OPS &ops) {
+    return ops.qk[0][CHUNK] != 0.0f;
+}
 
 /* Element (t, d) of an operand: row-major with padded rows (chunk_ops), or
  * swizzled (chunk_ops_sw). Eight consecutive channels from a multiple of 8

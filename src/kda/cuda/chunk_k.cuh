@@ -1,7 +1,8 @@
 /*
  * chunk_k.cuh — the K side of a chunk (chunk.cuh has the math): copying in
  * its k, q, g (and v), the gates and their running sums, the norms and
- * beta, the operands Lk, Lq, R, the products A and QK, and T = (I + A)^-1.
+ * beta, the operands Lk, Lq, R, the products A and QK (factored, or
+ * element by element in the safe form), and T = (I + A)^-1.
  * Its functions take NT, the number of threads that run them together
  * (threads 0 .. NT - 1 of the block, NT 128 or 256: see kside), except the
  * solve for T, one warp's.
@@ -106,19 +107,78 @@ static __device__ __forceinline__ float2 pair_bias(const kda_params &p, int64_t 
     return make_float2(b[0], b[1]);
 }
 
+/* ---- a chunk's gates and betas ---------------------------------------------- */
+
+/* The builds: K3 (ANY = 0: the lower-bound gate, beta bf16 logits, every
+ * chunk factored) and every gate (ANY = 1: the call's gate and beta forms,
+ * g bf16, each chunk factored or safe as its gates allow; chunk.cuh). */
+
+/* Each token's decay is floored at 2^-GATE_FLOOR (log2 units): fp32 flushes
+ * it to zero, a total forgetting, which -inf means; the floor keeps running
+ * sums finite. */
+static constexpr float GATE_FLOOR = 128.0f;
+
+/* A channel's gate in log2 units (times log2(e), for ex2) from its raw g
+ * input x; h: which of the thread's two channels. The lower-bound gate as
+ * lb2 / (1 + 2^(nl x + nlb)): lb2 = lower_bound log2(e), nl = -expA log2(e),
+ * nlb = nl dt_bias. The every-gate build: the call's form (the softplus
+ * gate by sp_kda_gate_f32_, the log-decay as given), floored. */
+template <int ANY> struct chunk_gate {
+    float nl, nlb[2], lb2, expA, bias[2];
+    int gate;
+    __device__ __forceinline__ chunk_gate(const kda_params &p, float expA_, float2 b) {
+        nl = -expA_ * SP_LOG2E, lb2 = p.lower_bound * SP_LOG2E;
+        nlb[0] = nl * b.x, nlb[1] = nl * b.y;
+        expA = expA_, bias[0] = b.x, bias[1] = b.y, gate = p.gate;
+    }
+    __device__ __forceinline__ float operator()(float x, int h) const {
+        if (!ANY) return lb2 * sp_rcp_ftz_(1.0f + sp_ex2_ftz_(fmaf(x, nl, nlb[h])));
+        float g;
+        if (gate == SP_KDA_GATE_LOWER_BOUND)
+            g = lb2 * sp_rcp_ftz_(1.0f + sp_ex2_ftz_(fmaf(x, nl, nlb[h])));
+        else if (gate == SP_KDA_GATE_SOFTPLUS)
+            g = sp_kda_gate_f32_(SP_KDA_GATE_SOFTPLUS, 0.0f, expA, x + bias[h]) * SP_LOG2E;
+        else
+            g = x * SP_LOG2E;
+        return fmaxf(g, -GATE_FLOOR);
+    }
+};
+
+/* Token t's beta input, as float: bf16 (K3), or bf16 or f32. */
+template <int ANY>
+static __device__ __forceinline__ float beta_in(const kda_params &p, int64_t t, int64_t h) {
+    if (ANY) return kda_in(p.beta, p.beta_f32, t, h, 0);
+    return sp_bf16_to_f32_(*kda_row(p.beta, t, h));
+}
+
+/* b from the beta input x: its sigmoid (K3), or by the call's form. */
+template <int ANY> static __device__ __forceinline__ float beta_of(const kda_params &p, float x) {
+    if (ANY) return sp_kda_beta_f32_(p.beta_form, x);
+    return 1.0f / (1.0f + __expf(-x));
+}
+
+/* The factored form's bound (chunk.cuh): each channel's decay over each
+ * segment at most FACTORED_MAX_DECAY nats a token, the lower-bound gate's
+ * bound, so that over either half of the chunk every factor stays within
+ * e^(+-80). Whether a thread's two channels leave it, from their sums over
+ * its segment (log2 units). */
+static constexpr float FACTORED_MAX_DECAY = 5.0f;
+template <int SEG> static __device__ __forceinline__ int out_of_range(const float sum[2]) {
+    return fminf(sum[0], sum[1]) < -(float)SEG * FACTORED_MAX_DECAY * SP_LOG2E;
+}
+
 /* The running sums of two channels' gates over SEG tokens (raw bf16 pairs
  * graw), those from token `valid` on taken as 0; FULL: all valid (no
  * select per token). */
-template <int SEG, bool FULL>
-static __device__ __forceinline__ void gate_sums(const uint32_t graw[SEG], int valid, float nl,
-                                                 const float nlb[2], float lb2, float gam[2][SEG],
-                                                 float sum[2]) {
+template <int SEG, bool FULL, typename G>
+static __device__ __forceinline__ void gate_sums(const uint32_t graw[SEG], int valid, const G gate,
+                                                 float gam[2][SEG], float sum[2]) {
 #pragma unroll
     for (int j = 0; j < SEG; j++) {
         const float x[2] = {sp_bf16x2_lo_(graw[j]), sp_bf16x2_hi_(graw[j])};
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            const float g = lb2 * sp_rcp_ftz_(1.0f + sp_ex2_ftz_(fmaf(x[h], nl, nlb[h])));
+            const float g = gate(x[h], h);
             sum[h] += FULL || j < valid ? g : 0.0f;
             gam[h][j] = sum[h];
         }
@@ -130,20 +190,17 @@ static __device__ __forceinline__ void gate_sums(const uint32_t graw[SEG], int v
  * log2(e), for ex2), in gam (registers: operands() takes them on); the
  * sums at the segment's end also go to s.seg_end. Tokens past the end get
  * gate 0 (no decay). bias: the two channels' dt_bias. Then warp w: the
- * norms of k and q of its CHUNK / (NT / 32) tokens, and warp 0 the beta gates
- * (lane t holds token t's logit, loaded a chunk ahead). */
-template <int NT, typename OPS>
-static __device__ __forceinline__ void gates_and_norms(const kda_params &p, const raw_chunk &raw,
-                                                       int nt, int tid, float expA, float2 bias,
-                                                       float beta_logit, chunk_work &s,
-                                                       OPS &ops,
-                                                       float gam[2][kside<NT>::SEG]) {
+ * norms of k and q of its CHUNK / (NT / 32) tokens, and warp 0 the betas
+ * (lane t holds token t's input, loaded a chunk ahead). Returns whether
+ * the thread's channels leave the factored form's bound (0 in K3). */
+template <int NT, int ANY, typename OPS>
+static __device__ __forceinline__ int gates_and_norms(const kda_params &p, const raw_chunk &raw,
+                                                      int nt, int tid, float expA, float2 bias,
+                                                      float beta_x, chunk_work &s, OPS &ops,
+                                                      float gam[2][kside<NT>::SEG]) {
     constexpr int SEG = kside<NT>::SEG, TPW = CHUNK / (NT / 32);
     const int d = 2 * (tid % (DIM / 2)), seg = tid / (DIM / 2), t0 = seg * SEG;
-    /* In log2 units: g log2(e) = lb2 / (1 + 2^(nl (graw + bias))), lb2 =
-     * lower_bound log2(e), nl = -expA log2(e); nl bias folded in. */
-    const float nl = -expA * SP_LOG2E, lb2 = p.lower_bound * SP_LOG2E;
-    const float nlb[2] = {nl * bias.x, nl * bias.y};
+    const chunk_gate<ANY> gate(p, expA, bias);
     float sum[2] = {0.0f, 0.0f};
     /* All the segment's gates loaded before the first is used (the
      * compiler kept only two loads in flight). */
@@ -151,9 +208,9 @@ static __device__ __forceinline__ void gates_and_norms(const kda_params &p, cons
 #pragma unroll
     for (int j = 0; j < SEG; j++) graw[j] = *(const uint32_t *)&raw.g[t0 + j][d];
     if (t0 + SEG <= nt)
-        gate_sums<SEG, true>(graw, SEG, nl, nlb, lb2, gam, sum);
+        gate_sums<SEG, true>(graw, SEG, gate, gam, sum);
     else
-        gate_sums<SEG, false>(graw, nt - t0, nl, nlb, lb2, gam, sum);
+        gate_sums<SEG, false>(graw, nt - t0, gate, gam, sum);
     *(float2 *)&s.seg_end[seg][d] = make_float2(sum[0], sum[1]);
     const int w = tid >> 5, lane = tid & 31;
     float sk[TPW], sq[TPW];
@@ -183,22 +240,17 @@ static __device__ __forceinline__ void gates_and_norms(const kda_params &p, cons
         else
             s.rq[TPW * w + m - TPW] = p.scale * rsqrtf(v[0] + (float)SP_KDA_EPS);
     }
-    if (w == 0) ops.b[lane] = lane < nt ? 1.0f / (1.0f + __expf(-beta_logit)) : 0.0f;
+    if (w == 0) ops.b[lane] = lane < nt ? beta_of<ANY>(p, beta_x) : 0.0f;
+    return ANY ? out_of_range<SEG>(sum) : 0;
 }
 
-/* After gates_and_norms and a barrier, the same thread (c, seg): Lk, Lq, R
- * for its tokens and two channels (rounded to bf16 once here, stored as
- * pairs) from its gam, and the threads of segment 0 their channels' two
- * state scalings. */
-template <int NT, typename OPS>
-static __device__ __forceinline__ void operands(const raw_chunk &raw, int tid, const chunk_work &s,
-                                                const float gam[2][kside<NT>::SEG],
-                                                OPS &ops) {
-    constexpr int NSEG = kside<NT>::NSEG, SEG = kside<NT>::SEG, REF_SEG = kside<NT>::REF_SEG;
-    const int d = 2 * (tid % (DIM / 2)), seg = tid / (DIM / 2), t0 = seg * SEG;
-    /* gam is relative to the segment's start: token t's offset from the
-     * reference is gam + (the earlier segments' sums) - gmid. */
-    float gmid[2] = {0.0f, 0.0f}, glast[2] = {0.0f, 0.0f}, base[2] = {0.0f, 0.0f};
+/* Thread (c, seg)'s two channels' sums over the chunk's segments: those
+ * before its own (base), through the reference token (gmid), all (glast). */
+template <int NT>
+static __device__ __forceinline__ void segment_sums(int tid, const chunk_work &s, float base[2],
+                                                    float gmid[2], float glast[2]) {
+    constexpr int NSEG = kside<NT>::NSEG, REF_SEG = kside<NT>::REF_SEG;
+    const int d = 2 * (tid % (DIM / 2)), seg = tid / (DIM / 2);
 #pragma unroll
     for (int k = 0; k < NSEG; k++) {
         const float2 e = *(const float2 *)&s.seg_end[k][d];
@@ -206,12 +258,23 @@ static __device__ __forceinline__ void operands(const raw_chunk &raw, int tid, c
         glast[0] += e.x, glast[1] += e.y;
         if (k == REF_SEG) gmid[0] = glast[0], gmid[1] = glast[1];
     }
-    base[0] -= gmid[0], base[1] -= gmid[1];
-    if (seg == 0) {
-        *(float2 *)&ops.c[d] = make_float2(sp_ex2_ftz_(gmid[0]), sp_ex2_ftz_(gmid[1]));
-        *(float2 *)&ops.e[d] =
-            make_float2(sp_ex2_ftz_(glast[0] - gmid[0]), sp_ex2_ftz_(glast[1] - gmid[1]));
-    }
+}
+typedef struct pair_sums {
+    float base[2], gmid[2], glast[2];
+} pair_sums;
+
+/* Lk, Lq, R for thread (c, seg)'s tokens and two channels (rounded to bf16
+ * once, stored as pairs): k and q normalized times 2^(gam + base), k times
+ * 2^-(gam + base) (the factored form: base refers to the reference token)
+ * or 2^(glast - gam - base) (the safe form: base to the chunk's start). */
+template <int NT, int SAFE, typename OPS>
+static __device__ __forceinline__ void write_operands(const raw_chunk &raw, int tid,
+                                                      const chunk_work &s,
+                                                      const float gam[2][kside<NT>::SEG],
+                                                      const float base[2], const float glast[2],
+                                                      OPS &ops) {
+    constexpr int SEG = kside<NT>::SEG;
+    const int d = 2 * (tid % (DIM / 2)), seg = tid / (DIM / 2), t0 = seg * SEG;
     /* Eight tokens at a time, every load before the first store: the
      * compiler may not move a shared-memory load above a store that might
      * alias it, and one warp per scheduler has no other work to hide the
@@ -236,14 +299,162 @@ static __device__ __forceinline__ void operands(const raw_chunk &raw, int tid, c
             float to_mid[2], from_mid[2];
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                to_mid[h] = sp_ex2_ftz_(gam[h][i0 + j] + base[h]);
-                from_mid[h] = sp_rcp_ftz_(to_mid[h]);
+                const float x = gam[h][i0 + j] + base[h];
+                to_mid[h] = sp_ex2_ftz_(x);
+                from_mid[h] = SAFE ? sp_ex2_ftz_(glast[h] - x) : sp_rcp_ftz_(to_mid[h]);
             }
             *(uint32_t *)op_at(ops.lk, t + j, d) = sp_bf16x2_(kh[0] * to_mid[0], kh[1] * to_mid[1]);
             *(uint32_t *)op_at(ops.lq, t + j, d) = sp_bf16x2_(qh[0] * to_mid[0], qh[1] * to_mid[1]);
             *(uint32_t *)op_at(ops.r, t + j, d) = sp_bf16x2_(kh[0] * from_mid[0], kh[1] * from_mid[1]);
         }
     }
+}
+
+/* After gates_and_norms and a barrier, the same thread (c, seg), for a
+ * factored chunk: Lk, Lq, R for its tokens and two channels from its gam,
+ * and the threads of segment 0 their channels' two state scalings. */
+template <int NT, typename OPS>
+static __device__ __forceinline__ void operands(const raw_chunk &raw, int tid, const chunk_work &s,
+                                                const float gam[2][kside<NT>::SEG],
+                                                OPS &ops) {
+    const int d = 2 * (tid % (DIM / 2)), seg = tid / (DIM / 2);
+    /* gam is relative to the segment's start: token t's offset from the
+     * reference is gam + (the earlier segments' sums) - gmid. */
+    float gmid[2] = {0.0f, 0.0f}, glast[2] = {0.0f, 0.0f}, base[2] = {0.0f, 0.0f};
+    segment_sums<NT>(tid, s, base, gmid, glast);
+    base[0] -= gmid[0], base[1] -= gmid[1];
+    if (seg == 0) {
+        *(float2 *)&ops.c[d] = make_float2(sp_ex2_ftz_(gmid[0]), sp_ex2_ftz_(gmid[1]));
+        *(float2 *)&ops.e[d] =
+            make_float2(sp_ex2_ftz_(glast[0] - gmid[0]), sp_ex2_ftz_(glast[1] - gmid[1]));
+    }
+    write_operands<NT, 0>(raw, tid, s, gam, base, glast, ops);
+}
+
+/* ---- the safe form (every-gate builds; chunk.cuh) --------------------------- */
+
+/* The chunk's running gate sums, fp32 [token][channel] in log2 units from
+ * the chunk's start, for the element-wise products: kept where Lk and Lq
+ * go, which the safe form writes only after those products. */
+template <typename OPS> static __device__ __forceinline__ float (*safe_gam(OPS &ops))[DIM] {
+    static_assert(offsetof(OPS, lq) == offsetof(OPS, lk) + sizeof(OPS::lk) &&
+                      sizeof(OPS::lk) + sizeof(OPS::lq) >= sizeof(float[CHUNK][DIM]) &&
+                      offsetof(OPS, lk) % 16 == 0,
+                  "Lk and Lq hold a chunk's fp32 sums");
+    return reinterpret_cast<float (*)[DIM]>(reinterpret_cast<char *>(&ops) + offsetof(OPS, lk));
+}
+
+/* Step 1, after the gates' barrier: thread (c, seg) puts its tokens' sums
+ * into safe_gam, and keeps its pair_sums for step 3. */
+template <int NT, typename OPS>
+static __device__ __forceinline__ pair_sums safe_sums(int tid, const chunk_work &s,
+                                                      const float gam[2][kside<NT>::SEG],
+                                                      OPS &ops) {
+    constexpr int SEG = kside<NT>::SEG;
+    const int d = 2 * (tid % (DIM / 2)), t0 = tid / (DIM / 2) * SEG;
+    pair_sums m = {{0.0f, 0.0f}, {0.0f, 0.0f}, {0.0f, 0.0f}};
+    segment_sums<NT>(tid, s, m.base, m.gmid, m.glast);
+    float (*g)[DIM] = safe_gam(ops);
+#pragma unroll
+    for (int j = 0; j < SEG; j++)
+        *(float2 *)&g[t0 + j][d] = make_float2(gam[0][j] + m.base[0], gam[1][j] + m.base[1]);
+    return m;
+}
+
+/* The element-wise products go by pairs (i, j), j <= i: pair p = i (i + 1)
+ * / 2 + j is thread p % NT's, its (p / NT)-th. */
+template <int NT> struct safe_pairs {
+    static constexpr int PAIRS = CHUNK * (CHUNK + 1) / 2;
+    static constexpr int EACH = (PAIRS + NT - 1) / NT;
+};
+static __device__ __forceinline__ int2 pair_at(int p) {
+    int i = (int)((sqrtf(8.0f * (float)p + 1.0f) - 1.0f) * 0.5f);
+    if ((i + 1) * (i + 2) / 2 <= p) i++;
+    if (i * (i + 1) / 2 > p) i--;
+    return make_int2(i, p - i * (i + 1) / 2);
+}
+
+/* Step 2, after a barrier: this thread's pairs, ka = sum_d k_i k_j 2^(gam_i -
+ * gam_j) and qa = sum_d q_i k_j 2^(gam_i - gam_j) over the raw k and q. A
+ * pair's channels go in an order set by p alone (so a record has the same
+ * bits whichever kernel wrote it), four at a time from 4 ((p + s) % 32):
+ * the lanes of a warp on distinct banks. */
+template <int NT, typename OPS>
+static __device__ __forceinline__ void safe_products(int tid, const raw_chunk &raw, OPS &ops,
+                                                     float ka[safe_pairs<NT>::EACH],
+                                                     float qa[safe_pairs<NT>::EACH]) {
+    const float (*g)[DIM] = safe_gam(ops);
+#pragma unroll
+    for (int m = 0; m < safe_pairs<NT>::EACH; m++) {
+        const int p = tid + NT * m;
+        float a = 0.0f, b = 0.0f;
+        if (p < safe_pairs<NT>::PAIRS) {
+            const int2 ij = pair_at(p);
+            const float *gi = g[ij.x], *gj = g[ij.y];
+            const uint16_t *ki = raw.k[ij.x], *kj = raw.k[ij.y], *qi = raw.q[ij.x];
+#pragma unroll 4
+            for (int s4 = 0; s4 < DIM / 4; s4++) {
+                const int c = 4 * ((p + s4) & (DIM / 4 - 1));
+                const float4 x = *(const float4 *)&gi[c], y = *(const float4 *)&gj[c];
+                const uint2 k1 = *(const uint2 *)&ki[c], k2 = *(const uint2 *)&kj[c];
+                const uint2 q1 = *(const uint2 *)&qi[c];
+                const float f[4] = {sp_ex2_ftz_(x.x - y.x), sp_ex2_ftz_(x.y - y.y),
+                                    sp_ex2_ftz_(x.z - y.z), sp_ex2_ftz_(x.w - y.w)};
+                const float kI[4] = {sp_bf16x2_lo_(k1.x), sp_bf16x2_hi_(k1.x), sp_bf16x2_lo_(k1.y),
+                                     sp_bf16x2_hi_(k1.y)};
+                const float kJ[4] = {sp_bf16x2_lo_(k2.x), sp_bf16x2_hi_(k2.x), sp_bf16x2_lo_(k2.y),
+                                     sp_bf16x2_hi_(k2.y)};
+                const float qI[4] = {sp_bf16x2_lo_(q1.x), sp_bf16x2_hi_(q1.x), sp_bf16x2_lo_(q1.y),
+                                     sp_bf16x2_hi_(q1.y)};
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const float kf = kJ[e] * f[e];
+                    a = fmaf(kI[e], kf, a);
+                    b = fmaf(qI[e], kf, b);
+                }
+            }
+        }
+        ka[m] = a, qa[m] = b;
+    }
+}
+
+/* Step 3, after a barrier: A (transposed, into s.at: rows scaled by beta,
+ * strictly lower) and QK (lower, tf32) from this thread's pairs, both
+ * normalized here, and the zeros above their diagonals. */
+template <int NT, typename OPS>
+static __device__ __forceinline__ void safe_store(int tid, const float ka[safe_pairs<NT>::EACH],
+                                                  const float qa[safe_pairs<NT>::EACH],
+                                                  chunk_work &s, OPS &ops) {
+#pragma unroll
+    for (int m = 0; m < safe_pairs<NT>::EACH; m++) {
+        const int p = tid + NT * m;
+        if (p < safe_pairs<NT>::PAIRS) {
+            const int2 ij = pair_at(p);
+            const int i = ij.x, j = ij.y;
+            const float rkj = s.rk[j];
+            ops.qk[i][j] = tf32_round(qa[m] * s.rq[i] * rkj);
+            s.at[j][i] = j < i ? ops.b[i] * (ka[m] * s.rk[i] * rkj) : 0.0f;
+        }
+    }
+    for (int e = tid; e < CHUNK * CHUNK; e += NT) {
+        const int i = e / CHUNK, j = e % CHUNK;
+        if (j > i) ops.qk[i][j] = 0.0f, s.at[j][i] = 0.0f;
+    }
+}
+
+/* And, thread (c, seg) with step 1's sums: the V side's operands referred
+ * to the chunk's ends, c = 1 and e = 2^glast. */
+template <int NT, typename OPS>
+static __device__ __forceinline__ void safe_operands(const raw_chunk &raw, int tid,
+                                                     const chunk_work &s,
+                                                     const float gam[2][kside<NT>::SEG],
+                                                     const pair_sums &m, OPS &ops) {
+    const int d = 2 * (tid % (DIM / 2)), seg = tid / (DIM / 2);
+    if (seg == 0) {
+        *(float2 *)&ops.c[d] = make_float2(1.0f, 1.0f);
+        *(float2 *)&ops.e[d] = make_float2(sp_ex2_ftz_(m.glast[0]), sp_ex2_ftz_(m.glast[1]));
+    }
+    write_operands<NT, 1>(raw, tid, s, gam, m.base, m.glast, ops);
 }
 
 /* The 16x8 tile pairs of A (strictly lower, rows scaled by beta) and QK

@@ -17,7 +17,7 @@ extern "C" sp_status sp_kda_one_pass_device_facts_(sp_cuda_device *d) {
      * test runs: the plan then keeps to the mma.sync build. No code for the
      * device at all is no wgmma either (the launch then reports it). */
     cudaFuncAttributes a;
-    if (cudaFuncGetAttributes(&a, (const void *)kda_chunked_kernel<0, 1>) != cudaSuccess) {
+    if (cudaFuncGetAttributes(&a, (const void *)kda_chunked_kernel<0, 1, 0>) != cudaSuccess) {
         (void)cudaGetLastError();
         d->kda_wgmma = 0;
         return SP_OK;
@@ -28,5 +28,6 @@ extern "C" sp_status sp_kda_one_pass_device_facts_(sp_cuda_device *d) {
 
 extern "C" cudaError_t sp_kda_launch_chunked_(const kda_params *p, const sp_kda_plan *plan,
                                               cudaStream_t stream) {
-    return launch_one_pass<0>(p, plan->splits, plan->wgmma, stream);
+    return kda_any_gate(*p) ? launch_one_pass<0, 1>(p, plan->splits, plan->wgmma, stream)
+                            : launch_one_pass<0, 0>(p, plan->splits, plan->wgmma, stream);
 }

@@ -96,15 +96,17 @@ static __device__ __forceinline__ void state_add_wgmma(float S[DIM / 8][4], cons
 
 /* The rest, for this warp's 16 V rows (v_warp: the first, relative to the
  * block's columns): X^T = diag(b) (V - P)^T in place of P; W^T = X^T T^T;
- * o^T += W^T QK^T; S = diag(e) (S' + W^T R). */
-template <int WG, typename OPS>
+ * o^T += W^T QK^T; S = diag(e) (S' + W^T R), or for a safe chunk (ANY: the
+ * every-gate build) S = diag(e) S' + W^T R. */
+template <int WG, int ANY, typename OPS>
 static __device__ void state_update(float S[DIM / 8][4], float P[4][4], float O[4][4],
                                     const uint16_t (*v)[OP_PITCH], int v_warp, int lane,
                                     const OPS &s) {
-    const int q = lane & 3;
+    const int q = lane & 3, safe = ANY && chunk_is_safe(s);
     float W[CHUNK / 8][4];
     solve_w(P, &v[0][0], OP_PITCH, v_warp, s, lane, W);
     acc_times_m(W, s.qk, lane, O);
+    if (safe) scale_columns(S, s.e, 0, q, DIM / 8);
     if constexpr (WG) {
         state_add_wgmma(S, W, s);
     } else {
@@ -115,7 +117,7 @@ static __device__ void state_update(float S[DIM / 8][4], float P[4][4], float O[
             state_add_wr(S, DIM / 8, 0, lane, s, kt, a);
         }
     }
-    scale_columns(S, s.e, 0, q, DIM / 8);
+    if (!safe) scale_columns(S, s.e, 0, q, DIM / 8);
 }
 
 /* ---- the kernel's configuration ------------------------------------------ */
@@ -210,7 +212,8 @@ static __device__ __forceinline__ void stage_o(const float O[CHUNK / 8][4], uint
 #endif
 }
 
-/* The kernel. PROBE: 0, or (benchmark builds only, bench/kda_probe.cu) a
+/* The kernel. ANY: the build's gates (chunk_k.cuh: 0 K3, 1 every gate).
+ * PROBE: 0, or (benchmark builds only, bench/kda_probe.cu, K3) a
  * timing probe that does only the V side's (ONE_PASS_PROBE_V) or only the K
  * side's (ONE_PASS_PROBE_K) arithmetic, with wrong results; or, with
  * ONE_PASS_MBAR_HANDOVER, an experiment: each operand buffer handed from the
@@ -233,9 +236,10 @@ template <int PROBE, int WGMMA> static constexpr size_t one_pass_launch_smem(voi
 static_assert(one_pass_launch_smem<ONE_PASS_MBAR_HANDOVER, 1>() <= 227 * 1024 &&
                   one_pass_launch_smem<ONE_PASS_MBAR_HANDOVER, 0>() <= 227 * 1024,
               "the handover experiment's shared memory on sm_90");
-template <int PROBE, int WGMMA>
+template <int PROBE, int WGMMA, int ANY>
 static __global__ void __launch_bounds__(one_pass_traits<WGMMA>::THREADS, 1)
     kda_chunked_kernel(kda_params p, int splits) {
+    static_assert(!(ANY && PROBE), "probes of the K3 build only");
     typedef one_pass_traits<WGMMA> TR;
     /* mbarriers need sm_90: below, the named barriers */
     constexpr int SIDE = PROBE & 3, MBAR = (PROBE & ONE_PASS_MBAR_HANDOVER) && SP_KDA_MBARRIERS;
@@ -279,8 +283,8 @@ static __global__ void __launch_bounds__(one_pass_traits<WGMMA>::THREADS, 1)
         sp_setmaxnreg_dec_<TR::K_REGS>();
         const float expA = expf(p.A_log[h]);
         const float2 bias = pair_bias(p, h, tid);
-        float beta_logit = 0.0f;
-        if (w == 0 && lane < L) beta_logit = sp_bf16_to_f32_(*kda_row(p.beta, sq.bos + lane, h));
+        float beta_x = 0.0f;
+        if (w == 0 && lane < L) beta_x = beta_in<ANY>(p, sq.bos + lane, h);
         if (L > 0) {
             load_kqg<TR::K_THREADS>(p, sq, h, 0, tid, s.raw[0]);
             load_v(p, sq, h, 0, v0, bv, tid, TR::K_THREADS, &s.v[0][0][0], OP_PITCH);
@@ -300,15 +304,31 @@ static __global__ void __launch_bounds__(one_pass_traits<WGMMA>::THREADS, 1)
                        OP_PITCH);
             }
             sp_cp_async_commit_();
+            int far = 0;
             if (DO_K)
-                gates_and_norms<TR::K_THREADS>(p, s.raw[rb], nt, tid, expA, bias, beta_logit,
-                                           s.work[b], s.ops[b], gam);
+                far = gates_and_norms<TR::K_THREADS, ANY>(p, s.raw[rb], nt, tid, expA, bias, beta_x,
+                                                         s.work[b], s.ops[b], gam);
             if (w == 0 && c0 + CHUNK + lane < L)
-                beta_logit = sp_bf16_to_f32_(*kda_row(p.beta, sq.bos + c0 + CHUNK + lane, h));
-            sp_bar_sync_(TR::BAR_K, TR::K_THREADS);
-            if (DO_K) operands<TR::K_THREADS>(s.raw[rb], tid, s.work[b], gam, s.ops[b]);
-            sp_bar_sync_(TR::BAR_K, TR::K_THREADS);
-            if (DO_K) intra_products<TR::K_THREADS>(w, lane, s.work[b], s.ops[b]);
+                beta_x = beta_in<ANY>(p, sq.bos + c0 + CHUNK + lane, h);
+            int safe = 0;
+            if constexpr (ANY)
+                safe = sp_bar_sync_or_(TR::BAR_K, TR::K_THREADS, far);
+            else
+                sp_bar_sync_(TR::BAR_K, TR::K_THREADS);
+            if (!safe) {
+                if (DO_K) operands<TR::K_THREADS>(s.raw[rb], tid, s.work[b], gam, s.ops[b]);
+                sp_bar_sync_(TR::BAR_K, TR::K_THREADS);
+                if (DO_K) intra_products<TR::K_THREADS>(w, lane, s.work[b], s.ops[b]);
+            } else { /* the safe form (chunk_k.cuh) */
+                const pair_sums m = safe_sums<TR::K_THREADS>(tid, s.work[b], gam, s.ops[b]);
+                sp_bar_sync_(TR::BAR_K, TR::K_THREADS);
+                float ka[safe_pairs<TR::K_THREADS>::EACH], qa[safe_pairs<TR::K_THREADS>::EACH];
+                safe_products<TR::K_THREADS>(tid, s.raw[rb], s.ops[b], ka, qa);
+                sp_bar_sync_(TR::BAR_K, TR::K_THREADS);
+                safe_store<TR::K_THREADS>(tid, ka, qa, s.work[b], s.ops[b]);
+                safe_operands<TR::K_THREADS>(s.raw[rb], tid, s.work[b], gam, m, s.ops[b]);
+            }
+            if (ANY && tid == 0) chunk_form(s.ops[b]) = (float)safe;
             /* G: the V side's tensor cores read Lk, Lq, R through the async
              * proxy; this thread's stores are ordered before those reads. */
             if (ON_WGMMA) sp_fence_proxy_async_();
@@ -361,7 +381,8 @@ static __global__ void __launch_bounds__(one_pass_traits<WGMMA>::THREADS, 1)
                 state_products(S, DIM / 8, 0, lane, s.ops[b], P, O);
         }
         sp_bar_sync_(TR::BAR_V, 32 * TR::V_WARPS);
-        if (DO_V && does_v) state_update<ON_WGMMA>(S, P, O, s.v[ci % TR::V_BUFFERS], 16 * vw, lane, s.ops[b]);
+        if (DO_V && does_v)
+            state_update<ON_WGMMA, ANY>(S, P, O, s.v[ci % TR::V_BUFFERS], 16 * vw, lane, s.ops[b]);
         if (DO_V && is_v) {
             stage_o(O, s.o[ci & 1], 16 * vw, lane);
             if (chunks_per_ckpt > 0 && nt == CHUNK && (ci + 1) % chunks_per_ckpt == 0)
@@ -386,13 +407,14 @@ static __global__ void __launch_bounds__(one_pass_traits<WGMMA>::THREADS, 1)
     if (is_v && L > 0) state_store(p.state, p.state_bf16, sq.slot_base, vrow, 0, q, S, DIM / 8);
 }
 
-/* One launch of the PROBE instance of the build `wgmma` with `splits`
- * blocks per (sequence, head); the current device must be the tensors'. */
-template <int PROBE>
+/* One launch of the PROBE instance of the build `wgmma` (gates ANY) with
+ * `splits` blocks per (sequence, head); the current device must be the
+ * tensors'. */
+template <int PROBE, int ANY>
 static cudaError_t launch_one_pass(const kda_params *p, int splits, int wgmma,
                                    cudaStream_t stream) {
-    const void *kernel = wgmma ? (const void *)kda_chunked_kernel<PROBE, 1>
-                               : (const void *)kda_chunked_kernel<PROBE, 0>;
+    const void *kernel = wgmma ? (const void *)kda_chunked_kernel<PROBE, 1, ANY>
+                               : (const void *)kda_chunked_kernel<PROBE, 0, ANY>;
     const int smem = (int)(wgmma ? one_pass_launch_smem<PROBE, 1>()
                                  : one_pass_launch_smem<PROBE, 0>());
     static_assert(one_pass_traits<0>::THREADS == one_pass_traits<1>::THREADS, "one block size");

@@ -120,8 +120,9 @@ typedef struct prepare_smem {
  * (the last warp solves for T); nothing where the slot holds no chunk.
  * The gates' running sums and the norms are added as TP::PREP_THREADS threads
  * add them, whatever NT (each thread then takes TP::PREP_THREADS / NT of their
- * places), so that a record has the same bits whichever kernel wrote it. */
-template <int NT>
+ * places), so that a record has the same bits whichever kernel wrote it.
+ * ANY: the build's gates (chunk_k.cuh). */
+template <int NT, int ANY>
 static __device__ __forceinline__ void prepare_record(const kda_params &p, void *ws, int64_t slot,
                                                       int64_t h, prepare_smem &s) {
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
@@ -135,22 +136,44 @@ static __device__ __forceinline__ void prepare_record(const kda_params &p, void 
     sp_cp_async_commit_();
     const float expA = expf(p.A_log[h]);
     const float2 bias = pair_bias(p, h, tid);
-    const float beta_logit =
-        w == 0 && lane < nt ? sp_bf16_to_f32_(*kda_row(p.beta, sq.bos + c0 + lane, h)) : 0.0f;
+    const float beta_x = w == 0 && lane < nt ? beta_in<ANY>(p, sq.bos + c0 + lane, h) : 0.0f;
     sp_cp_async_wait_<0>();
     __syncthreads();
     constexpr int E = TP::PREP_THREADS / NT; /* places a thread takes */
     static_assert(E * NT == TP::PREP_THREADS, "NT divides TP::PREP_THREADS");
     float gam[E][2][kside<TP::PREP_THREADS>::SEG];
+    int far = 0;
 #pragma unroll
     for (int e = 0; e < E; e++)
-        gates_and_norms<TP::PREP_THREADS>(p, s.raw, nt, tid + e * NT, expA, bias,
-                                      e == 0 ? beta_logit : 0.0f, s.work, s.ops, gam[e]);
-    __syncthreads();
+        far |= gates_and_norms<TP::PREP_THREADS, ANY>(p, s.raw, nt, tid + e * NT, expA, bias,
+                                                      e == 0 ? beta_x : 0.0f, s.work, s.ops,
+                                                      gam[e]);
+    int safe = 0;
+    if constexpr (ANY)
+        safe = __syncthreads_or(far);
+    else
+        __syncthreads();
+    if (!safe) {
 #pragma unroll
-    for (int e = 0; e < E; e++) operands<TP::PREP_THREADS>(s.raw, tid + e * NT, s.work, gam[e], s.ops);
-    __syncthreads();
-    intra_products<NT>(w, lane, s.work, s.ops);
+        for (int e = 0; e < E; e++)
+            operands<TP::PREP_THREADS>(s.raw, tid + e * NT, s.work, gam[e], s.ops);
+        __syncthreads();
+        intra_products<NT>(w, lane, s.work, s.ops);
+    } else { /* the safe form (chunk_k.cuh) */
+        pair_sums m[E];
+#pragma unroll
+        for (int e = 0; e < E; e++)
+            m[e] = safe_sums<TP::PREP_THREADS>(tid + e * NT, s.work, gam[e], s.ops);
+        __syncthreads();
+        float ka[safe_pairs<NT>::EACH], qa[safe_pairs<NT>::EACH];
+        safe_products<NT>(tid, s.raw, s.ops, ka, qa);
+        __syncthreads();
+        safe_store<NT>(tid, ka, qa, s.work, s.ops);
+#pragma unroll
+        for (int e = 0; e < E; e++)
+            safe_operands<TP::PREP_THREADS>(s.raw, tid + e * NT, s.work, gam[e], m[e], s.ops);
+    }
+    if (ANY && tid == 0) chunk_form(s.ops) = (float)safe;
     __syncthreads();
     /* The record: T's rows by the warp that solves for them, the rest by the
      * other warps meanwhile. */
@@ -173,6 +196,7 @@ static __device__ __forceinline__ void prepare_record(const kda_params &p, void 
 /* One block per (slot, head) of slots 0 .. gridDim.x - 1. Where the one
  * kernel follows, the blocks also clear its flags of records clear_from ..
  * items - 1 (flags: NULL otherwise). */
+template <int ANY>
 static __global__ void __launch_bounds__(TP::PREP_THREADS, 2)
     kda_prepare_kernel(kda_params p, void *ws, int *flags, int64_t clear_from, int64_t items) {
     extern __shared__ __align__(16) unsigned char smem_bytes[];
@@ -182,7 +206,8 @@ static __global__ void __launch_bounds__(TP::PREP_THREADS, 2)
         for (int64_t i = clear_from + b * TP::PREP_THREADS + threadIdx.x; i < items; i += stride)
             flags[i] = 0;
     }
-    prepare_record<TP::PREP_THREADS>(p, ws, blockIdx.x, blockIdx.y, *(prepare_smem *)smem_bytes);
+    prepare_record<TP::PREP_THREADS, ANY>(p, ws, blockIdx.x, blockIdx.y,
+                                          *(prepare_smem *)smem_bytes);
 }
 
 /* ---- 2. state pass --------------------------------------------------------- */
@@ -282,8 +307,9 @@ static __device__ __forceinline__ void sum_tiles(const float (*part)[16][TP::PAR
 /* A block owns TP::ROWS V rows of one (sequence, head); warp w holds rows
  * 16 (w / COL_WARPS) .. +15 of them and K columns TP::COLS (w % COL_WARPS)
  * .. of S^T. The per-thread addressing (a V piece to copy, an output vector
- * to store) is worked out once; a chunk only adds its offset. */
-template <int RECORDS>
+ * to store) is worked out once; a chunk only adds its offset. ANY: the
+ * build's gates (a safe chunk's state is scaled before W^T R is added). */
+template <int RECORDS, int ANY>
 static __device__ __forceinline__ void state_pass(const kda_params &p, const void *ws,
                                                   const int *flags, int64_t head_slots, int64_t bx,
                                                   pass_smem<RECORDS> &s) {
@@ -375,7 +401,9 @@ static __device__ __forceinline__ void state_pass(const kda_params &p, const voi
         /* Output rows 8 kq .. +7 of our 16 V rows: S'^T Lq^T + W^T QK^T. */
         float Ow[4];
         if (outputs) sum_tiles(s.part_o[rg], kq, r, q, -1, NULL, Ow);
-        /* Our columns: S = diag(e) (S' + W^T R). */
+        /* Our columns: S = diag(e) (S' + W^T R), or diag(e) S' + W^T R (safe). */
+        const int safe = ANY && chunk_is_safe(o);
+        if (safe) scale_columns(S, o.e, d0, q, NDS);
         if (outputs)
 #pragma unroll
             for (int kt = 0; kt < CHUNK / 8; kt++) {
@@ -391,7 +419,7 @@ static __device__ __forceinline__ void state_pass(const kda_params &p, const voi
             acc_pair_as_a(W[2 * kt], W[2 * kt + 1], a);
             state_add_wr(S, NDS, d0, lane, o, kt, a);
         }
-        scale_columns(S, o.e, d0, q, NDS);
+        if (!safe) scale_columns(S, o.e, d0, q, NDS);
         if (outputs) { /* the 8 x 16 outputs through shared memory, as 16-byte rows */
             uint16_t(*ob)[TP::OUT_PITCH] = s.out[4 * rg + kq];
             ob[2 * q][r] = sp_f32_to_bf16_(Ow[0]);
@@ -408,11 +436,11 @@ static __device__ __forceinline__ void state_pass(const kda_params &p, const voi
     if (L > 0) state_store(p.state, p.state_bf16, sq.slot_base, vrow, d0, q, S, NDS);
 }
 
-template <int RECORDS>
+template <int RECORDS, int ANY>
 static __global__ void __launch_bounds__(TP::THREADS, 1)
     kda_state_pass_kernel(kda_params p, const void *ws) {
     extern __shared__ __align__(16) unsigned char smem_bytes[];
-    state_pass<RECORDS>(p, ws, NULL, 0, blockIdx.x, *(pass_smem<RECORDS> *)smem_bytes);
+    state_pass<RECORDS, ANY>(p, ws, NULL, 0, blockIdx.x, *(pass_smem<RECORDS> *)smem_bytes);
 }
 
 /* ---- the state pass and the last records' preparation as one kernel ------- */
@@ -421,20 +449,22 @@ static __global__ void __launch_bounds__(TP::THREADS, 1)
  * records from slot head_slots on, in slot order, each setting the record's
  * flag once written. Every block is resident at once (a cooperative
  * launch), so a state-pass block waiting on a flag always has a preparing
- * block to wait for. */
+ * block to wait for. K3's build only (the plan's head share is measured
+ * there; the every-gate build runs two kernels). */
 template <int RECORDS>
 static __global__ void __launch_bounds__(TP::THREADS, 1)
     kda_two_pass_fused_kernel(kda_params p, void *ws, int64_t state_blocks, int64_t head_slots) {
     extern __shared__ __align__(16) unsigned char smem_bytes[];
     int *flags = flags_of(ws, p.T, p.N, p.H);
     if ((int64_t)blockIdx.x < state_blocks) {
-        state_pass<RECORDS>(p, ws, flags, head_slots, blockIdx.x, *(pass_smem<RECORDS> *)smem_bytes);
+        state_pass<RECORDS, 0>(p, ws, flags, head_slots, blockIdx.x,
+                               *(pass_smem<RECORDS> *)smem_bytes);
         return;
     }
     prepare_smem &s = *(prepare_smem *)smem_bytes;
     const int64_t workers = gridDim.x - state_blocks, items = sp_kda_two_pass_slots_(p.T, p.N) * p.H;
     for (int64_t j = head_slots * p.H + (blockIdx.x - state_blocks); j < items; j += workers) {
-        prepare_record<TP::THREADS>(p, ws, j / p.H, j % p.H, s);
+        prepare_record<TP::THREADS, 0>(p, ws, j / p.H, j % p.H, s);
         __syncthreads(); /* the block's stores of the record are done; shared memory is free */
         if (threadIdx.x == 0) {
             __threadfence();
@@ -460,10 +490,10 @@ extern "C" size_t sp_kda_chunked_smem_bytes_(void) {
     return m;
 }
 
-template <int RECORDS>
+template <int RECORDS, int ANY>
 static cudaError_t launch_pass(const kda_params *p, const void *ws, cudaStream_t stream) {
     const int bytes = (int)sizeof(pass_smem<RECORDS>);
-    const void *kernel = (const void *)kda_state_pass_kernel<RECORDS>;
+    const void *kernel = (const void *)kda_state_pass_kernel<RECORDS, ANY>;
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     if (e != cudaSuccess) return e;
     void *args[] = {(void *)p, &ws};
@@ -514,7 +544,8 @@ static cudaError_t launch_fused(const kda_params *p, void *ws, int64_t head_slot
     int *flags = flags_of(ws, p->T, p->N, p->H);
     int64_t clear_from = head_slots * p->H;
     void *prep_args[] = {(void *)p, &ws, &flags, &clear_from, (void *)&items};
-    e = cudaLaunchKernel((const void *)kda_prepare_kernel, dim3((unsigned)head_slots, (unsigned)p->H),
+    e = cudaLaunchKernel((const void *)kda_prepare_kernel<0>,
+                         dim3((unsigned)head_slots, (unsigned)p->H),
                          dim3(TP::PREP_THREADS), prep_args, sizeof(prepare_smem), stream);
     if (e != cudaSuccess) return e;
     void *args[] = {(void *)p, &ws, &state_blocks, &head_slots};
@@ -536,13 +567,14 @@ static cudaError_t launch_fused(const kda_params *p, void *ws, int64_t head_slot
 extern "C" cudaError_t sp_kda_launch_chunked_two_pass_(const kda_params *p, const sp_kda_plan *plan,
                                                        void *workspace, const sp_cuda_device *dev,
                                                        cudaStream_t stream) {
-    const int prep_smem = (int)sizeof(prepare_smem);
-    cudaError_t e = cudaFuncSetAttribute((const void *)kda_prepare_kernel,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, prep_smem);
+    const int prep_smem = (int)sizeof(prepare_smem), any = kda_any_gate(*p);
+    const void *prepare = any ? (const void *)kda_prepare_kernel<1> : (const void *)kda_prepare_kernel<0>;
+    cudaError_t e =
+        cudaFuncSetAttribute(prepare, cudaFuncAttributeMaxDynamicSharedMemorySize, prep_smem);
     if (e != cudaSuccess) return e;
     const int64_t slots = sp_kda_two_pass_slots_(p->T, p->N), head_slots = plan->head_slots;
     const int records = plan->records;
-    if (head_slots > 0 && head_slots < slots) {
+    if (!any && head_slots > 0 && head_slots < slots) {
         int launched = 0;
         e = records == 2 ? launch_fused<2>(p, workspace, head_slots, dev, stream, &launched)
                          : launch_fused<4>(p, workspace, head_slots, dev, stream, &launched);
@@ -551,9 +583,12 @@ extern "C" cudaError_t sp_kda_launch_chunked_two_pass_(const kda_params *p, cons
     int *no_flags = NULL;
     int64_t zero = 0;
     void *prep_args[] = {(void *)p, &workspace, &no_flags, &zero, &zero};
-    e = cudaLaunchKernel((const void *)kda_prepare_kernel, dim3((unsigned)slots, (unsigned)p->H),
-                         dim3(TP::PREP_THREADS), prep_args, (size_t)prep_smem, stream);
+    e = cudaLaunchKernel(prepare, dim3((unsigned)slots, (unsigned)p->H), dim3(TP::PREP_THREADS),
+                         prep_args, (size_t)prep_smem, stream);
     if (e != cudaSuccess) return e;
-    return records == 2 ? launch_pass<2>(p, workspace, stream)
-                        : launch_pass<4>(p, workspace, stream);
+    if (any)
+        return records == 2 ? launch_pass<2, 1>(p, workspace, stream)
+                            : launch_pass<4, 1>(p, workspace, stream);
+    return records == 2 ? launch_pass<2, 0>(p, workspace, stream)
+                        : launch_pass<4, 0>(p, workspace, stream);
 }

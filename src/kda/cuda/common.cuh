@@ -42,10 +42,16 @@ typedef struct kda_params {
     uint16_t *o;
     int64_t T, H, N, pitch, interval;
     int state_bf16, gate, beta_form;
-    int g_f32, beta_f32; /* the recurrent and decode kernels read these; the chunked
-                            kernels are planned for bf16 only */
+    int g_f32, beta_f32; /* g f32: the recurrent and decode kernels only (plan.c) */
     float lower_bound, scale;
 } kda_params;
+
+/* Whether a call takes the chunked kernels' every-gate builds (chunk_k.cuh):
+ * a gate or beta form other than K3's (the lower-bound gate, beta bf16
+ * logits). */
+static __host__ __device__ __forceinline__ int kda_any_gate(const kda_params &p) {
+    return p.gate != SP_KDA_GATE_LOWER_BOUND || p.beta_form != SP_KDA_BETA_LOGITS || p.beta_f32;
+}
 
 /* One sequence's place in the batch, for head h. */
 typedef struct kda_seq {
