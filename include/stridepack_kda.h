@@ -48,8 +48,9 @@ extern "C" {
  * the g input (x = g + dt_bias). Values are fixed; new ones are appended.
  * LOG_DECAY takes g as the log-decay itself (fla's use_gate_in_kernel=False,
  * after an engine's own gate kernel): bf16 or f32, every value <= 0, -inf
- * meaning "forget the channel"; A_log and dt_bias are then not read (still
- * required, of their shapes). The CPU backend, the reference and the
+ * meaning "forget the channel" (the chunked kernels take a decay below
+ * 2^-128 a token as total); A_log and dt_bias then do not enter the result
+ * (still required, of their shapes). The CPU backend, the reference and the
  * RECURRENT and DECODE kernels serve every gate; the chunked kernels every
  * gate with g bf16 (sp_kda_kernel). */
 typedef enum sp_kda_gate {

@@ -233,6 +233,26 @@ void kp_log_decay(kda_problem *p, sp_dtype gdt, uint64_t seed) {
     p->g_dtype = gdt;
 }
 
+void kp_mixed_decays(kda_problem *p, uint64_t seed) {
+    kp_log_decay(p, SP_BF16, seed);
+    ts_rng r;
+    ts_rng_seed(&r, seed + 1);
+    uint16_t *g = p->host[KB_G];
+    for (int64_t i = 0; i < p->T * p->H * D; i++) g[i] = bf16_of((float)unif(&r, -1e-3, 0));
+    int64_t bos = 0;
+    for (int n = 0; n < p->N; n++) {
+        for (int64_t j = 0; j < p->lens[n]; j++) {
+            const int64_t c = j / 32, at = j % 32;
+            for (int64_t h = 0; h < p->H; h++) {
+                uint16_t *row = g + ((bos + j) * p->H + h) * D;
+                if (c % 2 == 1 && at == 5) row[(7 + c) % D] = bf16_of(-INFINITY);
+                if (c % 2 == 0 && at == 3) row[(9 + c) % D] = bf16_of(-39.0f);
+            }
+        }
+        bos += p->lens[n];
+    }
+}
+
 void kp_beta_form(kda_problem *p, int32_t form, uint64_t seed) {
     ts_rng r;
     ts_rng_seed(&r, seed);

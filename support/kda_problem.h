@@ -85,6 +85,13 @@ void kp_upload(const ts_mem *m, const kda_problem *p, void *const host[KB_COUNT]
  * (bf16 or f32): values in [-8, 0) with decays near 0, some down to -60 and
  * some -inf (whole channels forgotten within a token). */
 void kp_log_decay(kda_problem *p, sp_dtype gdt, uint64_t seed);
+/* Make p's g a bf16 log-decay (SP_KDA_GATE_LOG_DECAY) that switches the
+ * chunked kernels' every-gate builds between their forms from chunk to
+ * chunk of each sequence: every decay near 0, but in odd chunks one channel
+ * forgotten (-inf) at the chunk's token 5 (a safe chunk), in even ones
+ * -39 nats at token 3 on one channel (just inside the factored form's
+ * bound of 40 nats over 8 tokens). */
+void kp_mixed_decays(kda_problem *p, uint64_t seed);
 /* Make p's beta of the form `form` (sp_kda_beta): for ACTIVATED, values in
  * [0, 2); logits stay as they are. */
 void kp_beta_form(kda_problem *p, int32_t form, uint64_t seed);

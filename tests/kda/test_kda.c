@@ -641,6 +641,7 @@ static void chunked_edge_cases(int32_t kernel, int small) {
 /* The chunked kernels' every-gate builds at their edges: every length
  * modulo the chunk with the log-decay gate (decays near 0, down to -60 and
  * -inf: most chunks in the safe form) and beta activated in [0, 2); the
+ * two forms in turn within each sequence (kp_mixed_decays); the
  * softplus gate with A_log 3 on head 0 (decays up to tens of nats a token:
  * safe chunks) and as drawn on head 1 (factored chunks), beta 2 sigmoid. */
 static void every_gate_edge_cases(int32_t kernel) {
@@ -654,6 +655,18 @@ static void every_gate_edge_cases(int32_t kernel) {
         kp_beta_form(&p, SP_KDA_BETA_ACTIVATED, 3520 + (uint64_t)half);
         p.kernel = kernel;
         check_problem(&p, half ? "log-decay, lengths 16..31 mod 32" : "log-decay, lengths 0..15 mod 32");
+        kp_free(&p);
+    }
+    {
+        /* Safe and factored chunks alternating in each sequence (every
+         * stage buffer holding both forms in turn), a factored chunk at the
+         * bound's edge. */
+        static const int64_t mixed_lens[] = {200, 161, 97};
+        kda_problem p;
+        kp_make(&p, 3, mixed_lens, 0, 2, SP_F32, SP_KDA_GATE_LOWER_BOUND, 64, 3540);
+        kp_mixed_decays(&p, 3541);
+        p.kernel = kernel;
+        check_problem(&p, "log-decay, safe and factored chunks in turn");
         kp_free(&p);
     }
     static const int64_t sp_lens[] = {100, 33, 64};

@@ -115,7 +115,8 @@ static __device__ __forceinline__ float2 pair_bias(const kda_params &p, int64_t 
 
 /* Each token's decay is floored at 2^-GATE_FLOOR (log2 units): fp32 flushes
  * it to zero, a total forgetting, which -inf means; the floor keeps running
- * sums finite. */
+ * sums finite. (A log-decay above 0 is outside the contract: the factored
+ * form's bound assumes decays.) */
 static constexpr float GATE_FLOOR = 128.0f;
 
 /* A channel's gate in log2 units (times log2(e), for ex2) from its raw g
@@ -140,7 +141,7 @@ template <int ANY> struct chunk_gate {
             g = sp_kda_gate_f32_(SP_KDA_GATE_SOFTPLUS, 0.0f, expA, x + bias[h]) * SP_LOG2E;
         else
             g = x * SP_LOG2E;
-        return fmaxf(g, -GATE_FLOOR);
+        return g < -GATE_FLOOR ? -GATE_FLOOR : g; /* a NaN stays one, as elsewhere */
     }
 };
 
