@@ -17,12 +17,14 @@
 #define SP_HD
 #endif
 
-/* Before a loop of an SP_HD function: unrolled in device code, a plain
- * loop on the host. */
+/* Before a loop of an SP_HD function: unrolled in device code (by 4:
+ * SP_HD_UNROLL_4), a plain loop on the host. */
 #ifdef __CUDA_ARCH__
 #define SP_HD_UNROLL _Pragma("unroll")
+#define SP_HD_UNROLL_4 _Pragma("unroll 4")
 #else
 #define SP_HD_UNROLL
+#define SP_HD_UNROLL_4
 #endif
 
 #ifdef __cplusplus

@@ -3,9 +3,10 @@
  * copies into shared memory (cp.async, and on sm_90 bulk copies completing
  * on mbarriers), named barriers, an L2 prefetch, the special-function
  * unit's exp2 and reciprocal, bf16 conversions, and the tensor-core
- * fragments (mma.sync, ldmatrix, stmatrix). Device code only; included by
- * .cu files. The sm_90 instructions are for callers that check
- * __CUDA_ARCH__ >= 900 themselves.
+ * fragments (mma.sync, ldmatrix, stmatrix). Device code, included by .cu
+ * files; the exp2, reciprocal and bf16x2 helpers also run on the host, as
+ * the instructions compute them, for kernels' host emulations. The sm_90
+ * instructions are for callers that check __CUDA_ARCH__ >= 900 themselves.
  */
 #ifndef SP_CUDA_PTX_CUH
 #define SP_CUDA_PTX_CUH
@@ -14,6 +15,9 @@
 #include <stdint.h>
 
 #define SP_LOG2E 1.4426950408889634f
+
+#include "bf16.h"
+#include <math.h>
 
 static __device__ __forceinline__ unsigned sp_smem_addr_(const void *p) {
     return (unsigned)__cvta_generic_to_shared(p);
@@ -78,16 +82,27 @@ static __device__ __forceinline__ int sp_bar_sync_or_(int id, int count, int pre
 }
 
 /* 2^x and 1/x, one special-function instruction each; results below the
- * smallest normal float flush to zero. */
-static __device__ __forceinline__ float sp_ex2_ftz_(float x) {
+ * smallest normal float flush to zero. (On the host: exact, then flushed;
+ * the instructions are within 2 ulp.) */
+static __host__ __device__ __forceinline__ float sp_ex2_ftz_(float x) {
     float y;
+#ifdef __CUDA_ARCH__
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+#else
+    y = exp2f(x);
+    if (fabsf(y) < 1.17549435e-38f) y = 0.0f;
+#endif
     return y;
 }
 
-static __device__ __forceinline__ float sp_rcp_ftz_(float x) {
+static __host__ __device__ __forceinline__ float sp_rcp_ftz_(float x) {
     float y;
+#ifdef __CUDA_ARCH__
     asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+#else
+    y = 1.0f / x;
+    if (fabsf(y) < 1.17549435e-38f) y = 0.0f;
+#endif
     return y;
 }
 
@@ -269,9 +284,13 @@ static __device__ __forceinline__ void sp_wgmma_m64n64k16_(float d[32], const ui
 
 /* Two floats as a bf16x2 word (lo in the low half), each rounded to nearest
  * even; no flush to zero. */
-static __device__ __forceinline__ uint32_t sp_bf16x2_(float lo, float hi) {
+static __host__ __device__ __forceinline__ uint32_t sp_bf16x2_(float lo, float hi) {
     uint32_t u;
+#ifdef __CUDA_ARCH__
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(u) : "f"(hi), "f"(lo));
+#else
+    u = (uint32_t)sp_f32_to_bf16_(lo) | ((uint32_t)sp_f32_to_bf16_(hi) << 16);
+#endif
     return u;
 }
 

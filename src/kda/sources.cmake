@@ -14,7 +14,13 @@ set(SP_KDA_CUDA_SOURCES
   kda/cuda/chunked.cu    # chunked kernel on tensor cores, one pass
   kda/cuda/chunked_two_pass.cu  # the same in two kernels, for few (sequence, head) pairs
   kda/cuda/decode.cu     # few tokens a sequence, a warp per state row; and its host emulation
+  kda/cuda/chunk_emulate.cu  # the chunked kernels' K side for one chunk, on the host (tests)
 )
 # The one-pass kernel moves registers between its warpgroups (setmaxnreg):
 # its Hopper code is sm_90a (cmake/cuda_arch.cmake).
 set_source_files_properties(kda/cuda/chunked.cu PROPERTIES SP_CUDA_SM90A ON)
+# The K side's shared-memory loads and stores reinterpret their arrays (bf16
+# pairs as 32-bit words, fp32 sums over the bf16 operands): on the host, for
+# the emulation, without the strict-aliasing assumption.
+set_source_files_properties(kda/cuda/chunk_emulate.cu PROPERTIES
+  COMPILE_OPTIONS "-Xcompiler=-fno-strict-aliasing")

@@ -103,21 +103,22 @@ typedef struct chunk_ops_sw {
 /* A chunk's form, in the every-gate builds: factored (0) or safe (1). Kept
  * in the spare column of QK's first row (MAT_PITCH > CHUNK: a column no
  * product reads), so that a chunk_ops record keeps its size and layout. */
-template <typename OPS> static __device__ __forceinline__ float &chunk_form(OPS &ops) {
+template <typename OPS> static SP_HD __forceinline__ float &chunk_form(OPS &ops) {
     static_assert(MAT_PITCH > CHUNK, "QK's rows have a spare column");
     return ops.qk[0][CHUNK];
 }
-template <typename OPS> static __device__ __forceinline__ int chunk_is_safe(const OPS &ops) {
+template <typename OPS> static SP_HD __forceinline__ int chunk_is_safe(const OPS &ops) {
     return ops.qk[0][CHUNK] != 0.0f;
 }
 
 /* Element (t, d) of an operand: row-major with padded rows (chunk_ops), or
  * swizzled (chunk_ops_sw). Eight consecutive channels from a multiple of 8
  * stay 16 contiguous bytes either way. */
-static __device__ __forceinline__ uint16_t *op_at(uint16_t (*x)[OP_PITCH], int t, int d) {
+static SP_HD __forceinline__ uint16_t *op_at(uint16_t (*x)[OP_PITCH], int t, int d) {
     return &x[t][d];
 }
-static __device__ __forceinline__ const uint16_t *op_at(const uint16_t (*x)[OP_PITCH], int t, int d) {
+static SP_HD __forceinline__ const uint16_t *op_at(const uint16_t (*x)[OP_PITCH], int t,
+                                                   int d) {
     return &x[t][d];
 }
 /* The one statement of the 128-byte swizzle: the element offset of (t, d)
@@ -134,10 +135,10 @@ static __host__ __device__ __forceinline__ constexpr unsigned sw128_bytes(int t,
 static_assert(sw128_bytes(0, 64) == CHUNK * 128 && sw128_bytes(8, 0) == 1024 &&
                   sw128_bytes(0, 16) == 32,
               "channel blocks CHUNK x 128 bytes apart, 8-token row groups of 1 KB");
-static __device__ __forceinline__ uint16_t *op_at(uint16_t *x, int t, int d) {
+static SP_HD __forceinline__ uint16_t *op_at(uint16_t *x, int t, int d) {
     return x + swizzled(t, d);
 }
-static __device__ __forceinline__ const uint16_t *op_at(const uint16_t *x, int t, int d) {
+static SP_HD __forceinline__ const uint16_t *op_at(const uint16_t *x, int t, int d) {
     return x + swizzled(t, d);
 }
 
@@ -157,14 +158,14 @@ typedef struct chunk_work {
 
 /* fp32 -> tf32 bits, rounded to nearest (ties away from zero): what the
  * tensor cores read of an operand is its top 19 bits. */
-static __device__ __forceinline__ uint32_t to_tf32(float x) {
-    return (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+static SP_HD __forceinline__ uint32_t to_tf32(float x) {
+    return (sp_f32_bits_(x) + 0x1000u) & 0xffffe000u;
 }
 
 /* The K side's factors stay within e^(+-80) (16 tokens at the lower bound
  * -5): the ftz exp2 and reciprocal of ptx.cuh never flush one of them. */
 
-static __device__ __forceinline__ float tf32_round(float x) { return __uint_as_float(to_tf32(x)); }
+static SP_HD __forceinline__ float tf32_round(float x) { return sp_bits_f32_(to_tf32(x)); }
 
 /* Where lane `lane` points sp_ldsm_x4_ for the fragments of a row-major bf16
  * array X (rows x0 .., columns k0 ..), as offsets (row, column) from there:

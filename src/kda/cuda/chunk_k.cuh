@@ -164,7 +164,7 @@ template <int ANY> static __device__ __forceinline__ float beta_of(const kda_par
  * e^(+-80). Whether a thread's two channels leave it, from their sums over
  * its segment (log2 units). */
 static constexpr float FACTORED_MAX_DECAY = 5.0f;
-template <int SEG> static __device__ __forceinline__ int out_of_range(const float sum[2]) {
+template <int SEG> static SP_HD __forceinline__ int out_of_range(const float sum[2]) {
     return fminf(sum[0], sum[1]) < -(float)SEG * FACTORED_MAX_DECAY * SP_LOG2E;
 }
 
@@ -248,11 +248,11 @@ static __device__ __forceinline__ int gates_and_norms(const kda_params &p, const
 /* Thread (c, seg)'s two channels' sums over the chunk's segments: those
  * before its own (base), through the reference token (gmid), all (glast). */
 template <int NT>
-static __device__ __forceinline__ void segment_sums(int tid, const chunk_work &s, float base[2],
+static SP_HD __forceinline__ void segment_sums(int tid, const chunk_work &s, float base[2],
                                                     float gmid[2], float glast[2]) {
     constexpr int NSEG = kside<NT>::NSEG, REF_SEG = kside<NT>::REF_SEG;
     const int d = 2 * (tid % (DIM / 2)), seg = tid / (DIM / 2);
-#pragma unroll
+SP_HD_UNROLL
     for (int k = 0; k < NSEG; k++) {
         const float2 e = *(const float2 *)&s.seg_end[k][d];
         if (k == seg) base[0] = glast[0], base[1] = glast[1];
@@ -269,7 +269,7 @@ typedef struct pair_sums {
  * 2^-(gam + base) (the factored form: base refers to the reference token)
  * or 2^(glast - gam - base) (the safe form: base to the chunk's start). */
 template <int NT, int SAFE, typename OPS>
-static __device__ __forceinline__ void write_operands(const raw_chunk &raw, int tid,
+static SP_HD __forceinline__ void write_operands(const raw_chunk &raw, int tid,
                                                       const chunk_work &s,
                                                       const float gam[2][kside<NT>::SEG],
                                                       const float base[2], const float glast[2],
@@ -280,7 +280,7 @@ static __device__ __forceinline__ void write_operands(const raw_chunk &raw, int 
      * compiler may not move a shared-memory load above a store that might
      * alias it, and one warp per scheduler has no other work to hide the
      * latencies with. */
-#pragma unroll
+SP_HD_UNROLL
     for (int i0 = 0; i0 < SEG; i0 += 8) {
         const int t = t0 + i0;
         const float4 rk0 = *(const float4 *)&s.rk[t], rk1 = *(const float4 *)&s.rk[t + 4];
@@ -288,17 +288,17 @@ static __device__ __forceinline__ void write_operands(const raw_chunk &raw, int 
         const float rk[8] = {rk0.x, rk0.y, rk0.z, rk0.w, rk1.x, rk1.y, rk1.z, rk1.w};
         const float rq[8] = {rq0.x, rq0.y, rq0.z, rq0.w, rq1.x, rq1.y, rq1.z, rq1.w};
         uint32_t kk[8], qq[8];
-#pragma unroll
+SP_HD_UNROLL
         for (int j = 0; j < 8; j++) {
             kk[j] = *(const uint32_t *)&raw.k[t + j][d];
             qq[j] = *(const uint32_t *)&raw.q[t + j][d];
         }
-#pragma unroll
+SP_HD_UNROLL
         for (int j = 0; j < 8; j++) {
             const float kh[2] = {sp_bf16x2_lo_(kk[j]) * rk[j], sp_bf16x2_hi_(kk[j]) * rk[j]};
             const float qh[2] = {sp_bf16x2_lo_(qq[j]) * rq[j], sp_bf16x2_hi_(qq[j]) * rq[j]};
             float to_mid[2], from_mid[2];
-#pragma unroll
+SP_HD_UNROLL
             for (int h = 0; h < 2; h++) {
                 const float x = gam[h][i0 + j] + base[h];
                 to_mid[h] = sp_ex2_ftz_(x);
@@ -315,7 +315,7 @@ static __device__ __forceinline__ void write_operands(const raw_chunk &raw, int 
  * factored chunk: Lk, Lq, R for its tokens and two channels from its gam,
  * and the threads of segment 0 their channels' two state scalings. */
 template <int NT, typename OPS>
-static __device__ __forceinline__ void operands(const raw_chunk &raw, int tid, const chunk_work &s,
+static SP_HD __forceinline__ void operands(const raw_chunk &raw, int tid, const chunk_work &s,
                                                 const float gam[2][kside<NT>::SEG],
                                                 OPS &ops) {
     const int d = 2 * (tid % (DIM / 2)), seg = tid / (DIM / 2);
@@ -337,7 +337,7 @@ static __device__ __forceinline__ void operands(const raw_chunk &raw, int tid, c
 /* The chunk's running gate sums, fp32 [token][channel] in log2 units from
  * the chunk's start, for the element-wise products: kept where Lk and Lq
  * go, which the safe form writes only after those products. */
-template <typename OPS> static __device__ __forceinline__ float (*safe_gam(OPS &ops))[DIM] {
+template <typename OPS> static SP_HD __forceinline__ float (*safe_gam(OPS &ops))[DIM] {
     static_assert(offsetof(OPS, lq) == offsetof(OPS, lk) + sizeof(OPS::lk) &&
                       sizeof(OPS::lk) + sizeof(OPS::lq) >= sizeof(float[CHUNK][DIM]) &&
                       offsetof(OPS, lk) % 16 == 0,
@@ -348,7 +348,7 @@ template <typename OPS> static __device__ __forceinline__ float (*safe_gam(OPS &
 /* Step 1, after the gates' barrier: thread (c, seg) puts its tokens' sums
  * into safe_gam, and keeps its pair_sums for step 3. */
 template <int NT, typename OPS>
-static __device__ __forceinline__ pair_sums safe_sums(int tid, const chunk_work &s,
+static SP_HD __forceinline__ pair_sums safe_sums(int tid, const chunk_work &s,
                                                       const float gam[2][kside<NT>::SEG],
                                                       OPS &ops) {
     constexpr int SEG = kside<NT>::SEG;
@@ -356,7 +356,7 @@ static __device__ __forceinline__ pair_sums safe_sums(int tid, const chunk_work 
     pair_sums m = {{0.0f, 0.0f}, {0.0f, 0.0f}, {0.0f, 0.0f}};
     segment_sums<NT>(tid, s, m.base, m.gmid, m.glast);
     float (*g)[DIM] = safe_gam(ops);
-#pragma unroll
+SP_HD_UNROLL
     for (int j = 0; j < SEG; j++)
         *(float2 *)&g[t0 + j][d] = make_float2(gam[0][j] + m.base[0], gam[1][j] + m.base[1]);
     return m;
@@ -368,7 +368,7 @@ template <int NT> struct safe_pairs {
     static constexpr int PAIRS = CHUNK * (CHUNK + 1) / 2;
     static constexpr int EACH = (PAIRS + NT - 1) / NT;
 };
-static __device__ __forceinline__ int2 pair_at(int p) {
+static SP_HD __forceinline__ int2 pair_at(int p) {
     int i = (int)((sqrtf(8.0f * (float)p + 1.0f) - 1.0f) * 0.5f);
     if ((i + 1) * (i + 2) / 2 <= p) i++;
     if (i * (i + 1) / 2 > p) i--;
@@ -381,11 +381,11 @@ static __device__ __forceinline__ int2 pair_at(int p) {
  * bits whichever kernel wrote it), four at a time from 4 ((p + s) % 32):
  * the lanes of a warp on distinct banks. */
 template <int NT, typename OPS>
-static __device__ __forceinline__ void safe_products(int tid, const raw_chunk &raw, OPS &ops,
+static SP_HD __forceinline__ void safe_products(int tid, const raw_chunk &raw, OPS &ops,
                                                      float ka[safe_pairs<NT>::EACH],
                                                      float qa[safe_pairs<NT>::EACH]) {
     const float (*g)[DIM] = safe_gam(ops);
-#pragma unroll
+SP_HD_UNROLL
     for (int m = 0; m < safe_pairs<NT>::EACH; m++) {
         const int p = tid + NT * m;
         float a = 0.0f, b = 0.0f;
@@ -393,7 +393,7 @@ static __device__ __forceinline__ void safe_products(int tid, const raw_chunk &r
             const int2 ij = pair_at(p);
             const float *gi = g[ij.x], *gj = g[ij.y];
             const uint16_t *ki = raw.k[ij.x], *kj = raw.k[ij.y], *qi = raw.q[ij.x];
-#pragma unroll 4
+SP_HD_UNROLL_4
             for (int s4 = 0; s4 < DIM / 4; s4++) {
                 const int c = 4 * ((p + s4) & (DIM / 4 - 1));
                 const float4 x = *(const float4 *)&gi[c], y = *(const float4 *)&gj[c];
@@ -407,7 +407,7 @@ static __device__ __forceinline__ void safe_products(int tid, const raw_chunk &r
                                      sp_bf16x2_hi_(k2.y)};
                 const float qI[4] = {sp_bf16x2_lo_(q1.x), sp_bf16x2_hi_(q1.x), sp_bf16x2_lo_(q1.y),
                                      sp_bf16x2_hi_(q1.y)};
-#pragma unroll
+SP_HD_UNROLL
                 for (int e = 0; e < 4; e++) {
                     const float kf = kJ[e] * f[e];
                     a = fmaf(kI[e], kf, a);
@@ -423,10 +423,10 @@ static __device__ __forceinline__ void safe_products(int tid, const raw_chunk &r
  * strictly lower) and QK (lower, tf32) from this thread's pairs, both
  * normalized here, and the zeros above their diagonals. */
 template <int NT, typename OPS>
-static __device__ __forceinline__ void safe_store(int tid, const float ka[safe_pairs<NT>::EACH],
+static SP_HD __forceinline__ void safe_store(int tid, const float ka[safe_pairs<NT>::EACH],
                                                   const float qa[safe_pairs<NT>::EACH],
                                                   chunk_work &s, OPS &ops) {
-#pragma unroll
+SP_HD_UNROLL
     for (int m = 0; m < safe_pairs<NT>::EACH; m++) {
         const int p = tid + NT * m;
         if (p < safe_pairs<NT>::PAIRS) {
@@ -446,7 +446,7 @@ static __device__ __forceinline__ void safe_store(int tid, const float ka[safe_p
 /* And, thread (c, seg) with step 1's sums: the V side's operands referred
  * to the chunk's ends, c = 1 and e = 2^glast. */
 template <int NT, typename OPS>
-static __device__ __forceinline__ void safe_operands(const raw_chunk &raw, int tid,
+static SP_HD __forceinline__ void safe_operands(const raw_chunk &raw, int tid,
                                                      const chunk_work &s,
                                                      const float gam[2][kside<NT>::SEG],
                                                      const pair_sums &m, OPS &ops) {
