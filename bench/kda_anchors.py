@@ -74,7 +74,7 @@ SP_KERNELS = ("recurrent", "chunked", "chunked_two_pass", "auto")
 # The gate forms (sp_kda_gate): K3's lower bound, Kimi-Linear's softplus, and
 # the log-decay computed before the call (fla's use_gate_in_kernel=False: the
 # softplus gate's values, fp32 as vLLM's gate kernel writes them, or rounded
-# to bf16: log_decay_bf16, which the chunked kernels read). --gates picks
+# to bf16: log_decay_bf16, copied in with k and q). --gates picks
 # them; FlashKDA and its fork take the lower-bound gate only.
 GATES = ("lower_bound", "softplus", "log_decay", "log_decay_bf16")
 # --shapes gates: the shapes of the gate comparison (T, H, lengths).

@@ -51,8 +51,7 @@ extern "C" {
  * meaning "forget the channel" (the chunked kernels take a decay below
  * 2^-128 a token as total); A_log and dt_bias then do not enter the result
  * (still required, of their shapes). The CPU backend, the reference and the
- * RECURRENT and DECODE kernels serve every gate; the chunked kernels every
- * gate with g bf16 (sp_kda_kernel). */
+ * RECURRENT, DECODE and chunked kernels serve every gate (sp_kda_kernel). */
 typedef enum sp_kda_gate {
     SP_KDA_GATE_LOWER_BOUND = 0, /* K3: lower_bound * sigmoid(exp(A_log) * x) */
     SP_KDA_GATE_SOFTPLUS = 1,    /* Kimi-Linear: -exp(A_log) * softplus(x) */
@@ -94,7 +93,7 @@ typedef enum sp_kda_beta {
  *     H200) the pass leaves room on the GPU, and the second kernel
  *     prepares the last chunks' products beside the pass (a cooperative
  *     launch); the results are the same bits either way.
- *   Both chunked kernels serve CUDA calls with g bf16, one slot a sequence
+ *   Both chunked kernels serve CUDA calls with one slot a sequence
  *   (no verify table), a checkpoint interval that is 0 or a multiple of 32,
  *   and q, k, v, g and o 16-byte aligned (strided inputs are by the rule in
  *   sp_kda_args; the boundary's packed copies always are). Every gate and

@@ -72,7 +72,7 @@ def kda_prefill(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Arra
     -inf forgetting the channel; A_log and dt_bias not read). beta_form:
     "logits" (sigmoid(beta), the default), "logits_x2" (2 sigmoid(beta):
     negative eigenvalues) or "activated" (beta as given); beta bf16 or fp32.
-    On CUDA the chunked kernels serve every form with g bf16 when forced
+    On CUDA the chunked kernels serve every form when forced
     (kernel="chunked" or "chunked_two_pass"); "auto" runs the recurrent
     kernel for every form but the lower-bound gate with bf16 logits until
     the chunked kernels' every-gate builds are measured.

@@ -122,8 +122,6 @@ static const char *chunked_unsupported(const sp_kda_args *a, const sp_kda_dims *
                                        const sp_cuda_device **dev) {
     *dev = NULL;
     if (d->dev.type != SP_DEVICE_CUDA) return "they run on CUDA tensors only";
-    if (a->g.dtype != SP_BF16)
-        return "they read g as bf16 (a log-decay in f32 runs on the recurrent or decode kernel)";
     if (d->width > 0)
         return "a verify table (2-D state_indices) writes the state after every token, which "
                "they do not keep";

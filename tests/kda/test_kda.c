@@ -302,8 +302,7 @@ static void empty_sequence_case(int32_t kernel, sp_dtype sdt) {
     kp_free(&p);
 }
 
-/* Every gate and beta form (g and beta bf16 or f32; g bf16 only on the
- * chunked kernels, which read no other), on the backend's kernel `kernel`:
+/* Every gate and beta form (g and beta bf16 or f32), on the backend's kernel `kernel`:
  * a varlen batch against the reference, checkpoints where the kernel
  * writes them, the log-decay g with decays near 0, down to -60 and -inf,
  * beta activated in [0, 2) and as logits times 2. */
@@ -322,7 +321,6 @@ static void forms_cases(int32_t kernel) {
     const int64_t interval = kernel == SP_KDA_KERNEL_DECODE ? 0 : 32;
     for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++)
         for (int di = 0; di < 2; di++) {
-            if (is_chunked(kernel) && forms[i].gdt != SP_BF16) continue;
             kda_problem p;
             const uint64_t seed = 5200 + 10 * (uint64_t)i + (uint64_t)di;
             kp_make(&p, 4, lens, 3, 2, pools[di],
@@ -728,10 +726,6 @@ static void bad_plan_cases(void) {
         CHECKF(sp_kda_prefill_planned_(&a, &plan, NULL) == bad[i].want, "bad plan %zu: %s", i,
                sp_last_error());
     }
-    /* A log-decay g in f32: the chunked kernels cannot serve it, whatever the plan. */
-    a.gate = SP_KDA_GATE_LOG_DECAY;
-    a.g.dtype = SP_F32;
-    CHECK_STATUS(sp_kda_prefill_planned_(&a, &good, NULL), SP_ERR_UNSUPPORTED);
     CHECKF(kp_untouched(M, &p, dev), "a refused plan wrote");
     M->release(ws);
     kp_release(M, dev);
@@ -813,8 +807,7 @@ static void dispatch_cases(void) {
     CHECK(k == SP_KDA_KERNEL_RECURRENT);
     /* Gate and beta forms other than K3's: AUTO takes the recurrent kernel
      * (plan.c, CHUNKED_EVERY_GATE_AUTO), though the two-pass kernel could
-     * run them (its workspace is reported); a log-decay g in f32 none but
-     * the recurrent and decode kernels serve (no workspace). */
+     * run them (its workspace is reported). */
     a.kernel = SP_KDA_KERNEL_AUTO;
     const size_t two_pass_need = (size_t)(p.T / 32 + p.N) * (size_t)p.H * (37504 + 4);
     for (int f = 0; f < 4; f++) {
@@ -827,7 +820,7 @@ static void dispatch_cases(void) {
         CHECKF(k == SP_KDA_KERNEL_RECURRENT, "form %d: AUTO chose %s", f, kernel_name(k));
         size_t need = 1;
         CHECK_OK(sp_kda_prefill_workspace_bytes(&o, &need));
-        CHECKF(need == (f == 3 ? 0 : two_pass_need), "form %d: workspace %zu", f, need);
+        CHECKF(need == two_pass_need, "form %d: workspace %zu", f, need);
     }
     size_t need = 0;
 
@@ -859,17 +852,12 @@ static void dispatch_cases(void) {
     CHECK_STATUS(sp_kda_prefill(&a, NULL), SP_ERR_INVALID_ARGUMENT); /* a pointer, no size */
     M->release(ws);
     CHECK(kp_untouched(M, &p, dev)); /* every refusal above wrote nothing */
-    for (int c = 0; c < 7; c++) {
+    for (int c = 1; c < 7; c++) {
         kp_args(&p, dev, M->device, &a);
         a.kernel = c == 5 || c == 6 ? SP_KDA_KERNEL_CHUNKED_TWO_PASS : SP_KDA_KERNEL_CHUNKED;
         sp_status want = SP_ERR_UNSUPPORTED;
         const char *needle = NULL;
         switch (c) {
-        case 0: /* a log-decay g in f32 (refused before anything reads it) */
-            a.gate = SP_KDA_GATE_LOG_DECAY;
-            a.g.dtype = SP_F32;
-            needle = "read g as bf16";
-            break;
         case 1:
             a.checkpoint_interval = 16;
             needle = "multiple of 32";

@@ -35,16 +35,19 @@ static __device__ __forceinline__ void load_pieces(const kda_input &x, const kda
 /* Start copying tokens c0 .. c0+31 of k, q and g (each row of 128 read in
  * place: 16-byte aligned wherever the tensor's strides put it) into dst: thread tid the
  * 16-byte piece tid % 16 of rows tid / 16, tid / 16 + NT / 16, ... Rows past
- * the sequence's end are zero-filled (the copy reads no byte for them). */
+ * the sequence's end are zero-filled (the copy reads no byte for them).
+ * with_g 0: g is f32, which gates_and_norms reads itself. */
 template <int NT>
 static __device__ __forceinline__ void load_kqg(const kda_params &p, const kda_seq &sq, int64_t h,
-                                                int64_t c0, int tid, raw_chunk &dst) {
+                                                int64_t c0, int tid, raw_chunk &dst,
+                                                int with_g) {
     const int row0 = tid >> 4, col = (tid & 15) * 8;
     const int64_t left = sq.len - c0 - row0; /* this thread's rows before the end */
     constexpr int ROWS = CHUNK * 16 / NT;
     load_pieces<NT, ROWS>(p.k, sq, h, c0, row0, col, left, sp_smem_addr_(&dst.k[row0][col]));
     load_pieces<NT, ROWS>(p.q, sq, h, c0, row0, col, left, sp_smem_addr_(&dst.q[row0][col]));
-    load_pieces<NT, ROWS>(p.g, sq, h, c0, row0, col, left, sp_smem_addr_(&dst.g[row0][col]));
+    if (with_g)
+        load_pieces<NT, ROWS>(p.g, sq, h, c0, row0, col, left, sp_smem_addr_(&dst.g[row0][col]));
 }
 
 /* Start copying columns v0 .. v0+bv-1 of v's tokens c0 .. c0+31 into
@@ -152,6 +155,13 @@ static __device__ __forceinline__ float beta_in(const kda_params &p, int64_t t, 
     return sp_bf16_to_f32_(*kda_row(p.beta, t, h));
 }
 
+/* The f32 g of token t (of the batch), head h, channel 0 (every-gate
+ * builds); NULL where g is bf16 (copied in with k and q) or the build K3's. */
+template <int ANY>
+static __device__ __forceinline__ const float *g_f32_row(const kda_params &p, int64_t t, int64_t h) {
+    return ANY && p.g_f32 ? (const float *)p.g.at + sp_kda_at_(p.g.ts, p.g.hs, t, h) : NULL;
+}
+
 /* b from the beta input x: its sigmoid (K3), or by the call's form. */
 template <int ANY> static __device__ __forceinline__ float beta_of(const kda_params &p, float x) {
     if (ANY) return sp_kda_beta_f32_(p.beta_form, x);
@@ -168,15 +178,21 @@ template <int SEG> static SP_HD __forceinline__ int out_of_range(const float sum
     return fminf(sum[0], sum[1]) < -(float)SEG * FACTORED_MAX_DECAY * SP_LOG2E;
 }
 
-/* The running sums of two channels' gates over SEG tokens (raw bf16 pairs
+/* A token's g inputs of two channels: a bf16 pair, or two floats. */
+static __device__ __forceinline__ float g_lo(uint32_t x) { return sp_bf16x2_lo_(x); }
+static __device__ __forceinline__ float g_hi(uint32_t x) { return sp_bf16x2_hi_(x); }
+static __device__ __forceinline__ float g_lo(float2 x) { return x.x; }
+static __device__ __forceinline__ float g_hi(float2 x) { return x.y; }
+
+/* The running sums of two channels' gates over SEG tokens (their g inputs
  * graw), those from token `valid` on taken as 0; FULL: all valid (no
  * select per token). */
-template <int SEG, bool FULL, typename G>
-static __device__ __forceinline__ void gate_sums(const uint32_t graw[SEG], int valid, const G gate,
+template <int SEG, bool FULL, typename G, typename X>
+static __device__ __forceinline__ void gate_sums(const X graw[SEG], int valid, const G gate,
                                                  float gam[2][SEG], float sum[2]) {
 #pragma unroll
     for (int j = 0; j < SEG; j++) {
-        const float x[2] = {sp_bf16x2_lo_(graw[j]), sp_bf16x2_hi_(graw[j])};
+        const float x[2] = {g_lo(graw[j]), g_hi(graw[j])};
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const float g = gate(x[h], h);
@@ -190,14 +206,17 @@ static __device__ __forceinline__ void gate_sums(const uint32_t graw[SEG], int v
  * and their running sums from the segment's start, in log2 units (times
  * log2(e), for ex2), in gam (registers: operands() takes them on); the
  * sums at the segment's end also go to s.seg_end. Tokens past the end get
- * gate 0 (no decay). bias: the two channels' dt_bias. Then warp w: the
- * norms of k and q of its CHUNK / (NT / 32) tokens, and warp 0 the betas
- * (lane t holds token t's input, loaded a chunk ahead). Returns whether
- * the thread's channels leave the factored form's bound (0 in K3). */
+ * gate 0 (no decay). bias: the two channels' dt_bias. g from raw, or (g32
+ * not NULL, every-gate builds) f32 from g32: the chunk's first token, the
+ * head's channel 0 (tokens p.g.ts apart). Then warp w: the norms of k and
+ * q of its CHUNK / (NT / 32) tokens, and warp 0 the betas (lane t holds
+ * token t's input, loaded a chunk ahead). Returns whether the thread's
+ * channels leave the factored form's bound (0 in K3). */
 template <int NT, int ANY, typename OPS>
 static __device__ __forceinline__ int gates_and_norms(const kda_params &p, const raw_chunk &raw,
-                                                      int nt, int tid, float expA, float2 bias,
-                                                      float beta_x, chunk_work &s, OPS &ops,
+                                                      const float *g32, int nt, int tid,
+                                                      float expA, float2 bias, float beta_x,
+                                                      chunk_work &s, OPS &ops,
                                                       float gam[2][kside<NT>::SEG]) {
     constexpr int SEG = kside<NT>::SEG, TPW = CHUNK / (NT / 32);
     const int d = 2 * (tid % (DIM / 2)), seg = tid / (DIM / 2), t0 = seg * SEG;
@@ -205,13 +224,26 @@ static __device__ __forceinline__ int gates_and_norms(const kda_params &p, const
     float sum[2] = {0.0f, 0.0f};
     /* All the segment's gates loaded before the first is used (the
      * compiler kept only two loads in flight). */
-    uint32_t graw[SEG];
+    if (ANY && g32) { /* f32: two 4-byte loads a token (4-byte alignment suffices) */
+        float2 g2[SEG];
 #pragma unroll
-    for (int j = 0; j < SEG; j++) graw[j] = *(const uint32_t *)&raw.g[t0 + j][d];
-    if (t0 + SEG <= nt)
-        gate_sums<SEG, true>(graw, SEG, gate, gam, sum);
-    else
-        gate_sums<SEG, false>(graw, nt - t0, gate, gam, sum);
+        for (int j = 0; j < SEG; j++) {
+            const float *at = g32 + (int64_t)(t0 + j) * p.g.ts + d;
+            g2[j] = t0 + j < nt ? make_float2(at[0], at[1]) : make_float2(0.0f, 0.0f);
+        }
+        if (t0 + SEG <= nt)
+            gate_sums<SEG, true>(g2, SEG, gate, gam, sum);
+        else
+            gate_sums<SEG, false>(g2, nt - t0, gate, gam, sum);
+    } else {
+        uint32_t graw[SEG];
+#pragma unroll
+        for (int j = 0; j < SEG; j++) graw[j] = *(const uint32_t *)&raw.g[t0 + j][d];
+        if (t0 + SEG <= nt)
+            gate_sums<SEG, true>(graw, SEG, gate, gam, sum);
+        else
+            gate_sums<SEG, false>(graw, nt - t0, gate, gam, sum);
+    }
     *(float2 *)&s.seg_end[seg][d] = make_float2(sum[0], sum[1]);
     const int w = tid >> 5, lane = tid & 31;
     float sk[TPW], sq[TPW];

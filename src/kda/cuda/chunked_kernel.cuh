@@ -286,7 +286,7 @@ static __global__ void __launch_bounds__(one_pass_traits<WGMMA>::THREADS, 1)
         float beta_x = 0.0f;
         if (w == 0 && lane < L) beta_x = beta_in<ANY>(p, sq.bos + lane, h);
         if (L > 0) {
-            load_kqg<TR::K_THREADS>(p, sq, h, 0, tid, s.raw[0]);
+            load_kqg<TR::K_THREADS>(p, sq, h, 0, tid, s.raw[0], !(ANY && p.g_f32));
             load_v(p, sq, h, 0, v0, bv, tid, TR::K_THREADS, &s.v[0][0][0], OP_PITCH);
         }
         sp_cp_async_commit_();
@@ -299,15 +299,16 @@ static __global__ void __launch_bounds__(one_pass_traits<WGMMA>::THREADS, 1)
             sp_cp_async_wait_<0>();
             sp_bar_sync_(TR::BAR_K, TR::K_THREADS); /* this chunk landed; the K warps are done with the last */
             if (c0 + CHUNK < L) {
-                load_kqg<TR::K_THREADS>(p, sq, h, c0 + CHUNK, tid, s.raw[rb ^ 1]);
+                load_kqg<TR::K_THREADS>(p, sq, h, c0 + CHUNK, tid, s.raw[rb ^ 1], !(ANY && p.g_f32));
                 load_v(p, sq, h, c0 + CHUNK, v0, bv, tid, TR::K_THREADS, &s.v[(ci + 1) % TR::V_BUFFERS][0][0],
                        OP_PITCH);
             }
             sp_cp_async_commit_();
             int far = 0;
             if (DO_K)
-                far = gates_and_norms<TR::K_THREADS, ANY>(p, s.raw[rb], nt, tid, expA, bias, beta_x,
-                                                         s.work[b], s.ops[b], gam);
+                far = gates_and_norms<TR::K_THREADS, ANY>(p, s.raw[rb], g_f32_row<ANY>(p, sq.bos + c0, h),
+                                                         nt, tid, expA, bias, beta_x, s.work[b],
+                                                         s.ops[b], gam);
             if (w == 0 && c0 + CHUNK + lane < L)
                 beta_x = beta_in<ANY>(p, sq.bos + c0 + CHUNK + lane, h);
             int safe = 0;

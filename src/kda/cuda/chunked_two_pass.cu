@@ -132,7 +132,7 @@ static __device__ __forceinline__ void prepare_record(const kda_params &p, void 
     const int64_t c0 = c * CHUNK;
     const int nt = (int)(sq.len - c0 < CHUNK ? sq.len - c0 : CHUNK);
 
-    load_kqg<NT>(p, sq, h, c0, tid, s.raw);
+    load_kqg<NT>(p, sq, h, c0, tid, s.raw, !(ANY && p.g_f32));
     sp_cp_async_commit_();
     const float expA = expf(p.A_log[h]);
     const float2 bias = pair_bias(p, h, tid);
@@ -145,7 +145,8 @@ static __device__ __forceinline__ void prepare_record(const kda_params &p, void 
     int far = 0;
 #pragma unroll
     for (int e = 0; e < E; e++)
-        far |= gates_and_norms<TP::PREP_THREADS, ANY>(p, s.raw, nt, tid + e * NT, expA, bias,
+        far |= gates_and_norms<TP::PREP_THREADS, ANY>(p, s.raw, g_f32_row<ANY>(p, sq.bos + c0, h), nt,
+                                                      tid + e * NT, expA, bias,
                                                       e == 0 ? beta_x : 0.0f, s.work, s.ops,
                                                       gam[e]);
     int safe = 0;

@@ -42,7 +42,7 @@ typedef struct kda_params {
     uint16_t *o;
     int64_t T, H, N, pitch, interval;
     int state_bf16, gate, beta_form;
-    int g_f32, beta_f32; /* g f32: the recurrent and decode kernels only (plan.c) */
+    int g_f32, beta_f32; /* f32 inputs (every kernel but the chunked K3 builds) */
     float lower_bound, scale;
 } kda_params;
 
