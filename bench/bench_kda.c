@@ -25,8 +25,13 @@
  *
  * --decode-rows R runs the decode kernel's build with R V rows a warp (2, 4, 8).
  *
+ * --gate G: the gate form, lower_bound (K3's, the default), softplus (the
+ * same g inputs), log_decay or log_decay_f32 (g the log-decay itself,
+ * uniform in [-1, 0), bf16 or f32); every form but K3's runs the chunked
+ * kernels' every-gate builds, and the JSON's "gate" says which.
+ *
  * Run: build/bench/bench_kda [--shape T H N] [--probe m|g|v|k|g.v|g.k|h|g.h] [--two-pass R.P]
- *      [--decode-rows R]
+ *      [--decode-rows R] [--gate G]
  *      [--json FILE]
  */
 #include "harness.h"
@@ -52,6 +57,18 @@ static void *owned(kda_case *c, size_t bytes) {
     return c->bufs[c->nbufs++] = bench_malloc(bytes);
 }
 
+/* What this program changes of the library's plan (--probe, --two-pass,
+ * --decode-rows) and of the inputs (--gate):
+ * the one-pass kernel's build (-1: the plan's) and timing probe (0: none,
+ * ONE_PASS_PROBE_V or _K); the two-pass kernel's records in flight and
+ * thousandths of its slots prepared first (0: the plan's). */
+static struct {
+    int build, probe, records, head_permille, decode_rows;
+    int32_t gate; /* sp_kda_gate */
+    int g_f32;    /* the log-decay g in f32 */
+} opts = {-1, 0, 0, 0, 0, SP_KDA_GATE_LOWER_BOUND, 0};
+static const char *const gate_names[] = {"lower_bound", "softplus", "log_decay", "log_decay_f32"};
+
 /* Dense inputs for T tokens, H heads, N equal sequences (the last takes the
  * remainder), state pool of N slots. */
 static void make_case(kda_case *c, int64_t T, int64_t H, int64_t N, sp_dtype sdt) {
@@ -69,13 +86,31 @@ static void make_case(kda_case *c, int64_t T, int64_t H, int64_t N, sp_dtype sdt
     bench_fill_bf16(q, n4, -1, 1, 1);
     bench_fill_bf16(k, n4, -1, 1, 2);
     bench_fill_bf16(v, n4, -1, 1, 3);
-    bench_fill_bf16(g, n4, -4, 1.5, 4);
+    if (opts.gate == SP_KDA_GATE_LOG_DECAY)
+        bench_fill_bf16(g, n4, -1, 0, 4);
+    else
+        bench_fill_bf16(g, n4, -4, 1.5, 4);
     bench_fill_bf16(beta, (size_t)(T * H), -3, 3, 5);
     bench_fill_random(o, n4 * 2, 6); /* poison */
     sp_tensor_dense(&a->q, q, SP_BF16, 4, x4, dev);
     sp_tensor_dense(&a->k, k, SP_BF16, 4, x4, dev);
     sp_tensor_dense(&a->v, v, SP_BF16, 4, x4, dev);
     sp_tensor_dense(&a->g, g, SP_BF16, 4, x4, dev);
+    a->gate = opts.gate;
+    if (opts.g_f32) { /* the same values, f32 */
+        uint16_t *h16 = malloc(n4 * 2);
+        float *h32 = malloc(n4 * 4);
+        if (!h16 || !h32) exit(2);
+        BENCH_CU(cudaMemcpy(h16, g, n4 * 2, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < n4; i++) {
+            const uint32_t u = (uint32_t)h16[i] << 16;
+            memcpy(&h32[i], &u, 4);
+        }
+        void *g32 = owned(c, n4 * 4);
+        BENCH_CU(cudaMemcpy(g32, h32, n4 * 4, cudaMemcpyHostToDevice));
+        free(h16), free(h32);
+        sp_tensor_dense(&a->g, g32, SP_F32, 4, x4, dev);
+    }
     sp_tensor_dense(&a->beta, beta, SP_BF16, 3, x3, dev);
     sp_tensor_dense(&a->o, o, SP_BF16, 4, x4, dev);
 
@@ -117,13 +152,6 @@ static void free_case(kda_case *c) {
     for (int i = 0; i < c->nbufs; i++) BENCH_CU(cudaFree(c->bufs[i]));
 }
 
-/* What this program changes of the library's plan (--probe, --two-pass):
- * the one-pass kernel's build (-1: the plan's) and timing probe (0: none,
- * ONE_PASS_PROBE_V or _K); the two-pass kernel's records in flight and
- * thousandths of its slots prepared first (0: the plan's). */
-static struct {
-    int build, probe, records, head_permille, decode_rows;
-} opts = {-1, 0, 0, 0, 0};
 
 /* kda_probe.cu: the probe instance `side` of the plan's one-pass build. */
 int bench_kda_probe(const sp_kda_args *a, const sp_kda_plan *plan, int side, cudaStream_t s);
@@ -287,6 +315,23 @@ int main(int argc, char **argv) {
             argc -= 2;
             break;
         }
+    /* --gate G */
+    for (int i = 1; i + 1 < argc; i++)
+        if (strcmp(argv[i], "--gate") == 0) {
+            int gi = -1;
+            for (int n = 0; n < 4; n++)
+                if (strcmp(argv[i + 1], gate_names[n]) == 0) gi = n;
+            if (gi < 0) {
+                fprintf(stderr, "--gate takes lower_bound, softplus, log_decay or log_decay_f32\n");
+                return 2;
+            }
+            opts.gate = gi == 3 ? SP_KDA_GATE_LOG_DECAY : gi;
+            opts.g_f32 = gi == 3;
+            for (int k = i; k + 2 < argc; k++) argv[k] = argv[k + 2];
+            argc -= 2;
+            break;
+        }
+    const char *gate_name = gate_names[opts.g_f32 ? 3 : opts.gate];
     FILE *out = NULL;
     if (bench_json_arg(argc, argv, &out)) return 2;
     char name[256];
@@ -394,6 +439,7 @@ int main(int argc, char **argv) {
                 bench_json_str(&j, "bench", "kda_prefill");
                 bench_json_str(&j, "device", name);
                 bench_json_str(&j, "kernel", kernel_name(kernels[k]));
+                bench_json_str(&j, "gate", gate_name);
                 if (kernels[k] == SP_KDA_KERNEL_AUTO)
                     bench_json_str(&j, "auto_chose", kernel_name(chosen));
                 bench_json_int(&j, "T", shapes[i].T);
@@ -439,7 +485,8 @@ int main(int argc, char **argv) {
             BENCH_CU(cudaFree(ws));
             free_case(&c[0]);
         }
-    printf("\n%6s %3s %3s %-4s %-16s %8s %6s %8s %8s  %s\n", "T", "H", "N", "state", "kernel",
+    printf("\ngate %s\n%6s %3s %3s %-4s %-16s %8s %6s %8s %8s  %s\n", gate_name, "T", "H", "N",
+           "state", "kernel",
            "ms", "/fla", "o_err", "st_err", "auto chose");
     for (int r = 0; r < rows; r++) printf("%s\n", table[r]);
     BENCH_CU(cudaStreamDestroy(s));
