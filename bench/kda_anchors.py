@@ -60,6 +60,7 @@ import datetime
 import json
 import math
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -78,6 +79,20 @@ SP_KERNELS = ("recurrent", "chunked", "chunked_two_pass", "auto")
 # them; FlashKDA and its fork take the lower-bound gate only.
 GATES = ("lower_bound", "softplus", "log_decay", "log_decay_bf16")
 # --shapes gates: the shapes of the gate comparison (T, H, lengths).
+
+
+def unequal_lengths(T, N, seed):
+    """N unequal lengths (each >= 1) summing to T, from N - 1 cut points
+    drawn without replacement from 1 .. T - 1 by random.Random(seed)."""
+    cuts = sorted(random.Random(seed).sample(range(1, T), N - 1))
+    bounds = [0] + cuts + [T]
+    return tuple(bounds[i + 1] - bounds[i] for i in range(N))
+
+
+# Unequal varlen batches at K3's one-GPU head count (seeded, in the default
+# table after SHAPES; --shapes varlen alone).
+VARLEN_SHAPES = [(16384, 96, unequal_lengths(16384, 8, 8)),
+                 (16384, 96, unequal_lengths(16384, 32, 32))]
 GATE_SHAPES = [(16384, 96, (16384,)), (16384, 32, (16384,)), (16384, 16, (16384,)),
                (8192, 32, (4096, 2048, 1536, 512))]
 LOWER_BOUND = -5.0
@@ -454,12 +469,15 @@ def git_commit():
 
 
 def parse_shapes(s):
-    """[(T, H, lengths)]: the default table, "gates" (GATE_SHAPES), or
-    TxHxN[,...] (N equal sequences)."""
+    """[(T, H, lengths)]: the default table (SHAPES, then VARLEN_SHAPES),
+    "gates" (GATE_SHAPES), "varlen" (VARLEN_SHAPES), or TxHxN[,...] (N equal
+    sequences)."""
     if not s:
-        return [(T, H, (T // N,) * N) for (T, H, N) in SHAPES]
+        return [(T, H, (T // N,) * N) for (T, H, N) in SHAPES] + list(VARLEN_SHAPES)
     if s == "gates":
         return list(GATE_SHAPES)
+    if s == "varlen":
+        return list(VARLEN_SHAPES)
     out = []
     for part in s.split(","):
         t = [int(p) for p in part.lower().split("x")]
@@ -556,9 +574,12 @@ def print_tables(records, shapes):
     for r in timing:
         if label(r) not in labels:
             labels.append(label(r))
+    def n_of(N, lengths):  # "8v": unequal lengths
+        return f"{N}v" if len(set(lengths or [])) > 1 else str(N)
     cell = {}
     for r in timing:
-        cell[(r["T"], r["H"], r["N"], label(r))] = (f"{r['ms']:.3f}" if "ms" in r else "ERR")
+        cell[(r["T"], r["H"], n_of(r["N"], r.get("lengths")), label(r))] = (
+            f"{r['ms']:.3f}" if "ms" in r else "ERR")
     short = {"stridepack:recurrent": "sp:rec", "stridepack:chunked": "sp:chunked",
              "stridepack:chunked_two_pass": "sp:2pass", "stridepack:auto": "sp:auto",
              "ffkda:uniform_seq_len": "ffkda:unif"}
@@ -566,9 +587,10 @@ def print_tables(records, shapes):
     w = max([10] + [len(h) for h in heads])
     lines = ["KDA prefill, CUDA-event medians in ms (same inputs, one process):",
              f"{'T':>6} {'H':>3} {'N':>3} | " + " ".join(f"{h:>{w}}" for h in heads)]
-    for (T, H, N) in shapes:
-        row = [cell.get((T, H, N, lab), "-") for lab in labels]
-        lines.append(f"{T:>6} {H:>3} {N:>3} | " + " ".join(f"{c:>{w}}" for c in row))
+    for (T, H, lens) in shapes:
+        n = n_of(len(lens), lens) if isinstance(lens, (tuple, list)) else str(lens)
+        row = [cell.get((T, H, n, lab), "-") for lab in labels]
+        lines.append(f"{T:>6} {H:>3} {n:>3} | " + " ".join(f"{c:>{w}}" for c in row))
     acc = [r for r in records if "o_rel" in r or ("case" in r and "error" in r)]
     if acc:
         lines.append("")
@@ -589,8 +611,9 @@ def main():
     ap.add_argument("--json", help="write one JSON object per line here")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--shapes", help="TxHxN[,TxHxN...], or \"gates\" (the gate comparison's "
-                    "shapes, one with unequal lengths); default: the table SHAPES")
+    ap.add_argument("--shapes", help="TxHxN[,TxHxN...], \"gates\" (the gate comparison's "
+                    "shapes, one with unequal lengths) or \"varlen\" (unequal lengths at 96 "
+                    "heads); default: SHAPES, then the varlen shapes")
     ap.add_argument("--gates", default="lower_bound",
                     help="comma list of gate forms to run: lower_bound, softplus, log_decay "
                          "(every arm and shape for each, records carry \"gate\")")
@@ -719,8 +742,7 @@ def main():
         emit(dict(arm=arm, kernel=kern, skipped=why))
     if out is not None:
         out.close()
-    print_tables(records, [(T, H, len(lens)) for (T, H, lens) in shapes]
-                 if not args.no_timing else [])
+    print_tables(records, shapes if not args.no_timing else [])
     if skipped:
         print("\nSkipped: " + "; ".join(f"{a}{':' + k if k else ''}: {w[:200]}"
                                         for (a, k), w in skipped.items()), flush=True)
@@ -785,6 +807,11 @@ def self_test():
     assert parse_shapes("16384x96x8,2048x96x16") == [(16384, 96, (2048,) * 8),
                                                      (2048, 96, (128,) * 16)]
     assert parse_shapes("gates")[-1] == (8192, 32, (4096, 2048, 1536, 512))
+    for (T, H, lens), N in zip(parse_shapes("varlen"), (8, 32)):
+        assert T == 16384 and H == 96 and len(lens) == N and sum(lens) == T
+        assert min(lens) >= 1 and len(set(lens)) > 1
+    assert parse_shapes(None)[-2:] == VARLEN_SHAPES
+    assert unequal_lengths(16384, 8, 8) == VARLEN_SHAPES[0][2]  # seeded: the same every run
     # The other gate forms: the reference against the scalar loop.
     for gate in ("softplus", "log_decay", "log_decay_bf16"):
         y = make_inputs((19, 0, 12), 2, torch.device("cpu"), seed=9, edge=True, gate=gate)
