@@ -189,17 +189,20 @@ sp_status sp_kda_prefill_ref_(const sp_kda_args *a, const sp_kda_dims *d);
  * call's check, then the kernel's arithmetic and indexing, for tests on
  * machines without a GPU. */
 sp_status sp_kda_decode_emulate_(const sp_kda_args *a, int rows_per_warp);
-/* CUDA builds: the chunked kernels' K side for one chunk (chunk_k.cuh's
- * gate sums, norms, operands and products, the factored or the safe form)
- * run on the host, thread by thread as the one-pass kernel's 256 K threads
- * run it between their barriers (chunk_emulate.cu), for tests without a
- * GPU. In: k, q bf16 [32][128] (tokens from nt on zero), g each token's
- * log2-decay [32][128] (0 from nt on), b [32], scale (q's norm factor);
- * form 0 factored, 1 safe, -1 as the kernels choose; swizzled 1: the
- * wgmma build's operand layout. Out: A [32][32] (row i, column j), QK
- * [32][32], Lk, Lq, R [32][128] as floats, c, e [128]. Returns the form
- * taken (0 or 1), or -1 with no memory. */
-int sp_kda_chunk_emulate_(const uint16_t *k, const uint16_t *q, const float *g, const float *b,
+/* CUDA builds: the chunked kernels' every-gate K side for one chunk of nt
+ * tokens (chunk_k.cuh's gates and their sums, the operands and products
+ * of the factored or the safe form) run on the host, thread by thread as
+ * the one-pass kernel's 256 K threads run it between their barriers
+ * (chunk_emulate.cu), for tests without a GPU. In: k, q bf16 [32][128]
+ * (rows from nt on zero), g the g inputs [32][128] as floats (rows from nt
+ * on not read) of gate form `gate` (sp_kda_gate; lower_bound, A_log of
+ * the head, dt_bias [128]), b [32], scale (q's norm factor); form 0
+ * factored, 1 safe, -1 as the kernels choose; swizzled 1: the wgmma
+ * build's operand layout. Out: A [32][32] (row i, column j), QK [32][32],
+ * Lk, Lq, R [32][128] as floats, c, e [128]. Returns the form taken (0 or
+ * 1), or -1 with no memory. */
+int sp_kda_chunk_emulate_(const uint16_t *k, const uint16_t *q, const float *g, int nt, int gate,
+                          float lower_bound, float A_log, const float *dt_bias, const float *b,
                           float scale, int form, int swizzled, float *A, float *QK, float *lk,
                           float *lq, float *r, float *c, float *e);
 /* CUDA builds: prefill.cu; otherwise src/cuda/none.c returns SP_ERR_NO_DEVICE. */

@@ -1,12 +1,12 @@
 /*
- * test_kda_chunk_emulated.c — the chunked kernels' K side for one chunk on
- * its host emulation (sp_kda_chunk_emulate_, CUDA builds; no GPU needed):
- * the factored and the safe form's A, QK and operands (Lk, Lq, R, the state
- * scalings c, e) against float64, in both operand layouts (the wgmma
- * build's swizzled one too), for chunks of 32, 19 and 1 tokens with mild
- * and steep decays (down to the floor, 2^-128 a token); and the form the
- * kernels choose: factored within the lower-bound gate's bound, safe
- * beyond it.
+ * test_kda_chunk_emulated.c — the chunked kernels' every-gate K side for one
+ * chunk on its host emulation (sp_kda_chunk_emulate_, CUDA builds; no GPU
+ * needed): the gates of each form (lower bound, softplus, log-decay with
+ * -inf), their running sums, the factored and the safe form's A, QK and
+ * operands (Lk, Lq, R, the state scalings c, e) against float64, in both
+ * operand layouts (the wgmma build's swizzled one too), for chunks of 32,
+ * 19 and 1 tokens with mild and steep decays; and the form the kernels
+ * choose: factored within the lower-bound gate's bound, safe beyond it.
  */
 #include "kda/kda_internal.h"
 #include "check.h"
@@ -26,28 +26,52 @@ static double gauss(void) { return sqrt(-2.0 * log(unit() + 1e-300)) * cos(6.283
 
 typedef struct chunk {
     uint16_t k[C * D], q[C * D];
-    float g[C * D], b[C];
+    float g[C * D], dt_bias[D], b[C]; /* g inputs, of the gate form below */
+    int gate;
+    float lower_bound, A_log;
     double G[C][D], kn[C][D], qn[C][D]; /* running log2 sums; k, q normalized */
 } chunk;
 
-/* steep: log2-decays a twentieth at the floor (-128), some to -86, the rest
- * small; mild: within -0.7 (far inside the factored form's bound). */
-static void make(chunk *x, int nt, int steep) {
+/* A token's log2-decay from its g input x, channel d, by the contract in
+ * float64 (sp_kda_gate), floored at -128 as the kernels do. */
+static double gate_log2(const chunk *x, double v, int d) {
+    const double expA = exp((double)x->A_log), y = v + x->dt_bias[d];
+    double g = x->gate == SP_KDA_GATE_LOG_DECAY ? v
+               : x->gate == SP_KDA_GATE_SOFTPLUS
+                   ? -expA * (y > 20 ? y : log1p(exp(y)))
+                   : x->lower_bound / (1.0 + exp(-expA * y));
+    g *= 1.4426950408889634;
+    return g < -128 ? -128 : g;
+}
+
+/* Gate inputs of the form: mild (lower bound -5, or softplus at A_log -1:
+ * within the factored form's bound) or steep (softplus at A_log 3 on large
+ * inputs; log-decays down to -60 and -inf; steep 2: log-decays near 0 but
+ * -45 nats at one token of every 8 on channel 5, past the bound of 40 a
+ * segment, and 90 over half a chunk: the factored form's factors would
+ * overflow). */
+static void make(chunk *x, int nt, int gate, int steep) {
+    x->gate = gate;
+    x->lower_bound = -5.0f;
+    x->A_log = steep ? 3.0f : -1.0f;
+    for (int d = 0; d < D; d++) x->dt_bias[d] = (float)(unit() - 0.5);
     for (int t = 0; t < C; t++) {
         double sk = 0, sq = 0;
         for (int d = 0; d < D; d++) {
             const int i = t * D + d;
-            float g = 0.0f;
             x->k[i] = x->q[i] = 0;
+            x->g[i] = 0.0f;
             if (t < nt) {
                 x->k[i] = sp_f32_to_bf16_((float)gauss());
                 x->q[i] = sp_f32_to_bf16_((float)gauss());
                 const double u = unit();
-                g = steep ? (float)(u < 0.05 ? -128.0 : u < 0.2 ? -86.0 * unit()
-                                                      : u < 0.6 ? -1e-3 * unit() : -8.0 * unit())
-                          : (float)(-0.7 * unit());
+                x->g[i] = steep == 2 ? (t % 8 == 3 && d == 5 ? -45.0f : (float)(-1e-3 * u))
+                          : gate == SP_KDA_GATE_LOG_DECAY
+                              ? (float)(u < 0.03 ? -INFINITY : u < 0.1 ? -60.0 * unit()
+                                                             : u < 0.5 ? -1e-3 * unit()
+                                                                       : -3.0 * unit())
+                              : (float)(steep ? 8.0 * unit() - 2.0 : 5.5 * unit() - 4.0);
             }
-            x->g[i] = g;
             const double kk = sp_bf16_to_f32_(x->k[i]), qq = sp_bf16_to_f32_(x->q[i]);
             sk += kk * kk, sq += qq * qq;
         }
@@ -59,8 +83,19 @@ static void make(chunk *x, int nt, int steep) {
     }
     for (int d = 0; d < D; d++) {
         double s = 0;
-        for (int t = 0; t < C; t++) x->G[t][d] = s += x->g[t * D + d];
+        for (int t = 0; t < C; t++) x->G[t][d] = s += t < nt ? gate_log2(x, x->g[t * D + d], d) : 0.0;
     }
+}
+
+/* Whether some channel decays by more than the factored form's bound, 5
+ * nats a token, over one of the chunk's 8-token segments (float64). */
+static int beyond_bound(const chunk *x) {
+    for (int d = 0; d < D; d++)
+        for (int s = 0; s < C / 8; s++) {
+            const double before = s ? x->G[8 * s - 1][d] : 0.0;
+            if (x->G[8 * s + 7][d] - before < -8 * 5 * 1.4426950408889634) return 1;
+        }
+    return 0;
 }
 
 /* |got - want| within rel |want| (+ the smallest normal: a flushed value) */
@@ -71,13 +106,15 @@ static int near(double got, double want, double rel) {
 static float A[C * C], QK[C * C], lk[C * D], lq[C * D], r[C * D], cc[D], ee[D];
 
 static void check(const chunk *x, int nt, int steep, int form, int swz) {
-    const int got = sp_kda_chunk_emulate_(x->k, x->q, x->g, x->b, 0.09f, form, swz, A, QK, lk, lq,
-                                          r, cc, ee);
+    const int got = sp_kda_chunk_emulate_(x->k, x->q, x->g, nt, x->gate, x->lower_bound, x->A_log,
+                                          x->dt_bias, x->b, 0.09f, form, swz, A, QK, lk, lq, r, cc,
+                                          ee);
     const int safe = form < 0 ? steep : form;
-    CHECKF(got == safe, "nt %d steep %d form %d: took form %d", nt, steep, form, got);
+    CHECKF(got == safe, "gate %d nt %d steep %d form %d: took form %d", x->gate, nt, steep, form,
+           got);
     /* A and QK: bf16 operands in the factored form, fp32 element by element
      * (within fp32 running sums) in the safe one */
-    const double rel = safe ? 1e-4 : 2e-2, relq = safe ? 1e-3 : 2e-2;
+    const double rel = safe ? 2e-4 : 2e-2, relq = safe ? 1e-3 : 2e-2;
     int bad = 0;
     for (int i = 0; i < C; i++)
         for (int j = 0; j < C; j++) {
@@ -114,12 +151,19 @@ static void check(const chunk *x, int nt, int steep, int form, int swz) {
 
 int main(void) {
     static const int nts[] = {32, 19, 1};
+    /* (gate, steep): steep forms must take the safe form, mild ones the factored */
+    static const int forms[][2] = {{SP_KDA_GATE_LOWER_BOUND, 0}, {SP_KDA_GATE_SOFTPLUS, 0},
+                                   {SP_KDA_GATE_SOFTPLUS, 1}, {SP_KDA_GATE_LOG_DECAY, 1},
+                                   {SP_KDA_GATE_LOG_DECAY, 2}};
     chunk *x = malloc(sizeof *x);
     CHECK(x != NULL);
     if (!x) return sp_test_finish("test_kda_chunk_emulated");
-    for (int i = 0; i < 3; i++)
-        for (int steep = 0; steep < 2; steep++) {
-            make(x, nts[i], steep);
+    for (size_t f = 0; f < sizeof forms / sizeof forms[0]; f++)
+        for (int i = 0; i < 3; i++) {
+            make(x, nts[i], forms[f][0], forms[f][1]);
+            const int steep = beyond_bound(x);
+            CHECKF(steep == !!forms[f][1] || nts[i] < C, "gate %d: a full chunk %s the bound",
+                   forms[f][0], steep ? "beyond" : "within");
             for (int swz = 0; swz < 2; swz++) {
                 check(x, nts[i], steep, -1, swz); /* the kernels' choice */
                 if (!steep) check(x, nts[i], steep, 1, swz); /* the safe form within the bound too */

@@ -1,12 +1,14 @@
 /*
- * chunk_emulate.cu — the chunked kernels' K side for one chunk, run on the
- * host (sp_kda_chunk_emulate_, kda_internal.h): chunk_k.cuh's own functions
- * (the operands of the factored form; the safe form's sums, element-wise
- * products, A, QK and operands), called thread by thread in the order the
- * one-pass kernel's K threads run them between barriers. The gate sums and
- * norms are the kernel's arithmetic restated (their warp sums have no host
- * form), and so are the factored form's A and QK (the kernel's are
- * tensor-core products): tests check those against the float64 reference.
+ * chunk_emulate.cu — the chunked kernels' every-gate K side for one chunk,
+ * run on the host (sp_kda_chunk_emulate_, kda_internal.h): chunk_k.cuh's
+ * own functions called thread by thread, in the order the one-pass
+ * kernel's K threads run them between barriers: the gates and their
+ * running sums (chunk_gate, gate_sums, out_of_range: the f32 g path), the
+ * factored form's operands, the safe form's sums, element-wise products,
+ * A, QK and operands. The norms are the kernel's arithmetic restated
+ * (their warp sums have no host form), and so are the factored form's A
+ * and QK (the kernel's are tensor-core products): tests check them
+ * against the float64 reference.
  */
 #include "kda/cuda/chunk_k.cuh"
 
@@ -29,26 +31,43 @@ template <typename OPS> struct chunk_state {
     float ka[NT][safe_pairs<NT>::EACH], qa[NT][safe_pairs<NT>::EACH];
 };
 
+/* The call's inputs, as run() reads them. */
+typedef struct chunk_in {
+    const uint16_t *k, *q;
+    const float *g, *dt_bias, *b;
+    int nt, gate;
+    float lower_bound, A_log, scale;
+} chunk_in;
+
 template <typename OPS>
-int run(chunk_state<OPS> &m, const uint16_t *k, const uint16_t *q, const float *g, const float *b,
-        float scale, int form, float *A, float *QK, float *lk, float *lq, float *r, float *c,
-        float *e) {
+int run(chunk_state<OPS> &m, const chunk_in &in, int form, float *A, float *QK, float *lk,
+        float *lq, float *r, float *c, float *e) {
     memset(&m.raw, 0, sizeof m.raw);
     memset(&m.work, 0, sizeof m.work);
     memset(&m.ops, 0, sizeof m.ops);
-    memcpy(m.raw.k, k, sizeof m.raw.k);
-    memcpy(m.raw.q, q, sizeof m.raw.q);
-    /* gates_and_norms: each thread's running sums over its segment, the
-     * segments' ends, whether it leaves the factored form's bound */
+    memcpy(m.raw.k, in.k, sizeof m.raw.k);
+    memcpy(m.raw.q, in.q, sizeof m.raw.q);
+    kda_params p;
+    memset(&p, 0, sizeof p);
+    p.gate = in.gate;
+    p.lower_bound = in.lower_bound;
+    const float expA = expf(in.A_log);
+    /* gates_and_norms: each thread's gates and running sums over its
+     * segment (the f32 path's: g as float pairs), the segments' ends,
+     * whether it leaves the factored form's bound */
     int far = 0;
     for (int tid = 0; tid < NT; tid++) {
         const int d = 2 * (tid % (DIM / 2)), seg = tid / (DIM / 2), t0 = seg * SEG;
-        float sum[2] = {0.0f, 0.0f};
+        const chunk_gate<1> gate(p, expA, make_float2(in.dt_bias[d], in.dt_bias[d + 1]));
+        float2 g2[SEG];
         for (int j = 0; j < SEG; j++)
-            for (int h = 0; h < 2; h++) {
-                sum[h] += g[(t0 + j) * DIM + d + h];
-                m.gam[tid][h][j] = sum[h];
-            }
+            g2[j] = t0 + j < in.nt ? make_float2(in.g[(t0 + j) * DIM + d], in.g[(t0 + j) * DIM + d + 1])
+                                   : make_float2(0.0f, 0.0f);
+        float sum[2] = {0.0f, 0.0f};
+        if (t0 + SEG <= in.nt)
+            gate_sums<SEG, true>(g2, SEG, gate, m.gam[tid], sum);
+        else
+            gate_sums<SEG, false>(g2, in.nt - t0, gate, m.gam[tid], sum);
         m.work.seg_end[seg][d] = sum[0], m.work.seg_end[seg][d + 1] = sum[1];
         far |= out_of_range<SEG>(sum);
     }
@@ -59,8 +78,8 @@ int run(chunk_state<OPS> &m, const uint16_t *k, const uint16_t *q, const float *
             sk = fmaf(x, x, sk), sq = fmaf(y, y, sq);
         }
         m.work.rk[t] = 1.0f / sqrtf(sk + (float)SP_KDA_EPS);
-        m.work.rq[t] = scale / sqrtf(sq + (float)SP_KDA_EPS);
-        m.ops.b[t] = b[t];
+        m.work.rq[t] = in.scale / sqrtf(sq + (float)SP_KDA_EPS);
+        m.ops.b[t] = in.b[t];
     }
     const int safe = form < 0 ? far : form;
     if (!safe) {
@@ -100,21 +119,23 @@ int run(chunk_state<OPS> &m, const uint16_t *k, const uint16_t *q, const float *
 }
 
 template <typename OPS>
-int emulate(const uint16_t *k, const uint16_t *q, const float *g, const float *b, float scale,
-            int form, float *A, float *QK, float *lk, float *lq, float *r, float *c, float *e) {
+int emulate(const chunk_in &in, int form, float *A, float *QK, float *lk, float *lq, float *r,
+            float *c, float *e) {
     chunk_state<OPS> *m = new (std::nothrow) chunk_state<OPS>;
     if (!m) return -1;
-    const int safe = run(*m, k, q, g, b, scale, form, A, QK, lk, lq, r, c, e);
+    const int safe = run(*m, in, form, A, QK, lk, lq, r, c, e);
     delete m;
     return safe;
 }
 
 } // namespace
 
-extern "C" int sp_kda_chunk_emulate_(const uint16_t *k, const uint16_t *q, const float *g,
-                                     const float *b, float scale, int form, int swizzled,
-                                     float *A, float *QK, float *lk, float *lq, float *r,
-                                     float *c, float *e) {
-    return swizzled ? emulate<chunk_ops_sw>(k, q, g, b, scale, form, A, QK, lk, lq, r, c, e)
-                    : emulate<chunk_ops>(k, q, g, b, scale, form, A, QK, lk, lq, r, c, e);
+extern "C" int sp_kda_chunk_emulate_(const uint16_t *k, const uint16_t *q, const float *g, int nt,
+                                     int gate, float lower_bound, float A_log,
+                                     const float *dt_bias, const float *b, float scale, int form,
+                                     int swizzled, float *A, float *QK, float *lk, float *lq,
+                                     float *r, float *c, float *e) {
+    const chunk_in in = {k, q, g, dt_bias, b, nt, gate, lower_bound, A_log, scale};
+    return swizzled ? emulate<chunk_ops_sw>(in, form, A, QK, lk, lq, r, c, e)
+                    : emulate<chunk_ops>(in, form, A, QK, lk, lq, r, c, e);
 }

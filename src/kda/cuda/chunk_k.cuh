@@ -130,12 +130,12 @@ static constexpr float GATE_FLOOR = 128.0f;
 template <int ANY> struct chunk_gate {
     float nl, nlb[2], lb2, expA, bias[2];
     int gate;
-    __device__ __forceinline__ chunk_gate(const kda_params &p, float expA_, float2 b) {
+    SP_HD __forceinline__ chunk_gate(const kda_params &p, float expA_, float2 b) {
         nl = -expA_ * SP_LOG2E, lb2 = p.lower_bound * SP_LOG2E;
         nlb[0] = nl * b.x, nlb[1] = nl * b.y;
         expA = expA_, bias[0] = b.x, bias[1] = b.y, gate = p.gate;
     }
-    __device__ __forceinline__ float operator()(float x, int h) const {
+    SP_HD __forceinline__ float operator()(float x, int h) const {
         if (!ANY) return lb2 * sp_rcp_ftz_(1.0f + sp_ex2_ftz_(fmaf(x, nl, nlb[h])));
         float g;
         if (gate == SP_KDA_GATE_LOWER_BOUND)
@@ -179,21 +179,21 @@ template <int SEG> static SP_HD __forceinline__ int out_of_range(const float sum
 }
 
 /* A token's g inputs of two channels: a bf16 pair, or two floats. */
-static __device__ __forceinline__ float g_lo(uint32_t x) { return sp_bf16x2_lo_(x); }
-static __device__ __forceinline__ float g_hi(uint32_t x) { return sp_bf16x2_hi_(x); }
-static __device__ __forceinline__ float g_lo(float2 x) { return x.x; }
-static __device__ __forceinline__ float g_hi(float2 x) { return x.y; }
+static SP_HD __forceinline__ float g_lo(uint32_t x) { return sp_bf16x2_lo_(x); }
+static SP_HD __forceinline__ float g_hi(uint32_t x) { return sp_bf16x2_hi_(x); }
+static SP_HD __forceinline__ float g_lo(float2 x) { return x.x; }
+static SP_HD __forceinline__ float g_hi(float2 x) { return x.y; }
 
 /* The running sums of two channels' gates over SEG tokens (their g inputs
  * graw), those from token `valid` on taken as 0; FULL: all valid (no
  * select per token). */
 template <int SEG, bool FULL, typename G, typename X>
-static __device__ __forceinline__ void gate_sums(const X graw[SEG], int valid, const G gate,
-                                                 float gam[2][SEG], float sum[2]) {
-#pragma unroll
+static SP_HD __forceinline__ void gate_sums(const X graw[SEG], int valid, const G gate,
+                                            float gam[2][SEG], float sum[2]) {
+    SP_HD_UNROLL
     for (int j = 0; j < SEG; j++) {
         const float x[2] = {g_lo(graw[j]), g_hi(graw[j])};
-#pragma unroll
+        SP_HD_UNROLL
         for (int h = 0; h < 2; h++) {
             const float g = gate(x[h], h);
             sum[h] += FULL || j < valid ? g : 0.0f;
