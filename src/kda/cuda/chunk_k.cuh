@@ -122,11 +122,25 @@ static __device__ __forceinline__ float2 pair_bias(const kda_params &p, int64_t 
  * form's bound assumes decays.) */
 static constexpr float GATE_FLOOR = 128.0f;
 
+/* softplus(y) log2(e) = log2(1 + 2^u) for u = y log2(e), within 4e-6
+ * relative (lg2's error taken at its bound), two special-function
+ * instructions: u itself above 20 nats (as sp_kda_gate_f32_ and torch: the
+ * difference is below float resolution), the series z (1 - z/2 + z^2/3 -
+ * z^3/4) log2(e) in z = 2^u below z = 1/16 (where 1 + z would lose z's
+ * digits), else lg2(1 + z). */
+static SP_HD __forceinline__ float softplus_log2(float u) {
+    const float z = sp_ex2_ftz_(u);
+    const float series =
+        z * SP_LOG2E * fmaf(z, fmaf(z, fmaf(z, -0.25f, 1.0f / 3.0f), -0.5f), 1.0f);
+    const float r = z < 0.0625f ? series : sp_lg2_ftz_(1.0f + z);
+    return u > 20.0f * SP_LOG2E ? u : r;
+}
+
 /* A channel's gate in log2 units (times log2(e), for ex2) from its raw g
  * input x; h: which of the thread's two channels. The lower-bound gate as
  * lb2 / (1 + 2^(nl x + nlb)): lb2 = lower_bound log2(e), nl = -expA log2(e),
  * nlb = nl dt_bias. The every-gate build: the call's form (the softplus
- * gate by sp_kda_gate_f32_, the log-decay as given), floored. */
+ * gate by softplus_log2, the log-decay as given), floored. */
 template <int ANY> struct chunk_gate {
     float nl, nlb[2], lb2, expA, bias[2];
     int gate;
@@ -141,7 +155,7 @@ template <int ANY> struct chunk_gate {
         if (gate == SP_KDA_GATE_LOWER_BOUND)
             g = lb2 * sp_rcp_ftz_(1.0f + sp_ex2_ftz_(fmaf(x, nl, nlb[h])));
         else if (gate == SP_KDA_GATE_SOFTPLUS)
-            g = sp_kda_gate_f32_(SP_KDA_GATE_SOFTPLUS, 0.0f, expA, x + bias[h]) * SP_LOG2E;
+            g = -expA * softplus_log2((x + bias[h]) * SP_LOG2E);
         else
             g = x * SP_LOG2E;
         return g < -GATE_FLOOR ? -GATE_FLOOR : g; /* a NaN stays one, as elsewhere */
