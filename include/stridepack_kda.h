@@ -347,7 +347,9 @@ SP_API sp_status sp_kda_boundary_create(sp_kda_boundary **out, sp_device dev,
  * Errors, before anything is written: those of sp_kda_prefill (its layout
  * rule for q, k, v, g aside) with the same statuses; SP_ERR_DEVICE_MISMATCH
  * when the tensors are not on the boundary's device; SP_ERR_CAPACITY when
- * T or H exceeds the capacity given at creation. Only a failed CUDA launch
+ * T or H exceeds the capacity given at creation; SP_ERR_UNSUPPORTED for
+ * an f32 g (a log-decay) that is not read in place (the workspace holds
+ * bf16 copies). Only a failed CUDA launch
  * (SP_ERR_CUDA) or, on the CPU, no memory for the prefill's scratch
  * (SP_ERR_OUT_OF_MEMORY) can come after the pack, which by then has written
  * the boundary's own workspace and nothing of the caller's.

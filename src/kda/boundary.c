@@ -114,11 +114,13 @@ sp_status sp_kda_boundary_run(sp_kda_boundary *b, const sp_kda_args *args,
     args = &full;
     sp_kda_dims d;
     SP_FORWARD(sp_kda_check_(args, 0, &d));
-    /* The workspace was sized for bf16 inputs. */
-    SP_REQUIRE(args->g.dtype == SP_BF16, SP_ERR_UNSUPPORTED,
-               "g: %s; the boundary packs bf16 inputs (an f32 log-decay g goes to "
-               "sp_kda_prefill directly)",
-               sp_dtype_name(args->g.dtype));
+    /* The workspace was sized for bf16 inputs: an f32 g (a log-decay) goes
+     * through only where it is read in place. */
+    SP_REQUIRE(args->g.dtype == SP_BF16 || sp_kda_reads_in_place(&args->g), SP_ERR_UNSUPPORTED,
+               "g: f32 at strides %s, %p is not read in place, and the boundary packs bf16 "
+               "inputs only: pass it dense, or with rows of 128 contiguous channels at 16-byte "
+               "aligned addresses",
+               sp_strides_text_(&args->g).s, args->g.data);
     SP_REQUIRE(d.T <= b->max_tokens, SP_ERR_CAPACITY,
                "q: T = %lld exceeds the boundary's max_tokens %lld", (long long)d.T,
                (long long)b->max_tokens);

@@ -167,6 +167,46 @@ static void k3_gate_case(sp_kda_boundary *bd, int64_t T, int64_t H, int beta_kin
     kp_free(&p);
 }
 
+/* A log-decay g in f32 (as an engine's own gate kernel leaves it): read in
+ * place, the boundary runs the prefill on it as sp_kda_prefill does; a view
+ * it would have to pack is refused (its workspace holds bf16), nothing
+ * written. */
+static void f32_log_decay_case(sp_kda_boundary *bd) {
+    static const int64_t lens[] = {40, 9};
+    kda_problem p;
+    kp_make(&p, 2, lens, 0, 2, SP_F32, SP_KDA_GATE_LOWER_BOUND, 0, 4100);
+    kp_log_decay(&p, SP_F32, 4101);
+    void *want_b[KB_COUNT], *got_b[KB_COUNT], *bad_b[KB_COUNT];
+    kp_upload(M, &p, p.host, 0, want_b);
+    kp_upload(M, &p, p.host, 0, got_b);
+    kp_upload(M, &p, p.host, 0, bad_b);
+    sp_kda_args a;
+    kp_args(&p, want_b, M->device, &a);
+    CHECK_OK(prefill_with_workspace(&a));
+    kp_args(&p, got_b, M->device, &a);
+    CHECK_OK(sp_kda_boundary_run(bd, &a, NULL));
+    void *want[KB_COUNT], *got[KB_COUNT];
+    outputs(&p, want_b, want);
+    outputs(&p, got_b, got);
+    CHECKF(kp_outputs_equal(&p, got, want), "f32 log-decay: the boundary differs from the prefill");
+    CHECK(!kp_outputs_equal(&p, got, p.host));
+    kp_args(&p, bad_b, M->device, &a);
+    /* heads 132 elements apart (not a multiple of 8): not read in place
+     * (the view reaches 4 (H - 1) elements into the buffer's slack);
+     * refused before any element is read */
+    a.g.strides[2] = 132;
+    reset_last_error();
+    CHECK_STATUS(sp_kda_boundary_run(bd, &a, NULL), SP_ERR_UNSUPPORTED);
+    check_message("f32 log-decay, strided", "not read in place");
+    CHECKF(kp_untouched(M, &p, bad_b), "f32 log-decay: a refused view wrote");
+    kp_free_copy(want);
+    kp_free_copy(got);
+    kp_release(M, want_b);
+    kp_release(M, got_b);
+    kp_release(M, bad_b);
+    kp_free(&p);
+}
+
 /* The lower-bound gate (the chunked kernels' on the device). */
 static void k3_case(sp_kda_boundary *bd, int64_t T, int64_t H, int beta_kind, sp_dtype sdt,
                     int64_t interval, int which, uint64_t seed) {
@@ -633,6 +673,7 @@ int main(void) {
     k3_case(bd, 0, 3, TS_K3_BETA_FA, SP_F32, 0, STRIDED_ALL, 35);
     /* The softplus gate (the recurrent kernel's on the device). */
     k3_gate_case(bd, 77, 2, TS_K3_BETA_INPROJ, SP_BF16, 16, STRIDED_ALL, SP_KDA_GATE_SOFTPLUS, 38);
+    f32_log_decay_case(bd);
     bad_input_cases(bd);
     CHECK_OK(sp_kda_boundary_destroy(bd));
     if (!on_device()) create_cases();
