@@ -3,7 +3,8 @@
  * chunked_two_pass.cu) share of a 32-token chunk: its sizes, the layouts of
  * its operands in shared memory (one swizzle), and the tensor-core fragment
  * helpers. The K side of a chunk (loading, gates, norms, the operands, the
- * products A and QK, T = (I + A)^-1) is chunk_k.cuh; the V side (the
+ * products A and QK, T = (I + A)^-1) is chunk_k.cuh, its safe form
+ * chunk_safe.cuh; the V side (the
  * state's fragments and products) chunk_v.cuh.
  *
  * The math, per (sequence, head), a chunk of CHUNK = 32 tokens at a time

@@ -10,7 +10,7 @@
  * and QK (the kernel's are tensor-core products): tests check them
  * against the float64 reference.
  */
-#include "kda/cuda/chunk_k.cuh"
+#include "kda/cuda/chunk_safe.cuh"
 
 #include <math.h>
 #include <string.h>

@@ -11,6 +11,7 @@
 #define SP_KDA_CUDA_CHUNKED_KERNEL_CUH
 
 #include "kda/cuda/chunk_k.cuh"
+#include "kda/cuda/chunk_safe.cuh"
 #include "kda/cuda/chunk_v.cuh"
 
 #include <type_traits>

@@ -40,6 +40,7 @@
  */
 #include "cuda/runtime.h"
 #include "kda/cuda/chunk_k.cuh"
+#include "kda/cuda/chunk_safe.cuh"
 #include "kda/cuda/chunk_v.cuh"
 
 #include <stddef.h>
