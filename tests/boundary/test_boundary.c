@@ -477,9 +477,10 @@ static void prefill_on_s(sp_kda_args *a, void *ws, size_t bytes) {
     a->workspace_bytes = 0;
 }
 
-/* The real K3 layout end to end, including the graph path. */
+/* The real K3 layout end to end, including the graph path, with the gate
+ * form `gate` (its g inputs the producer's). */
 static void k3_graph_case(sp_kda_boundary *bd, int32_t kernel, int64_t T, int64_t H, int kind,
-                    sp_dtype sdt, int64_t interval, int graph, uint64_t seed) {
+                          sp_dtype sdt, int64_t interval, int graph, uint64_t seed, int32_t gate) {
     ts_rng r;
     ts_rng_seed(&r, seed);
     int64_t lens[8];
@@ -489,14 +490,16 @@ static void k3_graph_case(sp_kda_boundary *bd, int32_t kernel, int64_t T, int64_
     for (int i = 0; i < 7; i++) sum += lens[i] = T >= 16384 ? parts[i] : small[i];
     lens[7] = T - sum;
     kda_problem p;
-    kp_make_ex(&p, 8, lens, 0, H, sdt, SP_KDA_GATE_LOWER_BOUND, interval, seed, 0);
+    kp_make_ex(&p, 8, lens, 0, H, sdt, gate, interval, seed, 0);
     p.kernel = kernel;
     dk3 x;
     dk3_make(&x, T, H, kind, &r);
     void *dev[KB_COUNT];
     dev_alloc(&p, dev);
     dense_copies(&x, dev, 0);
-    const char *name = ts_k3_beta_name(kind);
+    char name[64];
+    snprintf(name, sizeof name, "%s, gate %d, kernel %d", ts_k3_beta_name(kind), (int)gate,
+             (int)kernel);
 
     /* The dense path: the expectation. It gets a workspace of its own, as
      * the boundary runs below use the boundary's (owned for small head
@@ -686,17 +689,22 @@ int main(void) {
         /* Each kernel, forced, through the boundary (packed bit-equal to
          * dense, and the graph path), then the plan's own choice. */
         const int32_t R = SP_KDA_KERNEL_RECURRENT, CH = SP_KDA_KERNEL_CHUNKED;
-        k3_graph_case(bd, CH, TK, H, TS_K3_BETA_FA, SP_F32, small ? 32 : 1024, 1, 1);
-        k3_graph_case(bd, R, TK, H, TS_K3_BETA_FA, SP_F32, small ? 32 : 1024, 1, 1);
+        const int32_t LB = SP_KDA_GATE_LOWER_BOUND, SP = SP_KDA_GATE_SOFTPLUS;
+        k3_graph_case(bd, CH, TK, H, TS_K3_BETA_FA, SP_F32, small ? 32 : 1024, 1, 1, LB);
+        k3_graph_case(bd, R, TK, H, TS_K3_BETA_FA, SP_F32, small ? 32 : 1024, 1, 1, LB);
         k3_graph_case(bd, SP_KDA_KERNEL_AUTO, TK, H, TS_K3_BETA_INPROJ, SP_BF16,
-                      small ? 64 : 2048, small ? 0 : 1, 2);
+                      small ? 64 : 2048, small ? 0 : 1, 2, LB);
+        /* The softplus gate on the chunked kernels' every-gate build. */
+        k3_graph_case(bd, CH, TK, H, TS_K3_BETA_INPROJ, SP_F32, small ? 32 : 1024, 1, 3, SP);
         CHECK_OK(sp_kda_boundary_destroy(bd));
         /* At 8-way tensor parallelism (12 heads) the boundary owns the
          * two-pass kernel's workspace too. */
         const int64_t h8 = small ? 2 : 12;
         CHECK_OK(sp_kda_boundary_create(&bd, sp_cuda(0), TK, h8));
         k3_graph_case(bd, SP_KDA_KERNEL_CHUNKED_TWO_PASS, TK, h8, TS_K3_BETA_FA, SP_F32,
-                      small ? 32 : 1024, 1, 6);
+                      small ? 32 : 1024, 1, 6, LB);
+        k3_graph_case(bd, SP_KDA_KERNEL_CHUNKED_TWO_PASS, TK, h8, TS_K3_BETA_FA, SP_BF16,
+                      small ? 32 : 1024, 1, 7, SP);
         CHECK_OK(sp_kda_boundary_destroy(bd));
         CUDA_OK(cudaStreamDestroy(S));
     }
