@@ -132,14 +132,16 @@ def kda_workspace_bytes(q: Array, k: Array, v: Array, g: Array, beta: Array, A_l
                         checkpoint_interval: int = 0, checkpoint_cu_starts: Optional[Array] = None,
                         checkpoints: Optional[Array] = None,
                         has_initial_state: Optional[Array] = None,
-                        num_accepted_tokens: Optional[Array] = None) -> int:
+                        num_accepted_tokens: Optional[Array] = None,
+                        beta_form: str = "logits") -> int:
     """sp_kda_prefill_workspace_bytes: the workspace the two-pass kernel
-    needs for these arguments (0 when no kernel that needs one serves them)."""
+    needs for these arguments (0 when no kernel that needs one serves them);
+    the arguments as kda_prefill takes them."""
     gate_code, _ = _codes(gate, "auto")
     return _native.kda_workspace_bytes(
         (q, k, v, g, beta, A_log, dt_bias, cu_seqlens, state, state_indices, o,
          checkpoint_cu_starts, checkpoints, has_initial_state, num_accepted_tokens),
-        gate_code, lower_bound, scale, checkpoint_interval)
+        gate_code, lower_bound, scale, checkpoint_interval, _beta_code(beta_form))
 
 
 class KdaBoundary:

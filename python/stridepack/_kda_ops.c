@@ -220,15 +220,15 @@ PyObject *py_kda_boundary_run(PyObject *self, PyObject *args) {
     return kda_call(KDA_BOUNDARY_RUN, cap, ts, gate, lb, scale, interval, kernel, ws, beta);
 }
 
-/* kda_workspace_bytes(arrays, gate, lower_bound, scale, checkpoint_interval) */
+/* kda_workspace_bytes(arrays, gate, lower_bound, scale, checkpoint_interval, beta_form=0) */
 PyObject *py_kda_workspace_bytes(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *ts;
-    int gate;
+    int gate, beta = 0;
     float lb, scale;
     long long interval;
-    if (!PyArg_ParseTuple(args, "OiffL", &ts, &gate, &lb, &scale, &interval)) return NULL;
-    return kda_call(KDA_WORKSPACE_BYTES, NULL, ts, gate, lb, scale, interval, 0, Py_None, 0);
+    if (!PyArg_ParseTuple(args, "OiffL|i", &ts, &gate, &lb, &scale, &interval, &beta)) return NULL;
+    return kda_call(KDA_WORKSPACE_BYTES, NULL, ts, gate, lb, scale, interval, 0, Py_None, beta);
 }
 
 /* kda_reads_in_place(x) -> whether sp_kda_prefill reads the input x (q, k,

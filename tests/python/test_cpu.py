@@ -501,6 +501,22 @@ class Kda(unittest.TestCase):
         self.assertGreater(np.linalg.norm(ref), 0)
         self.assertLess(np.linalg.norm(got - ref) / np.linalg.norm(ref), 2e-2)
 
+    def test_workspace_bytes_takes_the_prefill_keywords(self):
+        """kda_workspace_bytes takes kda_prefill's keywords, beta_form too: on
+        the CPU no kernel needs a workspace (0) whatever the forms; a
+        beta_form that is none is refused by name."""
+        rng = np.random.default_rng(13)
+        views, params, state = self.inputs(rng)
+        arrays = {n: Bf16View(a) for n, a in views.items()}
+        o = Bf16View(np.zeros((1, self.T, self.H, 128), np.uint16))
+        for gate, beta_form in (("lower_bound", "logits"), ("softplus", "activated"),
+                                ("softplus", "logits_x2")):
+            with self.subTest(gate=gate, beta_form=beta_form):
+                self.assertEqual(sp.kda_workspace_bytes(**arrays, **params, state=state, o=o,
+                                                        gate=gate, beta_form=beta_form), 0)
+        with self.assertRaisesRegex(ValueError, "beta_form: 'sigmoid' is not one of"):
+            sp.kda_workspace_bytes(**arrays, **params, state=state, o=o, beta_form="sigmoid")
+
     def test_engine_conventions(self):
         """Index arrays of either width, has_initial_state and the verify
         table, through the binding: bit for bit what the plain calls give."""

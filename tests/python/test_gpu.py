@@ -705,8 +705,9 @@ class EngineCallsGpu(unittest.TestCase):
     """The engine conventions on CUDA through the binding: the decode step
     and verify on the recurrent and decode kernels against the CPU, int32
     query_start_loc and int64 slots, has_initial_state, the gate and beta
-    forms, the fla drop-in's decode under torch.compile and in a CUDA graph
-    recorded by mode="reduce-overhead"."""
+    forms (on the chunked kernels' every-gate builds too), the fla drop-in's
+    decode under torch.compile and in a CUDA graph recorded by
+    mode="reduce-overhead"."""
 
     def setUp(self):
         self.gen = torch.Generator(device=DEV).manual_seed(60)
@@ -762,6 +763,41 @@ class EngineCallsGpu(unittest.TestCase):
                 torch.cuda.synchronize()
                 self.assertLess(rel(o, o_ref), 1e-3)
                 self.assertLess(rel(pool, p_ref), 1e-5)
+
+    def test_chunked_every_gate_against_the_cpu(self):
+        """The chunked kernels' every-gate builds, forced, on K3 producer
+        views and int32 query_start_loc: the softplus gate, and a log-decay
+        g in f32 (some channels forgotten: -inf) with activated beta f32,
+        against the CPU prefill."""
+        T, H = 201, 2
+        views, params, _, _ = kda_layer_inputs(self.gen, T, H, [100, 37, 64])
+        params["cu_seqlens"] = params["cu_seqlens"].to(torch.int32)
+        pool0 = 0.1 * torch.randn(3, H, 128, 128, device=DEV, generator=self.gen)
+        g_ld = -torch.rand(1, T, H, 128, device=DEV, generator=self.gen) * 3
+        g_ld[0, ::17, :, 5] = float("-inf")
+        beta_act = torch.rand(1, T, H, device=DEV, generator=self.gen) * 1.9
+        cases = (({}, dict(gate="softplus")),
+                 (dict(g=g_ld, beta=beta_act), dict(gate="log_decay", beta_form="activated")))
+        for inputs, opts in cases:
+            args = dict(views, **inputs)
+            cpu = {n: x.cpu() for n, x in args.items()}
+            cpar = {n: x.cpu() for n, x in params.items()}
+            o_ref, p_ref = torch.zeros(1, T, H, 128, dtype=torch.bfloat16), pool0.cpu()
+            sp.kda_prefill(**cpu, **cpar, state=p_ref, o=o_ref, **opts)
+            o = torch.zeros(1, T, H, 128, dtype=torch.bfloat16, device=DEV)
+            need = sp.kda_workspace_bytes(**args, **params, state=pool0, o=o, **opts)
+            self.assertGreater(need, 0)
+            ws = torch.empty(need, dtype=torch.uint8, device=DEV)
+            for kernel in ("chunked", "chunked_two_pass"):
+                with self.subTest(gate=opts["gate"], kernel=kernel):
+                    o.zero_()
+                    pool = pool0.clone()
+                    sp.kda_prefill(**args, **params, state=pool, o=o, kernel=kernel,
+                                   workspace=ws, **opts)
+                    torch.cuda.synchronize()
+                    self.assertTrue(torch.isfinite(o.float()).all())
+                    self.assertLess(rel(o, o_ref), 4e-3)
+                    self.assertLess(rel(pool, p_ref), 3e-3)
 
     def test_fla_decode_compiled_and_in_a_graph(self):
         from torch._dynamo.utils import counters
