@@ -71,6 +71,17 @@ rm -f "$out"/h200_*.json
 step bench_pack "$build/bench/bench_pack" --json "$out/h200_pack.json"
 step bench_pack_all_gpus "$build/bench/bench_pack" --all-gpus --json "$out/h200_pack_all_gpus.json"
 step bench_kda "$build/bench/bench_kda" --json "$out/h200_kda.json"
+# Every kernel on each gate form at the gate comparison's shapes (the chunked
+# kernels' every-gate builds beside the recurrent kernel).
+bench_kda_gates() {
+  local g s
+  for g in softplus log_decay log_decay_f32; do
+    for s in "16384 96 1" "16384 32 1" "16384 16 1" "8192 32 4"; do
+      "$build/bench/bench_kda" --gate "$g" --shape $s --json "$out/h200_kda_gates_kernels.json" || return
+    done
+  done
+}
+step bench_kda_gates bench_kda_gates
 step bench_boundary "$build/bench/bench_boundary" --json "$out/h200_boundary.json"
 step bench_conv "$build/bench/bench_conv" --json "$out/h200_conv.json"
 # The binding as built above: its extension sits in the build tree.
@@ -83,7 +94,7 @@ fi
 grep -hE "tests passed|tests failed|Not Run|\(Failed\)|Skipped" "$logs"/ctest*.log 2>/dev/null | tail -20
 grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$logs"/san_*.log 2>/dev/null | sort | uniq -c
 tail -6 "$logs/demo.log" 2>/dev/null
-for f in bench_kda bench_pack bench_boundary bench_conv anchors bench_python bench_kda_decode; do
+for f in bench_kda bench_kda_gates bench_pack bench_boundary bench_conv anchors bench_python bench_kda_decode; do
   [ -f "$logs/$f.log" ] && { echo "== $f"; grep -vE '^\{' "$logs/$f.log" | tail -16; }
 done
 printf '%s\n' "${summary[@]}"
