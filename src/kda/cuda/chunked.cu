@@ -28,6 +28,6 @@ extern "C" sp_status sp_kda_one_pass_device_facts_(sp_cuda_device *d) {
 
 extern "C" cudaError_t sp_kda_launch_chunked_(const kda_params *p, const sp_kda_plan *plan,
                                               cudaStream_t stream) {
-    return kda_any_gate(*p) ? launch_one_pass<0, 1>(p, plan->splits, plan->wgmma, stream)
+    return p->any_gate ? launch_one_pass<0, 1>(p, plan->splits, plan->wgmma, stream)
                             : launch_one_pass<0, 0>(p, plan->splits, plan->wgmma, stream);
 }

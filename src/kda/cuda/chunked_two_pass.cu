@@ -569,7 +569,7 @@ static cudaError_t launch_fused(const kda_params *p, void *ws, int64_t head_slot
 extern "C" cudaError_t sp_kda_launch_chunked_two_pass_(const kda_params *p, const sp_kda_plan *plan,
                                                        void *workspace, const sp_cuda_device *dev,
                                                        cudaStream_t stream) {
-    const int prep_smem = (int)sizeof(prepare_smem), any = kda_any_gate(*p);
+    const int prep_smem = (int)sizeof(prepare_smem), any = p->any_gate;
     const void *prepare = any ? (const void *)kda_prepare_kernel<1> : (const void *)kda_prepare_kernel<0>;
     cudaError_t e =
         cudaFuncSetAttribute(prepare, cudaFuncAttributeMaxDynamicSharedMemorySize, prep_smem);

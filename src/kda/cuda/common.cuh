@@ -43,15 +43,10 @@ typedef struct kda_params {
     int64_t T, H, N, pitch, interval;
     int state_bf16, gate, beta_form;
     int g_f32, beta_f32; /* f32 inputs (every kernel but the chunked K3 builds) */
+    int any_gate;        /* not K3's forms (sp_kda_k3_forms_): the chunked kernels'
+                            every-gate builds (chunk_k.cuh) */
     float lower_bound, scale;
 } kda_params;
-
-/* Whether a call takes the chunked kernels' every-gate builds (chunk_k.cuh):
- * a gate or beta form other than K3's (the lower-bound gate, beta bf16
- * logits). */
-static __host__ __device__ __forceinline__ int kda_any_gate(const kda_params &p) {
-    return p.gate != SP_KDA_GATE_LOWER_BOUND || p.beta_form != SP_KDA_BETA_LOGITS || p.beta_f32;
-}
 
 /* One sequence's place in the batch, for head h. */
 typedef struct kda_seq {
