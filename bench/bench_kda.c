@@ -29,9 +29,11 @@
  * same g inputs), log_decay or log_decay_f32 (g the log-decay itself,
  * uniform in [-1, 0), bf16 or f32); every form but K3's runs the chunked
  * kernels' every-gate builds, and the JSON's "gate" says which.
+ * --every-gate runs those builds for K3's forms too (what the build itself
+ * costs against K3's; the JSON's "every_gate").
  *
  * Run: build/bench/bench_kda [--shape T H N] [--probe m|g|v|k|g.v|g.k|h|g.h] [--two-pass R.P]
- *      [--decode-rows R] [--gate G]
+ *      [--decode-rows R] [--gate G] [--every-gate]
  *      [--json FILE]
  */
 #include "harness.h"
@@ -64,9 +66,10 @@ static void *owned(kda_case *c, size_t bytes) {
  * thousandths of its slots prepared first (0: the plan's). */
 static struct {
     int build, probe, records, head_permille, decode_rows;
-    int32_t gate; /* sp_kda_gate */
-    int g_f32;    /* the log-decay g in f32 */
-} opts = {-1, 0, 0, 0, 0, SP_KDA_GATE_LOWER_BOUND, 0};
+    int32_t gate;   /* sp_kda_gate */
+    int g_f32;      /* the log-decay g in f32 */
+    int every_gate; /* the chunked kernels' every-gate builds whatever the forms */
+} opts = {-1, 0, 0, 0, 0, SP_KDA_GATE_LOWER_BOUND, 0, 0};
 static const char *const gate_names[] = {"lower_bound", "softplus", "log_decay", "log_decay_f32"};
 
 /* Dense inputs for T tokens, H heads, N equal sequences (the last takes the
@@ -162,6 +165,9 @@ static void arm_prefill(void *ctx, cudaStream_t s) {
     sp_status st = sp_kda_prefill_plan_(&c->a, &plan);
     if (st == SP_OK && plan.kernel == SP_KDA_KERNEL_CHUNKED && opts.build >= 0)
         plan.wgmma = opts.build;
+    if (st == SP_OK && opts.every_gate &&
+        (plan.kernel == SP_KDA_KERNEL_CHUNKED || plan.kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS))
+        plan.every_gate = 1;
     if (st == SP_OK && plan.kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS && opts.records) {
         const int64_t slots = sp_kda_two_pass_slots_(c->T, c->N);
         const int64_t h = slots * opts.head_permille / 1000;
@@ -332,6 +338,14 @@ int main(int argc, char **argv) {
             break;
         }
     const char *gate_name = gate_names[opts.g_f32 ? 3 : opts.gate];
+    /* --every-gate */
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--every-gate") == 0) {
+            opts.every_gate = 1;
+            for (int k = i; k + 1 < argc; k++) argv[k] = argv[k + 1];
+            argc -= 1;
+            break;
+        }
     FILE *out = NULL;
     if (bench_json_arg(argc, argv, &out)) return 2;
     char name[256];
@@ -440,6 +454,9 @@ int main(int argc, char **argv) {
                 bench_json_str(&j, "device", name);
                 bench_json_str(&j, "kernel", kernel_name(kernels[k]));
                 bench_json_str(&j, "gate", gate_name);
+                /* the chunked kernels' build: every-gate forced, or for forms other than K3's */
+                bench_json_int(&j, "every_gate",
+                               opts.every_gate || opts.gate != SP_KDA_GATE_LOWER_BOUND);
                 if (kernels[k] == SP_KDA_KERNEL_AUTO)
                     bench_json_str(&j, "auto_chose", kernel_name(chosen));
                 bench_json_int(&j, "T", shapes[i].T);

@@ -205,6 +205,8 @@ sp_status sp_kda_plan_(const sp_kda_args *a, const sp_kda_dims *d, sp_kda_plan *
         p.kernel = SP_KDA_KERNEL_CHUNKED;
     /* The configuration, from the device's row (dev is set wherever a
      * chunked kernel was chosen). */
+    if (p.kernel == SP_KDA_KERNEL_CHUNKED || p.kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS)
+        p.every_gate = !sp_kda_k3_forms_(a);
     if (p.kernel == SP_KDA_KERNEL_CHUNKED) {
         p.splits = sp_kda_chunked_splits_(pairs, dev->sms);
         p.wgmma = sp_kda_chunked_wgmma_(p.splits) && dev->kda_wgmma;
@@ -213,9 +215,9 @@ sp_status sp_kda_plan_(const sp_kda_args *a, const sp_kda_dims *d, sp_kda_plan *
         /* The one-kernel form is the K3 build's (its share is measured
          * there): the every-gate build prepares every record first. */
         const int64_t slots = sp_kda_two_pass_slots_(d->T, d->N);
-        p.head_slots = sp_kda_k3_forms_(a)
-                           ? sp_kda_two_pass_head_slots_(pairs, dev->sms, p.records, slots)
-                           : slots;
+        p.head_slots = p.every_gate
+                           ? slots
+                           : sp_kda_two_pass_head_slots_(pairs, dev->sms, p.records, slots);
         p.workspace_bytes = need;
     } else if (p.kernel == SP_KDA_KERNEL_DECODE) {
         p.decode_rows_per_warp = DECODE_ROWS_PER_WARP;
@@ -249,6 +251,13 @@ static sp_status check_forced(const sp_kda_args *a, const sp_kda_dims *d,
         SP_REQUIRE(!forced->wgmma || dev->kda_wgmma, SP_ERR_UNSUPPORTED,
                    "plan: the wgmma build has no wgmma code for cuda:%d",
                    (int)d->dev.ordinal);
+    }
+    if (k == SP_KDA_KERNEL_CHUNKED || k == SP_KDA_KERNEL_CHUNKED_TWO_PASS) {
+        SP_REQUIRE(forced->every_gate == 0 || forced->every_gate == 1, SP_ERR_INVALID_ARGUMENT,
+                   "plan: every_gate %d is not 0 or 1", (int)forced->every_gate);
+        SP_REQUIRE(forced->every_gate || own.every_gate == 0, SP_ERR_UNSUPPORTED,
+                   "plan: every_gate 0 (the K3 build) serves the lower-bound gate with beta bf16 "
+                   "logits only");
     }
     if (forced->kernel == SP_KDA_KERNEL_DECODE) {
         const int r = forced->decode_rows_per_warp;

@@ -34,6 +34,11 @@ typedef struct sp_kda_plan {
     size_t workspace_bytes; /* the two-pass kernel's need; 0 for the others */
     /* DECODE: V rows a warp: 2, 4 or 8 (blocks of 16, 32 or 64 rows) */
     int32_t decode_rows_per_warp;
+    /* Both chunked kernels: 1 their every-gate build (chunk_k.cuh), which
+     * every call takes whose forms are not K3's (sp_kda_k3_forms_); a plan
+     * of a test's or a benchmark's may take it for K3's forms too, to
+     * measure what the build itself costs. */
+    int32_t every_gate;
 } sp_kda_plan;
 
 /* Calls with at most this many (sequence, head) pairs go to the two-pass

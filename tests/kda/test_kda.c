@@ -43,16 +43,18 @@ static int is_chunked(int32_t k) {
  * test's own state: the library keeps none): the one-pass kernel's build
  * (-1: the plan's; 0 mma.sync; 1 wgmma), the two-pass kernel's records in
  * flight (0: the plan's) and thousandths of its record slots prepared
- * before its state pass (0: the plan's; 1000: two kernels). */
+ * before its state pass (0: the plan's; 1000: two kernels); every_gate 1:
+ * the every-gate builds for K3's forms too. */
 static struct {
-    int wgmma, records, head_permille;
-} forced = {-1, 0, 0};
+    int wgmma, records, head_permille, every_gate;
+} forced = {-1, 0, 0, 0};
 
 /* The library's plan for a, with `forced` applied. */
 static sp_kda_plan plan_of(const sp_kda_args *a, const kda_problem *p) {
     sp_kda_plan plan;
     CHECK_OK(sp_kda_prefill_plan_(a, &plan));
     if (plan.kernel == SP_KDA_KERNEL_CHUNKED && forced.wgmma >= 0) plan.wgmma = forced.wgmma;
+    if (forced.every_gate) plan.every_gate = 1;
     if (plan.kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS) {
         const int64_t slots = sp_kda_two_pass_slots_(p->T, p->N);
         if (forced.records) plan.records = forced.records;
@@ -359,7 +361,7 @@ static void host_plan_cases(void) {
                {SP_KDA_KERNEL_AUTO, SP_ERR_INVALID_ARGUMENT},
                {7, SP_ERR_INVALID_ARGUMENT}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        const sp_kda_plan plan = {bad[i].kernel, 1, 0, 2, 1, 0, 4};
+        const sp_kda_plan plan = {bad[i].kernel, 1, 0, 2, 1, 0, 4, 0};
         CHECK_STATUS(sp_kda_prefill_planned_(&a, &plan, NULL), bad[i].status);
         if (bad[i].status == SP_ERR_INVALID_ARGUMENT)
             CHECKF(strncmp(sp_last_error(), "plan: kernel", 12) == 0, "%s", sp_last_error());
@@ -726,6 +728,16 @@ static void bad_plan_cases(void) {
         CHECKF(sp_kda_prefill_planned_(&a, &plan, NULL) == bad[i].want, "bad plan %zu: %s", i,
                sp_last_error());
     }
+    { /* every_gate is 0 or 1, and the K3 build serves no other gate form */
+        sp_kda_plan plan = good;
+        plan.every_gate = 2;
+        CHECK_STATUS(sp_kda_prefill_planned_(&a, &plan, NULL), SP_ERR_INVALID_ARGUMENT);
+        sp_kda_args sp_args = a;
+        sp_args.gate = SP_KDA_GATE_SOFTPLUS;
+        plan.every_gate = 0;
+        CHECK_STATUS(sp_kda_prefill_planned_(&sp_args, &plan, NULL), SP_ERR_UNSUPPORTED);
+        CHECKF(strstr(sp_last_error(), "every_gate 0") != NULL, "%s", sp_last_error());
+    }
     CHECKF(kp_untouched(M, &p, dev), "a refused plan wrote");
     M->release(ws);
     kp_release(M, dev);
@@ -1066,6 +1078,12 @@ int main(void) {
 #else
         chunked_cases(TP, sm);
 #endif
+        /* The every-gate builds on K3's forms too (the lower-bound gate at its
+         * bound: chunks of either form), the plan's build and records. */
+        forced.every_gate = 1;
+        chunked_cases(CH, sm);
+        chunked_cases(TP, sm);
+        forced.every_gate = 0;
         dispatch_cases();
         dispatch_pairs_cases();
 #ifdef TS_MEM_IS_CUDA

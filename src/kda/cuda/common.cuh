@@ -43,8 +43,8 @@ typedef struct kda_params {
     int64_t T, H, N, pitch, interval;
     int state_bf16, gate, beta_form;
     int g_f32, beta_f32; /* f32 inputs (every kernel but the chunked K3 builds) */
-    int any_gate;        /* not K3's forms (sp_kda_k3_forms_): the chunked kernels'
-                            every-gate builds (chunk_k.cuh) */
+    int any_gate;        /* the plan's every_gate: the chunked kernels' every-gate
+                            builds (chunk_k.cuh) */
     float lower_bound, scale;
 } kda_params;
 
