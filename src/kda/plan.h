@@ -29,8 +29,8 @@ typedef struct sp_kda_plan {
     int32_t records;    /* records in flight per state-pass block: 2 or 4 */
     int64_t head_slots; /* record slots prepared before the state pass starts, in
                            [1, slots]; the rest are prepared beside it in one kernel,
-                           where the device holds both (slots: two kernels; K3's
-                           forms only, sp_kda_k3_forms_) */
+                           where the device holds both (slots: two kernels; the
+                           K3 build only, every_gate 0) */
     size_t workspace_bytes; /* the two-pass kernel's need; 0 for the others */
     /* DECODE: V rows a warp: 2, 4 or 8 (blocks of 16, 32 or 64 rows) */
     int32_t decode_rows_per_warp;
