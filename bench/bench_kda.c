@@ -14,7 +14,8 @@
  * g.v and g.k the same of the wgmma build: how long each side takes alone
  * (timing probes built into this program only, kda_probe.cu); h (g.h) the
  * mma.sync (wgmma) build with each operand buffer handed to the V warps by
- * an mbarrier rather than a named barrier (an experiment, the same results).
+ * an mbarrier rather than a named barrier (the plan's mbarrier_handover:
+ * the same results).
  * Prints one JSON line per kernel x shape x state (also appended to FILE
  * with --json FILE), then a table.
  *
@@ -176,7 +177,9 @@ static void arm_prefill(void *ctx, cudaStream_t s) {
     }
     if (st == SP_OK && plan.kernel == SP_KDA_KERNEL_DECODE && opts.decode_rows)
         plan.decode_rows_per_warp = opts.decode_rows;
-    if (st == SP_OK && plan.kernel == SP_KDA_KERNEL_CHUNKED && opts.probe) {
+    if (st == SP_OK && plan.kernel == SP_KDA_KERNEL_CHUNKED && opts.probe == 4) {
+        plan.mbarrier_handover = 1; /* --probe h, g.h: the library's own variant */
+    } else if (st == SP_OK && plan.kernel == SP_KDA_KERNEL_CHUNKED && opts.probe) {
         if (bench_kda_probe(&c->a, &plan, opts.probe, s) != 0) {
             fprintf(stderr, "bench_kda_probe: %s\n", sp_last_error());
             exit(2);

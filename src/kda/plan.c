@@ -38,6 +38,13 @@
  * measured against it (docs/TUNING.md, "CHUNKED_EVERY_GATE"). */
 #define CHUNKED_EVERY_GATE_AUTO 0
 
+/* The one-pass kernel hands each operand buffer from its K warps to its V
+ * warps by a named barrier (arrive, sync), which compute-sanitizer racecheck
+ * cannot follow, or by an mbarrier (arrive with release, wait with
+ * acquire), which it can: 0 until the mbarrier's cost is measured (kept
+ * where it costs under 1%: docs/TUNING.md, "ONE_PASS_HANDOVER"). */
+#define ONE_PASS_MBARRIER_HANDOVER 0
+
 /* The decode kernel's V rows a warp (blocks of 8 x this many rows): 4 puts
  * four blocks on each (sequence, head) pair, 3072 blocks at N = 64, H = 12
  * (docs/TUNING.md, "DECODE_ROWS_PER_WARP": not yet swept). */
@@ -208,6 +215,7 @@ sp_status sp_kda_plan_(const sp_kda_args *a, const sp_kda_dims *d, sp_kda_plan *
     if (p.kernel == SP_KDA_KERNEL_CHUNKED || p.kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS)
         p.every_gate = !sp_kda_k3_forms_(a);
     if (p.kernel == SP_KDA_KERNEL_CHUNKED) {
+        p.mbarrier_handover = ONE_PASS_MBARRIER_HANDOVER;
         p.splits = sp_kda_chunked_splits_(pairs, dev->sms);
         p.wgmma = sp_kda_chunked_wgmma_(p.splits) && dev->kda_wgmma;
     } else if (p.kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS) {
@@ -246,6 +254,9 @@ static sp_status check_forced(const sp_kda_args *a, const sp_kda_dims *d,
                    "plan: splits %d is not 1, 2, 4 or 8", (int)s);
         SP_REQUIRE(forced->wgmma == 0 || forced->wgmma == 1, SP_ERR_INVALID_ARGUMENT,
                    "plan: wgmma %d is not 0 or 1", (int)forced->wgmma);
+        SP_REQUIRE(forced->mbarrier_handover == 0 || forced->mbarrier_handover == 1,
+                   SP_ERR_INVALID_ARGUMENT, "plan: mbarrier_handover %d is not 0 or 1",
+                   (int)forced->mbarrier_handover);
         const sp_cuda_device *dev;
         SP_FORWARD(sp_cuda_device_((int)d->dev.ordinal, SP_CUDA_PART_KDA, &dev));
         SP_REQUIRE(!forced->wgmma || dev->kda_wgmma, SP_ERR_UNSUPPORTED,

@@ -44,10 +44,11 @@ static int is_chunked(int32_t k) {
  * (-1: the plan's; 0 mma.sync; 1 wgmma), the two-pass kernel's records in
  * flight (0: the plan's) and thousandths of its record slots prepared
  * before its state pass (0: the plan's; 1000: two kernels); every_gate 1:
- * the every-gate builds for K3's forms too. */
+ * the every-gate builds for K3's forms too; mbarrier 1: the one-pass
+ * kernel's mbarrier hand-over. */
 static struct {
-    int wgmma, records, head_permille, every_gate;
-} forced = {-1, 0, 0, 0};
+    int wgmma, records, head_permille, every_gate, mbarrier;
+} forced = {-1, 0, 0, 0, 0};
 
 /* The library's plan for a, with `forced` applied. */
 static sp_kda_plan plan_of(const sp_kda_args *a, const kda_problem *p) {
@@ -55,6 +56,7 @@ static sp_kda_plan plan_of(const sp_kda_args *a, const kda_problem *p) {
     CHECK_OK(sp_kda_prefill_plan_(a, &plan));
     if (plan.kernel == SP_KDA_KERNEL_CHUNKED && forced.wgmma >= 0) plan.wgmma = forced.wgmma;
     if (forced.every_gate) plan.every_gate = 1;
+    if (plan.kernel == SP_KDA_KERNEL_CHUNKED && forced.mbarrier) plan.mbarrier_handover = 1;
     if (plan.kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS) {
         const int64_t slots = sp_kda_two_pass_slots_(p->T, p->N);
         if (forced.records) plan.records = forced.records;
@@ -361,7 +363,8 @@ static void host_plan_cases(void) {
                {SP_KDA_KERNEL_AUTO, SP_ERR_INVALID_ARGUMENT},
                {7, SP_ERR_INVALID_ARGUMENT}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        const sp_kda_plan plan = {bad[i].kernel, 1, 0, 2, 1, 0, 4, 0};
+        const sp_kda_plan plan = {.kernel = bad[i].kernel, .splits = 1, .records = 2,
+                                  .head_slots = 1, .decode_rows_per_warp = 4};
         CHECK_STATUS(sp_kda_prefill_planned_(&a, &plan, NULL), bad[i].status);
         if (bad[i].status == SP_ERR_INVALID_ARGUMENT)
             CHECKF(strncmp(sp_last_error(), "plan: kernel", 12) == 0, "%s", sp_last_error());
@@ -744,6 +747,40 @@ static void bad_plan_cases(void) {
     kp_free(&p);
 }
 
+/* The one-pass kernel's mbarrier hand-over moves no arithmetic: its
+ * outputs are the named barriers' bits, on each build the device has, for
+ * K3's forms and the softplus gate (the every-gate build), every length
+ * mod 32 of 0 .. 15. */
+static void handover_identical(void) {
+    int64_t lens[16];
+    residue_lens(0, lens);
+    for (int form = 0; form < 2; form++) {
+        kda_problem p;
+        kp_make(&p, 16, lens, 5, 2, SP_F32, form ? SP_KDA_GATE_SOFTPLUS : SP_KDA_GATE_LOWER_BOUND,
+                32, 3600 + (uint64_t)form);
+        p.kernel = SP_KDA_KERNEL_CHUNKED;
+        for (int b = 0; b < 2; b++) {
+            if (b && !wgmma_available()) continue;
+            forced.wgmma = b;
+            void *named[KB_COUNT], *mbar[KB_COUNT];
+            kp_copy(&p, named);
+            kp_copy(&p, mbar);
+            forced.mbarrier = 0;
+            CHECK_OK(run_backend(&p, p.host, named));
+            forced.mbarrier = 1;
+            CHECK_OK(run_backend(&p, p.host, mbar));
+            CHECKF(kp_outputs_equal(&p, named, mbar),
+                   "gate %d, build %d: the mbarrier hand-over changed the outputs", (int)p.gate, b);
+            CHECK(!kp_outputs_equal(&p, mbar, p.host));
+            kp_free_copy(named);
+            kp_free_copy(mbar);
+        }
+        kp_free(&p);
+    }
+    forced.wgmma = -1;
+    forced.mbarrier = 0;
+}
+
 /* The two-pass kernel's plans (records in flight; the share of records
  * prepared before the state pass, the rest beside it in one kernel) only
  * move bytes differently: every plan's o, final state and checkpoints are
@@ -1043,6 +1080,10 @@ int main(void) {
         forms_cases(R);
         forms_cases(DEC);
 #ifdef TS_MEM_IS_CUDA
+        /* SP_TEST_KDA_MBARRIER=1: every one-pass run with the mbarrier
+         * hand-over (for compute-sanitizer racecheck, which follows it). */
+        const char *mb = getenv("SP_TEST_KDA_MBARRIER");
+        if (mb && atoi(mb) == 1) forced.mbarrier = 1;
         /* The one-pass kernel's builds, each forced where the device has it:
          * the wgmma build and the mma.sync build; or the one SP_TEST_KDA_BUILD
          * names (0 mma.sync, 1 wgmma). */
@@ -1088,6 +1129,7 @@ int main(void) {
         dispatch_pairs_cases();
 #ifdef TS_MEM_IS_CUDA
         bad_plan_cases();
+        if (!forced.mbarrier) handover_identical();
 #endif
     }
     two_pass_head_cases();

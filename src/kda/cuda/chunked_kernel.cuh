@@ -214,14 +214,15 @@ static __device__ __forceinline__ void stage_o(const float O[CHUNK / 8][4], uint
 }
 
 /* The kernel. ANY: the build's gates (chunk_k.cuh: 0 K3, 1 every gate).
- * PROBE: 0, or (benchmark builds only, bench/kda_probe.cu, K3) a
- * timing probe that does only the V side's (ONE_PASS_PROBE_V) or only the K
- * side's (ONE_PASS_PROBE_K) arithmetic, with wrong results; or, with
- * ONE_PASS_MBAR_HANDOVER, an experiment: each operand buffer handed from the
- * K warps to the V warps by an mbarrier (every K thread arrives with release
- * semantics, the V threads wait on the phase with acquire) in place of the
- * named barrier's arrive and sync, the same results. WGMMA: the build
- * (one_pass_traits). */
+ * PROBE: flags. ONE_PASS_MBAR_HANDOVER (the plan's mbarrier_handover): each
+ * operand buffer handed from the K warps to the V warps by an mbarrier
+ * (every K thread arrives with release semantics, the V threads wait on the
+ * phase with acquire) in place of the named barrier's arrive and sync: the
+ * same results, and a hand-over compute-sanitizer racecheck can follow
+ * (sm_90 on; below, the named barriers). ONE_PASS_PROBE_V, _K (benchmark
+ * builds only, bench/kda_probe.cu, K3): timing probes that do only the V
+ * side's or only the K side's arithmetic, with wrong results. WGMMA: the
+ * build (one_pass_traits). */
 enum { ONE_PASS_PROBE_V = 1, ONE_PASS_PROBE_K = 2, ONE_PASS_MBAR_HANDOVER = 4 };
 #if __CUDA_ARCH__ >= 900
 #define SP_KDA_MBARRIERS 1
@@ -229,18 +230,18 @@ enum { ONE_PASS_PROBE_V = 1, ONE_PASS_PROBE_K = 2, ONE_PASS_MBAR_HANDOVER = 4 };
 #define SP_KDA_MBARRIERS 0
 #endif
 /* The dynamic shared memory of the PROBE instance of a build: the mbarriers
- * of the handover experiment after the build's own. */
+ * of the hand-over after the build's own. */
 template <int PROBE, int WGMMA> static constexpr size_t one_pass_launch_smem(void) {
     return one_pass_smem<WGMMA>::BYTES +
            ((PROBE & ONE_PASS_MBAR_HANDOVER) ? 8 * (one_pass_traits<WGMMA>::STAGES + 1) : 0);
 }
 static_assert(one_pass_launch_smem<ONE_PASS_MBAR_HANDOVER, 1>() <= 227 * 1024 &&
                   one_pass_launch_smem<ONE_PASS_MBAR_HANDOVER, 0>() <= 227 * 1024,
-              "the handover experiment's shared memory on sm_90");
+              "the mbarrier hand-over's shared memory on sm_90");
 template <int PROBE, int WGMMA, int ANY>
 static __global__ void __launch_bounds__(one_pass_traits<WGMMA>::THREADS, 1)
     kda_chunked_kernel(kda_params p, int splits) {
-    static_assert(!(ANY && PROBE), "probes of the K3 build only");
+    static_assert(!(ANY && (PROBE & 3)), "probes of the K3 build only");
     typedef one_pass_traits<WGMMA> TR;
     /* mbarriers need sm_90: below, the named barriers */
     constexpr int SIDE = PROBE & 3, MBAR = (PROBE & ONE_PASS_MBAR_HANDOVER) && SP_KDA_MBARRIERS;
@@ -267,8 +268,8 @@ static __global__ void __launch_bounds__(one_pass_traits<WGMMA>::THREADS, 1)
     kda_seq sq;
     if (!kda_seq_of(p, n, h, &sq)) return;
     const int64_t L = sq.len, chunks = (L + CHUNK - 1) / CHUNK;
-    /* The handover experiment's mbarriers, after the build's shared memory
-     * (8-byte aligned), each expecting every K thread's arrival. */
+    /* The hand-over's mbarriers, after the build's shared memory (8-byte
+     * aligned), each expecting every K thread's arrival. */
     unsigned full_bar = 0;
     if constexpr (MBAR) {
         const unsigned end = sp_smem_addr_(smem_bytes) + (unsigned)one_pass_smem<WGMMA>::BYTES;
