@@ -1012,8 +1012,10 @@ static const int64_t batch_lens[] = {1, 63, 64, 65, 300}, small_lens[] = {1, 17,
 static const int64_t extra_lens[] = {0, 130, 2};
 static const sp_dtype state_dts[] = {SP_F32, SP_BF16};
 
-/* The one-pass kernel's cases (and the two-pass kernel's: kernel TP). */
-static void chunked_cases(int32_t kernel, int sm) {
+/* The one-pass kernel's cases (and the two-pass kernel's: kernel TP);
+ * forms: also every gate and beta form and the every-gate builds' edges
+ * (once a kernel and build: they do not depend on the two-pass plans). */
+static void chunked_cases(int32_t kernel, int sm, int forms) {
     if (sm) {
         batch_case(kernel, SP_F32, SP_KDA_GATE_LOWER_BOUND, 32, small_lens, 3, 2);
         batch_case(kernel, SP_BF16, SP_KDA_GATE_LOWER_BOUND, 0, small_lens, 3, 1);
@@ -1025,8 +1027,10 @@ static void chunked_cases(int32_t kernel, int sm) {
         batch_case(kernel, SP_F32, SP_KDA_GATE_LOWER_BOUND, 64, extra_lens, 3, 4);
     }
     chunked_edge_cases(kernel, sm);
-    forms_cases(kernel);
-    every_gate_edge_cases(kernel);
+    if (forms) {
+        forms_cases(kernel);
+        every_gate_edge_cases(kernel);
+    }
     for (int di = 0; di < 2; di++) empty_sequence_case(kernel, state_dts[di]);
     padded_case(kernel);
     device_guard_cases(kernel);
@@ -1092,11 +1096,11 @@ int main(void) {
         for (int b = 0; b < 2; b++) {
             if (only ? b != atoi(only) : b && !has_wgmma) continue;
             forced.wgmma = b;
-            chunked_cases(CH, sm);
+            chunked_cases(CH, sm, 1);
         }
         forced.wgmma = -1;
 #else
-        chunked_cases(CH, sm);
+        chunked_cases(CH, sm, 1);
 #endif
 #ifdef TS_MEM_IS_CUDA
         /* The two-pass kernel's plans (R records in flight, P thousandths
@@ -1112,18 +1116,18 @@ int main(void) {
             }
             if (plan && i > 0) break;
             forced.records = r, forced.head_permille = c;
-            chunked_cases(TP, sm);
+            chunked_cases(TP, sm, r == 0 || plan != NULL); /* the library's plan, or the one named */
         }
         forced.records = forced.head_permille = 0;
         two_pass_plans_identical(plans, sizeof plans / sizeof plans[0]);
 #else
-        chunked_cases(TP, sm);
+        chunked_cases(TP, sm, 1);
 #endif
         /* The every-gate builds on K3's forms too (the lower-bound gate at its
          * bound: chunks of either form), the plan's build and records. */
         forced.every_gate = 1;
-        chunked_cases(CH, sm);
-        chunked_cases(TP, sm);
+        chunked_cases(CH, sm, 0);
+        chunked_cases(TP, sm, 0);
         forced.every_gate = 0;
         dispatch_cases();
         dispatch_pairs_cases();
