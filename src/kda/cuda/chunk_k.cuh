@@ -295,10 +295,10 @@ static __device__ __forceinline__ int gates_and_norms(const kda_params &p, const
  * before its own (base), through the reference token (gmid), all (glast). */
 template <int NT>
 static SP_HD __forceinline__ void segment_sums(int tid, const chunk_work &s, float base[2],
-                                                    float gmid[2], float glast[2]) {
+                                               float gmid[2], float glast[2]) {
     constexpr int NSEG = kside<NT>::NSEG, REF_SEG = kside<NT>::REF_SEG;
     const int d = 2 * (tid % (DIM / 2)), seg = tid / (DIM / 2);
-SP_HD_UNROLL
+    SP_HD_UNROLL
     for (int k = 0; k < NSEG; k++) {
         const float2 e = *(const float2 *)&s.seg_end[k][d];
         if (k == seg) base[0] = glast[0], base[1] = glast[1];
@@ -316,17 +316,17 @@ typedef struct pair_sums {
  * or 2^(glast - gam - base) (the safe form: base to the chunk's start). */
 template <int NT, int SAFE, typename OPS>
 static SP_HD __forceinline__ void write_operands(const raw_chunk &raw, int tid,
-                                                      const chunk_work &s,
-                                                      const float gam[2][kside<NT>::SEG],
-                                                      const float base[2], const float glast[2],
-                                                      OPS &ops) {
+                                                 const chunk_work &s,
+                                                 const float gam[2][kside<NT>::SEG],
+                                                 const float base[2], const float glast[2],
+                                                 OPS &ops) {
     constexpr int SEG = kside<NT>::SEG;
     const int d = 2 * (tid % (DIM / 2)), seg = tid / (DIM / 2), t0 = seg * SEG;
     /* Eight tokens at a time, every load before the first store: the
      * compiler may not move a shared-memory load above a store that might
      * alias it, and one warp per scheduler has no other work to hide the
      * latencies with. */
-SP_HD_UNROLL
+    SP_HD_UNROLL
     for (int i0 = 0; i0 < SEG; i0 += 8) {
         const int t = t0 + i0;
         const float4 rk0 = *(const float4 *)&s.rk[t], rk1 = *(const float4 *)&s.rk[t + 4];
@@ -334,17 +334,17 @@ SP_HD_UNROLL
         const float rk[8] = {rk0.x, rk0.y, rk0.z, rk0.w, rk1.x, rk1.y, rk1.z, rk1.w};
         const float rq[8] = {rq0.x, rq0.y, rq0.z, rq0.w, rq1.x, rq1.y, rq1.z, rq1.w};
         uint32_t kk[8], qq[8];
-SP_HD_UNROLL
+        SP_HD_UNROLL
         for (int j = 0; j < 8; j++) {
             kk[j] = *(const uint32_t *)&raw.k[t + j][d];
             qq[j] = *(const uint32_t *)&raw.q[t + j][d];
         }
-SP_HD_UNROLL
+        SP_HD_UNROLL
         for (int j = 0; j < 8; j++) {
             const float kh[2] = {sp_bf16x2_lo_(kk[j]) * rk[j], sp_bf16x2_hi_(kk[j]) * rk[j]};
             const float qh[2] = {sp_bf16x2_lo_(qq[j]) * rq[j], sp_bf16x2_hi_(qq[j]) * rq[j]};
             float to_mid[2], from_mid[2];
-SP_HD_UNROLL
+            SP_HD_UNROLL
             for (int h = 0; h < 2; h++) {
                 const float x = gam[h][i0 + j] + base[h];
                 to_mid[h] = sp_ex2_ftz_(x);
@@ -362,8 +362,8 @@ SP_HD_UNROLL
  * and the threads of segment 0 their channels' two state scalings. */
 template <int NT, typename OPS>
 static SP_HD __forceinline__ void operands(const raw_chunk &raw, int tid, const chunk_work &s,
-                                                const float gam[2][kside<NT>::SEG],
-                                                OPS &ops) {
+                                           const float gam[2][kside<NT>::SEG],
+                                           OPS &ops) {
     const int d = 2 * (tid % (DIM / 2)), seg = tid / (DIM / 2);
     /* gam is relative to the segment's start: token t's offset from the
      * reference is gam + (the earlier segments' sums) - gmid. */

@@ -27,14 +27,14 @@ template <typename OPS> static SP_HD __forceinline__ float (*safe_gam(OPS &ops))
  * into safe_gam, and keeps its pair_sums for step 3. */
 template <int NT, typename OPS>
 static SP_HD __forceinline__ pair_sums safe_sums(int tid, const chunk_work &s,
-                                                      const float gam[2][kside<NT>::SEG],
-                                                      OPS &ops) {
+                                                 const float gam[2][kside<NT>::SEG],
+                                                 OPS &ops) {
     constexpr int SEG = kside<NT>::SEG;
     const int d = 2 * (tid % (DIM / 2)), t0 = tid / (DIM / 2) * SEG;
     pair_sums m = {{0.0f, 0.0f}, {0.0f, 0.0f}, {0.0f, 0.0f}};
     segment_sums<NT>(tid, s, m.base, m.gmid, m.glast);
     float (*g)[DIM] = safe_gam(ops);
-SP_HD_UNROLL
+    SP_HD_UNROLL
     for (int j = 0; j < SEG; j++)
         *(float2 *)&g[t0 + j][d] = make_float2(gam[0][j] + m.base[0], gam[1][j] + m.base[1]);
     return m;
@@ -60,10 +60,10 @@ static SP_HD __forceinline__ int2 pair_at(int p) {
  * the lanes of a warp on distinct banks. */
 template <int NT, typename OPS>
 static SP_HD __forceinline__ void safe_products(int tid, const raw_chunk &raw, OPS &ops,
-                                                     float ka[safe_pairs<NT>::EACH],
-                                                     float qa[safe_pairs<NT>::EACH]) {
+                                                float ka[safe_pairs<NT>::EACH],
+                                                float qa[safe_pairs<NT>::EACH]) {
     const float (*g)[DIM] = safe_gam(ops);
-SP_HD_UNROLL
+    SP_HD_UNROLL
     for (int m = 0; m < safe_pairs<NT>::EACH; m++) {
         const int p = tid + NT * m;
         float a = 0.0f, b = 0.0f;
@@ -71,7 +71,7 @@ SP_HD_UNROLL
             const int2 ij = pair_at(p);
             const float *gi = g[ij.x], *gj = g[ij.y];
             const uint16_t *ki = raw.k[ij.x], *kj = raw.k[ij.y], *qi = raw.q[ij.x];
-SP_HD_UNROLL_4
+            SP_HD_UNROLL_4
             for (int s4 = 0; s4 < DIM / 4; s4++) {
                 const int c = 4 * ((p + s4) & (DIM / 4 - 1));
                 const float4 x = *(const float4 *)&gi[c], y = *(const float4 *)&gj[c];
@@ -85,7 +85,7 @@ SP_HD_UNROLL_4
                                      sp_bf16x2_hi_(k2.y)};
                 const float qI[4] = {sp_bf16x2_lo_(q1.x), sp_bf16x2_hi_(q1.x), sp_bf16x2_lo_(q1.y),
                                      sp_bf16x2_hi_(q1.y)};
-SP_HD_UNROLL
+                SP_HD_UNROLL
                 for (int e = 0; e < 4; e++) {
                     const float kf = kJ[e] * f[e];
                     a = fmaf(kI[e], kf, a);
@@ -102,9 +102,9 @@ SP_HD_UNROLL
  * normalized here, and the zeros above their diagonals. */
 template <int NT, typename OPS>
 static SP_HD __forceinline__ void safe_store(int tid, const float ka[safe_pairs<NT>::EACH],
-                                                  const float qa[safe_pairs<NT>::EACH],
-                                                  chunk_work &s, OPS &ops) {
-SP_HD_UNROLL
+                                             const float qa[safe_pairs<NT>::EACH],
+                                             chunk_work &s, OPS &ops) {
+    SP_HD_UNROLL
     for (int m = 0; m < safe_pairs<NT>::EACH; m++) {
         const int p = tid + NT * m;
         if (p < safe_pairs<NT>::PAIRS) {
@@ -125,9 +125,9 @@ SP_HD_UNROLL
  * to the chunk's ends, c = 1 and e = 2^glast. */
 template <int NT, typename OPS>
 static SP_HD __forceinline__ void safe_operands(const raw_chunk &raw, int tid,
-                                                     const chunk_work &s,
-                                                     const float gam[2][kside<NT>::SEG],
-                                                     const pair_sums &m, OPS &ops) {
+                                                const chunk_work &s,
+                                                const float gam[2][kside<NT>::SEG],
+                                                const pair_sums &m, OPS &ops) {
     const int d = 2 * (tid % (DIM / 2)), seg = tid / (DIM / 2);
     if (seg == 0) {
         *(float2 *)&ops.c[d] = make_float2(1.0f, 1.0f);
