@@ -114,7 +114,8 @@ static __device__ __forceinline__ float2 pair_bias(const kda_params &p, int64_t 
 
 /* The builds: K3 (ANY = 0: the lower-bound gate, beta bf16 logits, every
  * chunk factored) and every gate (ANY = 1: the call's gate and beta forms,
- * g bf16, each chunk factored or safe as its gates allow; chunk.cuh). */
+ * g bf16 or f32, each chunk factored or safe as its gates allow;
+ * chunk.cuh). The plan's every_gate picks the build. */
 
 /* Each token's decay is floored at 2^-GATE_FLOOR (log2 units): fp32 flushes
  * it to zero, a total forgetting, which -inf means; the floor keeps running
