@@ -33,8 +33,13 @@
  * --every-gate runs those builds for K3's forms too (what the build itself
  * costs against K3's; the JSON's "every_gate").
  *
+ * --unequal: N sequences of unequal lengths (cut points drawn from a
+ * seeded generator) instead of equal ones; --longest-first: the one-pass
+ * kernel's longest-first block order (the plan's longest_first); the JSON
+ * says both.
+ *
  * Run: build/bench/bench_kda [--shape T H N] [--probe m|g|v|k|g.v|g.k|h|g.h] [--two-pass R.P]
- *      [--decode-rows R] [--gate G] [--every-gate]
+ *      [--decode-rows R] [--gate G] [--every-gate] [--unequal] [--longest-first]
  *      [--json FILE]
  */
 #include "harness.h"
@@ -70,11 +75,13 @@ static struct {
     int32_t gate;   /* sp_kda_gate */
     int g_f32;      /* the log-decay g in f32 */
     int every_gate; /* the chunked kernels' every-gate builds whatever the forms */
-} opts = {-1, 0, 0, 0, 0, SP_KDA_GATE_LOWER_BOUND, 0, 0};
+    int unequal;    /* unequal sequence lengths */
+    int longest_first; /* the one-pass kernel's longest-first block order */
+} opts = {-1, 0, 0, 0, 0, SP_KDA_GATE_LOWER_BOUND, 0, 0, 0, 0};
 static const char *const gate_names[] = {"lower_bound", "softplus", "log_decay", "log_decay_f32"};
 
 /* Dense inputs for T tokens, H heads, N equal sequences (the last takes the
- * remainder), state pool of N slots. */
+ * remainder; --unequal: seeded unequal ones), state pool of N slots. */
 static void make_case(kda_case *c, int64_t T, int64_t H, int64_t N, sp_dtype sdt) {
     memset(c, 0, sizeof *c);
     c->T = T;
@@ -125,6 +132,25 @@ static void make_case(kda_case *c, int64_t T, int64_t H, int64_t N, sp_dtype sdt
     for (int64_t h = 0; h < H; h++) A_log[h] = -0.5f + 0.01f * (float)h;
     for (int64_t i = 0; i < hd; i++) dtb[i] = 0.001f * (float)(i % 200) - 0.1f;
     for (int64_t n = 0; n <= N; n++) cu[n] = n < N ? n * (T / N) : T;
+    if (opts.unequal && N > 1 && T >= N) { /* N - 1 distinct cut points in 1 .. T - 1, sorted */
+        uint64_t x = 0x9E3779B97F4A7C15ull ^ (uint64_t)(T * 131 + N);
+        for (int64_t n = 1; n < N; n++) {
+            int64_t c;
+            int dup;
+            do {
+                x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+                c = 1 + (int64_t)(x % (uint64_t)(T - 1));
+                dup = 0;
+                for (int64_t m = 1; m < n; m++) dup |= cu[m] == c;
+            } while (dup);
+            cu[n] = c;
+        }
+        for (int64_t n = 1; n < N; n++) /* insertion sort of cu[1 .. N-1] */
+            for (int64_t m = n; m > 1 && cu[m - 1] > cu[m]; m--) {
+                const int64_t t = cu[m];
+                cu[m] = cu[m - 1], cu[m - 1] = t;
+            }
+    }
     for (int64_t n = 0; n < N; n++) idx[n] = (int32_t)(N - 1 - n);
     void *dA = owned(c, (size_t)H * 4), *dB = owned(c, (size_t)hd * 4);
     void *dcu = owned(c, (size_t)n1 * 8), *didx = owned(c, (size_t)N * 4);
@@ -166,6 +192,8 @@ static void arm_prefill(void *ctx, cudaStream_t s) {
     sp_status st = sp_kda_prefill_plan_(&c->a, &plan);
     if (st == SP_OK && plan.kernel == SP_KDA_KERNEL_CHUNKED && opts.build >= 0)
         plan.wgmma = opts.build;
+    if (st == SP_OK && plan.kernel == SP_KDA_KERNEL_CHUNKED && opts.longest_first)
+        plan.longest_first = 1;
     if (st == SP_OK && opts.every_gate &&
         (plan.kernel == SP_KDA_KERNEL_CHUNKED || plan.kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS))
         plan.every_gate = 1;
@@ -341,14 +369,17 @@ int main(int argc, char **argv) {
             break;
         }
     const char *gate_name = gate_names[opts.g_f32 ? 3 : opts.gate];
-    /* --every-gate */
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], "--every-gate") == 0) {
-            opts.every_gate = 1;
-            for (int k = i; k + 1 < argc; k++) argv[k] = argv[k + 1];
-            argc -= 1;
-            break;
-        }
+    /* --every-gate, --unequal, --longest-first: flags */
+    static const char *const flags[] = {"--every-gate", "--unequal", "--longest-first"};
+    int *const flag_of[] = {&opts.every_gate, &opts.unequal, &opts.longest_first};
+    for (int f = 0; f < 3; f++)
+        for (int i = 1; i < argc; i++)
+            if (strcmp(argv[i], flags[f]) == 0) {
+                *flag_of[f] = 1;
+                for (int k = i; k + 1 < argc; k++) argv[k] = argv[k + 1];
+                argc -= 1;
+                break;
+            }
     FILE *out = NULL;
     if (bench_json_arg(argc, argv, &out)) return 2;
     char name[256];
@@ -460,6 +491,8 @@ int main(int argc, char **argv) {
                 /* the chunked kernels' build: every-gate forced, or for forms other than K3's */
                 bench_json_int(&j, "every_gate",
                                opts.every_gate || opts.gate != SP_KDA_GATE_LOWER_BOUND);
+                bench_json_int(&j, "unequal", opts.unequal);
+                bench_json_int(&j, "longest_first", opts.longest_first);
                 if (kernels[k] == SP_KDA_KERNEL_AUTO)
                     bench_json_str(&j, "auto_chose", kernel_name(chosen));
                 bench_json_int(&j, "T", shapes[i].T);

@@ -45,6 +45,12 @@
  * where it costs under 1%: docs/TUNING.md, "ONE_PASS_HANDOVER"). */
 #define ONE_PASS_MBARRIER_HANDOVER 0
 
+/* The one-pass kernel starts its blocks in batch order, or those of the
+ * longest sequences first (list scheduling longest first: an unequal
+ * varlen batch then ends sooner): 0 until measured against batch order
+ * (docs/TUNING.md, "ONE_PASS_LONGEST_FIRST"). */
+#define ONE_PASS_LONGEST_FIRST 0
+
 /* The decode kernel's V rows a warp (blocks of 8 x this many rows): 4 puts
  * four blocks on each (sequence, head) pair, 3072 blocks at N = 64, H = 12
  * (docs/TUNING.md, "DECODE_ROWS_PER_WARP": not yet swept). */
@@ -216,6 +222,7 @@ sp_status sp_kda_plan_(const sp_kda_args *a, const sp_kda_dims *d, sp_kda_plan *
         p.every_gate = !sp_kda_k3_forms_(a);
     if (p.kernel == SP_KDA_KERNEL_CHUNKED) {
         p.mbarrier_handover = ONE_PASS_MBARRIER_HANDOVER;
+        p.longest_first = ONE_PASS_LONGEST_FIRST && d->N <= SP_KDA_LONGEST_FIRST_MAX_N;
         p.splits = sp_kda_chunked_splits_(pairs, dev->sms);
         p.wgmma = sp_kda_chunked_wgmma_(p.splits) && dev->kda_wgmma;
     } else if (p.kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS) {
@@ -257,6 +264,12 @@ static sp_status check_forced(const sp_kda_args *a, const sp_kda_dims *d,
         SP_REQUIRE(forced->mbarrier_handover == 0 || forced->mbarrier_handover == 1,
                    SP_ERR_INVALID_ARGUMENT, "plan: mbarrier_handover %d is not 0 or 1",
                    (int)forced->mbarrier_handover);
+        SP_REQUIRE(forced->longest_first == 0 || forced->longest_first == 1,
+                   SP_ERR_INVALID_ARGUMENT, "plan: longest_first %d is not 0 or 1",
+                   (int)forced->longest_first);
+        SP_REQUIRE(!forced->longest_first || d->N <= SP_KDA_LONGEST_FIRST_MAX_N,
+                   SP_ERR_UNSUPPORTED, "plan: longest_first orders at most %d sequences, not %lld",
+                   SP_KDA_LONGEST_FIRST_MAX_N, (long long)d->N);
         const sp_cuda_device *dev;
         SP_FORWARD(sp_cuda_device_((int)d->dev.ordinal, SP_CUDA_PART_KDA, &dev));
         SP_REQUIRE(!forced->wgmma || dev->kda_wgmma, SP_ERR_UNSUPPORTED,

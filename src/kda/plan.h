@@ -27,6 +27,8 @@ typedef struct sp_kda_plan {
     int32_t wgmma;  /* 1: the build whose V side's products are wgmma (sm_90a) */
     int32_t mbarrier_handover; /* 1: operand buffers handed to the V warps by mbarriers
                                   (sm_90; below, named barriers) */
+    int32_t longest_first;     /* 1: the blocks of the longest sequences first (at most
+                                  SP_KDA_LONGEST_FIRST_MAX_N sequences) */
     /* CHUNKED_TWO_PASS: */
     int32_t records;    /* records in flight per state-pass block: 2 or 4 */
     int64_t head_slots; /* record slots prepared before the state pass starts, in
@@ -42,6 +44,10 @@ typedef struct sp_kda_plan {
      * measure what the build itself costs. */
     int32_t every_gate;
 } sp_kda_plan;
+
+/* The most sequences a call may have for the one-pass kernel's
+ * longest-first block order (each block ranks them, one thread a sequence). */
+#define SP_KDA_LONGEST_FIRST_MAX_N 256
 
 /* Calls with at most this many (sequence, head) pairs go to the two-pass
  * kernel when a large enough workspace is given; the boundary sizes its own

@@ -45,10 +45,11 @@ static int is_chunked(int32_t k) {
  * flight (0: the plan's) and thousandths of its record slots prepared
  * before its state pass (0: the plan's; 1000: two kernels); every_gate 1:
  * the every-gate builds for K3's forms too; mbarrier 1: the one-pass
- * kernel's mbarrier hand-over. */
+ * kernel's mbarrier hand-over; longest_first 1: its longest-first block
+ * order. */
 static struct {
-    int wgmma, records, head_permille, every_gate, mbarrier;
-} forced = {-1, 0, 0, 0, 0};
+    int wgmma, records, head_permille, every_gate, mbarrier, longest_first;
+} forced = {-1, 0, 0, 0, 0, 0};
 
 /* The library's plan for a, with `forced` applied. */
 static sp_kda_plan plan_of(const sp_kda_args *a, const kda_problem *p) {
@@ -57,6 +58,7 @@ static sp_kda_plan plan_of(const sp_kda_args *a, const kda_problem *p) {
     if (plan.kernel == SP_KDA_KERNEL_CHUNKED && forced.wgmma >= 0) plan.wgmma = forced.wgmma;
     if (forced.every_gate) plan.every_gate = 1;
     if (plan.kernel == SP_KDA_KERNEL_CHUNKED && forced.mbarrier) plan.mbarrier_handover = 1;
+    if (plan.kernel == SP_KDA_KERNEL_CHUNKED && forced.longest_first) plan.longest_first = 1;
     if (plan.kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS) {
         const int64_t slots = sp_kda_two_pass_slots_(p->T, p->N);
         if (forced.records) plan.records = forced.records;
@@ -731,6 +733,12 @@ static void bad_plan_cases(void) {
         CHECKF(sp_kda_prefill_planned_(&a, &plan, NULL) == bad[i].want, "bad plan %zu: %s", i,
                sp_last_error());
     }
+    { /* longest_first is 0 or 1 (the one-pass kernel's) */
+        sp_kda_plan plan = good;
+        plan.kernel = SP_KDA_KERNEL_CHUNKED, plan.splits = 1, plan.longest_first = 2;
+        CHECK_STATUS(sp_kda_prefill_planned_(&a, &plan, NULL), SP_ERR_INVALID_ARGUMENT);
+        CHECKF(strstr(sp_last_error(), "longest_first") != NULL, "%s", sp_last_error());
+    }
     { /* every_gate is 0 or 1, and the K3 build serves no other gate form */
         sp_kda_plan plan = good;
         plan.every_gate = 2;
@@ -779,6 +787,33 @@ static void handover_identical(void) {
     }
     forced.wgmma = -1;
     forced.mbarrier = 0;
+}
+
+/* The one-pass kernel's block order moves no arithmetic: longest first,
+ * its outputs are batch order's bits, for unequal lengths (ties, an empty
+ * and a padded sequence among them) and several V-column splits. */
+static void longest_first_identical(void) {
+    static const int64_t lens[] = {33, 300, 0, 95, 300, 7, 161, 64};
+    for (int small = 0; small < 2; small++) {
+        kda_problem p;
+        kp_make(&p, 8, lens, 3, small ? 1 : 12, SP_F32, SP_KDA_GATE_LOWER_BOUND, 32,
+                3700 + (uint64_t)small);
+        ((int32_t *)p.host[KB_IDX])[5] = -1; /* a padded sequence */
+        p.kernel = SP_KDA_KERNEL_CHUNKED;
+        void *batch[KB_COUNT], *longest[KB_COUNT];
+        kp_copy(&p, batch);
+        kp_copy(&p, longest);
+        CHECK_OK(run_backend(&p, p.host, batch));
+        forced.longest_first = 1;
+        CHECK_OK(run_backend(&p, p.host, longest));
+        forced.longest_first = 0;
+        CHECKF(kp_outputs_equal(&p, batch, longest),
+               "H %lld: the longest-first order changed the outputs", (long long)p.H);
+        CHECK(!kp_outputs_equal(&p, longest, p.host));
+        kp_free_copy(batch);
+        kp_free_copy(longest);
+        kp_free(&p);
+    }
 }
 
 /* The two-pass kernel's plans (records in flight; the share of records
@@ -1134,6 +1169,7 @@ int main(void) {
 #ifdef TS_MEM_IS_CUDA
         bad_plan_cases();
         if (!forced.mbarrier) handover_identical();
+        longest_first_identical();
 #endif
     }
     two_pass_head_cases();

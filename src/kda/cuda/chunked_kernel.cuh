@@ -186,6 +186,9 @@ template <> struct one_pass_smem<1> {
 };
 static_assert(one_pass_smem<0>::BYTES <= 227 * 1024 && one_pass_smem<1>::BYTES <= 227 * 1024,
               "a block's shared memory on sm_90");
+static_assert(one_pass_traits<0>::THREADS >= SP_KDA_LONGEST_FIRST_MAX_N &&
+                  one_pass_traits<1>::THREADS >= SP_KDA_LONGEST_FIRST_MAX_N,
+              "a block ranks every sequence of a longest-first plan, one a thread");
 
 /* This warp's O^T (accumulator tiles: V rows v .. v + 15 of the block's,
  * tokens 8 nt8 + ...) into o[token][v ..], bf16. */
@@ -258,7 +261,11 @@ static __global__ void __launch_bounds__(one_pass_traits<WGMMA>::THREADS, 1)
     smem_t &s = *(smem_t *)(smem_bytes + align);
 
     const int split = (int)(blockIdx.x % (unsigned)splits);
-    const int64_t nh = blockIdx.x / (unsigned)splits, h = nh % p.H, n = nh / p.H;
+    const int64_t nh = blockIdx.x / (unsigned)splits, h = nh % p.H;
+    /* The plan's block order: batch order, or the longest sequences first. */
+    __shared__ int ranked;
+    const int64_t n = p.longest_first ? kda_seq_of_rank(p, nh / p.H, threadIdx.x, &ranked)
+                                      : nh / p.H;
     const int bv = DIM / splits, v0 = split * bv;
     /* w through a shuffle from lane 0: the compiler then knows it is the
      * same over the warp, so the products under branches on it are not in a

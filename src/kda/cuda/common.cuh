@@ -45,6 +45,7 @@ typedef struct kda_params {
     int g_f32, beta_f32; /* f32 inputs (every kernel but the chunked K3 builds) */
     int any_gate;        /* the plan's every_gate: the chunked kernels' every-gate
                             builds (chunk_k.cuh) */
+    int longest_first;   /* the plan's: the one-pass kernel's block order */
     float lower_bound, scale;
 } kda_params;
 
@@ -76,6 +77,26 @@ static __host__ __device__ __forceinline__ int kda_seq_of(const kda_params &p, i
     s->slot_base = q.write < 0 ? -1 : kda_slot_base(p, q.write, h);
     s->crow = q.crow;
     return 1;
+}
+
+/* The sequence of rank r when the call's sequences are ordered longest
+ * first (ties by index), for a block's threads 0 .. N - 1 (N at most the
+ * block's size): thread t ranks sequence t; *found, a shared word, passes
+ * the one of rank r to every thread. Lengths from cu_seqlens as they are
+ * (a sequence kda_seq_of skips still takes its rank). */
+static __device__ __forceinline__ int64_t kda_seq_of_rank(const kda_params &p, int64_t r, int tid,
+                                                          int *found) {
+    if (tid < p.N) {
+        const int64_t len = sp_index_at_(p.ix.cu, tid + 1) - sp_index_at_(p.ix.cu, tid);
+        int64_t rank = 0;
+        for (int64_t j = 0; j < p.N; j++) {
+            const int64_t l = sp_index_at_(p.ix.cu, j + 1) - sp_index_at_(p.ix.cu, j);
+            rank += l > len || (l == len && j < tid);
+        }
+        if (rank == r) *found = tid;
+    }
+    __syncthreads();
+    return *found;
 }
 
 /* Offset of checkpoint row `row`, head h, element [0, 0]. */

@@ -40,6 +40,7 @@ extern "C" kda_params sp_kda_cuda_params_(const sp_kda_args *a, const sp_kda_dim
     p.g_f32 = a->g.dtype == SP_F32;
     p.beta_f32 = a->beta.dtype == SP_F32;
     p.any_gate = d->plan.every_gate;
+    p.longest_first = d->plan.longest_first;
     p.lower_bound = a->lower_bound;
     p.scale = d->scale;
     return p;
