@@ -47,7 +47,7 @@ typedef struct sp_kda_plan {
 
 /* The most sequences a call may have for the one-pass kernel's
  * longest-first block order (each block ranks them, one thread a sequence). */
-#define SP_KDA_LONGEST_FIRST_MAX_N 256
+#define SP_KDA_LONGEST_FIRST_MAX_N 64
 
 /* Calls with at most this many (sequence, head) pairs go to the two-pass
  * kernel when a large enough workspace is given; the boundary sizes its own

@@ -262,10 +262,16 @@ static __global__ void __launch_bounds__(one_pass_traits<WGMMA>::THREADS, 1)
 
     const int split = (int)(blockIdx.x % (unsigned)splits);
     const int64_t nh = blockIdx.x / (unsigned)splits, h = nh % p.H;
-    /* The plan's block order: batch order, or the longest sequences first. */
-    __shared__ int ranked;
-    const int64_t n = p.longest_first ? kda_seq_of_rank(p, nh / p.H, threadIdx.x, &ranked)
-                                      : nh / p.H;
+    /* The plan's block order: batch order, or the longest sequences first
+     * (ranked in o's staging buffer, unused until the first chunk's end). */
+    static_assert(sizeof(s.o) >= sizeof(int64_t) * (SP_KDA_LONGEST_FIRST_MAX_N + 1),
+                  "o's staging buffer holds the ranking's scratch");
+    int64_t *const rank_len = (int64_t *)(void *)&s.o[0][0][0];
+    const int64_t n =
+        p.longest_first
+            ? kda_seq_of_rank(p, nh / p.H, threadIdx.x, rank_len,
+                              (int *)(rank_len + SP_KDA_LONGEST_FIRST_MAX_N))
+            : nh / p.H;
     const int bv = DIM / splits, v0 = split * bv;
     /* w through a shuffle from lane 0: the compiler then knows it is the
      * same over the warp, so the products under branches on it are not in a

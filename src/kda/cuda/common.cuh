@@ -80,23 +80,26 @@ static __host__ __device__ __forceinline__ int kda_seq_of(const kda_params &p, i
 }
 
 /* The sequence of rank r when the call's sequences are ordered longest
- * first (ties by index), for a block's threads 0 .. N - 1 (N at most the
- * block's size): thread t ranks sequence t; *found, a shared word, passes
- * the one of rank r to every thread. Lengths from cu_seqlens as they are
- * (a sequence kda_seq_of skips still takes its rank). */
+ * first (ties by index), by every thread of a block of at least N threads
+ * (N at most SP_KDA_LONGEST_FIRST_MAX_N): the lengths from cu_seqlens as
+ * they are (a sequence kda_seq_of skips still takes its rank) into
+ * len[N], shared scratch, then thread t ranks sequence t; *found (shared)
+ * passes the one of rank r to every thread. Both are free again when it
+ * returns. */
 static __device__ __forceinline__ int64_t kda_seq_of_rank(const kda_params &p, int64_t r, int tid,
-                                                          int *found) {
+                                                          int64_t *len, int *found) {
+    if (tid < p.N) len[tid] = sp_index_at_(p.ix.cu, tid + 1) - sp_index_at_(p.ix.cu, tid);
+    __syncthreads();
     if (tid < p.N) {
-        const int64_t len = sp_index_at_(p.ix.cu, tid + 1) - sp_index_at_(p.ix.cu, tid);
+        const int64_t mine = len[tid];
         int64_t rank = 0;
-        for (int64_t j = 0; j < p.N; j++) {
-            const int64_t l = sp_index_at_(p.ix.cu, j + 1) - sp_index_at_(p.ix.cu, j);
-            rank += l > len || (l == len && j < tid);
-        }
+        for (int64_t j = 0; j < p.N; j++) rank += len[j] > mine || (len[j] == mine && j < tid);
         if (rank == r) *found = tid;
     }
     __syncthreads();
-    return *found;
+    const int64_t n = *found;
+    __syncthreads();
+    return n;
 }
 
 /* Offset of checkpoint row `row`, head h, element [0, 0]. */
