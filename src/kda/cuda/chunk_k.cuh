@@ -177,6 +177,16 @@ static __device__ __forceinline__ const float *g_f32_row(const kda_params &p, in
     return ANY && p.g_f32 ? (const float *)p.g.at + sp_kda_at_(p.g.ts, p.g.hs, t, h) : NULL;
 }
 
+/* An f32 g (every-gate builds; gates_and_norms reads it from memory, it is
+ * not copied in with k and q): tokens c0 .. c0 + 31 brought into L2 ahead
+ * of their use, a 128-byte line a thread (4 a token row), threads 0 .. 127. */
+template <int ANY>
+static __device__ __forceinline__ void prefetch_g_f32(const kda_params &p, const kda_seq &sq,
+                                                      int64_t h, int64_t c0, int tid) {
+    if (ANY && p.g_f32 && tid < 4 * CHUNK && c0 + (tid >> 2) < sq.len)
+        sp_prefetch_l2_(g_f32_row<ANY>(p, sq.bos + c0 + (tid >> 2), h) + 32 * (tid & 3));
+}
+
 /* b from the beta input x: its sigmoid (K3), or by the call's form. */
 template <int ANY> static __device__ __forceinline__ float beta_of(const kda_params &p, float x) {
     if (ANY) return sp_kda_beta_f32_(p.beta_form, x);

@@ -302,6 +302,7 @@ static __global__ void __launch_bounds__(one_pass_traits<WGMMA>::THREADS, 1)
         if (w == 0 && lane < L) beta_x = beta_in<ANY>(p, sq.bos + lane, h);
         if (L > 0) {
             load_kqg<TR::K_THREADS>(p, sq, h, 0, tid, s.raw[0], !(ANY && p.g_f32));
+            prefetch_g_f32<ANY>(p, sq, h, 0, tid);
             load_v(p, sq, h, 0, v0, bv, tid, TR::K_THREADS, &s.v[0][0][0], OP_PITCH);
         }
         sp_cp_async_commit_();
@@ -317,6 +318,7 @@ static __global__ void __launch_bounds__(one_pass_traits<WGMMA>::THREADS, 1)
                 load_kqg<TR::K_THREADS>(p, sq, h, c0 + CHUNK, tid, s.raw[rb ^ 1], !(ANY && p.g_f32));
                 load_v(p, sq, h, c0 + CHUNK, v0, bv, tid, TR::K_THREADS, &s.v[(ci + 1) % TR::V_BUFFERS][0][0],
                        OP_PITCH);
+                prefetch_g_f32<ANY>(p, sq, h, c0 + CHUNK, tid);
             }
             sp_cp_async_commit_();
             int far = 0;
