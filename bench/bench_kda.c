@@ -192,7 +192,8 @@ static void arm_prefill(void *ctx, cudaStream_t s) {
     sp_status st = sp_kda_prefill_plan_(&c->a, &plan);
     if (st == SP_OK && plan.kernel == SP_KDA_KERNEL_CHUNKED && opts.build >= 0)
         plan.wgmma = opts.build;
-    if (st == SP_OK && plan.kernel == SP_KDA_KERNEL_CHUNKED && opts.longest_first)
+    if (st == SP_OK && plan.kernel == SP_KDA_KERNEL_CHUNKED && opts.longest_first &&
+        c->N <= SP_KDA_LONGEST_FIRST_MAX_N)
         plan.longest_first = 1;
     if (st == SP_OK && opts.every_gate &&
         (plan.kernel == SP_KDA_KERNEL_CHUNKED || plan.kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS))
@@ -380,6 +381,13 @@ int main(int argc, char **argv) {
                 argc -= 1;
                 break;
             }
+    /* The V and K probes are of the K3 build (kda_probe.cu). */
+    if ((opts.probe == 1 || opts.probe == 2) &&
+        (opts.every_gate || opts.gate != SP_KDA_GATE_LOWER_BOUND)) {
+        fprintf(stderr, "--probe v, k, g.v and g.k time the K3 build: not with --gate %s or "
+                        "--every-gate\n", gate_name);
+        return 2;
+    }
     FILE *out = NULL;
     if (bench_json_arg(argc, argv, &out)) return 2;
     char name[256];
@@ -488,11 +496,17 @@ int main(int argc, char **argv) {
                 bench_json_str(&j, "device", name);
                 bench_json_str(&j, "kernel", kernel_name(kernels[k]));
                 bench_json_str(&j, "gate", gate_name);
-                /* the chunked kernels' build: every-gate forced, or for forms other than K3's */
-                bench_json_int(&j, "every_gate",
-                               opts.every_gate || opts.gate != SP_KDA_GATE_LOWER_BOUND);
-                bench_json_int(&j, "unequal", opts.unequal);
-                bench_json_int(&j, "longest_first", opts.longest_first);
+                /* the chunked kernels' build (every-gate forced, or for forms other than
+                 * K3's) and the one-pass kernel's block order, as run */
+                const int chunked = kernels[k] == SP_KDA_KERNEL_CHUNKED ||
+                                    kernels[k] == SP_KDA_KERNEL_CHUNKED_TWO_PASS;
+                if (chunked)
+                    bench_json_int(&j, "every_gate",
+                                   opts.every_gate || opts.gate != SP_KDA_GATE_LOWER_BOUND);
+                bench_json_int(&j, "unequal", opts.unequal && shapes[i].N > 1);
+                if (kernels[k] == SP_KDA_KERNEL_CHUNKED)
+                    bench_json_int(&j, "longest_first",
+                                   opts.longest_first && shapes[i].N <= SP_KDA_LONGEST_FIRST_MAX_N);
                 if (kernels[k] == SP_KDA_KERNEL_AUTO)
                     bench_json_str(&j, "auto_chose", kernel_name(chosen));
                 bench_json_int(&j, "T", shapes[i].T);

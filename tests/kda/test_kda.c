@@ -733,11 +733,14 @@ static void bad_plan_cases(void) {
         CHECKF(sp_kda_prefill_planned_(&a, &plan, NULL) == bad[i].want, "bad plan %zu: %s", i,
                sp_last_error());
     }
-    { /* longest_first is 0 or 1 (the one-pass kernel's) */
+    { /* longest_first and mbarrier_handover are 0 or 1 (the one-pass kernel's) */
         sp_kda_plan plan = good;
         plan.kernel = SP_KDA_KERNEL_CHUNKED, plan.splits = 1, plan.longest_first = 2;
         CHECK_STATUS(sp_kda_prefill_planned_(&a, &plan, NULL), SP_ERR_INVALID_ARGUMENT);
         CHECKF(strstr(sp_last_error(), "longest_first") != NULL, "%s", sp_last_error());
+        plan.longest_first = 0, plan.mbarrier_handover = 2;
+        CHECK_STATUS(sp_kda_prefill_planned_(&a, &plan, NULL), SP_ERR_INVALID_ARGUMENT);
+        CHECKF(strstr(sp_last_error(), "mbarrier_handover") != NULL, "%s", sp_last_error());
     }
     { /* every_gate is 0 or 1, and the K3 build serves no other gate form */
         sp_kda_plan plan = good;
@@ -758,14 +761,16 @@ static void bad_plan_cases(void) {
 /* The one-pass kernel's mbarrier hand-over moves no arithmetic: its
  * outputs are the named barriers' bits, on each build the device has, for
  * K3's forms and the softplus gate (the every-gate build), every length
- * mod 32 of 0 .. 15. */
+ * mod 32 of 0 .. 15, with 2 heads (32 pairs: V columns split in two on
+ * 132 multiprocessors) and 6 (one block a pair). */
 static void handover_identical(void) {
     int64_t lens[16];
     residue_lens(0, lens);
-    for (int form = 0; form < 2; form++) {
+    for (int form = 0; form < 4; form++) {
         kda_problem p;
-        kp_make(&p, 16, lens, 5, 2, SP_F32, form ? SP_KDA_GATE_SOFTPLUS : SP_KDA_GATE_LOWER_BOUND,
-                32, 3600 + (uint64_t)form);
+        kp_make(&p, 16, lens, 5, form & 2 ? 6 : 2, SP_F32,
+                form & 1 ? SP_KDA_GATE_SOFTPLUS : SP_KDA_GATE_LOWER_BOUND, 32,
+                3600 + (uint64_t)form);
         p.kernel = SP_KDA_KERNEL_CHUNKED;
         for (int b = 0; b < 2; b++) {
             if (b && !wgmma_available()) continue;
@@ -791,12 +796,14 @@ static void handover_identical(void) {
 
 /* The one-pass kernel's block order moves no arithmetic: longest first,
  * its outputs are batch order's bits, for unequal lengths (ties, an empty
- * and a padded sequence among them) and several V-column splits. */
+ * and a padded sequence among them), several V-column splits, K3's build
+ * and (softplus) the every-gate one. */
 static void longest_first_identical(void) {
     static const int64_t lens[] = {33, 300, 0, 95, 300, 7, 161, 64};
     for (int small = 0; small < 2; small++) {
         kda_problem p;
-        kp_make(&p, 8, lens, 3, small ? 1 : 12, SP_F32, SP_KDA_GATE_LOWER_BOUND, 32,
+        kp_make(&p, 8, lens, 3, small ? 1 : 12, SP_F32,
+                small ? SP_KDA_GATE_SOFTPLUS : SP_KDA_GATE_LOWER_BOUND, 32,
                 3700 + (uint64_t)small);
         ((int32_t *)p.host[KB_IDX])[5] = -1; /* a padded sequence */
         p.kernel = SP_KDA_KERNEL_CHUNKED;

@@ -5,9 +5,12 @@
  */
 #include "kda/cuda/chunked_kernel.cuh"
 
+/* The most any instance of the library's asks for (the mbarrier hand-over's
+ * barriers included). */
 extern "C" size_t sp_kda_chunked_one_pass_smem_bytes_(void) {
-    return one_pass_smem<1>::BYTES > one_pass_smem<0>::BYTES ? one_pass_smem<1>::BYTES
-                                                             : one_pass_smem<0>::BYTES;
+    constexpr size_t w = one_pass_launch_smem<ONE_PASS_MBAR_HANDOVER, 1>(),
+                     m = one_pass_launch_smem<ONE_PASS_MBAR_HANDOVER, 0>();
+    return w > m ? w : m;
 }
 
 extern "C" sp_status sp_kda_one_pass_device_facts_(sp_cuda_device *d) {

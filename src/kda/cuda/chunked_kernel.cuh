@@ -268,7 +268,7 @@ static __global__ void __launch_bounds__(one_pass_traits<WGMMA>::THREADS, 1)
                   "o's staging buffer holds the ranking's scratch");
     int64_t *const rank_len = (int64_t *)(void *)&s.o[0][0][0];
     const int64_t n =
-        p.longest_first
+        p.longest_first && p.N <= SP_KDA_LONGEST_FIRST_MAX_N /* the plan's bound, kept here too */
             ? kda_seq_of_rank(p, nh / p.H, threadIdx.x, rank_len,
                               (int *)(rank_len + SP_KDA_LONGEST_FIRST_MAX_N))
             : nh / p.H;
