@@ -205,6 +205,10 @@ int sp_kda_chunk_emulate_(const uint16_t *k, const uint16_t *q, const float *g, 
                           float lower_bound, float A_log, const float *dt_bias, const float *b,
                           float scale, int form, int swizzled, float *A, float *QK, float *lk,
                           float *lq, float *r, float *c, float *e);
+/* CUDA builds: the one-pass kernel's longest-first block order on the host
+ * (kda_length_rank, chunk_emulate.cu): order[r] = the sequence of rank r
+ * among len[0 .. n - 1]. */
+void sp_kda_longest_first_order_(const int64_t *len, int64_t n, int64_t *order);
 /* CUDA builds: prefill.cu; otherwise src/cuda/none.c returns SP_ERR_NO_DEVICE. */
 sp_status sp_kda_prefill_cuda_(const sp_kda_args *a, const sp_kda_dims *d,
                                struct CUstream_st *stream);

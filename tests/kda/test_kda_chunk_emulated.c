@@ -7,6 +7,7 @@
  * operand layouts (the wgmma build's swizzled one too), for chunks of 32,
  * 19 and 1 tokens with mild and steep decays; and the form the kernels
  * choose: factored within the lower-bound gate's bound, safe beyond it.
+ * And the one-pass kernel's longest-first block order.
  */
 #include "kda/kda_internal.h"
 #include "check.h"
@@ -149,7 +150,30 @@ static void check(const chunk *x, int nt, int steep, int form, int swz) {
            bad);
 }
 
+/* The one-pass kernel's longest-first order (kda_length_rank): a
+ * permutation, lengths non-increasing along it, ties in index order; with
+ * ties, zeros and the negative lengths of bad cu_seqlens. */
+static void longest_first_order(void) {
+    static const int64_t len[] = {33, 300, 0, 95, 300, 7, -4, 161, 64, 0, 300};
+    enum { N = sizeof len / sizeof len[0] };
+    int64_t order[N];
+    for (int i = 0; i < N; i++) order[i] = -1;
+    sp_kda_longest_first_order_(len, N, order);
+    int seen[N] = {0};
+    for (int r = 0; r < N; r++) {
+        CHECKF(order[r] >= 0 && order[r] < N && !seen[order[r]], "rank %d: sequence %lld", r,
+               (long long)order[r]);
+        if (order[r] >= 0 && order[r] < N) seen[order[r]] = 1;
+        if (r > 0 && order[r] >= 0 && order[r - 1] >= 0)
+            CHECKF(len[order[r - 1]] > len[order[r]] ||
+                       (len[order[r - 1]] == len[order[r]] && order[r - 1] < order[r]),
+                   "ranks %d, %d out of order", r - 1, r);
+    }
+    CHECK(order[0] == 1 && order[1] == 4 && order[2] == 10 && order[N - 1] == 6);
+}
+
 int main(void) {
+    longest_first_order();
     static const int nts[] = {32, 19, 1};
     /* (gate, steep): steep forms must take the safe form, mild ones the factored */
     static const int forms[][2] = {{SP_KDA_GATE_LOWER_BOUND, 0}, {SP_KDA_GATE_SOFTPLUS, 0},

@@ -139,3 +139,7 @@ extern "C" int sp_kda_chunk_emulate_(const uint16_t *k, const uint16_t *q, const
     return swizzled ? emulate<chunk_ops_sw>(in, form, A, QK, lk, lq, r, c, e)
                     : emulate<chunk_ops>(in, form, A, QK, lk, lq, r, c, e);
 }
+
+extern "C" void sp_kda_longest_first_order_(const int64_t *len, int64_t n, int64_t *order) {
+    for (int64_t t = 0; t < n; t++) order[kda_length_rank(len, n, t)] = t;
+}

@@ -79,8 +79,19 @@ static __host__ __device__ __forceinline__ int kda_seq_of(const kda_params &p, i
     return 1;
 }
 
+/* Sequence t's rank among n lengths ordered longest first, ties by index:
+ * a strict total order, so the ranks of 0 .. n - 1 are a permutation
+ * whatever the lengths (negative ones from bad cu_seqlens too). */
+static __host__ __device__ __forceinline__ int64_t kda_length_rank(const int64_t *len, int64_t n,
+                                                                   int64_t t) {
+    const int64_t mine = len[t];
+    int64_t rank = 0;
+    for (int64_t j = 0; j < n; j++) rank += len[j] > mine || (len[j] == mine && j < t);
+    return rank;
+}
+
 /* The sequence of rank r when the call's sequences are ordered longest
- * first (ties by index), by every thread of a block of at least N threads
+ * first (ties by index: kda_length_rank), by every thread of a block of at least N threads
  * (N at most SP_KDA_LONGEST_FIRST_MAX_N): the lengths from cu_seqlens as
  * they are (a sequence kda_seq_of skips still takes its rank) into
  * len[N], shared scratch, then thread t ranks sequence t; *found (shared)
@@ -90,12 +101,7 @@ static __device__ __forceinline__ int64_t kda_seq_of_rank(const kda_params &p, i
                                                           int64_t *len, int *found) {
     if (tid < p.N) len[tid] = sp_index_at_(p.ix.cu, tid + 1) - sp_index_at_(p.ix.cu, tid);
     __syncthreads();
-    if (tid < p.N) {
-        const int64_t mine = len[tid];
-        int64_t rank = 0;
-        for (int64_t j = 0; j < p.N; j++) rank += len[j] > mine || (len[j] == mine && j < tid);
-        if (rank == r) *found = tid;
-    }
+    if (tid < p.N && kda_length_rank(len, p.N, tid) == r) *found = tid;
     __syncthreads();
     const int64_t n = *found;
     __syncthreads();
