@@ -8,7 +8,8 @@
  * A, QK and operands. The norms are the kernel's arithmetic restated
  * (their warp sums have no host form), and so are the factored form's A
  * and QK (the kernel's are tensor-core products): tests check them
- * against the float64 reference.
+ * against the float64 reference. Also the one-pass kernel's longest-first
+ * block order (sp_kda_longest_first_order_).
  */
 #include "kda/cuda/chunk_safe.cuh"
 
