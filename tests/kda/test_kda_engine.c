@@ -673,13 +673,18 @@ static void bad_case(int c, const bad *b) {
         a.kernel = SP_KDA_KERNEL_DECODE;
         break;
     case 17: a.kernel = SP_KDA_KERNEL_DECODE; break;
-    case 18: /* one slot a sequence, g f32 the log-decay, on a chunked kernel */
+    case 18: /* one slot a sequence, a log-decay gate (which the chunked kernels serve),
+              * checkpoints every 16 tokens on a chunked kernel (which they do not) */
         memset(&a.num_accepted_tokens, 0, sizeof a.num_accepted_tokens);
         CHECK_OK(sp_tensor_dense(&a.state_indices, dt, SP_I32, 1, &n, M->device));
         a.gate = SP_KDA_GATE_LOG_DECAY;
+        a.checkpoint_interval = 16;
+        CHECK_OK(sp_tensor_dense(&a.checkpoint_cu_starts, buf[KB_CU], SP_I64, 1, &n1, M->device));
+        CHECK_OK(sp_tensor_dense(&a.checkpoints, dp, SP_F32, 4, a.state.shape, M->device));
         a.kernel = SP_KDA_KERNEL_CHUNKED;
         break;
-    case 19: /* the same with an activated beta */
+    case 19: /* one slot a sequence, an activated beta, the two-pass kernel without its
+              * workspace */
         memset(&a.num_accepted_tokens, 0, sizeof a.num_accepted_tokens);
         CHECK_OK(sp_tensor_dense(&a.state_indices, dt, SP_I32, 1, &n, M->device));
         a.beta_form = SP_KDA_BETA_ACTIVATED;
@@ -726,8 +731,10 @@ static void bad_cases(void) {
          "i64", 0},
         {"checkpoints on the decode kernel", SP_ERR_UNSUPPORTED, "writes no checkpoints", 2},
         {"a decode kernel on CPU tensors", SP_ERR_UNSUPPORTED, "CUDA tensors only", 1},
-        {"a log-decay gate on the chunked kernel", SP_ERR_UNSUPPORTED, "precomputed log-decay", 2},
-        {"an activated beta on the two-pass kernel", SP_ERR_UNSUPPORTED, "bf16 logits", 2},
+        {"a log-decay gate, checkpoints every 16, on the chunked kernel", SP_ERR_UNSUPPORTED,
+         "multiple of 32", 2},
+        {"an activated beta on the two-pass kernel without a workspace",
+         SP_ERR_WORKSPACE_TOO_SMALL, "sp_kda_prefill_workspace_bytes", 2},
     };
     for (int c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++)
         if (cases[c].where == 0 || cases[c].where == 1 + on_device()) bad_case(c, &cases[c]);
