@@ -81,6 +81,9 @@ static __device__ __forceinline__ int sp_bar_sync_or_(int id, int count, int pre
     return any;
 }
 
+/* The host forms' flush: a result below the smallest normal float is 0. */
+static inline float sp_flush_host_(float y) { return fabsf(y) < 1.17549435e-38f ? 0.0f : y; }
+
 /* 2^x and 1/x, one special-function instruction each; results below the
  * smallest normal float flush to zero. (On the host: exact, then flushed;
  * the instructions are within 2 ulp.) */
@@ -89,8 +92,7 @@ static __host__ __device__ __forceinline__ float sp_ex2_ftz_(float x) {
 #ifdef __CUDA_ARCH__
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
 #else
-    y = exp2f(x);
-    if (fabsf(y) < 1.17549435e-38f) y = 0.0f;
+    y = sp_flush_host_(exp2f(x));
 #endif
     return y;
 }
@@ -100,8 +102,7 @@ static __host__ __device__ __forceinline__ float sp_rcp_ftz_(float x) {
 #ifdef __CUDA_ARCH__
     asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
 #else
-    y = 1.0f / x;
-    if (fabsf(y) < 1.17549435e-38f) y = 0.0f;
+    y = sp_flush_host_(1.0f / x);
 #endif
     return y;
 }

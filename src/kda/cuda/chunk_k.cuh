@@ -151,11 +151,11 @@ template <int ANY> struct chunk_gate {
         expA = expA_, bias[0] = b.x, bias[1] = b.y, gate = p.gate;
     }
     SP_HD __forceinline__ float operator()(float x, int h) const {
-        if (!ANY) return lb2 * sp_rcp_ftz_(1.0f + sp_ex2_ftz_(fmaf(x, nl, nlb[h])));
         float g;
-        if (gate == SP_KDA_GATE_LOWER_BOUND)
+        if (!ANY || gate == SP_KDA_GATE_LOWER_BOUND) {
             g = lb2 * sp_rcp_ftz_(1.0f + sp_ex2_ftz_(fmaf(x, nl, nlb[h])));
-        else if (gate == SP_KDA_GATE_SOFTPLUS)
+            if (!ANY) return g;
+        } else if (gate == SP_KDA_GATE_SOFTPLUS)
             g = -expA * softplus_log2((x + bias[h]) * SP_LOG2E);
         else
             g = x * SP_LOG2E;
