@@ -758,6 +758,24 @@ static void bad_plan_cases(void) {
     kp_free(&p);
 }
 
+/* Whether p's outputs are the same bits with the plan knob *knob 0 and 1
+ * (left 0), and were written; what = the knob, for the message. */
+static void knob_moves_no_bit(kda_problem *p, int *knob, const char *what) {
+    void *off[KB_COUNT], *on[KB_COUNT];
+    kp_copy(p, off);
+    kp_copy(p, on);
+    *knob = 0;
+    CHECK_OK(run_backend(p, p->host, off));
+    *knob = 1;
+    CHECK_OK(run_backend(p, p->host, on));
+    *knob = 0;
+    CHECKF(kp_outputs_equal(p, off, on), "%s (gate %d, H %lld, build %d) changed the outputs", what,
+           (int)p->gate, (long long)p->H, forced.wgmma);
+    CHECK(!kp_outputs_equal(p, on, p->host));
+    kp_free_copy(off);
+    kp_free_copy(on);
+}
+
 /* The one-pass kernel's mbarrier hand-over moves no arithmetic: its
  * outputs are the named barriers' bits, on each build the device has, for
  * K3's forms and the softplus gate (the every-gate build), every length
@@ -775,23 +793,11 @@ static void handover_identical(void) {
         for (int b = 0; b < 2; b++) {
             if (b && !wgmma_available()) continue;
             forced.wgmma = b;
-            void *named[KB_COUNT], *mbar[KB_COUNT];
-            kp_copy(&p, named);
-            kp_copy(&p, mbar);
-            forced.mbarrier = 0;
-            CHECK_OK(run_backend(&p, p.host, named));
-            forced.mbarrier = 1;
-            CHECK_OK(run_backend(&p, p.host, mbar));
-            CHECKF(kp_outputs_equal(&p, named, mbar),
-                   "gate %d, build %d: the mbarrier hand-over changed the outputs", (int)p.gate, b);
-            CHECK(!kp_outputs_equal(&p, mbar, p.host));
-            kp_free_copy(named);
-            kp_free_copy(mbar);
+            knob_moves_no_bit(&p, &forced.mbarrier, "the mbarrier hand-over");
         }
         kp_free(&p);
     }
     forced.wgmma = -1;
-    forced.mbarrier = 0;
 }
 
 /* The one-pass kernel's block order moves no arithmetic: longest first,
@@ -807,18 +813,7 @@ static void longest_first_identical(void) {
                 3700 + (uint64_t)small);
         ((int32_t *)p.host[KB_IDX])[5] = -1; /* a padded sequence */
         p.kernel = SP_KDA_KERNEL_CHUNKED;
-        void *batch[KB_COUNT], *longest[KB_COUNT];
-        kp_copy(&p, batch);
-        kp_copy(&p, longest);
-        CHECK_OK(run_backend(&p, p.host, batch));
-        forced.longest_first = 1;
-        CHECK_OK(run_backend(&p, p.host, longest));
-        forced.longest_first = 0;
-        CHECKF(kp_outputs_equal(&p, batch, longest),
-               "H %lld: the longest-first order changed the outputs", (long long)p.H);
-        CHECK(!kp_outputs_equal(&p, longest, p.host));
-        kp_free_copy(batch);
-        kp_free_copy(longest);
+        knob_moves_no_bit(&p, &forced.longest_first, "the longest-first order");
         kp_free(&p);
     }
 }
