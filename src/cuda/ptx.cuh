@@ -84,40 +84,30 @@ static __device__ __forceinline__ int sp_bar_sync_or_(int id, int count, int pre
 /* The host forms' flush: a result below the smallest normal float is 0. */
 static inline float sp_flush_host_(float y) { return fabsf(y) < 1.17549435e-38f ? 0.0f : y; }
 
-/* 2^x and 1/x, one special-function instruction each; results below the
- * smallest normal float flush to zero. (On the host: exact, then flushed;
- * the instructions are within 2 ulp.) */
+/* One special-function instruction on the device; on the host, the exact
+ * function (`host`, of x). */
+#ifdef __CUDA_ARCH__
+#define SP_SFU_(instr, host)                                                                       \
+    float y;                                                                                       \
+    asm(instr " %0, %1;\n" : "=f"(y) : "f"(x));                                                   \
+    return y
+#else
+#define SP_SFU_(instr, host) return (host)
+#endif
+
+/* 2^x and 1/x; results below the smallest normal float flush to zero. (On
+ * the host: exact, then flushed; the instructions are within 2 ulp.) */
 static __host__ __device__ __forceinline__ float sp_ex2_ftz_(float x) {
-    float y;
-#ifdef __CUDA_ARCH__
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-#else
-    y = sp_flush_host_(exp2f(x));
-#endif
-    return y;
+    SP_SFU_("ex2.approx.ftz.f32", sp_flush_host_(exp2f(x)));
 }
-
 static __host__ __device__ __forceinline__ float sp_rcp_ftz_(float x) {
-    float y;
-#ifdef __CUDA_ARCH__
-    asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-#else
-    y = sp_flush_host_(1.0f / x);
-#endif
-    return y;
+    SP_SFU_("rcp.approx.ftz.f32", sp_flush_host_(1.0f / x));
 }
 
-/* log2(x), one special-function instruction (absolute error about 2^-22
- * for x in [0.5, 2], relative elsewhere); a subnormal x is taken as 0. (On
- * the host: exact.) */
+/* log2(x) (absolute error about 2^-22 for x in [0.5, 2], relative
+ * elsewhere); a subnormal x is taken as 0. (On the host: exact.) */
 static __host__ __device__ __forceinline__ float sp_lg2_ftz_(float x) {
-    float y;
-#ifdef __CUDA_ARCH__
-    asm("lg2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-#else
-    y = log2f(x);
-#endif
-    return y;
+    SP_SFU_("lg2.approx.ftz.f32", log2f(x));
 }
 
 /* Ask for the line at `at` to be brought into L2; nothing waits for it. */
