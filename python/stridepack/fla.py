@@ -18,10 +18,11 @@ Served:
     recurrent kernel, which the chunked kernels outrun for long sequences);
   - the gate computed in the kernel (``use_gate_in_kernel=True``) with
     ``A_log`` and ``dt_bias``: Kimi-Linear's ``-exp(A_log) * softplus(g +
-    dt_bias)`` (``lower_bound=None``), or with ``safe_gate=True`` and
-    ``lower_bound`` in [-5, 0) the K3 gate ``lower_bound * sigmoid(exp(A_log) *
-    (g + dt_bias))`` (``A_log=None``: ``exp(A_log) = 1``); ``dt_bias=None`` is
-    zero;
+    dt_bias)`` (``lower_bound=None``; in the recurrent calls ``A_log=None``
+    is fla's ``A = 1``, ``-e * softplus(g + dt_bias)``), or with ``lower_bound``
+    in [-5, 0) (``safe_gate`` or not: it only picks fla's kernel) the K3 gate
+    ``lower_bound * sigmoid(exp(A_log) * (g + dt_bias))`` (``A_log=None``:
+    ``exp(A_log) = 1``); ``dt_bias=None`` is zero;
   - beta as logits (``use_beta_sigmoid_in_kernel=True``);
   - q and k l2-normalized in the kernel (``use_qk_l2norm_in_kernel=True``);
   - ``scale`` (default ``K ** -0.5``), ``initial_state`` (fp32 ``[N, H, K, V]``,
@@ -32,22 +33,37 @@ Served:
     padded sequence) and speculative verify: a 2-D ``ssm_state_indices
     [N, k + 1]`` with ``num_accepted_tokens`` (``fused_recurrent_kda_fwd``);
   - ``cu_seqlens_cpu``, ``use_graph``, ``max_num_seqs``, ``disable_recompute``,
-    ``chunk_size``: accepted and unused (stridepack's kernels take no
-    host-side chunk list and are graph-safe; they compute no backward).
+    ``chunk_size`` (32 or 64, as fla checks): accepted and unused
+    (stridepack's kernels take no host-side chunk list and are graph-safe;
+    they compute no backward); ``transpose_state_layout``, fla's former name
+    of ``state_v_first``, taken as fla takes it (a DeprecationWarning).
+
+Where stridepack differs from fla on purpose: a negative entry of
+``ssm_state_indices`` marks a padded sequence, skipped, nothing read or written
+for it (fla's kernel reads and writes at the negative slot); with a 1-D
+``ssm_state_indices`` a sequence of several tokens writes its final state to
+its slot (fla's kernel writes the state after token t to entry ``n + t``,
+another sequence's slot).
 
 Refused (ValueError naming the option and the value):
-``use_qk_l2norm_in_kernel=False``,
-``lower_bound`` outside [-5, 0) (or, in ``chunk_kda``, without ``safe_gate``),
+``use_qk_l2norm_in_kernel=False``, ``lower_bound`` outside [-5, 0),
 ``return_intermediate_states=True``, ``num_accepted_tokens`` without a 2-D
 ``ssm_state_indices``, a 2-D one without ``inplace_final_state``,
 ``cp_context``, head dimensions other than K = V = 128, grouped value heads
-(``HV != H``), dtypes other than bf16 for q, k, v, g, beta and fp32 for the
-state, inputs that require grad (stridepack computes no gradient), and any
-other keyword.
+(``HV != H``), a beta per channel (``[B, T, H, V]``), ``scale=0``, dtypes
+other than bf16 for q, k, v (g and beta: bf16, or fp32 where they are a
+precomputed log-decay and an activated beta; not an fp32 raw gate), a state
+other than fp32 (``chunk_kda``) or fp32 and bf16 (the recurrent calls), inputs
+that require grad (stridepack computes no gradient), and any other keyword
+(in ``fused_recurrent_kda``, which has no pool, the pool's options of
+``fused_recurrent_kda_fwd`` too: fla's call would drop them). Shapes that do
+not agree (k with q, g and beta with v) raise an error that is both a
+ValueError and the AssertionError fla raises.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Optional, Tuple
 
 from . import _api
@@ -62,6 +78,24 @@ _IGNORED = ("cu_seqlens_cpu", "use_graph", "max_num_seqs", "disable_recompute", 
 
 def _refuse(call: str, option: str, value: Any, why: str) -> ValueError:
     return ValueError(f"stridepack.fla.{call}: {option}={value!r} is not served: {why}")
+
+
+class ShapeError(ValueError, AssertionError):
+    """Shapes that do not agree: a ValueError, and the AssertionError fla's
+    own checks raise for them."""
+
+
+def _state_v_first(state_v_first, kwargs):
+    """fla's handling of transpose_state_layout, the former name of
+    state_v_first (taken out of kwargs)."""
+    if "transpose_state_layout" not in kwargs:
+        return state_v_first
+    if state_v_first:
+        raise ValueError("Cannot pass both `state_v_first` and the deprecated "
+                         "`transpose_state_layout`.")
+    warnings.warn("`transpose_state_layout` is deprecated and renamed to `state_v_first`.",
+                  DeprecationWarning, stacklevel=3)
+    return bool(kwargs.pop("transpose_state_layout"))
 
 
 def _index_array(x, dev):
@@ -86,10 +120,11 @@ class _Call:
     v, g, beta as one varlen batch ([1, B T, H, 128] without cu_seqlens),
     cu_seqlens int64, the gate and its parameters."""
 
-    def __init__(self, call, a, kwargs, lower_bound_needs_safe_gate):
+    def __init__(self, call, a, kwargs, recurrent):
         """a: the call's arguments by fla's names (q .. beta, A_log, dt_bias,
         cu_seqlens, initial_state, the use_* flags, allow_neg_eigval,
-        lower_bound and, for chunk_kda, safe_gate)."""
+        lower_bound and, for chunk_kda, safe_gate). recurrent: fla's recurrent
+        calls, which take a missing A_log as A = 1 where chunk_kda refuses it."""
         import torch
         self.call = call
         q, k, v, g, beta = a["q"], a["k"], a["v"], a["g"], a["beta"]
@@ -110,14 +145,14 @@ class _Call:
                               "stridepack always l2-normalizes q and k in the kernel")
         if not use_gate_in_kernel:  # fla reads the bound only with the gate in the kernel
             lower_bound = safe_gate = None
-        if lower_bound is not None and lower_bound_needs_safe_gate and not safe_gate:
-            raise self.refuse("lower_bound", lower_bound, "a lower bound needs safe_gate=True "
-                              "(the gate lower_bound * sigmoid(exp(A_log) * (g + dt_bias)))")
-        if lower_bound is not None and not -5 <= lower_bound < 0:
-            raise self.refuse("lower_bound", lower_bound, "the lower bound must be in [-5, 0)")
         if safe_gate and lower_bound is None:
-            raise self.refuse("safe_gate", True, "safe_gate=True needs a lower_bound in [-5, 0)")
-        if use_gate_in_kernel and A_log is None and lower_bound is None:
+            raise ValueError("`lower_bound` must be specified when `safe_gate=True` and "
+                             "`use_gate_in_kernel=True`.")
+        # safe_gate only picks fla's kernel: the bound is the gate's either way.
+        if lower_bound is not None and not -5 <= lower_bound < 0:
+            raise self.refuse("lower_bound", lower_bound, "the lower bound must be in [-5, 0) "
+                              "(the gate lower_bound * sigmoid(exp(A_log) * (g + dt_bias)))")
+        if use_gate_in_kernel and A_log is None and lower_bound is None and not recurrent:
             raise ValueError("`A_log` must be provided when `use_gate_in_kernel=True` and "
                              "`lower_bound` is not set.")
         for name, x in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta), ("A_log", A_log),
@@ -130,11 +165,22 @@ class _Call:
                 raise self.refuse(name, list(x.shape), f"[B, T, H, {HEAD_DIM}] only (head "
                                   f"dimensions K = V = {HEAD_DIM})")
         B, T, H, _ = q.shape
+        if k.shape != q.shape:
+            raise ShapeError(f"q and k must have the same shape, got q={q.shape} vs k={k.shape}")
         if v.shape[2] != H:
             raise self.refuse("v", list(v.shape), "grouped value heads (HV != H) are not served")
-        if beta.dim() != 3:
+        if v.shape[:2] != q.shape[:2]:
+            raise ShapeError(f"v must have shape [B, T, HV, V]={[B, T, H, HEAD_DIM]}, got "
+                             f"{list(v.shape)}")
+        if g.shape != q.shape:
+            raise ShapeError(f"g must have shape [B, T, HV, K]={[B, T, H, HEAD_DIM]}, got "
+                             f"{list(g.shape)}")
+        if beta.dim() == 4:
             raise self.refuse("beta", list(beta.shape), "beta is one scalar a (token, head): "
-                              "[B, T, H]")
+                              "[B, T, H]; a beta per channel is not served")
+        if tuple(beta.shape) != (B, T, H):
+            raise ShapeError(f"beta must have shape [B, T, HV]={[B, T, H]}, got "
+                             f"{list(beta.shape)}")
         for name, x in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta)):
             if x.dtype != torch.bfloat16 and not (((name == "g" and self.log_decay)
                                                    or name == "beta")
@@ -160,8 +206,9 @@ class _Call:
         # dense when the prefill says so.
         self.q, self.k, self.v, self.g = q, k, v, g
         self.beta, self.B, self.T, self.H, self.dev = beta, B, T, H, dev
-        if A_log is None:  # lower_bound * sigmoid(g + dt_bias): exp(A_log) = 1
-            A_log = torch.zeros(H, dtype=torch.float32, device=dev)
+        if A_log is None:  # fla's A = 1: exp(A_log) = 1 in the bound's gate, e in softplus's
+            A_log = (torch.zeros if lower_bound is not None else torch.ones)(
+                H, dtype=torch.float32, device=dev)
         if dt_bias is None:
             dt_bias = torch.zeros(H * HEAD_DIM, dtype=torch.float32, device=dev)
         if A_log.dtype != torch.float32:
@@ -211,11 +258,20 @@ def chunk_kda(q, k, v, g, beta, scale: Optional[float] = None, initial_state=Non
     """fla's ``chunk_kda`` forward on stridepack's kernels (see the module's
     docstring for what is served and what is refused).
 
-    q, k: bf16 ``[B, T, H, 128]``; v: bf16 ``[B, T, H, 128]``; g: bf16
-    ``[B, T, H, 128]``, the raw gate input; beta: bf16 ``[B, T, H]`` logits;
-    ``A_log`` fp32 ``[H]`` and ``dt_bias`` fp32 ``[H * 128]`` as keywords. Any
-    strides stridepack's prefill accepts (the K3 column slices are read in
-    place). Returns ``(o, final_state)``: o bf16 ``[B, T, H, 128]``, new;
+    q, k, v: bf16 ``[B, T, H, 128]``. g ``[B, T, H, 128]``: with
+    ``use_gate_in_kernel=False`` (fla's default) the log-decay itself, bf16 or
+    fp32, every value <= 0; with ``use_gate_in_kernel=True`` the raw gate
+    input (bf16), the gate computed from it with ``A_log`` (``[H]``) and
+    ``dt_bias`` (``[H * 128]``), passed as keywords, and ``lower_bound`` (see
+    the module's docstring). beta ``[B, T, H]``, bf16 or fp32: activated with
+    ``use_beta_sigmoid_in_kernel=False`` (fla's default), logits with True (2
+    sigmoid with ``allow_neg_eigval``). ``use_qk_l2norm_in_kernel=True`` is
+    required (stridepack normalizes q and k in the kernel). ``scale``:
+    default ``128 ** -0.5``. ``cu_seqlens``: int64 or int32 ``[N + 1]``, B
+    must then be 1; without it, B sequences of T tokens. Any strides
+    stridepack's prefill accepts (the K3 column slices are read in place;
+    others are copied dense first). Returns ``(o, final_state)``: o bf16
+    ``[B, T, H, 128]``, new;
     final_state fp32 ``[N, H, 128, 128]`` in the layout of ``initial_state``
     (``[N, H, K, V]``, or ``[N, H, V, K]`` with ``state_v_first``), new, or
     None without ``output_final_state``. ``initial_state`` is not written.
@@ -223,8 +279,10 @@ def chunk_kda(q, k, v, g, beta, scale: Optional[float] = None, initial_state=Non
     import torch
 
     A_log, dt_bias = kwargs.pop("A_log", None), kwargs.pop("dt_bias", None)
-    if "transpose_state_layout" in kwargs:  # fla's former name of state_v_first
-        state_v_first = bool(kwargs.pop("transpose_state_layout")) or state_v_first
+    state_v_first = _state_v_first(state_v_first, kwargs)
+    if kwargs.get("chunk_size", 64) not in (32, 64):
+        raise ValueError(f"`chunk_size` must be either 32 or 64 for KDA, got "
+                         f"{kwargs['chunk_size']}.")
     refuse = lambda *a: _refuse("chunk_kda", *a)  # noqa: E731
     if return_intermediate_states:
         raise refuse("return_intermediate_states", True,
@@ -238,7 +296,7 @@ def chunk_kda(q, k, v, g, beta, scale: Optional[float] = None, initial_state=Non
             use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
             allow_neg_eigval, safe_gate, lower_bound, state_v_first, cu_seqlens)
         return o, (final if output_final_state else None)
-    c = _Call("chunk_kda", dict(locals()), kwargs, lower_bound_needs_safe_gate=True)
+    c = _Call("chunk_kda", dict(locals()), kwargs, recurrent=False)
     N, H = c.N, c.H
     if initial_state is not None:
         if initial_state.dtype != torch.float32:
@@ -303,10 +361,18 @@ def fused_recurrent_kda_fwd(q, k, v, g, beta, A_log=None, dt_bias=None, initial_
     ``inplace_final_state=True``. The states are those of feeding the tokens
     one call at a time (bit for bit with an fp32 pool). Under torch.compile
     this is the custom op stridepack::fla_fused_recurrent_kda_fwd."""
+    return _recurrent("fused_recurrent_kda_fwd", **locals())
+
+
+def _recurrent(call, q, k, v, g, beta, A_log, dt_bias, initial_state, scale, output_final_state,
+               inplace_final_state, state_v_first, cu_seqlens, ssm_state_indices,
+               num_accepted_tokens, use_qk_l2norm_in_kernel, use_gate_in_kernel,
+               use_beta_sigmoid_in_kernel, allow_neg_eigval, lower_bound, out, kwargs):
+    """fused_recurrent_kda_fwd's work, its errors naming `call`."""
     import torch
 
-    if _api.compiling():  # the custom op, which runs this function eagerly
-        _refuse_unknown("fused_recurrent_kda_fwd", kwargs)
+    if _api.compiling():  # the custom op, which runs fused_recurrent_kda_fwd eagerly
+        _refuse_unknown(call, kwargs)
         o, final = _api._torch_ops.fla_fused_recurrent_kda_fwd_op(
             q, k, v, g, beta, A_log, dt_bias, initial_state, scale, output_final_state,
             inplace_final_state, state_v_first, cu_seqlens, ssm_state_indices,
@@ -317,7 +383,7 @@ def fused_recurrent_kda_fwd(q, k, v, g, beta, A_log=None, dt_bias=None, initial_
         elif not output_final_state:
             final = None
         return (o if out is None else out), final
-    refuse = lambda *a: _refuse("fused_recurrent_kda_fwd", *a)  # noqa: E731
+    refuse = lambda *a: _refuse(call, *a)  # noqa: E731
     table = ssm_state_indices is not None and ssm_state_indices.dim() == 2
     if ssm_state_indices is not None and ssm_state_indices.dim() not in (1, 2):
         raise refuse("ssm_state_indices", list(ssm_state_indices.shape),
@@ -330,11 +396,13 @@ def fused_recurrent_kda_fwd(q, k, v, g, beta, A_log=None, dt_bias=None, initial_
     if table and not inplace_final_state:
         raise refuse("inplace_final_state", False, "with a 2-D ssm_state_indices the state "
                      "after every token goes to the pool (inplace_final_state=True)")
-    c = _Call("fused_recurrent_kda_fwd", dict(locals()), kwargs,
-              lower_bound_needs_safe_gate=False)
+    c = _Call(call, dict(locals()), kwargs, recurrent=True)
     N, H, dev = c.N, c.H, c.dev
     if initial_state is not None and initial_state.dtype not in (torch.float32, torch.bfloat16):
         raise refuse("initial_state", str(initial_state.dtype), "the pool is fp32 or bf16")
+    if initial_state is not None and ssm_state_indices is None and initial_state.shape[0] < N:
+        raise ValueError(f"The number of initial states is expected to be equal to the number "
+                         f"of input sequences, i.e., {N} rather than {initial_state.shape[0]}.")
     if ssm_state_indices is not None:
         if ssm_state_indices.shape[0] != N:
             raise refuse("ssm_state_indices", list(ssm_state_indices.shape),
@@ -374,7 +442,10 @@ def fused_recurrent_kda_fwd(q, k, v, g, beta, A_log=None, dt_bias=None, initial_
                             flat).reshape(idx.shape)
         used = flat.clamp(min=0).long()
         rows = initial_state.index_select(0, used)
-        pool = (rows if state_v_first else rows.transpose(-1, -2)).contiguous().clone()
+        # New states (not in place) are fp32 whatever the pool, as fla's.
+        pool = (rows if state_v_first else rows.transpose(-1, -2)).to(
+            dtype=rows.dtype if inplace_final_state else torch.float32, copy=True,
+            memory_format=torch.contiguous_format)
         c.run(pool, local, o, scale, acc)
         back = pool if state_v_first else pool.transpose(-1, -2)
         if inplace_final_state:
@@ -410,12 +481,22 @@ def fused_recurrent_kda(q, k, v, g, beta, A_log=None, dt_bias=None, scale: Optio
                         lower_bound: Optional[float] = None, state_v_first: bool = False,
                         cu_seqlens=None, **kwargs) -> Tuple[Any, Any]:
     """fla's ``fused_recurrent_kda``: ``fused_recurrent_kda_fwd`` without a
-    pool (``initial_state [N, H, K, V]`` per sequence, not written; the final
-    states returned new with ``output_final_state``)."""
-    return fused_recurrent_kda_fwd(
-        q, k, v, g, beta, A_log=A_log, dt_bias=dt_bias, initial_state=initial_state, scale=scale,
-        output_final_state=output_final_state, inplace_final_state=False,
-        state_v_first=state_v_first, cu_seqlens=cu_seqlens,
-        use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, use_gate_in_kernel=use_gate_in_kernel,
-        use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval,
-        lower_bound=lower_bound, **kwargs)
+    pool (``initial_state [N, H, K, V]``, fp32 or bf16, one state a sequence,
+    not written; the final states returned new, fp32, with
+    ``output_final_state``). The pool's options of ``fused_recurrent_kda_fwd``
+    (``ssm_state_indices``, ``num_accepted_tokens``, ``inplace_final_state``,
+    ``out``), which fla's call drops, are refused by name."""
+    state_v_first = _state_v_first(state_v_first, kwargs)
+    for name in ("ssm_state_indices", "num_accepted_tokens", "inplace_final_state", "out"):
+        if name in kwargs:
+            raise _refuse("fused_recurrent_kda", name, kwargs[name], "fla's fused_recurrent_kda "
+                          "drops it (no pool); fused_recurrent_kda_fwd takes it")
+    if (cu_seqlens is not None and initial_state is not None
+            and initial_state.shape[0] != cu_seqlens.shape[0] - 1):
+        raise ValueError(f"The number of initial states is expected to be equal to the number "
+                         f"of input sequences, i.e., {cu_seqlens.shape[0] - 1} rather than "
+                         f"{initial_state.shape[0]}.")
+    return _recurrent("fused_recurrent_kda", q, k, v, g, beta, A_log, dt_bias, initial_state,
+                      scale, output_final_state, False, state_v_first, cu_seqlens, None, None,
+                      use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
+                      allow_neg_eigval, lower_bound, None, kwargs)

@@ -122,7 +122,10 @@ class ChunkKda(unittest.TestCase):
         x = inputs(64, 2, gen, "softplus", "logits", B=2)
         cu = torch.tensor([0, 64, 128], dtype=torch.int64, device=DEV)
         bad = [dict(cu_seqlens=cu),  # B != 1 with cu_seqlens
-               dict(initial_state=torch.zeros(3, 2, D, D, device=DEV))]  # N mismatch
+               dict(initial_state=torch.zeros(3, 2, D, D, device=DEV)),  # N mismatch
+               dict(k=x["k"][:, :32]), dict(g=x["g"][:, :32]),  # shapes (fla: assertions)
+               dict(beta=x["beta"][:, :32]), dict(chunk_size=16),
+               dict(safe_gate=True), dict(state_v_first=True, transpose_state_layout=True)]
         for change in bad:
             with self.subTest(change=sorted(change)):
                 kw = dict(x, **options("softplus", "logits"), **change)

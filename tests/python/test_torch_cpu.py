@@ -558,7 +558,9 @@ class FlaDropIn(unittest.TestCase):
         from stridepack.fla import chunk_kda
         gen = torch.Generator().manual_seed(60)
         args, h0 = self.inputs(gen)
-        for gate, extra in (("softplus", {}), ("lower_bound", dict(safe_gate=True, lower_bound=-5.0))):
+        # safe_gate only picks fla's kernel: the bound is the gate's with it or without.
+        for gate, extra in (("softplus", {}), ("lower_bound", dict(safe_gate=True, lower_bound=-5.0)),
+                            ("lower_bound", dict(lower_bound=-5.0))):
             o_want, s_want = self.direct(args, h0.transpose(-1, -2), gate)
             for v_first in (False, True):
                 with self.subTest(gate=gate, state_v_first=v_first):
@@ -652,8 +654,9 @@ class FlaDropIn(unittest.TestCase):
         args, h0 = self.inputs(gen)
         base = dict(self.fla_args(args), initial_state=h0, cu_seqlens=args["cu_seqlens"])
         cases = [(dict(use_qk_l2norm_in_kernel=False), "use_qk_l2norm_in_kernel=False"),
-                 (dict(lower_bound=-5.0), "lower_bound=-5.0"),
+                 (dict(lower_bound=-6.0), "lower_bound=-6.0"),
                  (dict(safe_gate=True, lower_bound=-6.0), "lower_bound=-6.0"),
+                 (dict(beta=args["beta"][..., None].expand(1, 24, 2, 128)), "beta=[1, 24, 2, 128]"),
                  (dict(return_intermediate_states=True), "return_intermediate_states=True"),
                  (dict(v=args["v"][..., :64]), "v=[1, 24, 2, 64]"),
                  (dict(q=args["q"].float()), "q='torch.float32'"),
@@ -669,6 +672,38 @@ class FlaDropIn(unittest.TestCase):
                     chunk_kda(**dict(base, **change))
                 self.assertIn(named, str(cm.exception))
                 self.assertTrue(torch.equal(h0, before))
+
+    def test_fla_checks_and_their_error_types(self):
+        """The checks fla makes, with fla's error types: shapes that do not
+        agree (an AssertionError in fla; here also a ValueError), chunk_size,
+        safe_gate without a bound, both names of the state layout."""
+        from stridepack.fla import chunk_kda
+        gen = torch.Generator().manual_seed(63)
+        args, h0 = self.inputs(gen)
+        base = dict(self.fla_args(args), initial_state=h0, cu_seqlens=args["cu_seqlens"])
+        for change, named in ((dict(k=args["k"][:, :20]), "q and k must have the same shape"),
+                              (dict(g=args["g"][:, :20]), "g must have shape"),
+                              (dict(beta=args["beta"][:, :20]), "beta must have shape"),
+                              (dict(v=args["v"][:, :20]), "v must have shape")):
+            with self.subTest(named=named):
+                for error in (AssertionError, ValueError):
+                    with self.assertRaises(error) as cm:
+                        chunk_kda(**dict(base, **change))
+                    self.assertIn(named, str(cm.exception))
+        for change, named in ((dict(chunk_size=16), "`chunk_size` must be either 32 or 64"),
+                              (dict(safe_gate=True), "`lower_bound` must be specified"),
+                              (dict(state_v_first=True, transpose_state_layout=True),
+                               "Cannot pass both")):
+            with self.subTest(named=named):
+                with self.assertRaises(ValueError) as cm:
+                    chunk_kda(**dict(base, **change))
+                self.assertIn(named, str(cm.exception))
+        o_want, s_want = chunk_kda(**base, output_final_state=True, state_v_first=True,
+                                   chunk_size=32)
+        with self.assertWarns(DeprecationWarning):
+            o, ht = chunk_kda(**base, output_final_state=True, transpose_state_layout=True)
+        self.assertTrue(bits_equal(o, o_want))
+        self.assertTrue(torch.equal(ht, s_want))
 
 
 @unittest.skipUnless(sp.kda_available(), "this libstridepack build has no KDA part")
@@ -747,6 +782,48 @@ class FlaDecodeDropIn(unittest.TestCase):
         self.assertTrue(torch.equal(h0, before), "initial_state written")
         o3, s3 = fused_recurrent_kda(**self.fla_kw())
         self.assertIsNone(s3)
+
+    def test_new_states_are_fp32_from_a_bf16_pool(self):
+        """Not in place, the final states are new and fp32 (fla's), from a
+        bf16 pool too: the same as the fp32 pool holding the bf16 values."""
+        from stridepack.fla import fused_recurrent_kda_fwd
+        h0 = self.pool[:self.N].transpose(-1, -2).bfloat16()  # fla's [N, H, K, V]
+        before = h0.clone()
+        kw = dict(self.fla_kw(), inplace_final_state=False, output_final_state=True)
+        o, ht = fused_recurrent_kda_fwd(**kw, initial_state=h0)
+        o_want, ht_want = fused_recurrent_kda_fwd(**kw, initial_state=h0.float())
+        self.assertEqual(ht.dtype, torch.float32)
+        self.assertTrue(bits_equal(o, o_want) and torch.equal(ht, ht_want))
+        self.assertTrue(torch.equal(h0, before), "initial_state written")
+
+    def test_recurrent_softplus_without_A_log_is_fla_A_of_one(self):
+        """fla's recurrent kernel takes a missing A_log as A = 1 (-e *
+        softplus): the same as A_log = 1 given."""
+        from stridepack.fla import fused_recurrent_kda
+        h0 = self.pool[:self.N].transpose(-1, -2).contiguous()  # the decay acts on it
+        kw = dict(self.fla_kw(), output_final_state=True, initial_state=h0)
+        o, ht = fused_recurrent_kda(**dict(kw, A_log=None))
+        o_want, ht_want = fused_recurrent_kda(**dict(kw, A_log=torch.ones(self.H)))
+        self.assertTrue(bits_equal(o, o_want) and torch.equal(ht, ht_want))
+        o_other, _ = fused_recurrent_kda(**dict(kw, A_log=torch.zeros(self.H)))
+        self.assertFalse(bits_equal(o, o_other))
+
+    def test_fused_recurrent_kda_refuses_the_pools_options(self):
+        """fla's fused_recurrent_kda drops the pool's options of
+        fused_recurrent_kda_fwd; here each is refused by name, and an
+        initial state a sequence is checked against cu_seqlens."""
+        from stridepack.fla import fused_recurrent_kda
+        h0 = torch.zeros(self.N, self.H, 128, 128)
+        for name, value in (("ssm_state_indices", self.idx), ("inplace_final_state", True),
+                            ("num_accepted_tokens", torch.ones(self.N, dtype=torch.int32)),
+                            ("out", torch.empty(1, self.N, self.H, 128, dtype=torch.bfloat16))):
+            with self.subTest(name=name):
+                with self.assertRaises(ValueError) as cm:
+                    fused_recurrent_kda(**self.fla_kw(), initial_state=h0, **{name: value})
+                self.assertIn(f"fused_recurrent_kda: {name}=", str(cm.exception))
+        with self.assertRaises(ValueError) as cm:
+            fused_recurrent_kda(**self.fla_kw(), initial_state=h0[:3])
+        self.assertIn("i.e., 4 rather than 3", str(cm.exception))
 
     def test_verify_table_equals_one_token_a_call(self):
         """A 2-D ssm_state_indices with num_accepted_tokens, in both layouts
