@@ -345,7 +345,8 @@ def fused_recurrent_kda_fwd(q, k, v, g, beta, A_log=None, dt_bias=None, initial_
     padded sequence, skipped: its o rows are zero, no slot touched), or slot n
     without indices. With ``state_v_first`` the pool is read and written in
     place; otherwise the slots used are gathered, transposed and scattered
-    back (a copy each way). Without ``inplace_final_state``,
+    back (a copy each way; no synchronization either way, so CUDA graphs
+    capture it too). Without ``inplace_final_state``,
     ``output_final_state`` returns new final states ``[N, H, K, V]`` and the
     pool is not written. Returns ``(o, final_state)``: o bf16 ``[B, T, H,
     128]`` (``out`` when given: written where it lies when dense, its rows of
@@ -449,8 +450,7 @@ def _recurrent(call, q, k, v, g, beta, A_log, dt_bias, initial_state, scale, out
         c.run(pool, local, o, scale, acc)
         back = pool if state_v_first else pool.transpose(-1, -2)
         if inplace_final_state:
-            live = _written(idx, c.cu, table).nonzero().flatten()
-            initial_state.index_copy_(0, used.index_select(0, live), back.index_select(0, live))
+            _scatter_back(initial_state, used, rows, back, _written(idx, c.cu, table))
             final = initial_state
         else:
             final = back.contiguous() if output_final_state else None
@@ -458,6 +458,22 @@ def _recurrent(call, q, k, v, g, beta, A_log, dt_bias, initial_state, scale, out
         out.copy_(o_full)
         o_full = out
     return o_full, final
+
+
+def _scatter_back(pool, used, rows, back, live):
+    """pool[used[e]] = back[e] for each entry e the call wrote (live), with
+    no synchronization (CUDA graphs): every entry is copied, an entry not
+    written carrying what its slot ends up holding (the row some written
+    entry puts there, else its own row as it was), so that entries naming
+    the same slot copy the same bytes. Written entries name distinct slots."""
+    import torch
+    slots, n = pool.shape[0], used.numel()
+    spare = torch.full_like(used, slots)  # a bin past the pool for the entries not written
+    writer = torch.full((slots + 1,), -1, dtype=torch.int64, device=used.device).scatter_(
+        0, torch.where(live, used, spare), torch.arange(n, device=used.device))
+    w = writer.index_select(0, used)  # each entry: the entry writing its slot, or -1
+    value = torch.where((w >= 0).view(-1, 1, 1, 1), back.index_select(0, w.clamp(min=0)), rows)
+    pool.index_copy_(0, used, value)
 
 
 def _written(idx, cu, table):

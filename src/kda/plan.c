@@ -4,8 +4,10 @@
  * Every rule below has its reason beside it and its measurements in a
  * section of docs/TUNING.md named after its constant.
  *
+ *   sequences under CHUNKED_MIN_MEAN_TOKENS tokens on average, or a
+ *     verify table: DECODE_AUTO on and the decode kernel serves it -> DECODE
+ *                                                    else -> RECURRENT
  *   CPU tensors, or a call the chunked kernels cannot serve -> RECURRENT
- *   sequences under CHUNKED_MIN_MEAN_TOKENS tokens on average -> RECURRENT
  *   gate or beta forms other than K3's, CHUNKED_EVERY_GATE_AUTO
  *     off                                            -> RECURRENT
  *   at most SP_KDA_TWO_PASS_MAX_PAIRS (sequence, head) pairs, with the
@@ -23,6 +25,11 @@
  * sequence on average the recurrent kernel's token steps are cheaper
  * (docs/TUNING.md, "CHUNKED_MIN_MEAN_TOKENS"; fewer were not measured). */
 #define CHUNKED_MIN_MEAN_TOKENS 8
+
+/* AUTO sends decode and verify calls (above) to the recurrent kernel: the
+ * decode kernel serves them when forced, and takes AUTO's once timed
+ * against it at the HBM limit (docs/TUNING.md, "DECODE_AUTO"). */
+#define DECODE_AUTO 0
 
 /* The head share is 1 - HEAD_K free / pairs, at least HEAD_MIN; above
  * HEAD_MAX two kernels run. HEAD_K puts it on the gentle side of the best
@@ -209,8 +216,10 @@ sp_status sp_kda_plan_(const sp_kda_args *a, const sp_kda_dims *d, sp_kda_plan *
     const int64_t pairs = d->N * d->H;
     if (k != SP_KDA_KERNEL_AUTO)
         p.kernel = k;
-    else if (why || (d->N > 0 && d->T / d->N < CHUNKED_MIN_MEAN_TOKENS) ||
-             (!CHUNKED_EVERY_GATE_AUTO && !sp_kda_k3_forms_(a)))
+    else if (d->width > 0 || (d->N > 0 && d->T / d->N < CHUNKED_MIN_MEAN_TOKENS))
+        p.kernel = DECODE_AUTO && !decode_unsupported(a, d) ? SP_KDA_KERNEL_DECODE
+                                                            : SP_KDA_KERNEL_RECURRENT;
+    else if (why || (!CHUNKED_EVERY_GATE_AUTO && !sp_kda_k3_forms_(a)))
         p.kernel = SP_KDA_KERNEL_RECURRENT;
     else if (pairs <= SP_KDA_TWO_PASS_MAX_PAIRS && a->workspace_bytes >= need)
         p.kernel = SP_KDA_KERNEL_CHUNKED_TWO_PASS;

@@ -390,13 +390,17 @@ static void host_plan_cases(void) {
  * check_problem finds any byte written in their o rows, their checkpoint
  * rows or a slot no real sequence owns (support/kda_problem.c: live_*),
  * and compares the rest with the reference. The first, the last, two in the
- * middle with the same -1, every one. */
+ * middle with the same -1, every one. Checkpoints every 32 tokens, but for
+ * the decode kernel, which writes none. */
+static int64_t guard_interval(int32_t kernel) { return kernel == SP_KDA_KERNEL_DECODE ? 0 : 32; }
+
 static void padded_case(int32_t kernel) {
     static const int64_t lens[] = {37, 20, 64, 5, 33};
     static const unsigned masks[] = {1u << 0, 1u << 4, 1u << 1 | 1u << 3, 0x1f};
     for (size_t m = 0; m < sizeof masks / sizeof masks[0]; m++) {
         kda_problem p;
-        kp_make(&p, 5, lens, 2, 2, SP_F32, SP_KDA_GATE_LOWER_BOUND, 32, 4100 + (uint64_t)m);
+        kp_make(&p, 5, lens, 2, 2, SP_F32, SP_KDA_GATE_LOWER_BOUND, guard_interval(kernel),
+                4100 + (uint64_t)m);
         p.kernel = kernel;
         int32_t *idx = (int32_t *)p.host[KB_IDX];
         for (int n = 0; n < 5; n++)
@@ -1010,7 +1014,7 @@ static void dispatch_pairs_cases(void) {
 static void device_guard_cases(int32_t kernel) {
     static const int64_t lens[] = {20, 33, 17};
     kda_problem p;
-    kp_make(&p, 3, lens, 0, 2, SP_F32, SP_KDA_GATE_LOWER_BOUND, 32, 31);
+    kp_make(&p, 3, lens, 0, 2, SP_F32, SP_KDA_GATE_LOWER_BOUND, guard_interval(kernel), 31);
     p.kernel = kernel;
     void *good[KB_COUNT], *bad[KB_COUNT], *init[KB_COUNT];
     kp_copy(&p, good);
@@ -1118,6 +1122,8 @@ int main(void) {
                 batch_case(DEC, state_dts[di], gates[gi], 0, sm ? small_lens : batch_lens,
                            sm ? 3 : 5, 3);
         for (int di = 0; di < 2; di++) empty_sequence_case(DEC, state_dts[di]);
+        padded_case(DEC);
+        device_guard_cases(DEC);
         forms_cases(R);
         forms_cases(DEC);
 #ifdef TS_MEM_IS_CUDA

@@ -840,6 +840,51 @@ class EngineCallsGpu(unittest.TestCase):
             self.assertTrue(torch.equal(got[1], want[1]))
         self.assertEqual(counters["inductor"]["cudagraph_skips"], 0)
 
+    def test_fla_decode_k_first_pool_in_a_cuda_graph(self):
+        """fla's default K-first pool (slots gathered, transposed, scattered
+        back) and a verify table, captured by torch.cuda.graph (which fails
+        on any synchronization) and replayed with new contents at the same
+        addresses: the same bits as the eager call."""
+        from stridepack.fla import fused_recurrent_kda_fwd
+        for k in (1, 3):
+            views, params, pool0 = self.decode_inputs(8, 4, k)
+            idx = params["state_indices"].clone()
+            idx[3] = -1  # a padded row (its whole row of the table)
+            x = [views[n].contiguous() for n in ("q", "k", "v", "g", "beta")]
+            pool = pool0.transpose(-1, -2).contiguous()  # [slots, H, K, V]
+            out = torch.empty(x[2].shape, dtype=torch.bfloat16, device=DEV)
+
+            def call(p, o):
+                fused_recurrent_kda_fwd(*x, A_log=params["A_log"], dt_bias=params["dt_bias"],
+                                        initial_state=p, cu_seqlens=params["cu_seqlens"],
+                                        ssm_state_indices=idx,
+                                        num_accepted_tokens=params["num_accepted_tokens"],
+                                        use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
+                                        use_beta_sigmoid_in_kernel=True, lower_bound=-5.0, out=o)
+
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                call(pool.clone(), out)  # warm-up off the capturing stream
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                call(pool, out)
+            for r in range(3):
+                with self.subTest(k=k, replay=r):
+                    for t in x:
+                        t.copy_((torch.rand(t.shape, device=DEV, generator=self.gen) * 2 - 1)
+                                .to(t.dtype))
+                    pool.copy_(0.1 * torch.randn(pool.shape, device=DEV, generator=self.gen))
+                    pool_e, o_e = pool.clone(), torch.zeros_like(out)
+                    call(pool_e, o_e)
+                    graph.replay()
+                    torch.cuda.synchronize()
+                    live = [n for n in range(8) if n != 3]
+                    rows = lambda t: t.view(8, k, 4, 128)[live]  # noqa: E731
+                    self.assertTrue(bits_equal(rows(out), rows(o_e)))
+                    self.assertTrue(torch.equal(pool, pool_e))
+
 
 class ConvGpu(unittest.TestCase):
     """The causal convolution through the binding on CUDA tensors: the same

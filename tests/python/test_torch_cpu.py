@@ -751,6 +751,20 @@ class FlaDecodeDropIn(unittest.TestCase):
                 for slot in (1, 2, 4, 6):  # nobody's
                     self.assertTrue(torch.equal(got[slot], self.pool[slot]))
 
+    def test_padded_entry_after_the_slot_it_clamps_to(self):
+        """K-first pool: the padded entry comes after the sequence that
+        writes slot 0 (where the scatter back clamps -1 to): slot 0 must
+        hold that sequence's new state, not its old one."""
+        from stridepack.fla import fused_recurrent_kda_fwd
+        self.idx = torch.tensor([0, 3, -1, 5], dtype=torch.int64)
+        o_want, pool_want = self.direct()
+        pool = self.pool.transpose(-1, -2).contiguous()
+        o, _ = fused_recurrent_kda_fwd(**self.fla_kw(), initial_state=pool,
+                                       ssm_state_indices=self.idx)
+        self.assertTrue(bits_equal(o, o_want))
+        self.assertTrue(torch.equal(pool.transpose(-1, -2), pool_want))
+        self.assertFalse(torch.equal(pool_want[0], self.pool[0]))
+
     def test_out_written_where_it_lies(self):
         from stridepack.fla import fused_recurrent_kda_fwd
         o_want, pool_want = self.direct()
