@@ -106,16 +106,6 @@ static sp_status run_backend(const kda_problem *p, void *const init[KB_COUNT],
     return s;
 }
 
-/* Accuracy bounds against the float64 reference: the CPU prefill and the
- * recurrent kernel are fp32 throughout; the chunked kernels' 16-bit
- * products must stay below 4e-3 (o) and 3e-3 (final state), or the bf16
- * pool's own rounding. */
-static double o_tol(int32_t kernel) { return is_chunked(kernel) ? 4e-3 : 5e-3; }
-static double state_tol(const kda_problem *p) {
-    const double t = kp_state_tol(p);
-    return is_chunked(p->kernel) && t < 3e-3 ? 3e-3 : t;
-}
-
 /* Run p (already made, p->kernel set) on the backend twice and once on the
  * reference; compare. */
 static void check_problem(kda_problem *p, const char *what) {
@@ -136,9 +126,11 @@ static void check_problem(kda_problem *p, const char *what) {
     const double es = kp_err_state(p, g1[KB_STATE], ref[KB_STATE], &ss);
     const double ec = kp_err_ckpt(p, g1[KB_CKPT], ref[KB_CKPT], &sc);
     printf("%-16s %-36s: o %.2e state %.2e ckpt %.2e\n", kernel_name(p->kernel), what, eo, es, ec);
-    CHECKF(eo < o_tol(p->kernel) && so == 0, "%s: o err %.3g, %lld stray", what, eo, (long long)so);
-    CHECKF(es < state_tol(p) && ss == 0, "%s: state err %.3g, %lld stray", what, es, (long long)ss);
-    CHECKF(ec < state_tol(p) && sc == 0, "%s: ckpt err %.3g, %lld stray", what, ec, (long long)sc);
+    CHECKF(eo < kp_o_tol(p) && so == 0, "%s: o err %.3g, %lld stray", what, eo, (long long)so);
+    CHECKF(es < kp_state_tol(p) && ss == 0, "%s: state err %.3g, %lld stray", what, es,
+           (long long)ss);
+    CHECKF(ec < kp_state_tol(p) && sc == 0, "%s: ckpt err %.3g, %lld stray", what, ec,
+           (long long)sc);
     CHECKF(kp_outputs_equal(p, g1, g2), "%s: two runs differ", what);
     kp_free_copy(ref);
     kp_free_copy(g1);
@@ -385,21 +377,25 @@ static void host_plan_cases(void) {
     kp_free(&p);
 }
 
+/* A case's checkpoint interval: none for the decode kernel, which writes
+ * none. */
+static int64_t every(int32_t kernel, int64_t interval) {
+    return kernel == SP_KDA_KERNEL_DECODE ? 0 : interval;
+}
+
 /* Padded sequences (a negative slot, as engines mark the rows that pad a
  * CUDA-graph batch) are skipped on the backend and in the reference alike:
  * check_problem finds any byte written in their o rows, their checkpoint
  * rows or a slot no real sequence owns (support/kda_problem.c: live_*),
  * and compares the rest with the reference. The first, the last, two in the
- * middle with the same -1, every one. Checkpoints every 32 tokens, but for
- * the decode kernel, which writes none. */
-static int64_t guard_interval(int32_t kernel) { return kernel == SP_KDA_KERNEL_DECODE ? 0 : 32; }
+ * middle with the same -1, every one. */
 
 static void padded_case(int32_t kernel) {
     static const int64_t lens[] = {37, 20, 64, 5, 33};
     static const unsigned masks[] = {1u << 0, 1u << 4, 1u << 1 | 1u << 3, 0x1f};
     for (size_t m = 0; m < sizeof masks / sizeof masks[0]; m++) {
         kda_problem p;
-        kp_make(&p, 5, lens, 2, 2, SP_F32, SP_KDA_GATE_LOWER_BOUND, guard_interval(kernel),
+        kp_make(&p, 5, lens, 2, 2, SP_F32, SP_KDA_GATE_LOWER_BOUND, every(kernel, 32),
                 4100 + (uint64_t)m);
         p.kernel = kernel;
         int32_t *idx = (int32_t *)p.host[KB_IDX];
@@ -652,13 +648,16 @@ static void chunked_edge_cases(int32_t kernel, int small) {
  * -inf: most chunks in the safe form) and beta activated in [0, 2); the
  * two forms in turn within each sequence (kp_mixed_decays); the
  * softplus gate with A_log 3 on head 0 (decays up to tens of nats a token:
- * safe chunks) and as drawn on head 1 (factored chunks), beta 2 sigmoid. */
+ * safe chunks) and as drawn on head 1 (factored chunks), beta 2 sigmoid;
+ * the softplus gate's input across its cut-over to x (15 .. 40), and at
+ * +-60 .. 100 (whole channels forgotten within a token, or decays of ~0)
+ * with beta logits of +-10 at 2 sigmoid. */
 static void every_gate_edge_cases(int32_t kernel) {
     int64_t lens[16];
     for (int half = 0; half < 2; half++) {
         residue_lens(half, lens);
         kda_problem p;
-        kp_make(&p, 16, lens, 5, 2, half ? SP_BF16 : SP_F32, SP_KDA_GATE_LOWER_BOUND, 32,
+        kp_make(&p, 16, lens, 5, 2, half ? SP_BF16 : SP_F32, SP_KDA_GATE_LOWER_BOUND, every(kernel, 32),
                 3500 + (uint64_t)half);
         kp_log_decay(&p, SP_BF16, 3510 + (uint64_t)half);
         kp_beta_form(&p, SP_KDA_BETA_ACTIVATED, 3520 + (uint64_t)half);
@@ -672,7 +671,7 @@ static void every_gate_edge_cases(int32_t kernel) {
          * bound's edge. */
         static const int64_t mixed_lens[] = {200, 161, 97};
         kda_problem p;
-        kp_make(&p, 3, mixed_lens, 0, 2, SP_F32, SP_KDA_GATE_LOWER_BOUND, 64, 3540);
+        kp_make(&p, 3, mixed_lens, 0, 2, SP_F32, SP_KDA_GATE_LOWER_BOUND, every(kernel, 64), 3540);
         kp_mixed_decays(&p, 3541);
         p.kernel = kernel;
         check_problem(&p, "log-decay, safe and factored chunks in turn");
@@ -680,12 +679,29 @@ static void every_gate_edge_cases(int32_t kernel) {
     }
     static const int64_t sp_lens[] = {100, 33, 64};
     kda_problem p;
-    kp_make(&p, 3, sp_lens, 0, 2, SP_F32, SP_KDA_GATE_SOFTPLUS, 32, 3530);
+    kp_make(&p, 3, sp_lens, 0, 2, SP_F32, SP_KDA_GATE_SOFTPLUS, every(kernel, 32), 3530);
     ((float *)p.host[KB_ALOG])[0] = 3.0f;
     kp_beta_form(&p, SP_KDA_BETA_LOGITS_X2, 3531);
     p.kernel = kernel;
     check_problem(&p, "softplus, A_log 3 on head 0");
     kp_free(&p);
+    for (int e = 0; e < 2; e++) {
+        kda_problem q;
+        kp_make(&q, 3, sp_lens, 0, 2, SP_F32, SP_KDA_GATE_SOFTPLUS, every(kernel, 32), 3550 + (uint64_t)e);
+        if (e) {
+            kp_extreme_gates(&q, 3560); /* g +-60 .. 100, beta +-10 */
+        } else {
+            ts_rng r;
+            ts_rng_seed(&r, 3561);
+            kp_fill_bf16(q.host[KB_G], (size_t)(q.T * q.H * SP_KDA_HEAD_DIM), &r, 15, 40);
+            ((float *)q.host[KB_ALOG])[1] = -2.0f; /* 2 .. 5.4 nats a token on head 1 */
+        }
+        kp_beta_form(&q, SP_KDA_BETA_LOGITS_X2, 3562);
+        q.kernel = kernel;
+        check_problem(&q, e ? "softplus of +-60 .. 100, beta logits +-10 at 2 sigmoid"
+                            : "softplus of 15 .. 40 (its cut-over)");
+        kp_free(&q);
+    }
 }
 
 /* Two sequences of 100 and 40 tokens, 2 heads, fp32 state, checkpoints
@@ -1014,7 +1030,7 @@ static void dispatch_pairs_cases(void) {
 static void device_guard_cases(int32_t kernel) {
     static const int64_t lens[] = {20, 33, 17};
     kda_problem p;
-    kp_make(&p, 3, lens, 0, 2, SP_F32, SP_KDA_GATE_LOWER_BOUND, guard_interval(kernel), 31);
+    kp_make(&p, 3, lens, 0, 2, SP_F32, SP_KDA_GATE_LOWER_BOUND, every(kernel, 32), 31);
     p.kernel = kernel;
     void *good[KB_COUNT], *bad[KB_COUNT], *init[KB_COUNT];
     kp_copy(&p, good);
@@ -1097,6 +1113,10 @@ int main(void) {
                     batch_case(SP_KDA_KERNEL_AUTO, state_dts[di], gates[gi], intervals[ii],
                                sm ? small_lens : batch_lens, sm ? 3 : 5, 2);
         batch_case(SP_KDA_KERNEL_AUTO, SP_F32, SP_KDA_GATE_SOFTPLUS, 64, extra_lens, 3, 2);
+        /* The chunked kernels' edge cases (lengths of every residue, extreme
+         * gates and betas, every gate form's edges) on the CPU backend too. */
+        chunked_edge_cases(SP_KDA_KERNEL_AUTO, 1);
+        every_gate_edge_cases(SP_KDA_KERNEL_AUTO);
         for (int di = 0; di < 2; di++) empty_sequence_case(SP_KDA_KERNEL_AUTO, state_dts[di]);
         padded_case(SP_KDA_KERNEL_AUTO);
         host_plan_cases();
@@ -1126,6 +1146,8 @@ int main(void) {
         device_guard_cases(DEC);
         forms_cases(R);
         forms_cases(DEC);
+        every_gate_edge_cases(R);
+        every_gate_edge_cases(DEC);
 #ifdef TS_MEM_IS_CUDA
         /* SP_TEST_KDA_MBARRIER=1: every one-pass run with the mbarrier
          * hand-over (for compute-sanitizer racecheck, which follows it). */
