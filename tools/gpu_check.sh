@@ -48,7 +48,7 @@ if [[ $phases == *tests* ]]; then
 step ctest ctest --test-dir "$build" --output-on-failure -j 4
 # GPUs this process sees (CUDA_VISIBLE_DEVICES applies), from `stridepack version`.
 ngpu=$("$build/tools/stridepack" version | sed -n 's/^CUDA: usable: \([0-9]*\) device.*/\1/p')
-gpu_tests="test_gpu_pack test_boundary_gpu test_copy_batch_gpu test_kda_gpu test_errors_gpu test_pack_gpu test_bitpatterns_gpu test_gpu_device test_conv_gpu"
+gpu_tests="test_gpu_pack test_boundary_gpu test_copy_batch_gpu test_kda_gpu test_kda_engine_gpu test_errors_gpu test_pack_gpu test_bitpatterns_gpu test_gpu_device test_conv_gpu"
 if [ "${ngpu:-0}" -ge 2 ]; then
   step ctest_multigpu ctest --test-dir "$build" -L multigpu --output-on-failure
   gpu_tests="$gpu_tests test_multi_gpu"

@@ -346,7 +346,8 @@ static void verify_make(verify *v, const int64_t *lens, int N, int64_t W, sp_dty
     }
     for (int64_t i = 0; i < N * W; i++) v->table[i] = perm[i];
     for (int n = 0; n < N; n++) {
-        v->acc[n] = use_acc ? ts_rng_range(&r, 1, W) : 1;
+        /* Every count 1 .. W among the sequences (N >= W), turned by the seed. */
+        v->acc[n] = use_acc ? 1 + (int64_t)(((uint64_t)n + seed) % (uint64_t)W) : 1;
         v->init[n] = (uint8_t)(n % 3 != 1);
     }
     const size_t es = sp_dtype_size(sdt);
@@ -479,11 +480,12 @@ static double o_err(const verify *v, const void *x, const void *y) {
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
+/* W = 4, or 12: more tokens than the decode kernel prepares at a time (8). */
 static void verify_case(int32_t kernel, sp_dtype sdt, sp_dtype tdt, int use_acc, int use_init,
-                        uint64_t seed) {
-    static const int64_t lens[] = {3, 1, 4, 2, 4, 0};
+                        int64_t W, uint64_t seed) {
+    static const int64_t lens4[] = {3, 1, 4, 2, 4, 0}, lens12[] = {11, 1, 12, 2, 9, 0};
     verify v;
-    verify_make(&v, lens, 6, 4, sdt, use_acc, use_init, seed);
+    verify_make(&v, W == 4 ? lens4 : lens12, 6, W, sdt, use_acc, use_init, seed);
     v.p.kernel = kernel;
     v.table[3 * v.W] = -1; /* sequence 3 padded */
     for (int64_t t = 1; t < v.W; t++) v.table[3 * v.W + t] = -1;
@@ -807,9 +809,11 @@ int main(void) {
             forms_case(ks[i]);
             for (int s = 0; s < 2; s++)
                 for (int w = 0; w < 2; w++)
-                    verify_case(ks[i], s ? SP_BF16 : SP_F32, w ? SP_I64 : SP_I32, 1, s == w,
+                    verify_case(ks[i], s ? SP_BF16 : SP_F32, w ? SP_I64 : SP_I32, 1, s == w, 4,
                                 6500 + (uint64_t)(s * 2 + w));
-            verify_case(ks[i], SP_F32, SP_I32, 0, 0, 6510);
+            verify_case(ks[i], SP_F32, SP_I32, 0, 0, 4, 6510);
+            verify_case(ks[i], SP_F32, SP_I32, 1, 0, 12, 6511);
+            verify_case(ks[i], SP_BF16, SP_I64, 1, 1, 12, 6512);
             if (on_device()) device_rule_case(ks[i]);
 #ifdef TS_MEM_IS_CUDA
             graph_case(ks[i]);
