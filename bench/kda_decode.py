@@ -182,14 +182,17 @@ def main():
     if a.self_test:
         return self_test()
     import stridepack as sp
-    fwd, fla_why = None, "--no-fla"
+    fwd = None
     if not a.no_fla:
         try:
             fwd = kda_anchors.import_fla_op("fla.ops.kda.fused_recurrent",
                                             "fused_recurrent_kda_fwd")
         except Exception as e:  # noqa: BLE001
-            fla_why = f"{type(e).__name__}: {e}"
-            print(f"fla skipped: {fla_why}", file=sys.stderr)
+            # fla is the anchor the targets compare with: a run without it
+            # says so with --no-fla, never by leaving its records out.
+            raise SystemExit(f"fla could not be loaded ({type(e).__name__}: {e}); set "
+                             f"SP_ANCHOR_DIR (bench/kda_anchors.py says the layout) or pass "
+                             f"--no-fla")
     dev = torch.device("cuda", 0)
     meta = dict(device=torch.cuda.get_device_name(dev),
                 date=datetime.date.today().isoformat(), commit=kda_anchors.git_commit())

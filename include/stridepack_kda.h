@@ -111,9 +111,10 @@ typedef enum sp_kda_beta {
  *     with checkpoints, with the pool 16-byte aligned (8 for bf16) and its
  *     slot pitch a multiple of 4 elements. Not chosen
  *     by AUTO yet: it has not been measured against RECURRENT.
- *   AUTO (the default): RECURRENT where the chunked kernels cannot serve
- *     the call, the sequences average under 8 tokens, or the gate or beta
- *     form is not K3's; else
+ *   AUTO (the default): RECURRENT where the sequences average under 8
+ *     tokens or the call has a verify table (DECODE there once it is
+ *     measured), where the chunked kernels cannot serve the call, or where
+ *     the gate or beta form is not K3's (beta f32 logits included); else
  *     CHUNKED_TWO_PASS for at most 32 (sequence, head) pairs when the
  *     workspace given is large enough; else CHUNKED. CPU tensors have one
  *     implementation (the recurrent form); AUTO and RECURRENT select it. */
@@ -184,8 +185,9 @@ typedef struct sp_kda_args {
      * above (its num_accepted_tokens entry is not read). Nothing else is
      * written to the pool. The states are those of running the tokens one
      * call at a time (bit for bit with an f32 pool; with a bf16 pool each
-     * written state is the f32 state rounded once). Served by the
-     * recurrent kernel; no checkpoints with a table. Over the sequences not
+     * written state is the f32 state rounded once). Served by the CPU
+     * prefill and the recurrent and decode kernels (not the chunked ones);
+     * no checkpoints with a table. Over the sequences not
      * padded, the slots written are distinct and no sequence reads a slot
      * another writes. */
     sp_tensor state;

@@ -93,7 +93,8 @@ def kda_prefill(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Arra
     without it) and the state after its token t goes to slot [n, t] (a
     negative entry: not written; a negative [n, 0]: padded, skipped). The
     states equal those of feeding the tokens one call at a time (bit for
-    bit with an fp32 pool). The recurrent kernel serves it; no checkpoints.
+    bit with an fp32 pool). The CPU prefill and the recurrent and decode
+    kernels serve it (not the chunked ones); no checkpoints.
     checkpoint_interval n > 0 with checkpoint_cu_starts int64 or int32
     [N + 1] and checkpoints [C, H, 128, 128] (the state's dtype): the state
     after every n tokens of each sequence.

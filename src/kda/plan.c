@@ -8,8 +8,8 @@
  *     verify table: DECODE_AUTO on and the decode kernel serves it -> DECODE
  *                                                    else -> RECURRENT
  *   CPU tensors, or a call the chunked kernels cannot serve -> RECURRENT
- *   gate or beta forms other than K3's, CHUNKED_EVERY_GATE_AUTO
- *     off                                            -> RECURRENT
+ *   gate or beta forms other than K3's (the lower-bound gate, beta bf16
+ *     logits), CHUNKED_EVERY_GATE_AUTO off           -> RECURRENT
  *   at most SP_KDA_TWO_PASS_MAX_PAIRS (sequence, head) pairs, with the
  *     workspace                                      -> CHUNKED_TWO_PASS
  *   else                                             -> CHUNKED
