@@ -39,7 +39,11 @@ static sp_device other_device(void) { return on_device() ? sp_cpu() : sp_cuda(0)
 
 /* Which inputs the boundary sees strided (the others: the dense copies);
  * SHIFTED: all, with q, k, v 4 elements past their K3 columns. */
-enum { STRIDED_ALL = 0, STRIDED_BETA = 1, STRIDED_NONE = 2, STRIDED_SHIFTED = 3 };
+/* STRIDED_SHIFTED: q, k, v moved 4 elements off their rows' alignment (the
+ * boundary packs them); STRIDED_SHIFTED_G: g's heads 132 elements apart too
+ * (a dense g moved is still read in place). */
+enum { STRIDED_ALL = 0, STRIDED_BETA = 1, STRIDED_NONE = 2, STRIDED_SHIFTED = 3,
+       STRIDED_SHIFTED_G = 4 };
 
 /* The header's rule, written independently: q, k, v, g are read in place
  * when dense or made of 16-byte aligned rows of 128 contiguous channels. */
@@ -70,8 +74,11 @@ static void outputs(const kda_problem *p, void *const buf[KB_COUNT], void *out[K
     kp_download(M, p, buf, out);
 }
 
+/* gate and beta_form: the call's forms (SP_KDA_GATE_LOG_DECAY: the K3 g
+ * buffer made <= 0; SP_KDA_BETA_ACTIVATED: the beta buffer made >= 0). */
 static void k3_gate_case(sp_kda_boundary *bd, int64_t T, int64_t H, int beta_kind, sp_dtype sdt,
-                         int64_t interval, int which, int32_t gate, uint64_t seed) {
+                         int64_t interval, int which, int32_t gate, int32_t beta_form,
+                         uint64_t seed) {
     ts_rng r;
     ts_rng_seed(&r, seed);
     /* Sequences: T split into up to three uneven parts. */
@@ -84,16 +91,25 @@ static void k3_gate_case(sp_kda_boundary *bd, int64_t T, int64_t H, int beta_kin
         N = 3;
     }
     kda_problem p;
-    kp_make_ex(&p, N, lens, 0, H, sdt, gate, interval, seed, 0);
+    kp_make_ex(&p, N, lens, 0, H, sdt, gate == SP_KDA_GATE_LOG_DECAY ? 0 : gate, interval, seed,
+               0);
+    p.gate = gate;
+    p.beta_form = beta_form;
     k3_bufs h3, k3;
     k3_make(&h3, T, H, beta_kind, &r);
+    if (gate == SP_KDA_GATE_LOG_DECAY) /* a log-decay: every value <= 0 */
+        for (size_t i = 0; i < h3.k.g_bytes / 2; i++) ((uint16_t *)h3.g)[i] |= 0x8000;
+    if (beta_form == SP_KDA_BETA_ACTIVATED) /* an activated beta: >= 0 */
+        for (size_t i = 0; i < h3.k.proj_bytes / 2; i++) ((uint16_t *)h3.proj)[i] &= 0x7fff;
     k3_dense_copies(&h3, &p);
     k3_upload(M, &h3, &k3);
-    if (which == STRIDED_SHIFTED) { /* within the buffers' slack */
+    const int shifted = which == STRIDED_SHIFTED ? 3 : which == STRIDED_SHIFTED_G ? 4 : 0;
+    if (shifted) { /* within the buffers' slack (g's: 4 (H - 1) elements) */
         for (int i = 0; i < 3; i++) {
             h3.views[i].data = (uint16_t *)h3.views[i].data + 4;
             k3.views[i].data = (uint16_t *)k3.views[i].data + 4;
         }
+        if (shifted == 4) h3.views[3].strides[2] = k3.views[3].strides[2] = 132;
         k3_dense_copies(&h3, &p);
     }
 
@@ -108,7 +124,7 @@ static void k3_gate_case(sp_kda_boundary *bd, int64_t T, int64_t H, int beta_kin
     outputs(&p, want_b, want);
 
     kp_args(&p, got_b, M->device, &a);
-    if (which == STRIDED_ALL || which == STRIDED_SHIFTED) {
+    if (which == STRIDED_ALL || shifted) {
         a.q = k3.views[0];
         a.k = k3.views[1];
         a.v = k3.views[2];
@@ -126,7 +142,7 @@ static void k3_gate_case(sp_kda_boundary *bd, int64_t T, int64_t H, int beta_kin
                "T %lld which %d input %d: sp_kda_reads_in_place disagrees with the rule",
                (long long)T, which, i);
     }
-    if (T > 1) CHECK(want_copied == (which == STRIDED_SHIFTED ? 3u : 0u));
+    if (T > 1) CHECK(want_copied == (size_t)shifted);
 
     /* The prefill itself takes the views read in place, and refuses the
      * others with nothing written. */
@@ -210,7 +226,8 @@ static void f32_log_decay_case(sp_kda_boundary *bd) {
 /* The lower-bound gate (the chunked kernels' on the device). */
 static void k3_case(sp_kda_boundary *bd, int64_t T, int64_t H, int beta_kind, sp_dtype sdt,
                     int64_t interval, int which, uint64_t seed) {
-    k3_gate_case(bd, T, H, beta_kind, sdt, interval, which, SP_KDA_GATE_LOWER_BOUND, seed);
+    k3_gate_case(bd, T, H, beta_kind, sdt, interval, which, SP_KDA_GATE_LOWER_BOUND,
+                 SP_KDA_BETA_LOGITS, seed);
 }
 
 static void bad_input_cases(sp_kda_boundary *bd) {
@@ -674,8 +691,15 @@ int main(void) {
     k3_case(bd, CAP_T, CAP_H, TS_K3_BETA_FA, SP_F32, 0, STRIDED_ALL, 33); /* full */
     k3_case(bd, 1, 3, TS_K3_BETA_INPROJ, SP_F32, 1, STRIDED_ALL, 34);
     k3_case(bd, 0, 3, TS_K3_BETA_FA, SP_F32, 0, STRIDED_ALL, 35);
-    /* The softplus gate (the recurrent kernel's on the device). */
-    k3_gate_case(bd, 77, 2, TS_K3_BETA_INPROJ, SP_BF16, 16, STRIDED_ALL, SP_KDA_GATE_SOFTPLUS, 38);
+    /* The other gate and beta forms (the recurrent kernel's on the device),
+     * read in place and packed: the softplus gate; a bf16 log-decay g, packed
+     * with q, k, v, and beta activated; 2 sigmoid. */
+    k3_gate_case(bd, 77, 2, TS_K3_BETA_INPROJ, SP_BF16, 16, STRIDED_ALL, SP_KDA_GATE_SOFTPLUS,
+                 SP_KDA_BETA_LOGITS, 38);
+    k3_gate_case(bd, T, 3, TS_K3_BETA_INPROJ, SP_F32, 32, STRIDED_SHIFTED_G,
+                 SP_KDA_GATE_LOG_DECAY, SP_KDA_BETA_ACTIVATED, 39);
+    k3_gate_case(bd, 77, 2, TS_K3_BETA_FA, SP_BF16, 0, STRIDED_SHIFTED, SP_KDA_GATE_SOFTPLUS,
+                 SP_KDA_BETA_LOGITS_X2, 40);
     f32_log_decay_case(bd);
     bad_input_cases(bd);
     CHECK_OK(sp_kda_boundary_destroy(bd));

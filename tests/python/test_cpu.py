@@ -501,6 +501,48 @@ class Kda(unittest.TestCase):
         self.assertGreater(np.linalg.norm(ref), 0)
         self.assertLess(np.linalg.norm(got - ref) / np.linalg.norm(ref), 2e-2)
 
+    def test_boundary_every_form(self):
+        """KdaBoundary.run in every gate and beta form: a log-decay g (bf16,
+        <= 0) on strided views the boundary packs, betas activated and 2
+        sigmoid: the same bits as the prefill on dense copies, and near the
+        float64 reference."""
+        rng = np.random.default_rng(14)
+        views, params, state = self.inputs(rng)
+        # q, k, v 8 bytes off their rows' alignment, g's heads 132 channels
+        # apart: none read in place, all four packed.
+        T, H, P = self.T, self.H, self.H * 128
+        qkv = np.zeros((T, 3 * P + 4), np.uint16)
+        qkv[:, 4:] = np.concatenate([views[n].reshape(T, P) for n in ("q", "k", "v")], axis=1)
+        gbuf = np.zeros(T * H * 128 + 4 * H, np.uint16)
+        g = as_strided(gbuf, (1, T, H, 128), (0, H * 256, 264, 2))
+        g[...] = views["g"] | 0x8000  # a log-decay: every value <= 0
+        packed = dict(q=qkv[:, 4:4 + P].reshape(1, T, H, 128),
+                      k=qkv[:, 4 + P:4 + 2 * P].reshape(1, T, H, 128),
+                      v=qkv[:, 4 + 2 * P:].reshape(1, T, H, 128), g=g, beta=views["beta"])
+        for gate, beta_form in (("log_decay", "activated"), ("softplus", "logits_x2"),
+                                ("log_decay", "logits")):
+            with self.subTest(gate=gate, beta_form=beta_form):
+                x = dict(packed)
+                if gate == "softplus":
+                    x["g"] = views["g"]
+                if beta_form == "activated":
+                    x["beta"] = views["beta"] & 0x7fff  # >= 0
+                kw = dict(params, gate=gate, beta_form=beta_form)
+                s_b, s_d, s_r = state.copy(), state.copy(), state.copy()
+                with sp.KdaBoundary("cpu", T, H) as b:
+                    o_b = self.run_kda(lambda **a: b.run(**a, gate=gate, beta_form=beta_form),
+                                       x, params, s_b)
+                    self.assertEqual(b.last_copied, 3 if gate == "softplus" else 4)
+                o_d = self.run_kda(lambda **a: sp.kda_prefill(**a, **kw), x, {}, s_d, dense=True)
+                o_r = self.run_kda(lambda **a: sp.kda_prefill(**a, **kw, reference=True), x, {},
+                                   s_r, dense=True)
+                self.assertTrue(np.array_equal(o_b, o_d))
+                self.assertTrue(np.array_equal(s_b.view(np.uint32), s_d.view(np.uint32)))
+                self.assertFalse(np.array_equal(s_b, state), "state not written")
+                got, ref = bf16_float(o_b), bf16_float(o_r)
+                self.assertLess(np.linalg.norm(got - ref) / np.linalg.norm(ref), 5e-4)
+                self.assertLess(np.linalg.norm(s_b - s_r) / np.linalg.norm(s_r), 1e-5)
+
     def test_workspace_bytes_takes_the_prefill_keywords(self):
         """kda_workspace_bytes takes kda_prefill's keywords, beta_form too: on
         the CPU no kernel needs a workspace (0) whatever the forms; a
