@@ -23,7 +23,8 @@
  *
  *   gate:  g_t = lower_bound * sigmoid(exp(A_log[h]) * (g_raw_t + dt_bias[h,:]))
  *          or, Kimi-Linear: g_t = -exp(A_log[h]) * softplus(g_raw_t + dt_bias[h,:])
- *   beta:  b_t = sigmoid(beta_t)
+ *          or g_t = g_raw_t, a precomputed log-decay (sp_kda_gate)
+ *   beta:  b_t = sigmoid(beta_t), 2 sigmoid(beta_t) or beta_t (sp_kda_beta_form)
  *   norm:  q^ = scale * q_t / sqrt(sum q_t^2 + 1e-6),  k^ = k_t / sqrt(sum k_t^2 + 1e-6)
  *   step:  S <- diag(exp(g_t)) S;  u = v_t - S^T k^;  S <- S + b_t k^ u^T;
  *          o_t = S^T q^ (with the updated S)
@@ -49,7 +50,9 @@ extern "C" {
  * LOG_DECAY takes g as the log-decay itself (fla's use_gate_in_kernel=False,
  * after an engine's own gate kernel): bf16 or f32, every value <= 0, -inf
  * meaning "forget the channel" (the chunked kernels take a decay below
- * 2^-128 a token as total); A_log and dt_bias then do not enter the result
+ * 2^-128 a token as total). A value above 0 is outside the contract and
+ * not checked (g lies on the device): the result then depends on the
+ * kernel; A_log and dt_bias then do not enter the result
  * (still required, of their shapes). The CPU backend, the reference and the
  * RECURRENT, DECODE and chunked kernels serve every gate (sp_kda_kernel). */
 typedef enum sp_kda_gate {

@@ -32,11 +32,10 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-/* Launch shape, chosen by measurement on an H200 (K3 layouts against a
- * plain device copy): 2 loads per thread with 8 blocks of 256 threads
- * resident (64 KiB in flight per SM, 8 KiB tiles) beat 4 loads with 4 or 6
- * blocks and 8 loads with 4 blocks; fewer, fuller threads and larger tiles
- * leave more of each block's life without loads in flight. */
+/* Launch shape: 2 loads per thread with 8 blocks of 256 threads resident
+ * (64 KiB in flight per SM, 8 KiB tiles); fewer, fuller threads and larger
+ * tiles leave more of each block's life without loads in flight
+ * (docs/TUNING.md, "SP_THREADS, SP_UNROLL"). */
 #define SP_THREADS 256  /* per block */
 #define SP_UNROLL 2     /* loads in flight per thread before its first store */
 /* Resident blocks per SM the register budget must allow: 8 (2048 threads)
@@ -51,7 +50,7 @@
 #define SP_MIN_BLOCKS_GENERAL 3
 #define SP_TILE_BYTES (SP_THREADS * SP_UNROLL * 16) /* one round of 16-byte words */
 /* Capacities of the parameter block: the usual few tensors get a short one,
- * since the driver copies it on every launch (about 0.35 us per KiB). */
+ * since the driver copies it on every launch. */
 #define SP_CAP_4 4
 #define SP_CAP_8 8
 
