@@ -41,8 +41,10 @@ step() { # step NAME CMD... : run, log to OUTDIR/logs/NAME.log, record the outco
 step configure cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSP_FUZZ=OFF \
   ${SP_CUDA_ARCHS:+-DCMAKE_CUDA_ARCHITECTURES=$SP_CUDA_ARCHS} || { cat "$logs/configure.log"; exit 1; }
 step build cmake --build "$build" -j "$(nproc)" || { tail -40 "$logs/build.log"; exit 1; }
-# GPU_CHECK_PHASES: "tests" (ctest, sanitizers), "bench" (demo, benchmarks) or
-# both (the default); a second call with "bench" reuses the build.
+# GPU_CHECK_PHASES: "tests" (ctest, sanitizers), "bench" (demo, benchmarks),
+# "decide" (the runs that decide the plan constants not yet measured:
+# docs/TUNING.md's sections say which) or a list; "tests,bench" by default. A
+# later call with another phase reuses the build.
 phases=${GPU_CHECK_PHASES:-tests,bench}
 if [[ $phases == *tests* ]]; then
 step ctest ctest --test-dir "$build" --output-on-failure -j 4
@@ -55,6 +57,12 @@ if [ "${ngpu:-0}" -ge 2 ]; then
 else
   summary+=("$(printf '%-28s skipped (%s GPU)' multigpu "${ngpu:-0}")")
 fi
+# The one-pass kernel's mbarrier hand-over, which racecheck follows
+# (docs/TUNING.md, "ONE_PASS_HANDOVER"): every one-pass run of test_kda_gpu
+# with it, under racecheck.
+exe=$(find "$build/tests" -type f -name test_kda_gpu | head -n 1)
+SP_TEST_SMALL=1 SP_TEST_KDA_MBARRIER=1 step san_racecheck_kda_mbarrier \
+  "$san" --tool racecheck --error-exitcode 99 "$exe"
 # Tests under each tool (override to spend less time): every GPU test by default.
 for tool in memcheck racecheck; do
   var="GPU_CHECK_$(echo $tool | tr a-z A-Z)"
@@ -92,11 +100,55 @@ PYTHONPATH="$build/python" step bench_python python3 bench/bench_python.py --jso
 PYTHONPATH="$build/python" step bench_kda_decode python3 bench/kda_decode.py \
   $([ -n "${SP_ANCHOR_DIR:-}" ] || echo --no-fla) --json "$out/h200_kda_decode.json"
 fi
+if [[ $phases == *decide* ]]; then
+# Each pair in one process's turn, order reversed, so that drift shows.
+kda() { "$build/bench/bench_kda" "$@"; }
+decide_handover() { # ONE_PASS_HANDOVER: named barrier (g, m) against mbarrier (g.h, h)
+  local s p
+  for s in "16384 96 1" "16384 64 1" "16384 96 8"; do
+    for p in g g.h g.h g m h h m; do kda --shape $s --probe $p --json "$out/decide_handover.json" || return; done
+  done
+}
+decide_every_gate() { # CHUNKED_EVERY_GATE: the every-gate build's own cost on K3's inputs
+  local s e
+  for s in "16384 96 1" "16384 32 1" "16384 16 1"; do
+    for e in 0 1 1 0; do kda --shape $s $([ $e = 1 ] && echo --every-gate) --json "$out/decide_every_gate.json" || return; done
+  done
+}
+decide_longest_first() { # ONE_PASS_LONGEST_FIRST: on unequal batches, and its cost on equal ones
+  local s l
+  for s in "16384 96 8" "16384 96 32" "2048 96 16"; do
+    for l in 0 1 1 0; do kda --unequal --shape $s $([ $l = 1 ] && echo --longest-first) --json "$out/decide_longest_first.json" || return; done
+  done
+  for l in 0 1 1 0; do kda --shape 16384 96 8 $([ $l = 1 ] && echo --longest-first) --json "$out/decide_longest_first.json" || return; done
+}
+decide_decode_rows() { # DECODE_ROWS_PER_WARP (the decode grid itself is bench_kda_decode)
+  local r s
+  for r in 2 4 8; do
+    for s in "64 12 64" "64 96 64" "512 96 512"; do kda --shape $s --decode-rows $r --json "$out/decide_decode_rows.json" || return; done
+  done
+}
+step decide_handover decide_handover
+step decide_every_gate decide_every_gate
+step decide_longest_first decide_longest_first
+step decide_decode_rows decide_decode_rows
+# The gate table and the unequal batches against the anchors (fla, the fork):
+# bench/kda_anchors.py says what $SP_ANCHOR_DIR must hold.
+if [ -n "${SP_ANCHOR_DIR:-}" ]; then
+  PYTHONPATH="$build/python" step anchors_gates python3 bench/kda_anchors.py --arms stridepack,fla \
+    --shapes gates --gates lower_bound,softplus,log_decay,log_decay_bf16 --json "$out/h200_kda_gates.json"
+  PYTHONPATH="$build/python" step anchors_varlen python3 bench/kda_anchors.py --shapes varlen \
+    --json "$out/h200_kda_varlen.json"
+else
+  summary+=("$(printf '%-28s skipped (no SP_ANCHOR_DIR)' anchors_gates)")
+fi
+fi
 
 grep -hE "tests passed|tests failed|Not Run|\(Failed\)|Skipped" "$logs"/ctest*.log 2>/dev/null | tail -20
 grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$logs"/san_*.log 2>/dev/null | sort | uniq -c
 tail -6 "$logs/demo.log" 2>/dev/null
-for f in bench_kda bench_kda_gates bench_pack bench_boundary bench_conv anchors bench_python bench_kda_decode; do
+for f in bench_kda bench_kda_gates bench_pack bench_boundary bench_conv anchors bench_python bench_kda_decode \
+    decide_handover decide_every_gate decide_longest_first decide_decode_rows anchors_gates anchors_varlen; do
   [ -f "$logs/$f.log" ] && { echo "== $f"; grep -vE '^\{' "$logs/$f.log" | tail -16; }
 done
 printf '%s\n' "${summary[@]}"
