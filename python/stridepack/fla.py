@@ -58,7 +58,7 @@ that require grad (stridepack computes no gradient), and any other keyword
 (in ``fused_recurrent_kda``, which has no pool, the pool's options of
 ``fused_recurrent_kda_fwd`` too: fla's call would drop them). Shapes that do
 not agree (k with q, g and beta with v) raise an error that is both a
-ValueError and the AssertionError fla raises.
+ValueError and an AssertionError (fla's checks are assertions).
 """
 
 from __future__ import annotations
@@ -351,7 +351,8 @@ def fused_recurrent_kda_fwd(q, k, v, g, beta, A_log=None, dt_bias=None, initial_
     pool is not written. Returns ``(o, final_state)``: o bf16 ``[B, T, H,
     128]`` (``out`` when given: written where it lies when dense, its rows of
     padded sequences left as they were; new and zero there otherwise),
-    final_state the pool (in place), the new states, or None.
+    final_state the pool (in place), the new states (fp32, as fla's, from
+    either pool), or None.
 
     Speculative verify (fla's and vLLM's convention): ``ssm_state_indices``
     a table ``[N, k + 1]`` (int32 or int64) and ``num_accepted_tokens``
@@ -450,7 +451,7 @@ def _recurrent(call, q, k, v, g, beta, A_log, dt_bias, initial_state, scale, out
         c.run(pool, local, o, scale, acc)
         back = pool if state_v_first else pool.transpose(-1, -2)
         if inplace_final_state:
-            _scatter_back(initial_state, used, rows, back, _written(idx, c.cu, table))
+            _scatter_back(initial_state, used, back, _written(idx, c.cu, table))
             final = initial_state
         else:
             final = back.contiguous() if output_final_state else None
@@ -460,20 +461,21 @@ def _recurrent(call, q, k, v, g, beta, A_log, dt_bias, initial_state, scale, out
     return o_full, final
 
 
-def _scatter_back(pool, used, rows, back, live):
+def _scatter_back(pool, used, back, live):
     """pool[used[e]] = back[e] for each entry e the call wrote (live), with
     no synchronization (CUDA graphs): every entry is copied, an entry not
     written carrying what its slot ends up holding (the row some written
-    entry puts there, else its own row as it was), so that entries naming
-    the same slot copy the same bytes. Written entries name distinct slots."""
+    entry puts there, else its own row as it was: back[e], which the call
+    did not write), so that entries naming the same slot copy the same
+    bytes. Written entries name distinct slots."""
     import torch
     slots, n = pool.shape[0], used.numel()
+    every = torch.arange(n, device=used.device)
     spare = torch.full_like(used, slots)  # a bin past the pool for the entries not written
     writer = torch.full((slots + 1,), -1, dtype=torch.int64, device=used.device).scatter_(
-        0, torch.where(live, used, spare), torch.arange(n, device=used.device))
+        0, torch.where(live, used, spare), every)
     w = writer.index_select(0, used)  # each entry: the entry writing its slot, or -1
-    value = torch.where((w >= 0).view(-1, 1, 1, 1), back.index_select(0, w.clamp(min=0)), rows)
-    pool.index_copy_(0, used, value)
+    pool.index_copy_(0, used, back.index_select(0, torch.where(w >= 0, w, every)))
 
 
 def _written(idx, cu, table):

@@ -346,7 +346,8 @@ static void verify_make(verify *v, const int64_t *lens, int N, int64_t W, sp_dty
     }
     for (int64_t i = 0; i < N * W; i++) v->table[i] = perm[i];
     for (int n = 0; n < N; n++) {
-        /* Every count 1 .. W among the sequences (N >= W), turned by the seed. */
+        /* Consecutive counts, turned by the seed: every count 1 .. W where
+         * N >= W (W = 4); N of the W where N < W (W = 12). */
         v->acc[n] = use_acc ? 1 + (int64_t)(((uint64_t)n + seed) % (uint64_t)W) : 1;
         v->init[n] = (uint8_t)(n % 3 != 1);
     }

@@ -844,19 +844,23 @@ class EngineCallsGpu(unittest.TestCase):
         """fla's default K-first pool (slots gathered, transposed, scattered
         back) and a verify table, captured by torch.cuda.graph (which fails
         on any synchronization) and replayed with new contents at the same
-        addresses: the same bits as the eager call."""
+        addresses: the same bits as the eager call, and as the eager call on
+        the V-first pool of the same states."""
         from stridepack.fla import fused_recurrent_kda_fwd
         for k in (1, 3):
             views, params, pool0 = self.decode_inputs(8, 4, k)
             idx = params["state_indices"].clone()
             idx[3] = -1  # a padded row (its whole row of the table)
+            if k > 1:
+                idx[0, 1] = -1  # a live row keeps no state after its token 1
             x = [views[n].contiguous() for n in ("q", "k", "v", "g", "beta")]
             pool = pool0.transpose(-1, -2).contiguous()  # [slots, H, K, V]
             out = torch.empty(x[2].shape, dtype=torch.bfloat16, device=DEV)
 
-            def call(p, o):
+            def call(p, o, v_first=False):
                 fused_recurrent_kda_fwd(*x, A_log=params["A_log"], dt_bias=params["dt_bias"],
-                                        initial_state=p, cu_seqlens=params["cu_seqlens"],
+                                        initial_state=p, state_v_first=v_first,
+                                        cu_seqlens=params["cu_seqlens"],
                                         ssm_state_indices=idx,
                                         num_accepted_tokens=params["num_accepted_tokens"],
                                         use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
@@ -878,12 +882,16 @@ class EngineCallsGpu(unittest.TestCase):
                     pool.copy_(0.1 * torch.randn(pool.shape, device=DEV, generator=self.gen))
                     pool_e, o_e = pool.clone(), torch.zeros_like(out)
                     call(pool_e, o_e)
+                    pool_v, o_v = pool.transpose(-1, -2).contiguous(), torch.zeros_like(out)
+                    call(pool_v, o_v, v_first=True)
                     graph.replay()
                     torch.cuda.synchronize()
                     live = [n for n in range(8) if n != 3]
                     rows = lambda t: t.view(8, k, 4, 128)[live]  # noqa: E731
                     self.assertTrue(bits_equal(rows(out), rows(o_e)))
                     self.assertTrue(torch.equal(pool, pool_e))
+                    self.assertTrue(bits_equal(o_v, o_e))
+                    self.assertTrue(torch.equal(pool_v.transpose(-1, -2), pool_e))
 
 
 class ConvGpu(unittest.TestCase):
