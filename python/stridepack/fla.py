@@ -115,6 +115,16 @@ def _refuse_unknown(call, kwargs):
         raise _refuse(call, unknown[0], kwargs[unknown[0]], "stridepack does not know this option")
 
 
+def _forms(use_gate_in_kernel, lower_bound, use_beta_sigmoid_in_kernel, allow_neg_eigval):
+    """kda_prefill's gate, lower_bound and beta_form for fla's flags (the
+    bound is read only with the gate computed in the kernel)."""
+    lb = lower_bound if use_gate_in_kernel else None
+    gate = "log_decay" if not use_gate_in_kernel else "softplus" if lb is None else "lower_bound"
+    beta_form = ("activated" if not use_beta_sigmoid_in_kernel else
+                 "logits_x2" if allow_neg_eigval else "logits")
+    return gate, -5.0 if lb is None else float(lb), beta_form
+
+
 class _Call:
     """One drop-in call's inputs, checked and laid out for kda_prefill: q, k,
     v, g, beta as one varlen batch ([1, B T, H, 128] without cu_seqlens),
@@ -138,8 +148,9 @@ class _Call:
         if allow_neg_eigval and not use_beta_sigmoid_in_kernel:
             raise ValueError("`allow_neg_eigval=True` requires `use_beta_sigmoid_in_kernel=True`.")
         self.log_decay = not use_gate_in_kernel
-        self.beta_form = ("activated" if not use_beta_sigmoid_in_kernel else
-                          "logits_x2" if allow_neg_eigval else "logits")
+        self.gate, self.bound, self.beta_form = _forms(use_gate_in_kernel, lower_bound,
+                                                       use_beta_sigmoid_in_kernel,
+                                                       allow_neg_eigval)
         if not use_qk_l2norm_in_kernel:
             raise self.refuse("use_qk_l2norm_in_kernel", use_qk_l2norm_in_kernel,
                               "stridepack always l2-normalizes q and k in the kernel")
@@ -217,7 +228,6 @@ class _Call:
             dt_bias = dt_bias.float()
         self.A_log = A_log
         self.dt_bias = dt_bias if dt_bias.dim() == 1 else dt_bias.reshape(-1)
-        self.lower_bound = lower_bound
 
     def refuse(self, option, value, why):
         return _refuse(self.call, option, value, why)
@@ -228,9 +238,7 @@ class _Call:
         num_accepted_tokens) into o [1, B T, H, 128]."""
         if scale is not None and scale == 0:  # the library's 0 means its default
             raise self.refuse("scale", scale, "a scale of 0 (o would be 0) is not served")
-        lb = self.lower_bound
-        gate = "log_decay" if self.log_decay else "softplus" if lb is None else "lower_bound"
-        kw = dict(gate=gate, lower_bound=-5.0 if lb is None else float(lb),
+        kw = dict(gate=self.gate, lower_bound=self.bound,
                   scale=float(HEAD_DIM ** -0.5 if scale is None else scale),
                   beta_form=self.beta_form, num_accepted_tokens=num_accepted_tokens)
         x = (self.q, self.k, self.v, self.g)
@@ -363,7 +371,54 @@ def fused_recurrent_kda_fwd(q, k, v, g, beta, A_log=None, dt_bias=None, initial_
     ``inplace_final_state=True``. The states are those of feeding the tokens
     one call at a time (bit for bit with an fp32 pool). Under torch.compile
     this is the custom op stridepack::fla_fused_recurrent_kda_fwd."""
-    return _recurrent("fused_recurrent_kda_fwd", **locals())
+    a = dict(locals())  # the arguments by fla's names, kwargs among them
+    if (state_v_first and inplace_final_state and initial_state is not None
+            and cu_seqlens is not None and ssm_state_indices is not None and not kwargs):
+        o = _decode_as_is(q, k, v, g, beta, A_log, dt_bias, initial_state, scale, cu_seqlens,
+                          ssm_state_indices, num_accepted_tokens, use_qk_l2norm_in_kernel,
+                          use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval,
+                          lower_bound, out)
+        if o is not None:
+            return o, initial_state
+    return _recurrent("fused_recurrent_kda_fwd", **a)
+
+
+def _decode_as_is(q, k, v, g, beta, A_log, dt_bias, pool, scale, cu_seqlens, ssm_state_indices,
+                  num_accepted_tokens, use_qk_l2norm_in_kernel, use_gate_in_kernel,
+                  use_beta_sigmoid_in_kernel, allow_neg_eigval, lower_bound, out):
+    """An engine's decode call as it comes (a V-first pool written in place,
+    cu_seqlens and slot indices, A_log and dt_bias given): kda_prefill on
+    the arguments as they are, its own checks standing for the drop-in's. o,
+    or None where the full path must run: an option or input this path does
+    not take, or a call the library refused (nothing written then; the full
+    path names the option fla's way, or copies what the prefill does not
+    read in place)."""
+    import torch
+    if (not use_qk_l2norm_in_kernel or A_log is None or dt_bias is None or scale == 0
+            or (allow_neg_eigval and not use_beta_sigmoid_in_kernel) or _api.compiling()
+            or (num_accepted_tokens is not None and ssm_state_indices.dim() != 2)
+            or q.dim() != 4 or q.shape[0] != 1 or dt_bias.dim() != 1
+            or A_log.dtype != torch.float32 or dt_bias.dtype != torch.float32
+            or q.requires_grad or k.requires_grad or v.requires_grad or g.requires_grad
+            or beta.requires_grad or A_log.requires_grad or dt_bias.requires_grad
+            or pool.requires_grad):
+        return None
+    if out is None:
+        o = torch.zeros(v.shape, dtype=torch.bfloat16, device=v.device)
+    elif out.shape == v.shape and out.dtype == torch.bfloat16 and out.is_contiguous():
+        o = out
+    else:
+        return None
+    gate, bound, beta_form = _forms(use_gate_in_kernel, lower_bound, use_beta_sigmoid_in_kernel,
+                                    allow_neg_eigval)
+    try:
+        kda_prefill(q, k, v, g, beta, A_log, dt_bias, cu_seqlens, pool, ssm_state_indices, o,
+                    gate=gate, lower_bound=bound,
+                    scale=float(HEAD_DIM ** -0.5 if scale is None else scale),
+                    beta_form=beta_form, num_accepted_tokens=num_accepted_tokens)
+    except StridepackError:
+        return None
+    return o
 
 
 def _recurrent(call, q, k, v, g, beta, A_log, dt_bias, initial_state, scale, output_final_state,

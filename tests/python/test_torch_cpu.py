@@ -395,7 +395,8 @@ class FlaDropIn(unittest.TestCase):
         gen = torch.Generator().manual_seed(60)
         args, h0 = self.inputs(gen)
         # safe_gate only picks fla's kernel: the bound is the gate's with it or without.
-        for gate, extra in (("softplus", {}), ("lower_bound", dict(safe_gate=True, lower_bound=-5.0)),
+        for gate, extra in (("softplus", {}),
+                            ("lower_bound", dict(safe_gate=True, lower_bound=-5.0)),
                             ("lower_bound", dict(lower_bound=-5.0))):
             o_want, s_want = self.direct(args, h0.transpose(-1, -2), gate)
             for v_first in (False, True):
@@ -586,6 +587,46 @@ class FlaDecodeDropIn(unittest.TestCase):
                 self.assertTrue(torch.equal(got, pool_want))
                 for slot in (1, 2, 4, 6):  # nobody's
                     self.assertTrue(torch.equal(got[slot], self.pool[slot]))
+
+    def test_the_call_as_it_comes_equals_the_full_path(self):
+        """The engine's decode call as it comes (V-first pool in place,
+        cu_seqlens and indices given) runs kda_prefill on its arguments as
+        they are: the same bits as the drop-in's full path, with out or
+        without, a bf16 pool, a verify table; and what the library refuses
+        there is refused fla's way by the full path, nothing written."""
+        from stridepack import fla
+        kw = dict(self.fla_kw(), ssm_state_indices=self.idx, state_v_first=True)
+        args = dict(kw, A_log=kw["A_log"], dt_bias=kw["dt_bias"], initial_state=None,
+                    scale=None, output_final_state=False, inplace_final_state=True,
+                    num_accepted_tokens=None, allow_neg_eigval=False, lower_bound=None,
+                    out=None, kwargs={})
+        flag_sets = ({}, dict(lower_bound=-4.0), dict(allow_neg_eigval=True),
+                     dict(use_gate_in_kernel=False, use_beta_sigmoid_in_kernel=False))
+        for flags in flag_sets:
+            for pool_dtype in (torch.float32, torch.bfloat16):
+                for with_out in (False, True):
+                    with self.subTest(flags=flags, pool=pool_dtype, out=with_out):
+                        p1, p2 = (self.pool.to(pool_dtype, copy=True) for _ in range(2))
+                        o1 = torch.full((1, self.N, self.H, 128), 3.0, dtype=torch.bfloat16)
+                        o2 = o1.clone()
+                        got, _ = fla.fused_recurrent_kda_fwd(**dict(kw, **flags), initial_state=p1,
+                                                             out=o1 if with_out else None)
+                        want, _ = fla._recurrent("x", **dict(args, **flags, initial_state=p2,
+                                                             out=o2 if with_out else None))
+                        self.assertTrue(bits_equal(got, want) and torch.equal(p1, p2))
+                        self.assertFalse(torch.equal(p1, self.pool.to(pool_dtype)))
+        for change, named in ((dict(lower_bound=-6.0), "lower_bound=-6.0"),
+                              (dict(q=self.args["q"].float()), "q='torch.float32'"),
+                              (dict(beta=self.args["beta"][..., None].expand(1, 4, 2, 128)),
+                               "beta=[1, 4, 2, 128]"),
+                              (dict(scale=0.0), "scale=0.0"),
+                              (dict(g=self.args["g"].float()), "g='torch.float32'")):
+            with self.subTest(named=named):
+                pool = self.pool.clone()
+                with self.assertRaises(ValueError) as cm:
+                    fla.fused_recurrent_kda_fwd(**dict(kw, **change), initial_state=pool)
+                self.assertIn(named, str(cm.exception))
+                self.assertTrue(torch.equal(pool, self.pool))
 
     def test_padded_entry_after_the_slot_it_clamps_to(self):
         """K-first pool: the padded entry comes after the sequence that
