@@ -245,7 +245,37 @@ void bench_json_int(bench_json *j, const char *key, long long value) {
     json_put(j, "%lld", value);
 }
 
+/* The commit a record is of: SP_COMMIT when set (a copy of the tree
+ * without its history), else the checkout's HEAD, else "unknown"; read
+ * once. */
+static const char *run_commit(void) {
+    static char commit[64];
+    if (commit[0]) return commit;
+    const char *env = getenv("SP_COMMIT");
+    if (env && *env) {
+        snprintf(commit, sizeof commit, "%s", env);
+        return commit;
+    }
+    snprintf(commit, sizeof commit, "unknown");
+    FILE *git = popen("git rev-parse HEAD 2>/dev/null", "r");
+    if (git) {
+        char line[64];
+        if (fgets(line, sizeof line, git) && strlen(line) >= 40) {
+            line[strcspn(line, "\r\n")] = '\0';
+            snprintf(commit, sizeof commit, "%s", line);
+        }
+        pclose(git);
+    }
+    return commit;
+}
+
 void bench_json_emit(bench_json *j, FILE *file) {
+    char date[16];
+    const time_t t = time(NULL);
+    struct tm utc;
+    strftime(date, sizeof date, "%Y-%m-%d", gmtime_r(&t, &utc));
+    bench_json_str(j, "date", date);
+    bench_json_str(j, "commit", run_commit());
     json_put(j, "}");
     printf("%s\n", j->buf);
     if (file) {

@@ -108,8 +108,9 @@ void bench_json_begin(bench_json *j);
 void bench_json_str(bench_json *j, const char *key, const char *value);
 void bench_json_num(bench_json *j, const char *key, double value); /* NaN/inf -> null */
 void bench_json_int(bench_json *j, const char *key, long long value);
-/* Close the object and write it as one line to stdout and, when `file` is
- * not NULL, to `file`. */
+/* Add the run's date (UTC) and commit (SP_COMMIT, else the checkout's
+ * HEAD, else "unknown"), close the object and write it as one line to
+ * stdout and, when `file` is not NULL, to `file`. */
 void bench_json_emit(bench_json *j, FILE *file);
 
 #endif /* SP_BENCH_HARNESS_H */
