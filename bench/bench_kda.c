@@ -509,6 +509,8 @@ int main(int argc, char **argv) {
                                    opts.longest_first && shapes[i].N <= SP_KDA_LONGEST_FIRST_MAX_N);
                 if (kernels[k] == SP_KDA_KERNEL_AUTO)
                     bench_json_str(&j, "auto_chose", kernel_name(chosen));
+                if (kernels[k] == SP_KDA_KERNEL_DECODE) /* 0: the plan's */
+                    bench_json_int(&j, "decode_rows", opts.decode_rows);
                 bench_json_int(&j, "T", shapes[i].T);
                 bench_json_int(&j, "H", shapes[i].H);
                 bench_json_int(&j, "N", shapes[i].N);

@@ -4,12 +4,17 @@ lines the GPU benchmarks write (bench/results/), so that the tables are the
 runs' figures and nothing else.
 
 Run: python3 tools/perf_tables.py [RESULTS_DIR]   (default bench/results)
-Prints the tables of bench_kda, bench_conv and bench_boundary.
+Prints the tables of bench_kda, bench_conv and bench_boundary, and those of
+gpu_check.sh's decide phase where its files are there (each pair of arms as
+medians of the runs, and their ratio: what decides the constants of
+docs/TUNING.md that say "Not measured yet").
 """
 
 import json
 import os
+import statistics
 import sys
+from collections import defaultdict
 
 
 def lines(path):
@@ -76,11 +81,87 @@ def boundary(rows):
     return "\n".join(out) + "\n\n" + "\n".join(prod)
 
 
+def pairs(rows, keep, shape, arm, a, b, what):
+    """A table of medians: for each shape, arm a against arm b and b / a."""
+    ms = defaultdict(list)
+    for r in rows:
+        if keep(r):
+            ms[(shape(r), arm(r))].append(r["ms"])
+    out = [f"| shape | {a} ms | {b} ms | {what} |", "|---|---:|---:|---:|"]
+    for sh in sorted({k[0] for k in ms}, key=str):
+        x, y = ms.get((sh, a)), ms.get((sh, b))
+        if x and y:
+            mx, my = statistics.median(x), statistics.median(y)
+            out.append(f"| {sh} | {mx:.4f} ({len(x)}) | {my:.4f} ({len(y)}) | {my / mx:.3f} |")
+    return "\n".join(out)
+
+
+def tth(r):
+    return f"{r['T']}/{r['H']}/{r['N']}"
+
+
+def handover(rows):  # ONE_PASS_HANDOVER
+    build = lambda r: "wgmma" if r.get("probe", "").startswith("wgmma") else "mma.sync"  # noqa
+    mbar = lambda r: "mbarrier" if "mbarrier" in r.get("probe", "") else "named barrier"  # noqa
+    return pairs(rows, lambda r: r["kernel"] == "chunked", lambda r: f"{tth(r)} {build(r)}",
+                 mbar, "named barrier", "mbarrier", "mbarrier / named")
+
+
+def every_gate(rows):  # CHUNKED_EVERY_GATE: the build's own cost on K3's inputs
+    return pairs(rows, lambda r: r["kernel"] in ("chunked", "chunked_two_pass"),
+                 lambda r: f"{tth(r)} {r['kernel']}",
+                 lambda r: "every-gate" if r.get("every_gate") else "K3", "K3", "every-gate",
+                 "every-gate / K3")
+
+
+def longest_first(rows):  # ONE_PASS_LONGEST_FIRST
+    return pairs(rows, lambda r: r["kernel"] == "chunked",
+                 lambda r: f"{tth(r)} {'unequal' if r.get('unequal') else 'equal'}",
+                 lambda r: "longest first" if r.get("longest_first") else "batch order",
+                 "batch order", "longest first", "longest first / batch order")
+
+
+def decode_rows(rows):  # DECODE_ROWS_PER_WARP, beside the recurrent kernel
+    ms = defaultdict(list)
+    for r in rows:
+        if r["kernel"] == "decode":
+            ms[(tth(r), f"rows {r.get('decode_rows', 0)}")].append(r["ms"])
+        elif r["kernel"] == "recurrent":
+            ms[(tth(r), "recurrent")].append(r["ms"])
+    arms = ["rows 2", "rows 4", "rows 8", "recurrent"]
+    out = ["| T/H/N | " + " | ".join(f"{a} ms" for a in arms) + " |",
+           "|---|" + "---:|" * len(arms)]
+    for sh in sorted({k[0] for k in ms}, key=str):
+        cells = [f"{statistics.median(ms[(sh, a)]):.4f}" if ms.get((sh, a)) else "–"
+                 for a in arms]
+        out.append(f"| {sh} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def gate_kernels(rows):  # bench_kda --gate: every kernel on one form's inputs
+    out = ["| gate | T/H/N | state | kernel | ms | o vs recurrent | state vs recurrent |",
+           "|---|---|---|---|---:|---:|---:|"]
+    for r in rows:
+        if r["kernel"] == "auto":
+            continue
+        err = lambda k: f"{r[k]:.1e}" if r.get(k) is not None else "–"  # noqa: E731
+        out.append(f"| {r['gate']} | {tth(r)} | {r['state']} | {r['kernel']} | {r['ms']:.4f} "
+                   f"| {err('o_rel_err_vs_recurrent')} | {err('state_rel_err_vs_recurrent')} |")
+    return "\n".join(out)
+
+
 def main():
     d = sys.argv[1] if len(sys.argv) > 1 else "bench/results"
     for title, name, fn in (("bench_kda", "h200_kda.json", kda),
                             ("bench_conv", "h200_conv.json", conv),
-                            ("bench_boundary", "h200_boundary.json", boundary)):
+                            ("bench_boundary", "h200_boundary.json", boundary),
+                            ("bench_kda --gate", "h200_kda_gates_kernels.json", gate_kernels),
+                            ("ONE_PASS_HANDOVER", "decide_handover.json", handover),
+                            ("CHUNKED_EVERY_GATE: the build's cost on K3 inputs",
+                             "decide_every_gate.json", every_gate),
+                            ("ONE_PASS_LONGEST_FIRST", "decide_longest_first.json",
+                             longest_first),
+                            ("DECODE_ROWS_PER_WARP", "decide_decode_rows.json", decode_rows)):
         path = os.path.join(d, name)
         if os.path.exists(path):
             print(f"## {title} ({name})\n\n{fn(lines(path))}\n")

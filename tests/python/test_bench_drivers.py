@@ -1,11 +1,14 @@
 """The benchmark drivers' own CPU checks (--self-test): bench/kda_anchors.py
 (its float64 reference against a scalar loop for every gate form, its
 tables and shape lists) and bench/kda_decode.py (its inputs and accuracy
-path on the CPU backend). Exits 77 without torch."""
+path on the CPU backend); and tools/perf_tables.py's tables of the decide
+phase from JSON lines written here. Exits 77 without torch."""
 
+import json
 import os
 import subprocess
 import sys
+import tempfile
 import unittest
 
 import sp_unittest
@@ -16,7 +19,8 @@ except ImportError:
     print("SKIP: torch is not importable")
     sys.exit(77)
 
-BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench")
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+BENCH = os.path.join(ROOT, "bench")
 
 
 class Drivers(unittest.TestCase):
@@ -31,6 +35,34 @@ class Drivers(unittest.TestCase):
 
     def test_kda_decode(self):
         self.run_self_test("kda_decode.py")
+
+    def test_decide_tables(self):
+        """Medians of each arm's runs and their ratio, by shape and build."""
+        shape = dict(T=16384, H=96, N=1)
+        files = {
+            "decide_handover.json":
+                [dict(kernel="chunked", probe="wgmma build", ms=m, **shape)
+                 for m in (2.0, 1.0, 1.5)]
+                + [dict(kernel="chunked", probe="wgmma build, mbarrier handover", ms=m, **shape)
+                   for m in (1.8, 1.2)]
+                + [dict(kernel="recurrent", ms=9.0, **shape)],
+            "decide_every_gate.json":
+                [dict(kernel="chunked", every_gate=e, ms=m, **shape)
+                 for e, m in ((0, 1.0), (1, 1.25), (1, 1.25), (0, 1.0))],
+            "decide_decode_rows.json":
+                [dict(kernel="decode", decode_rows=r, ms=0.1 * r, T=64, H=12, N=64)
+                 for r in (2, 4, 8)] + [dict(kernel="recurrent", ms=0.5, T=64, H=12, N=64)],
+        }
+        with tempfile.TemporaryDirectory() as d:
+            for name, rows in files.items():
+                with open(os.path.join(d, name), "w") as f:
+                    f.writelines(json.dumps(r) + "\n" for r in rows)
+            r = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "perf_tables.py"), d],
+                               capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("| 16384/96/1 wgmma | 1.5000 (3) | 1.5000 (2) | 1.000 |", r.stdout)
+        self.assertIn("| 16384/96/1 chunked | 1.0000 (2) | 1.2500 (2) | 1.250 |", r.stdout)
+        self.assertIn("| 64/12/64 | 0.2000 | 0.4000 | 0.8000 | 0.5000 |", r.stdout)
 
 
 if __name__ == "__main__":
