@@ -371,6 +371,12 @@ def fused_recurrent_kda_fwd(q, k, v, g, beta, A_log=None, dt_bias=None, initial_
     ``inplace_final_state=True``. The states are those of feeding the tokens
     one call at a time (bit for bit with an fp32 pool). Under torch.compile
     this is the custom op stridepack::fla_fused_recurrent_kda_fwd."""
+    if _api.compiling():  # the custom op: nothing else for dynamo to trace (locals() it cannot)
+        return _recurrent("fused_recurrent_kda_fwd", q, k, v, g, beta, A_log, dt_bias,
+                          initial_state, scale, output_final_state, inplace_final_state,
+                          state_v_first, cu_seqlens, ssm_state_indices, num_accepted_tokens,
+                          use_qk_l2norm_in_kernel, use_gate_in_kernel,
+                          use_beta_sigmoid_in_kernel, allow_neg_eigval, lower_bound, out, kwargs)
     a = dict(locals())  # the arguments by fla's names, kwargs among them
     if (state_v_first and inplace_final_state and initial_state is not None
             and cu_seqlens is not None and ssm_state_indices is not None and not kwargs):

@@ -916,18 +916,20 @@ static void dispatch_cases(void) {
      * run them (its workspace is reported). */
     a.kernel = SP_KDA_KERNEL_AUTO;
     const size_t two_pass_need = (size_t)(p.T / 32 + p.N) * (size_t)p.H * (37504 + 4);
+    void *g32 = M->alloc(p.bytes[KB_G] * 2); /* an f32 g of its own (twice the bf16 g's bytes) */
     for (int f = 0; f < 4; f++) {
         sp_kda_args o = a;
         if (f == 0) o.gate = SP_KDA_GATE_SOFTPLUS;
         if (f == 1) o.gate = SP_KDA_GATE_LOG_DECAY;
         if (f == 2) o.beta_form = SP_KDA_BETA_ACTIVATED;
-        if (f == 3) o.gate = SP_KDA_GATE_LOG_DECAY, o.g.dtype = SP_F32;
+        if (f == 3) o.gate = SP_KDA_GATE_LOG_DECAY, o.g.dtype = SP_F32, o.g.data = g32;
         CHECK_OK(sp_kda_prefill_kernel(&o, &k));
         CHECKF(k == SP_KDA_KERNEL_RECURRENT, "form %d: AUTO chose %s", f, kernel_name(k));
         size_t need = 1;
         CHECK_OK(sp_kda_prefill_workspace_bytes(&o, &need));
         CHECKF(need == two_pass_need, "form %d: workspace %zu", f, need);
     }
+    M->release(g32);
     size_t need = 0;
 
     /* With a large enough workspace, AUTO takes the two-pass kernel for

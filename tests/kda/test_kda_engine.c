@@ -656,6 +656,7 @@ static void bad_case(int c, const bad *b) {
     void *ht = as_width(v.table, p->N * v.W, SP_I32), *ha = as_width(v.acc, p->N, SP_I32);
     void *dt = put(ht, (size_t)(p->N * v.W) * 4), *da = put(ha, (size_t)p->N * 4);
     void *dh = put(v.init, (size_t)p->N);
+    void *dck = M->alloc(v.pool_bytes); /* checkpoints of their own (not the pool's memory) */
     CHECK_OK(sp_tensor_dense(&a.state_indices, dt, SP_I32, 2, two, M->device));
     CHECK_OK(sp_tensor_dense(&a.num_accepted_tokens, da, SP_I32, 1, &n, M->device));
     switch (c) {
@@ -679,7 +680,7 @@ static void bad_case(int c, const bad *b) {
         CHECK_OK(sp_tensor_dense(&a.state_indices, dt, SP_I32, 1, &n, M->device));
         a.checkpoint_interval = 1;
         CHECK_OK(sp_tensor_dense(&a.checkpoint_cu_starts, buf[KB_CU], SP_I64, 1, &n1, M->device));
-        CHECK_OK(sp_tensor_dense(&a.checkpoints, dp, SP_F32, 4, a.state.shape, M->device));
+        CHECK_OK(sp_tensor_dense(&a.checkpoints, dck, SP_F32, 4, a.state.shape, M->device));
         a.kernel = SP_KDA_KERNEL_DECODE;
         break;
     case 17: a.kernel = SP_KDA_KERNEL_DECODE; break;
@@ -690,7 +691,7 @@ static void bad_case(int c, const bad *b) {
         a.gate = SP_KDA_GATE_LOG_DECAY;
         a.checkpoint_interval = 16;
         CHECK_OK(sp_tensor_dense(&a.checkpoint_cu_starts, buf[KB_CU], SP_I64, 1, &n1, M->device));
-        CHECK_OK(sp_tensor_dense(&a.checkpoints, dp, SP_F32, 4, a.state.shape, M->device));
+        CHECK_OK(sp_tensor_dense(&a.checkpoints, dck, SP_F32, 4, a.state.shape, M->device));
         a.kernel = SP_KDA_KERNEL_CHUNKED;
         break;
     case 19: /* one slot a sequence, an activated beta, the two-pass kernel without its
@@ -712,7 +713,7 @@ static void bad_case(int c, const bad *b) {
     CHECKF(memcmp(pool, v.pool, v.pool_bytes) == 0, "%s: the pool was written", b->what);
     CHECKF(kp_untouched(M, p, buf), "%s: o was written", b->what);
     free(pool), free(ht), free(ha);
-    M->release(dp), M->release(dt), M->release(da), M->release(dh);
+    M->release(dp), M->release(dt), M->release(da), M->release(dh), M->release(dck);
     kp_release(M, buf);
     free(v.pool);
     kp_free(p);
