@@ -225,6 +225,10 @@ def main():
                         acc = dict(arm="accuracy", kernel=kern, N=N, H=H, k=k, pool=pool,
                                    **accuracy(sp, x, kernel=kern), **meta)
                         records.append(acc)
+                    if a.json:  # each shape's records as they come (a run cut short keeps them)
+                        with open(a.json, "a") as fh:
+                            fh.writelines(json.dumps(r) + "\n" for r in records)
+                        records = []
                     share = {arm: ms["limit"] / ms[arm] for arm in arms if arm != "limit"}
                     print(f"N {N:4d} H {H:3d} k {k} {pool:4s}: limit {ms['limit']:.4f} ms  " +
                           "  ".join(f"{arm} {ms[arm]:.4f} ms ({share[arm]:.2f})" for arm in share)
@@ -232,10 +236,6 @@ def main():
                           flush=True)
                     del x, src, dst, k_first
                     torch.cuda.empty_cache()
-    if a.json:
-        with open(a.json, "a") as fh:
-            for r in records:
-                fh.write(json.dumps(r) + "\n")
 
 
 if __name__ == "__main__":
