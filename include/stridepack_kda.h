@@ -103,8 +103,8 @@ typedef enum sp_kda_beta {
  *   beta form: K3's (the lower-bound gate, beta bf16 logits) in the builds
  *   measured above; the others in every-gate builds, which compute a chunk
  *   whose decays exceed 5 nats a token on average over 8 tokens
- *   element by element (exact exponents <= 0) instead of factored. The
- *   every-gate builds are not yet measured: AUTO does not choose them.
+ *   element by element (exact exponents <= 0) instead of factored: the
+ *   chunked kernels' bounds above hold (checked on an H200); not yet timed.
  *   DECODE: for few tokens a sequence (decode, speculative verify), laid
  *     out for bandwidth: each state row (the 128 K channels of a V column)
  *     is read once into registers, run through the sequence's tokens and
@@ -116,8 +116,7 @@ typedef enum sp_kda_beta {
  *     by AUTO yet: it has not been measured against RECURRENT.
  *   AUTO (the default): RECURRENT where the sequences average under 8
  *     tokens or the call has a verify table (DECODE there once it is
- *     measured), where the chunked kernels cannot serve the call, or where
- *     the gate or beta form is not K3's (beta f32 logits included); else
+ *     measured), or where the chunked kernels cannot serve the call; else
  *     CHUNKED_TWO_PASS for at most 32 (sequence, head) pairs when the
  *     workspace given is large enough; else CHUNKED. CPU tensors have one
  *     implementation (the recurrent form); AUTO and RECURRENT select it. */

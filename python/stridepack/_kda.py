@@ -72,10 +72,8 @@ def kda_prefill(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Arra
     -inf forgetting the channel; A_log and dt_bias not read). beta_form:
     "logits" (sigmoid(beta), the default), "logits_x2" (2 sigmoid(beta):
     negative eigenvalues) or "activated" (beta as given); beta bf16 or fp32.
-    On CUDA the chunked kernels serve every form when forced
-    (kernel="chunked" or "chunked_two_pass"); "auto" runs the recurrent
-    kernel for every form but the lower-bound gate with bf16 logits until
-    the chunked kernels' every-gate builds are measured.
+    On CUDA the chunked kernels serve every form ("auto" picks them for
+    every form as for K3's: their every-gate builds for the others).
     scale: multiplies the normalized q (0: 128 ** -0.5).
     cu_seqlens: int64 or int32 [N + 1] (fla's cu_seqlens, vLLM's
     query_start_loc). state: fp32 or bf16 [slots, H, 128, 128], V-first

@@ -10,6 +10,7 @@
  *   CPU tensors, or a call the chunked kernels cannot serve -> RECURRENT
  *   gate or beta forms other than K3's (the lower-bound gate, beta bf16
  *     logits), CHUNKED_EVERY_GATE_AUTO off           -> RECURRENT
+ *     (on: the chunked kernels' every-gate builds, by the rules below)
  *   at most SP_KDA_TWO_PASS_MAX_PAIRS (sequence, head) pairs, with the
  *     workspace                                      -> CHUNKED_TWO_PASS
  *   else                                             -> CHUNKED
@@ -40,10 +41,11 @@
 #define HEAD_MAX 0.8
 
 /* AUTO sends calls in gate or beta forms other than K3's (the lower-bound
- * gate, beta bf16 logits) to the recurrent kernel: the chunked kernels'
- * every-gate builds serve them when forced, and take AUTO's calls once
- * measured against it (docs/TUNING.md, "CHUNKED_EVERY_GATE"). */
-#define CHUNKED_EVERY_GATE_AUTO 0
+ * gate, beta bf16 logits) to the chunked kernels' every-gate builds, as it
+ * sends K3's to the K3 builds: they do K3's products and a chunk of
+ * element-wise exponentials at most where the recurrent kernel walks every
+ * token (docs/TUNING.md, "CHUNKED_EVERY_GATE"; 0: the recurrent kernel). */
+#define CHUNKED_EVERY_GATE_AUTO 1
 
 /* The one-pass kernel hands each operand buffer from its K warps to its V
  * warps by a named barrier (arrive, sync), which compute-sanitizer racecheck

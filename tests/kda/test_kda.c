@@ -911,9 +911,9 @@ static void dispatch_cases(void) {
     a.kernel = SP_KDA_KERNEL_RECURRENT;
     CHECK_OK(sp_kda_prefill_kernel(&a, &k));
     CHECK(k == SP_KDA_KERNEL_RECURRENT);
-    /* Gate and beta forms other than K3's: AUTO takes the recurrent kernel
-     * (plan.c, CHUNKED_EVERY_GATE_AUTO), though the two-pass kernel could
-     * run them (its workspace is reported). */
+    /* Gate and beta forms other than K3's: AUTO takes the chunked kernels'
+     * every-gate builds (plan.c, CHUNKED_EVERY_GATE_AUTO), the one-pass
+     * kernel here without a workspace (the two-pass kernel's is reported). */
     a.kernel = SP_KDA_KERNEL_AUTO;
     const size_t two_pass_need = (size_t)(p.T / 32 + p.N) * (size_t)p.H * (37504 + 4);
     void *g32 = M->alloc(p.bytes[KB_G] * 2); /* an f32 g of its own (twice the bf16 g's bytes) */
@@ -924,7 +924,7 @@ static void dispatch_cases(void) {
         if (f == 2) o.beta_form = SP_KDA_BETA_ACTIVATED;
         if (f == 3) o.gate = SP_KDA_GATE_LOG_DECAY, o.g.dtype = SP_F32, o.g.data = g32;
         CHECK_OK(sp_kda_prefill_kernel(&o, &k));
-        CHECKF(k == SP_KDA_KERNEL_RECURRENT, "form %d: AUTO chose %s", f, kernel_name(k));
+        CHECKF(k == SP_KDA_KERNEL_CHUNKED, "form %d: AUTO chose %s", f, kernel_name(k));
         size_t need = 1;
         CHECK_OK(sp_kda_prefill_workspace_bytes(&o, &need));
         CHECKF(need == two_pass_need, "form %d: workspace %zu", f, need);
