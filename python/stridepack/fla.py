@@ -14,8 +14,8 @@ silently different result. torch tensors only (CPU or CUDA).
 Served:
   - a precomputed log-decay g (``use_gate_in_kernel=False``, bf16 or fp32, every
     value <= 0), an activated beta (``use_beta_sigmoid_in_kernel=False``) and
-    ``allow_neg_eigval=True``; beta bf16 or fp32 (on CUDA these run on the
-    recurrent kernel, which the chunked kernels outrun for long sequences);
+    ``allow_neg_eigval=True``; beta bf16 or fp32 (on CUDA the chunked kernels'
+    every-gate builds serve them, as the K3 builds serve K3's forms);
   - the gate computed in the kernel (``use_gate_in_kernel=True``) with
     ``A_log`` and ``dt_bias``: Kimi-Linear's ``-exp(A_log) * softplus(g +
     dt_bias)`` (``lower_bound=None``; in the recurrent calls ``A_log=None``
