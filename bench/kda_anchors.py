@@ -189,15 +189,15 @@ def import_fla_op(module, name):
     import re
     with open(os.path.join(root, "fla", "__init__.py")) as fh:
         found = re.search(r"""^__version__\s*=\s*['"]([^'"]+)['"]""", fh.read(), re.M)
-    for name in ("fla", "fla.ops", "fla.modules"):
-        if name not in sys.modules:
-            m = types.ModuleType(name)
-            m.__path__ = [os.path.join(root, *name.split("."))]
-            if name == "fla":
+    for pkg in ("fla", "fla.ops", "fla.modules"):  # not `name`: the op's name, returned below
+        if pkg not in sys.modules:
+            m = types.ModuleType(pkg)
+            m.__path__ = [os.path.join(root, *pkg.split("."))]
+            if pkg == "fla":
                 m.__version__ = found.group(1) if found else "0"
-            sys.modules[name] = m
-            if "." in name:
-                parent, child = name.rsplit(".", 1)
+            sys.modules[pkg] = m
+            if "." in pkg:
+                parent, child = pkg.rsplit(".", 1)
                 setattr(sys.modules[parent], child, m)
     import importlib
     return getattr(importlib.import_module(module), name)

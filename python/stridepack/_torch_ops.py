@@ -191,37 +191,30 @@ def register() -> bool:
              if output_final_state else v.new_empty(0, dtype=torch.float32))
         return [o, s]
 
+    # A mutating op returns nothing (functionalization takes no outputs that
+    # may alias an input): o and the new final states are the caller's
+    # tensors (fla.py allocates them outside the op), written here.
     @torch.library.custom_op("stridepack::fla_fused_recurrent_kda_fwd",
-                             mutates_args=("initial_state", "out"))
+                             mutates_args=("initial_state", "out", "final"))
     def fla_fused_recurrent_kda_fwd(
             q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, A_log: Optional[Tensor],
             dt_bias: Optional[Tensor], initial_state: Optional[Tensor], scale: Optional[float],
-            output_final_state: bool, inplace_final_state: bool, state_v_first: bool,
-            cu_seqlens: Optional[Tensor], ssm_state_indices: Optional[Tensor],
-            num_accepted_tokens: Optional[Tensor], use_qk_l2norm_in_kernel: bool,
-            use_gate_in_kernel: bool, use_beta_sigmoid_in_kernel: bool, allow_neg_eigval: bool,
-            lower_bound: Optional[float], out: Optional[Tensor]) -> List[Tensor]:
-        o, s = _fla.fused_recurrent_kda_fwd(
-            q, k, v, g, beta, A_log, dt_bias, initial_state, scale, output_final_state,
+            inplace_final_state: bool, state_v_first: bool, cu_seqlens: Optional[Tensor],
+            ssm_state_indices: Optional[Tensor], num_accepted_tokens: Optional[Tensor],
+            use_qk_l2norm_in_kernel: bool, use_gate_in_kernel: bool,
+            use_beta_sigmoid_in_kernel: bool, allow_neg_eigval: bool,
+            lower_bound: Optional[float], out: Tensor, final: Optional[Tensor]) -> None:
+        _, s = _fla.fused_recurrent_kda_fwd(
+            q, k, v, g, beta, A_log, dt_bias, initial_state, scale, final is not None,
             inplace_final_state, state_v_first, cu_seqlens, ssm_state_indices,
             num_accepted_tokens, use_qk_l2norm_in_kernel, use_gate_in_kernel,
             use_beta_sigmoid_in_kernel, allow_neg_eigval, lower_bound, out)
-        # Outputs never alias inputs: out and an in-place pool come back
-        # from the caller's side (fla.py), here as empty tensors.
-        empty = v.new_empty(0, dtype=torch.float32)
-        return [o if out is None else empty,
-                s if s is not None and not inplace_final_state else empty]
+        if final is not None:
+            final.copy_(s)
 
     @fla_fused_recurrent_kda_fwd.register_fake
-    def _(q, k, v, g, beta, A_log, dt_bias, initial_state, scale, output_final_state,
-          inplace_final_state, state_v_first, cu_seqlens, *rest):
-        out = rest[-1]
-        n = q.shape[0] if cu_seqlens is None else cu_seqlens.shape[0] - 1
-        empty = v.new_empty(0, dtype=torch.float32)
-        o = v.new_empty(v.shape, dtype=torch.bfloat16) if out is None else empty
-        s = (v.new_empty(n, q.shape[2], q.shape[3], v.shape[3], dtype=torch.float32)
-             if output_final_state and not inplace_final_state else empty)
-        return [o, s]
+    def _(*args):
+        return None
 
     _torch = torch
     _prefill_op = torch.ops.stridepack.kda_prefill.default
@@ -264,8 +257,8 @@ def fla_chunk_kda_op(*args):
 
 
 def fla_fused_recurrent_kda_fwd_op(*args):
-    """The traced form of stridepack.fla.fused_recurrent_kda_fwd: [o or empty
-    (with out), final state or empty (none, or the pool in place)]."""
+    """The traced form of stridepack.fla.fused_recurrent_kda_fwd: writes out,
+    the pool (in place) or final (new states), returns None."""
     return _torch.ops.stridepack.fla_fused_recurrent_kda_fwd.default(*args)
 
 

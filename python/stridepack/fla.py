@@ -436,16 +436,21 @@ def _recurrent(call, q, k, v, g, beta, A_log, dt_bias, initial_state, scale, out
 
     if _api.compiling():  # the custom op, which runs fused_recurrent_kda_fwd eagerly
         _refuse_unknown(call, kwargs)
-        o, final = _api._torch_ops.fla_fused_recurrent_kda_fwd_op(
-            q, k, v, g, beta, A_log, dt_bias, initial_state, scale, output_final_state,
-            inplace_final_state, state_v_first, cu_seqlens, ssm_state_indices,
-            num_accepted_tokens, use_qk_l2norm_in_kernel, use_gate_in_kernel,
-            use_beta_sigmoid_in_kernel, allow_neg_eigval, lower_bound, out)
-        if inplace_final_state:  # the op's outputs alias none of its inputs
-            final = initial_state
-        elif not output_final_state:
-            final = None
-        return (o if out is None else out), final
+        # The op writes the caller's tensors and returns nothing: o (zero
+        # where padded, as fla's), and new final states when not in place.
+        o = out if out is not None else torch.zeros(v.shape, dtype=torch.bfloat16,
+                                                    device=v.device)
+        final = None
+        if output_final_state and not inplace_final_state:
+            n = q.shape[0] if cu_seqlens is None else cu_seqlens.shape[0] - 1
+            final = torch.empty(n, q.shape[2], HEAD_DIM, HEAD_DIM, dtype=torch.float32,
+                                device=v.device)
+        _api._torch_ops.fla_fused_recurrent_kda_fwd_op(
+            q, k, v, g, beta, A_log, dt_bias, initial_state, scale, inplace_final_state,
+            state_v_first, cu_seqlens, ssm_state_indices, num_accepted_tokens,
+            use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
+            allow_neg_eigval, lower_bound, o, final)
+        return o, (initial_state if inplace_final_state else final)
     refuse = lambda *a: _refuse(call, *a)  # noqa: E731
     table = ssm_state_indices is not None and ssm_state_indices.dim() == 2
     if ssm_state_indices is not None and ssm_state_indices.dim() not in (1, 2):

@@ -27,10 +27,11 @@
  * (docs/TUNING.md, "CHUNKED_MIN_MEAN_TOKENS"; fewer were not measured). */
 #define CHUNKED_MIN_MEAN_TOKENS 8
 
-/* AUTO sends decode and verify calls (above) to the recurrent kernel: the
- * decode kernel serves them when forced, and takes AUTO's once timed
- * against it at the HBM limit (docs/TUNING.md, "DECODE_AUTO"). */
-#define DECODE_AUTO 0
+/* AUTO sends decode and verify calls (above) to the decode kernel where it
+ * serves them: 1.44-1.70 times the recurrent kernel's speed over the
+ * decode grid at one token a sequence (docs/TUNING.md, "DECODE_AUTO"; 0:
+ * the recurrent kernel). */
+#define DECODE_AUTO 1
 
 /* The head share is 1 - HEAD_K free / pairs, at least HEAD_MIN; above
  * HEAD_MAX two kernels run. HEAD_K puts it on the gentle side of the best
