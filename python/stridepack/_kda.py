@@ -98,7 +98,7 @@ def kda_prefill(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Arra
     after every n tokens of each sequence.
     kernel: "auto", "recurrent", "chunked", "chunked_two_pass" or "decode"
     (sp_kda_kernel; "decode": few tokens a sequence, CUDA, no checkpoints,
-    not chosen by "auto" yet); workspace: a dense device array of at least
+    chosen by "auto" there); workspace: a dense device array of at least
     kda_workspace_bytes(...) bytes, which lets "auto" pick the two-pass
     kernel where it is faster and "chunked_two_pass" run.
     On CUDA: the current stream, nothing allocated, graph-capturable. Every
