@@ -147,7 +147,6 @@ class _Call:
         _refuse_unknown(call, kwargs)
         if allow_neg_eigval and not use_beta_sigmoid_in_kernel:
             raise ValueError("`allow_neg_eigval=True` requires `use_beta_sigmoid_in_kernel=True`.")
-        self.log_decay = not use_gate_in_kernel
         self.gate, self.bound, self.beta_form = _forms(use_gate_in_kernel, lower_bound,
                                                        use_beta_sigmoid_in_kernel,
                                                        allow_neg_eigval)
@@ -193,7 +192,7 @@ class _Call:
             raise ShapeError(f"beta must have shape [B, T, HV]={[B, T, H]}, got "
                              f"{list(beta.shape)}")
         for name, x in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta)):
-            if x.dtype != torch.bfloat16 and not (((name == "g" and self.log_decay)
+            if x.dtype != torch.bfloat16 and not (((name == "g" and self.gate == "log_decay")
                                                    or name == "beta")
                                                   and x.dtype == torch.float32):
                 raise self.refuse(name, str(x.dtype), "q, k, v, g and beta are bf16 (a "
