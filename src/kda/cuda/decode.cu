@@ -10,17 +10,24 @@
  * exp(g), b and v[j] are known:
  *   S[:, j] *= exp(g);  u_j = v_j - S[:, j] . k^;  S[:, j] += b k^ u_j;
  *   o_j = S[:, j] . q^.
- * So a warp owns RPW rows of one (sequence, head) pair and works alone: lane
- * l holds channels 4l .. 4l + 3 of each row (one 16-byte load from an fp32
- * pool, 8 bytes from a bf16 one) and reads the token's q, k, g of the same
- * four channels itself, so that the norms of q and k, like the dot products,
- * finish by a xor butterfly over the warp. No shared memory, no barrier: the
- * state loads, issued first, and the token's loads are one latency apart
- * from the stores, and a warp reads token i + 1 while it runs token i. The
- * butterflies' fixed order makes reruns, and any number of tokens a call,
- * give the same bits. A block is DEC_WARPS warps of one pair (the pair's
- * token vectors stay in its L1); the rows are streamed (evict-first loads
- * and stores: the pool is touched once, the token vectors many times).
+ * So a warp owns RPW consecutive rows of one (sequence, head) pair and works
+ * alone. It starts copying its rows into its own shared memory (cp.async:
+ * the bytes in flight hold no registers, so a multiprocessor keeps
+ * 6 x 32 KB of the pool in flight), reads the token's q, k, g of its lanes'
+ * channels (lane l: channels 4l .. 4l + 3) meanwhile and finishes the norms
+ * of q and k by a xor butterfly; then it runs its rows DEC_GROUP at a time
+ * through the token from shared memory into registers, the dot products
+ * finishing by butterflies too, and stores each group's rows where they go
+ * (a verify table's slot after the token, the final slot after the last
+ * one; between tokens back to its shared memory, in fp32). No block
+ * barrier. The butterflies' fixed order makes reruns, and any number of
+ * tokens a call, give the same bits. A block is DEC_BLOCK_ROWS rows of one
+ * pair (its token vectors stay in L1); the pool is streamed (evict-first
+ * stores: it is touched once, the token vectors many times).
+ *
+ * A warp's shared memory holds its rows in fp32. A bf16 pool's rows (half
+ * the bytes) are copied into its second half: group G's fp32 rows then
+ * overwrite only bf16 rows of groups up to G, already read into registers.
  *
  * The arithmetic is written once, as per-lane phases (dec_*) that the
  * kernel runs with shuffles between them and the emulation runs for every
@@ -28,19 +35,30 @@
  * sqrtf may differ between the device and the host, so the emulation tests
  * the kernel's indexing, alignment and token logic, not its last bits.
  */
+#include "cuda/ptx.cuh"
 #include "kda/cuda/common.cuh"
 
 #include <stdlib.h>
+#include <string.h>
 
-#define DEC_WARPS 8 /* warps a block, all of one (sequence, head) pair */
+#define DEC_BLOCK_ROWS 64 /* rows a block: 32 KB of fp32 rows, two blocks a pair */
+#define DEC_GROUP 4       /* rows a warp holds in registers at a time */
 #define FULL SP_KDA_FULL_MASK
 
-/* RPW: V rows a warp (the plan's decode_rows_per_warp: 2, 4 or 8). */
+/* RPW: V rows a warp (the plan's decode_rows_per_warp: 8, 16 or 32). */
 template <int RPW> struct dec_shape {
-    static constexpr int WARPS = SP_KDA_D / RPW;           /* warps a pair */
-    static constexpr int BLOCKS = WARPS / DEC_WARPS;       /* blocks a pair */
+    static constexpr int WARPS = SP_KDA_D / RPW;            /* warps a pair */
+    static constexpr int BLOCK_WARPS = DEC_BLOCK_ROWS / RPW; /* warps a block */
+    static constexpr int BLOCKS = SP_KDA_D / DEC_BLOCK_ROWS; /* blocks a pair */
+    static constexpr int GROUPS = RPW / DEC_GROUP;           /* register groups a warp */
     static_assert(SP_KDA_D == 32 * 4, "a lane's 4 channels of a row");
-    static_assert(WARPS % DEC_WARPS == 0, "a block's warps are of one pair");
+    static_assert(DEC_BLOCK_ROWS % RPW == 0 && RPW % DEC_GROUP == 0, "rows");
+    static_assert(DEC_BLOCK_ROWS * SP_KDA_D * 4 <= 48 * 1024, "static shared memory");
+};
+
+/* A warp's shared memory: its rows, fp32. */
+template <int RPW> struct dec_rows {
+    float x[RPW][SP_KDA_D];
 };
 
 /* What a warp works on: uniform over its lanes. */
@@ -51,53 +69,16 @@ typedef struct dec_warp {
     float expA;
 } dec_warp;
 
-/* One token's inputs for a lane's channels and its warp's rows, as read. */
-template <int RPW> struct dec_token {
-    float q[4], k[4], g[4];
-    float v[RPW];
-    float beta;
-};
-
 /* One lane's registers. */
 template <int RPW> struct dec_lane {
-    float S[RPW][4];  /* its channels of the warp's rows */
-    float q[4], k[4], e[4]; /* the token's q^, k^, exp(g) */
-    float dot[RPW];   /* this lane's share of a row's dot product */
-    float sq, sk;     /* its share of q . q and k . k */
-    float bias[4];    /* dt_bias of its channels (softplus and lower-bound gates) */
-    dec_token<RPW> cur, next;
+    float S[DEC_GROUP][4];    /* its channels of the group's rows */
+    float q[4], k[4], g[4];   /* the token's: as read, then q^, k^, exp(g) */
+    float bias[4];            /* dt_bias of its channels (softplus and lower-bound gates) */
+    uint32_t v[RPW / 2];      /* the token's v of the warp's rows, bf16 pairs */
+    float beta;               /* as read, then b */
+    float dot[DEC_GROUP];     /* this lane's share of a row's dot product */
+    float sq, sk;             /* its share of q . q and k . k */
 };
-
-/* Streaming accesses to the pool (each state byte is touched once): the
- * device's evict-first loads and stores; plain ones on the host. */
-static SP_HD float4 dec_ld4(const float *x) {
-#ifdef __CUDA_ARCH__
-    return __ldcs((const float4 *)x);
-#else
-    return *(const float4 *)x;
-#endif
-}
-static SP_HD uint2 dec_ld4h(const uint16_t *x) {
-#ifdef __CUDA_ARCH__
-    return __ldcs((const uint2 *)x);
-#else
-    return *(const uint2 *)x;
-#endif
-}
-static SP_HD void dec_st4(float *x, float4 f) {
-#ifdef __CUDA_ARCH__
-    __stcs((float4 *)x, f);
-#else
-    *(float4 *)x = f;
-#endif
-}
-static SP_HD void dec_st4h(uint16_t *x, uint2 u) {
-#ifdef __CUDA_ARCH__
-    __stcs((uint2 *)x, u);
-#else
-    *(uint2 *)x = u;
-#endif
-}
 
 /* ---- the phases: the arithmetic of the kernel and of the emulation ------- */
 
@@ -114,112 +95,114 @@ template <int RPW> static SP_HD int dec_begin(const kda_params &p, int64_t x, de
     return 1;
 }
 
-/* Load (or zero, for a fresh sequence) the lane's channels of its rows;
- * dt_bias of its channels. */
+/* Start copying the warp's rows of the read slot into its shared memory,
+ * the lane's 16-byte pieces of them (nothing for a fresh sequence); dt_bias
+ * of the lane's channels. */
 template <int RPW>
-static SP_HD void dec_load(const kda_params &p, const dec_warp &w, int lane, dec_lane<RPW> &l) {
+static SP_HD void dec_stage(const kda_params &p, const dec_warp &w, int lane, dec_rows<RPW> &m,
+                            dec_lane<RPW> &l) {
     const int c = 4 * lane;
     SP_HD_UNROLL
     for (int i = 0; i < 4; i++)
         l.bias[i] = p.gate == SP_KDA_GATE_LOG_DECAY ? 0.0f : p.dt_bias[w.h * SP_KDA_D + c + i];
+    if (w.sq.read_base < 0) return;
+    const int64_t es = p.state_bf16 ? 2 : 4; /* bytes an element */
+    const char *from = (const char *)p.state + (w.sq.read_base + (int64_t)w.row0 * SP_KDA_D) * es;
+    char *to = (char *)m.x + (p.state_bf16 ? sizeof m / 2 : 0);
+    const int pieces = (int)(RPW * SP_KDA_D * es / 16);
+    for (int i = lane; i < pieces; i += 32) {
+#ifdef __CUDA_ARCH__
+        sp_cp_async16_(to + 16 * i, from + 16 * i);
+#else
+        memcpy(to + 16 * i, from + 16 * i, 16);
+#endif
+    }
+}
+
+/* Token t's inputs as read: q, k, g of the lane's channels, v of the warp's
+ * rows and beta (the same in every lane); the lane's shares of q . q and
+ * k . k. */
+template <int RPW>
+static SP_HD void dec_read(const kda_params &p, const dec_warp &w, int64_t t, int lane,
+                           dec_lane<RPW> &l) {
+    const int c = 4 * lane;
+    const uint16_t *q = kda_row(p.q, t, w.h) + c, *k = kda_row(p.k, t, w.h) + c;
     SP_HD_UNROLL
-    for (int r = 0; r < RPW; r++) {
+    for (int i = 0; i < 4; i++) {
+        l.q[i] = sp_bf16_to_f32_(q[i]);
+        l.k[i] = sp_bf16_to_f32_(k[i]);
+        l.g[i] = kda_in(p.g, p.g_f32, t, w.h, c + i);
+    }
+    const uint16_t *v = kda_row(p.v, t, w.h) + w.row0;
+    SP_HD_UNROLL
+    for (int r = 0; r < RPW / 2; r++) l.v[r] = (uint32_t)v[2 * r] | (uint32_t)v[2 * r + 1] << 16;
+    l.beta = kda_in(p.beta, p.beta_f32, t, w.h, 0);
+    l.sq = (l.q[0] * l.q[0] + l.q[1] * l.q[1]) + (l.q[2] * l.q[2] + l.q[3] * l.q[3]);
+    l.sk = (l.k[0] * l.k[0] + l.k[1] * l.k[1]) + (l.k[2] * l.k[2] + l.k[3] * l.k[3]);
+}
+
+/* With the full sums of squares: q^, k^, exp(g) of the lane's channels, b. */
+template <int RPW>
+static SP_HD void dec_prepare(const kda_params &p, const dec_warp &w, dec_lane<RPW> &l) {
+    const float rq = p.scale / sqrtf(l.sq + (float)SP_KDA_EPS);
+    const float rk = 1.0f / sqrtf(l.sk + (float)SP_KDA_EPS);
+    SP_HD_UNROLL
+    for (int i = 0; i < 4; i++) {
+        l.q[i] *= rq;
+        l.k[i] *= rk;
+        l.g[i] = expf(sp_kda_log_decay_f32_(p.gate, p.lower_bound, w.expA, l.g[i], l.bias[i]));
+    }
+    l.beta = sp_kda_beta_f32_(p.beta_form, l.beta);
+}
+
+/* Group G's rows into registers: from the read slot's copy before the first
+ * token (zeros for a fresh sequence), from the fp32 rows after. */
+template <int RPW>
+static SP_HD void dec_group_load(const kda_params &p, const dec_warp &w, int first, int G,
+                                 int lane, const dec_rows<RPW> &m, dec_lane<RPW> &l) {
+    SP_HD_UNROLL
+    for (int r = 0; r < DEC_GROUP; r++) {
         float *x = l.S[r];
-        const int64_t at = w.sq.read_base + (int64_t)(w.row0 + r) * SP_KDA_D + c;
-        if (w.sq.read_base < 0) {
+        const int row = G * DEC_GROUP + r;
+        if (first && w.sq.read_base < 0) {
             x[0] = x[1] = x[2] = x[3] = 0.0f;
-        } else if (p.state_bf16) {
-            const uint2 u = dec_ld4h((const uint16_t *)p.state + at);
+        } else if (first && p.state_bf16) {
+            const uint16_t *h = (const uint16_t *)((const char *)m.x + sizeof m / 2);
+            const uint2 u = *(const uint2 *)(h + row * SP_KDA_D + 4 * lane);
             x[0] = sp_bf16_to_f32_((uint16_t)u.x);
             x[1] = sp_bf16_to_f32_((uint16_t)(u.x >> 16));
             x[2] = sp_bf16_to_f32_((uint16_t)u.y);
             x[3] = sp_bf16_to_f32_((uint16_t)(u.y >> 16));
         } else {
-            const float4 f = dec_ld4((const float *)p.state + at);
+            const float4 f = *(const float4 *)&m.x[row][4 * lane];
             x[0] = f.x, x[1] = f.y, x[2] = f.z, x[3] = f.w;
         }
     }
 }
 
-/* Store the lane's channels of its rows to the slot at `base` ([slot, h]). */
-template <int RPW>
-static SP_HD void dec_store(const kda_params &p, const dec_warp &w, int64_t base, int lane,
-                            const dec_lane<RPW> &l) {
-    const int c = 4 * lane;
+/* Step, 1: the group's rows decayed; their share of S[:, j] . k^. */
+template <int RPW> static SP_HD void dec_decay(dec_lane<RPW> &l) {
     SP_HD_UNROLL
-    for (int r = 0; r < RPW; r++) {
-        const float *x = l.S[r];
-        const int64_t at = base + (int64_t)(w.row0 + r) * SP_KDA_D + c;
-        if (p.state_bf16) {
-            uint2 u;
-            u.x = (uint32_t)sp_f32_to_bf16_(x[0]) | (uint32_t)sp_f32_to_bf16_(x[1]) << 16;
-            u.y = (uint32_t)sp_f32_to_bf16_(x[2]) | (uint32_t)sp_f32_to_bf16_(x[3]) << 16;
-            dec_st4h((uint16_t *)p.state + at, u);
-        } else {
-            dec_st4((float *)p.state + at, make_float4(x[0], x[1], x[2], x[3]));
-        }
-    }
-}
-
-/* Token t's inputs for the lane (q, k, g of its channels; v of the warp's
- * rows, beta: the same in every lane). */
-template <int RPW>
-static SP_HD void dec_read(const kda_params &p, const dec_warp &w, int64_t t, int lane,
-                           dec_token<RPW> &x) {
-    const int c = 4 * lane;
-    const uint16_t *q = kda_row(p.q, t, w.h) + c, *k = kda_row(p.k, t, w.h) + c;
-    SP_HD_UNROLL
-    for (int i = 0; i < 4; i++) {
-        x.q[i] = sp_bf16_to_f32_(q[i]);
-        x.k[i] = sp_bf16_to_f32_(k[i]);
-        x.g[i] = kda_in(p.g, p.g_f32, t, w.h, c + i);
-    }
-    const uint16_t *v = kda_row(p.v, t, w.h) + w.row0;
-    SP_HD_UNROLL
-    for (int r = 0; r < RPW; r++) x.v[r] = sp_bf16_to_f32_(v[r]);
-    x.beta = kda_in(p.beta, p.beta_f32, t, w.h, 0);
-}
-
-/* Step, 1: the lane's shares of q . q and k . k, to be summed over the warp. */
-template <int RPW> static SP_HD void dec_squares(dec_lane<RPW> &l) {
-    const dec_token<RPW> &x = l.cur;
-    l.sq = (x.q[0] * x.q[0] + x.q[1] * x.q[1]) + (x.q[2] * x.q[2] + x.q[3] * x.q[3]);
-    l.sk = (x.k[0] * x.k[0] + x.k[1] * x.k[1]) + (x.k[2] * x.k[2] + x.k[3] * x.k[3]);
-}
-
-/* Step, 2: with the full sums, q^, k^ and exp(g) of the lane's channels;
- * its rows decayed, their share of S[:, j] . k^. */
-template <int RPW>
-static SP_HD void dec_decay(const kda_params &p, const dec_warp &w, dec_lane<RPW> &l) {
-    const dec_token<RPW> &x = l.cur;
-    const float rq = p.scale / sqrtf(l.sq + (float)SP_KDA_EPS);
-    const float rk = 1.0f / sqrtf(l.sk + (float)SP_KDA_EPS);
-    SP_HD_UNROLL
-    for (int i = 0; i < 4; i++) {
-        l.q[i] = x.q[i] * rq;
-        l.k[i] = x.k[i] * rk;
-        l.e[i] = expf(sp_kda_log_decay_f32_(p.gate, p.lower_bound, w.expA, x.g[i], l.bias[i]));
-    }
-    SP_HD_UNROLL
-    for (int r = 0; r < RPW; r++) {
+    for (int r = 0; r < DEC_GROUP; r++) {
         float d = 0.0f;
         SP_HD_UNROLL
         for (int i = 0; i < 4; i++) {
-            l.S[r][i] *= l.e[i];
+            l.S[r][i] *= l.g[i];
             d = fmaf(l.S[r][i], l.k[i], d);
         }
         l.dot[r] = d;
     }
 }
 
-/* Step, 3: with the full S . k^ of each row (dot[]), the rank-1 update;
+/* Step, 2: with the full S . k^ of each row (dot[]), the rank-1 update;
  * the lane's share of S[:, j] . q^. */
-template <int RPW>
-static SP_HD void dec_update(const kda_params &p, dec_lane<RPW> &l) {
-    const float b = sp_kda_beta_f32_(p.beta_form, l.cur.beta);
+template <int RPW> static SP_HD void dec_update(int G, dec_lane<RPW> &l) {
     SP_HD_UNROLL
-    for (int r = 0; r < RPW; r++) {
-        const float bu = b * (l.cur.v[r] - l.dot[r]);
+    for (int r = 0; r < DEC_GROUP; r++) {
+        const int row = G * DEC_GROUP + r;
+        const uint32_t pair = l.v[row / 2];
+        const float v = sp_bf16_to_f32_((uint16_t)(row % 2 ? pair >> 16 : pair));
+        const float bu = l.beta * (v - l.dot[r]);
         float d = 0.0f;
         SP_HD_UNROLL
         for (int i = 0; i < 4; i++) {
@@ -230,25 +213,64 @@ static SP_HD void dec_update(const kda_params &p, dec_lane<RPW> &l) {
     }
 }
 
-/* Step, 4: o of the warp's rows (full dots in dot[], the same in every
- * lane): lane r < RPW stores row r's (the warp's stores coalesce). */
+/* Step, 3: o of the group's rows (full dots in dot[], the same in every
+ * lane): lane r < DEC_GROUP stores row r's. */
 template <int RPW>
-static SP_HD void dec_out(const kda_params &p, const dec_warp &w, int64_t t, int lane,
+static SP_HD void dec_out(const kda_params &p, const dec_warp &w, int64_t t, int G, int lane,
                           const dec_lane<RPW> &l) {
-    if (lane >= RPW) return;
+    if (lane >= DEC_GROUP) return;
     float x = l.dot[0];
     SP_HD_UNROLL
-    for (int r = 1; r < RPW; r++) x = lane == r ? l.dot[r] : x;
-    p.o[(t * p.H + w.h) * SP_KDA_D + w.row0 + lane] = sp_f32_to_bf16_(x);
+    for (int r = 1; r < DEC_GROUP; r++) x = lane == r ? l.dot[r] : x;
+    p.o[(t * p.H + w.h) * SP_KDA_D + w.row0 + G * DEC_GROUP + lane] = sp_f32_to_bf16_(x);
 }
 
-/* After token i (0-based in the sequence): the rows to its table slot. */
+/* The group's rows to the slot at `base` ([slot, h]), streamed. */
 template <int RPW>
-static SP_HD void dec_token_store(const kda_params &p, const dec_warp &w, int64_t i, int lane,
-                                  const dec_lane<RPW> &l) {
-    if (p.ix.width == 0) return;
-    const int64_t to = sp_kda_token_slot_(&p.ix, w.n, i);
-    if (to >= 0) dec_store(p, w, kda_slot_base(p, to, w.h), lane, l);
+static SP_HD void dec_store(const kda_params &p, const dec_warp &w, int64_t base, int G, int lane,
+                            const dec_lane<RPW> &l) {
+    SP_HD_UNROLL
+    for (int r = 0; r < DEC_GROUP; r++) {
+        const float *x = l.S[r];
+        const int64_t at = base + (int64_t)(w.row0 + G * DEC_GROUP + r) * SP_KDA_D + 4 * lane;
+        if (p.state_bf16) {
+            uint2 u;
+            u.x = (uint32_t)sp_f32_to_bf16_(x[0]) | (uint32_t)sp_f32_to_bf16_(x[1]) << 16;
+            u.y = (uint32_t)sp_f32_to_bf16_(x[2]) | (uint32_t)sp_f32_to_bf16_(x[3]) << 16;
+#ifdef __CUDA_ARCH__
+            __stcs((uint2 *)((uint16_t *)p.state + at), u);
+#else
+            *(uint2 *)((uint16_t *)p.state + at) = u;
+#endif
+        } else {
+            const float4 f = make_float4(x[0], x[1], x[2], x[3]);
+#ifdef __CUDA_ARCH__
+            __stcs((float4 *)((float *)p.state + at), f);
+#else
+            *(float4 *)((float *)p.state + at) = f;
+#endif
+        }
+    }
+}
+
+/* After token i (0-based in the sequence) the group's rows go to its verify
+ * table slot, if any; after the last token to the final slot, if any;
+ * else back to the warp's shared memory for the next token. */
+template <int RPW>
+static SP_HD void dec_group_done(const kda_params &p, const dec_warp &w, int64_t i, int G,
+                                 int lane, dec_rows<RPW> &m, const dec_lane<RPW> &l) {
+    if (p.ix.width > 0) {
+        const int64_t to = sp_kda_token_slot_(&p.ix, w.n, i);
+        if (to >= 0) dec_store(p, w, kda_slot_base(p, to, w.h), G, lane, l);
+    }
+    if (i + 1 < w.sq.len) {
+        SP_HD_UNROLL
+        for (int r = 0; r < DEC_GROUP; r++)
+            *(float4 *)&m.x[G * DEC_GROUP + r][4 * lane] =
+                make_float4(l.S[r][0], l.S[r][1], l.S[r][2], l.S[r][3]);
+    } else if (w.sq.slot_base >= 0) {
+        dec_store(p, w, w.sq.slot_base, G, lane, l);
+    }
 }
 
 /* ---- the kernel ------------------------------------------------------------ */
@@ -260,44 +282,53 @@ static __device__ __forceinline__ float butterfly(float x) {
 }
 
 template <int RPW>
-static __global__ void __launch_bounds__(DEC_WARPS * 32) kda_decode_kernel(kda_params p) {
+static __global__ void __launch_bounds__(DEC_BLOCK_ROWS / RPW * 32)
+    kda_decode_kernel(kda_params p) {
+    typedef dec_shape<RPW> SH;
+    __shared__ __align__(16) dec_rows<RPW> rows[SH::BLOCK_WARPS];
     const int lane = threadIdx.x % 32;
+    dec_rows<RPW> &m = rows[threadIdx.x / 32];
     dec_warp w;
-    if (!dec_begin<RPW>(p, (int64_t)blockIdx.x * DEC_WARPS + threadIdx.x / 32, &w)) return;
+    if (!dec_begin<RPW>(p, (int64_t)blockIdx.x * SH::BLOCK_WARPS + threadIdx.x / 32, &w)) return;
     dec_lane<RPW> l;
-    dec_load(p, w, lane, l); /* in flight while the first token is read */
-    dec_read(p, w, w.sq.bos, lane, l.cur);
+    dec_stage(p, w, lane, m, l);
+    sp_cp_async_commit_();
     for (int64_t i = 0; i < w.sq.len; i++) {
-        if (i + 1 < w.sq.len) dec_read(p, w, w.sq.bos + i + 1, lane, l.next);
-        dec_squares(l);
+        dec_read(p, w, w.sq.bos + i, lane, l);
         l.sq = butterfly(l.sq);
         l.sk = butterfly(l.sk);
-        dec_decay(p, w, l);
+        dec_prepare(p, w, l);
+        if (i == 0) sp_cp_async_wait_<0>();
+        __syncwarp(); /* the rows copied, or kept by every lane */
+#pragma unroll /* a static index into v[] */
+        for (int G = 0; G < SH::GROUPS; G++) {
+            dec_group_load(p, w, i == 0, G, lane, m, l);
+            __syncwarp(); /* read by every lane before any keeps the group */
+            dec_decay(l);
 #pragma unroll
-        for (int r = 0; r < RPW; r++) l.dot[r] = butterfly(l.dot[r]);
-        dec_update(p, l);
+            for (int r = 0; r < DEC_GROUP; r++) l.dot[r] = butterfly(l.dot[r]);
+            dec_update(G, l);
 #pragma unroll
-        for (int r = 0; r < RPW; r++) l.dot[r] = butterfly(l.dot[r]);
-        dec_out(p, w, w.sq.bos + i, lane, l);
-        dec_token_store(p, w, i, lane, l);
-        l.cur = l.next;
+            for (int r = 0; r < DEC_GROUP; r++) l.dot[r] = butterfly(l.dot[r]);
+            dec_out(p, w, w.sq.bos + i, G, lane, l);
+            dec_group_done(p, w, i, G, lane, m, l);
+        }
     }
-    if (w.sq.slot_base >= 0) dec_store(p, w, w.sq.slot_base, lane, l);
 }
 
 template <int RPW> static cudaError_t launch(const kda_params *p, cudaStream_t stream) {
     void *params[] = {(void *)p};
     return cudaLaunchKernel((const void *)kda_decode_kernel<RPW>,
                             dim3((unsigned)(p->N * p->H * dec_shape<RPW>::BLOCKS)),
-                            dim3(DEC_WARPS * 32), params, 0, stream);
+                            dim3(dec_shape<RPW>::BLOCK_WARPS * 32), params, 0, stream);
 }
 
 extern "C" cudaError_t sp_kda_launch_decode_(const kda_params *p, const sp_kda_plan *plan,
                                              cudaStream_t stream) {
     switch (plan->decode_rows_per_warp) {
-    case 2: return launch<2>(p, stream);
     case 8: return launch<8>(p, stream);
-    default: return launch<4>(p, stream);
+    case 32: return launch<32>(p, stream);
+    default: return launch<16>(p, stream);
     }
 }
 
@@ -314,42 +345,51 @@ template <int RPW, typename F> static void host_butterfly(dec_lane<RPW> *L, F fi
 }
 
 /* Warp x of the grid on the host, its lanes phase by phase. */
-template <int RPW> static void emulate_warp(const kda_params &p, int64_t x, dec_lane<RPW> *L) {
+template <int RPW>
+static void emulate_warp(const kda_params &p, int64_t x, dec_rows<RPW> &m, dec_lane<RPW> *L) {
     typedef dec_lane<RPW> lane_t;
     dec_warp w;
     if (!dec_begin<RPW>(p, x, &w)) return;
-    for (int j = 0; j < 32; j++) dec_load(p, w, j, L[j]);
+    for (int j = 0; j < 32; j++) dec_stage(p, w, j, m, L[j]);
     for (int64_t i = 0; i < w.sq.len; i++) {
-        for (int j = 0; j < 32; j++) {
-            dec_read(p, w, w.sq.bos + i, j, L[j].cur);
-            dec_squares(L[j]);
-        }
+        for (int j = 0; j < 32; j++) dec_read(p, w, w.sq.bos + i, j, L[j]);
         host_butterfly(L, [](lane_t &l) { return &l.sq; });
         host_butterfly(L, [](lane_t &l) { return &l.sk; });
-        for (int j = 0; j < 32; j++) dec_decay(p, w, L[j]);
-        for (int r = 0; r < RPW; r++) host_butterfly(L, [r](lane_t &l) { return &l.dot[r]; });
-        for (int j = 0; j < 32; j++) dec_update(p, L[j]);
-        for (int r = 0; r < RPW; r++) host_butterfly(L, [r](lane_t &l) { return &l.dot[r]; });
-        for (int j = 0; j < 32; j++) {
-            dec_out(p, w, w.sq.bos + i, j, L[j]);
-            dec_token_store(p, w, i, j, L[j]);
+        for (int j = 0; j < 32; j++) dec_prepare(p, w, L[j]);
+        for (int G = 0; G < dec_shape<RPW>::GROUPS; G++) {
+            for (int j = 0; j < 32; j++) dec_group_load(p, w, i == 0, G, j, m, L[j]);
+            for (int j = 0; j < 32; j++) dec_decay(L[j]);
+            for (int r = 0; r < DEC_GROUP; r++)
+                host_butterfly(L, [r](lane_t &l) { return &l.dot[r]; });
+            for (int j = 0; j < 32; j++) dec_update(G, L[j]);
+            for (int r = 0; r < DEC_GROUP; r++)
+                host_butterfly(L, [r](lane_t &l) { return &l.dot[r]; });
+            for (int j = 0; j < 32; j++) {
+                dec_out(p, w, w.sq.bos + i, G, j, L[j]);
+                dec_group_done(p, w, i, G, j, m, L[j]);
+            }
         }
     }
-    if (w.sq.slot_base >= 0)
-        for (int j = 0; j < 32; j++) dec_store(p, w, w.sq.slot_base, j, L[j]);
 }
 
 template <int RPW> static sp_status emulate(const kda_params &p, const sp_kda_dims &d) {
+    dec_rows<RPW> *m = (dec_rows<RPW> *)malloc(sizeof *m);
     dec_lane<RPW> *lanes = (dec_lane<RPW> *)malloc(32 * sizeof *lanes);
-    if (!lanes) return sp_set_error_(SP_ERR_OUT_OF_MEMORY, "sp_kda_decode_emulate_: no memory");
-    for (int64_t x = 0; x < d.N * d.H * dec_shape<RPW>::WARPS; x++) emulate_warp(p, x, lanes);
+    if (!m || !lanes) {
+        free(m);
+        free(lanes);
+        return sp_set_error_(SP_ERR_OUT_OF_MEMORY, "sp_kda_decode_emulate_: no memory");
+    }
+    for (int64_t x = 0; x < d.N * d.H * dec_shape<RPW>::WARPS; x++) emulate_warp(p, x, *m, lanes);
+    free(m);
     free(lanes);
     return SP_OK;
 }
+
 extern "C" sp_status sp_kda_decode_emulate_(const sp_kda_args *a, int rows_per_warp) {
     SP_REQUIRE(a, SP_ERR_INVALID_ARGUMENT, "args: NULL");
-    SP_REQUIRE(rows_per_warp == 2 || rows_per_warp == 4 || rows_per_warp == 8,
-               SP_ERR_INVALID_ARGUMENT, "rows_per_warp: %d is not 2, 4 or 8", rows_per_warp);
+    SP_REQUIRE(rows_per_warp == 8 || rows_per_warp == 16 || rows_per_warp == 32,
+               SP_ERR_INVALID_ARGUMENT, "rows_per_warp: %d is not 8, 16 or 32", rows_per_warp);
     sp_kda_args call = *a;
     call.kernel = SP_KDA_KERNEL_AUTO; /* the plan's device rule aside: checked below */
     sp_kda_dims d;
@@ -360,6 +400,7 @@ extern "C" sp_status sp_kda_decode_emulate_(const sp_kda_args *a, int rows_per_w
     SP_REQUIRE(!no, SP_ERR_UNSUPPORTED, "kernel: the decode kernel cannot serve this call: %s", no);
     if (d.T == 0 || d.N == 0 || d.H == 0) return SP_OK;
     const kda_params p = sp_kda_cuda_params_(&call, &d);
-    return rows_per_warp == 2 ? emulate<2>(p, d) : rows_per_warp == 8 ? emulate<8>(p, d)
-                                                                      : emulate<4>(p, d);
+    return rows_per_warp == 8    ? emulate<8>(p, d)
+           : rows_per_warp == 32 ? emulate<32>(p, d)
+                                 : emulate<16>(p, d);
 }
