@@ -21,12 +21,20 @@ the longer, this is the GPU's time). Arms:
   torch1        one .copy_ (q alone)
   kda_prefill   stridepack.kda_prefill on the K3 views (one sequence of T
                 tokens, a pool of 2 slots)
+  kda_prefill_new  kda_prefill with what chunk_kda's contract adds around
+                it, done by hand: o new (torch.empty) and the initial state
+                copied (fla's initial_state is not written)
   fla_chunk     stridepack.fla.chunk_kda on the same (V-first initial state,
                 final state returned): the drop-in around kda_prefill
   kda_decode    stridepack.kda_prefill with T sequences of one token on a
                 pool by index (int32 query_start_loc, a padded row)
+  kda_decode_new  kda_decode with o new and zero (torch.zeros: fla's o is
+                zero in the rows of padded sequences)
   fla_decode    stridepack.fla.fused_recurrent_kda_fwd on the same, in place
                 (state_v_first): the drop-in around kda_decode
+fla_chunk - kda_prefill_new and fla_decode - kda_decode_new are the drop-in's
+own host cost (its checks and lookups); the *_new arms' excess over
+kda_prefill and kda_decode is the torch work its contract requires.
 Each stridepack arm is checked bit for bit against .contiguous() first, and
 each drop-in arm against the call it wraps.
 
@@ -92,7 +100,8 @@ def single_us(arms, calls, sync, rounds=5):
 
 def kda_arms(arms, xs, g, T, H, dev, sync):
     """The KDA calls and their fla drop-ins (see the docstring), checked: each
-    drop-in's o equal to the call it wraps on the same inputs."""
+    drop-in's o (and the decode's pool) equal to the call it wraps on the
+    same inputs."""
     import stridepack.fla as fla
     q, k, v, beta = xs
     gen = torch.Generator().manual_seed(7)
@@ -116,12 +125,26 @@ def kda_arms(arms, xs, g, T, H, dev, sync):
     h0 = pool[1:2].clone()
     arms["kda_prefill"] = lambda: stridepack.kda_prefill(q, k, v, gr, beta, A_log, dt_bias, one,
                                                          pool, slot, o)
+    slot0 = torch.zeros(1, dtype=torch.int32, device=dev)
+
+    def prefill_new():
+        o_new = torch.empty(1, T, H, 128, dtype=torch.bfloat16, device=dev)
+        s = h0.clone()
+        stridepack.kda_prefill(q, k, v, gr, beta, A_log, dt_bias, one, s, slot0, o_new)
+        return o_new, s
+    arms["kda_prefill_new"] = prefill_new
     arms["fla_chunk"] = lambda: fla.chunk_kda(q, k, v, gr, beta, A_log=A_log, dt_bias=dt_bias,
                                               initial_state=h0, output_final_state=True,
                                               state_v_first=True, cu_seqlens=one, safe_gate=True,
                                               **flags)
     arms["kda_decode"] = lambda: stridepack.kda_prefill(q, k, v, gr, beta, A_log, dt_bias, cu,
                                                         pool, idx, o)
+
+    def decode_new():
+        o_new = torch.zeros(1, T, H, 128, dtype=torch.bfloat16, device=dev)
+        stridepack.kda_prefill(q, k, v, gr, beta, A_log, dt_bias, cu, pool, idx, o_new)
+        return o_new
+    arms["kda_decode_new"] = decode_new
     arms["fla_decode"] = lambda: fla.fused_recurrent_kda_fwd(
         q, k, v, gr, beta, A_log=A_log, dt_bias=dt_bias, initial_state=pool,
         inplace_final_state=True, state_v_first=True, cu_seqlens=cu, ssm_state_indices=idx,
@@ -136,6 +159,16 @@ def kda_arms(arms, xs, g, T, H, dev, sync):
     sync()
     if not torch.equal(o1.view(torch.int16), o2.view(torch.int16)):
         sys.exit("fla_chunk: o differs from kda_prefill's")
+    p1, p2 = pool.clone(), pool.clone()
+    o1 = torch.zeros_like(o)
+    stridepack.kda_prefill(q, k, v, gr, beta, A_log, dt_bias, cu, p1, idx, o1)
+    o2, _ = fla.fused_recurrent_kda_fwd(q, k, v, gr, beta, A_log=A_log, dt_bias=dt_bias,
+                                        initial_state=p2, inplace_final_state=True,
+                                        state_v_first=True, cu_seqlens=cu,
+                                        ssm_state_indices=idx, **flags)
+    sync()
+    if not (torch.equal(o1.view(torch.int16), o2.view(torch.int16)) and torch.equal(p1, p2)):
+        sys.exit("fla_decode: o or the pool differs from kda_decode's")
 
 
 def main():
@@ -200,9 +233,9 @@ def main():
                       "before each; "
                       "in_a_row_us: calls back to back, synchronized at both ends"}
     print(f"{meta['device']}, T={T}, H={H}, {args.calls} calls; us per call")
-    print(f"  {'arm':11s} {'host_us':>8s} {'in a row':>9s}")
+    print(f"  {'arm':15s} {'host_us':>8s} {'in a row':>9s}")
     for name in arms:
-        print(f"  {name:11s} {single[name]:8.2f} {row[name]:9.2f}")
+        print(f"  {name:15s} {single[name]:8.2f} {row[name]:9.2f}")
     text = json.dumps({**meta, "host_us": single, "in_a_row_us": row}, indent=1)
     if args.json:
         with open(args.json, "w") as f:

@@ -66,14 +66,22 @@ from __future__ import annotations
 import warnings
 from typing import Any, Optional, Tuple
 
-from . import _api
+from . import _api, _native
 from ._errors import StridepackError
-from ._kda import kda_prefill
+from ._kda import BETAS, GATES, KERNELS
 
 __all__ = ["chunk_kda", "fused_recurrent_kda", "fused_recurrent_kda_fwd"]
 
 HEAD_DIM = 128
 _IGNORED = ("cu_seqlens_cpu", "use_graph", "max_num_seqs", "disable_recompute", "chunk_size")
+
+# What every call would otherwise look up again (the drop-in's host time is
+# the point of its fast paths): the library's codes for the gates, the beta
+# forms and the automatic kernel choice, and fla's default scale.
+_LOG_DECAY, _SOFTPLUS, _LOWER_BOUND = GATES["log_decay"], GATES["softplus"], GATES["lower_bound"]
+_ACTIVATED, _LOGITS, _LOGITS_X2 = BETAS["activated"], BETAS["logits"], BETAS["logits_x2"]
+_KERNEL_AUTO = KERNELS["auto"]
+_DEFAULT_SCALE = HEAD_DIM ** -0.5
 
 
 def _refuse(call: str, option: str, value: Any, why: str) -> ValueError:
@@ -116,13 +124,67 @@ def _refuse_unknown(call, kwargs):
 
 
 def _forms(use_gate_in_kernel, lower_bound, use_beta_sigmoid_in_kernel, allow_neg_eigval):
-    """kda_prefill's gate, lower_bound and beta_form for fla's flags (the
-    bound is read only with the gate computed in the kernel)."""
-    lb = lower_bound if use_gate_in_kernel else None
-    gate = "log_decay" if not use_gate_in_kernel else "softplus" if lb is None else "lower_bound"
-    beta_form = ("activated" if not use_beta_sigmoid_in_kernel else
-                 "logits_x2" if allow_neg_eigval else "logits")
-    return gate, -5.0 if lb is None else float(lb), beta_form
+    """The library's gate, lower bound and beta form (codes, as kda_prefill
+    passes them) for fla's flags; the bound is read only with the gate
+    computed in the kernel."""
+    if not use_gate_in_kernel:
+        gate, bound = _LOG_DECAY, -5.0
+    elif lower_bound is None:
+        gate, bound = _SOFTPLUS, -5.0
+    else:
+        gate, bound = _LOWER_BOUND, float(lower_bound)
+    beta_form = (_ACTIVATED if not use_beta_sigmoid_in_kernel else
+                 _LOGITS_X2 if allow_neg_eigval else _LOGITS)
+    return gate, bound, beta_form
+
+
+def _scale(scale):
+    """The scale as the library takes it (fla's default K ** -0.5 for None;
+    0, which the library would read as its default, is refused before)."""
+    return _DEFAULT_SCALE if scale is None else float(scale)
+
+
+def _prefill(x, beta, A_log, dt_bias, cu, pool, idx, o, forms, scale, acc=None):
+    """kda_prefill's eager call, the gate and beta codes already looked up
+    (forms, from _forms): q, k, v, g = x on the V-first pool by idx (slots
+    [N], or a verify table with acc, num_accepted_tokens) into o. Where the
+    library does not read an input's rows where they lie it refuses the
+    call, nothing written; those inputs are then made dense and the call
+    made again. Any other refusal is raised (StridepackError)."""
+    gate, bound, beta_form = forms
+    try:
+        _native.kda_prefill((*x, beta, A_log, dt_bias, cu, pool, idx, o, None, None, None, acc),
+                            gate, bound, scale, 0, _KERNEL_AUTO, None, beta_form)
+    except StridepackError as e:
+        if "not read in place" not in e.message:
+            raise
+        x = tuple(t if t.is_contiguous() else t.contiguous() for t in x)
+        _native.kda_prefill((*x, beta, A_log, dt_bias, cu, pool, idx, o, None, None, None, acc),
+                            gate, bound, scale, 0, _KERNEL_AUTO, None, beta_form)
+
+
+# Slot n for sequence n, int32 [N], by device and N: see _slots.
+_SLOTS = {}
+
+
+def _slots(n, dev):
+    """torch.arange(n, dtype=int32) on dev, the slot indices of a pool of
+    the call's own. One tensor per device and n, kept: the library only
+    reads state_indices, and a call saves the launch that would fill a new
+    one. A CUDA one is waited for once, when made, so that a call on any
+    stream may read it; one made while the stream is being captured into a
+    CUDA graph is not kept (its contents would be written only when the
+    graph replays)."""
+    t = _SLOTS.get((dev, n))
+    if t is None:
+        import torch
+        t = torch.arange(n, dtype=torch.int32, device=dev)
+        if dev.type == "cuda":
+            if torch.cuda.is_current_stream_capturing():
+                return t
+            torch.cuda.current_stream(dev).synchronize()
+        _SLOTS[(dev, n)] = t
+    return t
 
 
 class _Call:
@@ -147,9 +209,8 @@ class _Call:
         _refuse_unknown(call, kwargs)
         if allow_neg_eigval and not use_beta_sigmoid_in_kernel:
             raise ValueError("`allow_neg_eigval=True` requires `use_beta_sigmoid_in_kernel=True`.")
-        self.gate, self.bound, self.beta_form = _forms(use_gate_in_kernel, lower_bound,
-                                                       use_beta_sigmoid_in_kernel,
-                                                       allow_neg_eigval)
+        self.forms = _forms(use_gate_in_kernel, lower_bound, use_beta_sigmoid_in_kernel,
+                            allow_neg_eigval)
         if not use_qk_l2norm_in_kernel:
             raise self.refuse("use_qk_l2norm_in_kernel", use_qk_l2norm_in_kernel,
                               "stridepack always l2-normalizes q and k in the kernel")
@@ -192,7 +253,7 @@ class _Call:
             raise ShapeError(f"beta must have shape [B, T, HV]={[B, T, H]}, got "
                              f"{list(beta.shape)}")
         for name, x in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta)):
-            if x.dtype != torch.bfloat16 and not (((name == "g" and self.gate == "log_decay")
+            if x.dtype != torch.bfloat16 and not (((name == "g" and self.forms[0] == _LOG_DECAY)
                                                    or name == "beta")
                                                   and x.dtype == torch.float32):
                 raise self.refuse(name, str(x.dtype), "q, k, v, g and beta are bf16 (a "
@@ -208,9 +269,11 @@ class _Call:
             self.N = self.cu.shape[0] - 1
         else:  # B sequences of T tokens, as one varlen batch
             self.N = B
-            self.cu = torch.arange(B + 1, dtype=torch.int64, device=dev) * T
-            q, k, v, g = (x.reshape(1, B * T, H, HEAD_DIM) for x in (q, k, v, g))
-            beta = beta.reshape(1, B * T, H)
+            self.cu = (torch.arange(0, (B + 1) * T, T, dtype=torch.int64, device=dev) if T
+                       else torch.zeros(B + 1, dtype=torch.int64, device=dev))
+            if B != 1:
+                q, k, v, g = (x.reshape(1, B * T, H, HEAD_DIM) for x in (q, k, v, g))
+                beta = beta.reshape(1, B * T, H)
         # q, k, v, g go as they are: the prefill reads them where they lie when
         # their rows allow it (the K3 column slices do); run() makes the others
         # dense when the prefill says so.
@@ -237,21 +300,8 @@ class _Call:
         num_accepted_tokens) into o [1, B T, H, 128]."""
         if scale is not None and scale == 0:  # the library's 0 means its default
             raise self.refuse("scale", scale, "a scale of 0 (o would be 0) is not served")
-        kw = dict(gate=self.gate, lower_bound=self.bound,
-                  scale=float(HEAD_DIM ** -0.5 if scale is None else scale),
-                  beta_form=self.beta_form, num_accepted_tokens=num_accepted_tokens)
-        x = (self.q, self.k, self.v, self.g)
-        try:
-            kda_prefill(*x, self.beta, self.A_log, self.dt_bias, self.cu, pool, state_indices, o,
-                        **kw)
-        except StridepackError as e:
-            # Refused, nothing written: an input whose rows the prefill does
-            # not read where they lie. Dense copies of those, then the call.
-            if "not read in place" not in e.message:
-                raise
-            x = tuple(t if t.is_contiguous() else t.contiguous() for t in x)
-            kda_prefill(*x, self.beta, self.A_log, self.dt_bias, self.cu, pool, state_indices, o,
-                        **kw)
+        _prefill((self.q, self.k, self.v, self.g), self.beta, self.A_log, self.dt_bias, self.cu,
+                 pool, state_indices, o, self.forms, _scale(scale), num_accepted_tokens)
 
 
 def chunk_kda(q, k, v, g, beta, scale: Optional[float] = None, initial_state=None,
@@ -283,9 +333,16 @@ def chunk_kda(q, k, v, g, beta, scale: Optional[float] = None, initial_state=Non
     (``[N, H, K, V]``, or ``[N, H, V, K]`` with ``state_v_first``), new, or
     None without ``output_final_state``. ``initial_state`` is not written.
     Under torch.compile this is the custom op stridepack::fla_chunk_kda."""
-    import torch
-
     A_log, dt_bias = kwargs.pop("A_log", None), kwargs.pop("dt_bias", None)
+    if (not kwargs and cu_seqlens is not None and not return_intermediate_states
+            and cp_context is None and not _api.compiling()):
+        r = _chunk_as_is(q, k, v, g, beta, A_log, dt_bias, initial_state, scale,
+                         output_final_state, state_v_first, cu_seqlens, use_qk_l2norm_in_kernel,
+                         use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval,
+                         safe_gate, lower_bound)
+        if r is not None:
+            return r
+    import torch
     state_v_first = _state_v_first(state_v_first, kwargs)
     if kwargs.get("chunk_size", 64) not in (32, 64):
         raise ValueError(f"`chunk_size` must be either 32 or 64 for KDA, got "
@@ -321,8 +378,55 @@ def chunk_kda(q, k, v, g, beta, scale: Optional[float] = None, initial_state=Non
     else:
         pool = torch.zeros(N, H, HEAD_DIM, HEAD_DIM, dtype=torch.float32, device=c.dev)
     o = torch.empty(1, c.q.shape[1], H, HEAD_DIM, dtype=torch.bfloat16, device=c.dev)
-    c.run(pool, torch.arange(N, dtype=torch.int32, device=c.dev), o, scale)
-    o = o.reshape(c.B, c.T, H, HEAD_DIM)
+    c.run(pool, _slots(N, c.dev), o, scale)
+    if c.B != 1:
+        o = o.view(c.B, c.T, H, HEAD_DIM)
+    if not output_final_state:
+        return o, None
+    return o, (pool if state_v_first else pool.transpose(-1, -2).contiguous())
+
+
+def _chunk_as_is(q, k, v, g, beta, A_log, dt_bias, initial_state, scale, output_final_state,
+                 state_v_first, cu_seqlens, use_qk_l2norm_in_kernel, use_gate_in_kernel,
+                 use_beta_sigmoid_in_kernel, allow_neg_eigval, safe_gate, lower_bound):
+    """chunk_kda as engines call it (cu_seqlens, A_log and dt_bias given, no
+    option outside those named here), eager: the initial states copied to a
+    V-first pool of the call's own and the library's prefill on the rest as
+    it comes, the library's checks standing for the drop-in's where they are
+    the same (q, k, v, g bf16 [1, T, H, 128], g fp32 only as a log-decay,
+    beta [1, T, H], A_log and dt_bias fp32 [H] and [H * 128], cu_seqlens a
+    dense int32 or int64 [N + 1], every tensor on q's device). Checked here
+    what the library would take and the drop-in refuses or treats its own
+    way. (o, final_state) as chunk_kda returns them, or None where the full
+    path must run: an option or input this path does not take, or a call
+    the library refused, nothing written (the full path names the option
+    fla's way or converts what it converts)."""
+    import torch
+    if (not use_qk_l2norm_in_kernel or A_log is None or dt_bias is None
+            or (scale is not None and scale == 0)
+            or (allow_neg_eigval and not use_beta_sigmoid_in_kernel)
+            or (use_gate_in_kernel and lower_bound is None and safe_gate)
+            or (use_gate_in_kernel and lower_bound is not None and not -5 <= lower_bound < 0)
+            or q.requires_grad or k.requires_grad or v.requires_grad or g.requires_grad
+            or beta.requires_grad or A_log.requires_grad or dt_bias.requires_grad
+            or q.dim() != 4 or cu_seqlens.dim() != 1 or cu_seqlens.shape[0] < 1):
+        return None
+    N, dev = cu_seqlens.shape[0] - 1, q.device
+    if initial_state is None:
+        pool = torch.zeros(N, q.shape[2], HEAD_DIM, HEAD_DIM, dtype=torch.float32, device=dev)
+    elif (initial_state.requires_grad or initial_state.dtype != torch.float32
+          or initial_state.dim() != 4 or initial_state.shape[0] != N):
+        return None
+    else:  # a V-first copy (the call writes the final states where it read the initial ones)
+        pool = (initial_state if state_v_first else initial_state.transpose(-1, -2)).clone(
+            memory_format=torch.contiguous_format)
+    o = torch.empty(1, q.shape[1], q.shape[2], HEAD_DIM, dtype=torch.bfloat16, device=dev)
+    try:
+        _prefill((q, k, v, g), beta, A_log, dt_bias, cu_seqlens, pool, _slots(N, dev), o,
+                 _forms(use_gate_in_kernel, lower_bound, use_beta_sigmoid_in_kernel,
+                        allow_neg_eigval), _scale(scale))
+    except StridepackError:
+        return None
     if not output_final_state:
         return o, None
     return o, (pool if state_v_first else pool.transpose(-1, -2).contiguous())
@@ -370,13 +474,12 @@ def fused_recurrent_kda_fwd(q, k, v, g, beta, A_log=None, dt_bias=None, initial_
     ``inplace_final_state=True``. The states are those of feeding the tokens
     one call at a time (bit for bit with an fp32 pool). Under torch.compile
     this is the custom op stridepack::fla_fused_recurrent_kda_fwd."""
-    if _api.compiling():  # the custom op: nothing else for dynamo to trace (locals() it cannot)
+    if _api.compiling():  # the custom op: nothing else for dynamo to trace
         return _recurrent("fused_recurrent_kda_fwd", q, k, v, g, beta, A_log, dt_bias,
                           initial_state, scale, output_final_state, inplace_final_state,
                           state_v_first, cu_seqlens, ssm_state_indices, num_accepted_tokens,
                           use_qk_l2norm_in_kernel, use_gate_in_kernel,
                           use_beta_sigmoid_in_kernel, allow_neg_eigval, lower_bound, out, kwargs)
-    a = dict(locals())  # the arguments by fla's names, kwargs among them
     if (state_v_first and inplace_final_state and initial_state is not None
             and cu_seqlens is not None and ssm_state_indices is not None and not kwargs):
         o = _decode_as_is(q, k, v, g, beta, A_log, dt_bias, initial_state, scale, cu_seqlens,
@@ -385,25 +488,31 @@ def fused_recurrent_kda_fwd(q, k, v, g, beta, A_log=None, dt_bias=None, initial_
                           lower_bound, out)
         if o is not None:
             return o, initial_state
-    return _recurrent("fused_recurrent_kda_fwd", **a)
+    return _recurrent("fused_recurrent_kda_fwd", q, k, v, g, beta, A_log, dt_bias, initial_state,
+                      scale, output_final_state, inplace_final_state, state_v_first, cu_seqlens,
+                      ssm_state_indices, num_accepted_tokens, use_qk_l2norm_in_kernel,
+                      use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval,
+                      lower_bound, out, kwargs)
 
 
 def _decode_as_is(q, k, v, g, beta, A_log, dt_bias, pool, scale, cu_seqlens, ssm_state_indices,
                   num_accepted_tokens, use_qk_l2norm_in_kernel, use_gate_in_kernel,
                   use_beta_sigmoid_in_kernel, allow_neg_eigval, lower_bound, out):
     """An engine's decode call as it comes (a V-first pool written in place,
-    cu_seqlens and slot indices, A_log and dt_bias given): kda_prefill on
-    the arguments as they are, its own checks standing for the drop-in's. o,
-    or None where the full path must run: an option or input this path does
-    not take, or a call the library refused (nothing written then; the full
-    path names the option fla's way, or copies what the prefill does not
-    read in place)."""
+    cu_seqlens and slot indices, A_log and dt_bias given), eager: the
+    library's prefill on the arguments as they are, its checks standing for
+    the drop-in's where they are the same (those of _chunk_as_is; the pool
+    fp32 or bf16 [slots, H, 128, 128]; ssm_state_indices int32 or int64 [N],
+    or a verify table [N, W] with num_accepted_tokens, dense). Checked here
+    what the library would take and the drop-in refuses. o, or None where
+    the full path must run: an option or input this path does not take, or
+    a call the library refused (nothing written then; the full path names
+    the option fla's way, or converts what it converts)."""
     import torch
-    if (not use_qk_l2norm_in_kernel or A_log is None or dt_bias is None or scale == 0
-            or (allow_neg_eigval and not use_beta_sigmoid_in_kernel) or _api.compiling()
-            or (num_accepted_tokens is not None and ssm_state_indices.dim() != 2)
-            or q.dim() != 4 or q.shape[0] != 1 or dt_bias.dim() != 1
-            or A_log.dtype != torch.float32 or dt_bias.dtype != torch.float32
+    if (not use_qk_l2norm_in_kernel or A_log is None or dt_bias is None
+            or (scale is not None and scale == 0)
+            or (allow_neg_eigval and not use_beta_sigmoid_in_kernel)
+            or (use_gate_in_kernel and lower_bound is not None and not -5 <= lower_bound < 0)
             or q.requires_grad or k.requires_grad or v.requires_grad or g.requires_grad
             or beta.requires_grad or A_log.requires_grad or dt_bias.requires_grad
             or pool.requires_grad):
@@ -414,13 +523,10 @@ def _decode_as_is(q, k, v, g, beta, A_log, dt_bias, pool, scale, cu_seqlens, ssm
         o = out
     else:
         return None
-    gate, bound, beta_form = _forms(use_gate_in_kernel, lower_bound, use_beta_sigmoid_in_kernel,
-                                    allow_neg_eigval)
     try:
-        kda_prefill(q, k, v, g, beta, A_log, dt_bias, cu_seqlens, pool, ssm_state_indices, o,
-                    gate=gate, lower_bound=bound,
-                    scale=float(HEAD_DIM ** -0.5 if scale is None else scale),
-                    beta_form=beta_form, num_accepted_tokens=num_accepted_tokens)
+        _prefill((q, k, v, g), beta, A_log, dt_bias, cu_seqlens, pool, ssm_state_indices, o,
+                 _forms(use_gate_in_kernel, lower_bound, use_beta_sigmoid_in_kernel,
+                        allow_neg_eigval), _scale(scale), num_accepted_tokens)
     except StridepackError:
         return None
     return o
@@ -476,7 +582,7 @@ def _recurrent(call, q, k, v, g, beta, A_log, dt_bias, initial_state, scale, out
                          f"one row for each of the {N} sequences")
         idx = _index_array(ssm_state_indices, dev)  # int32 or int64 as they are
     else:
-        idx = torch.arange(N, dtype=torch.int32, device=dev)
+        idx = _slots(N, dev)
     acc = None
     if num_accepted_tokens is not None:
         acc = _index_array(num_accepted_tokens, dev)
