@@ -418,6 +418,65 @@ class FlaDropIn(unittest.TestCase):
         self.assertIsNone(ht)
         self.assertTrue(bits_equal(o, o_want))
 
+    def test_engine_call_fast_path_equals_full_path(self):
+        """chunk_kda as engines call it (cu_seqlens, A_log, dt_bias, nothing
+        else) takes the fast path; chunk_size (ignored by stridepack) sends
+        the same call down the full path: the same bits, shapes and
+        errors, every served form, both layouts, with and without states."""
+        from stridepack import fla
+        gen = torch.Generator().manual_seed(61)
+        args, h0 = self.inputs(gen)
+        taken = []
+        fast = fla._chunk_as_is
+
+        def counting(*a, **kw):
+            r = fast(*a, **kw)
+            taken.append(r is not None)
+            return r
+        fla._chunk_as_is = counting
+        try:
+            forms = ({}, dict(lower_bound=-4.0),
+                     dict(use_gate_in_kernel=False, g=-torch.rand(args["g"].shape, generator=gen)),
+                     dict(use_beta_sigmoid_in_kernel=False,
+                          beta=torch.rand(args["beta"].shape, generator=gen).bfloat16()),
+                     dict(allow_neg_eigval=True))
+            for extra in forms:
+                for v_first in (False, True):
+                    for init in (None, h0):
+                        for final in (False, True):
+                            with self.subTest(extra=sorted(extra), v_first=v_first,
+                                              init=init is not None, final=final):
+                                st = None
+                                if init is not None:
+                                    st = init.transpose(-1, -2).contiguous() if v_first else init
+                                kw = dict(self.fla_args(args), initial_state=st,
+                                          output_final_state=final, state_v_first=v_first,
+                                          cu_seqlens=args["cu_seqlens"])
+                                kw.update(extra)
+                                del taken[:]
+                                o1, s1 = fla.chunk_kda(**kw)
+                                self.assertEqual(taken, [True])
+                                o2, s2 = fla.chunk_kda(**kw, chunk_size=64)
+                                self.assertEqual(taken, [True])  # not called again
+                                self.assertTrue(bits_equal(o1, o2))
+                                self.assertEqual(o1.shape, o2.shape)
+                                if final:
+                                    self.assertTrue(torch.equal(s1, s2))
+                                    self.assertEqual(s1.stride(), s2.stride())
+                                else:
+                                    self.assertIsNone(s1)
+            for change in (dict(lower_bound=-6.0), dict(scale=0.0),
+                           dict(q=args["q"].float())):
+                with self.subTest(refused=sorted(change)):
+                    kw = dict(self.fla_args(args), cu_seqlens=args["cu_seqlens"], **change)
+                    with self.assertRaises(ValueError) as fast_err:
+                        fla.chunk_kda(**kw)
+                    with self.assertRaises(ValueError) as full_err:
+                        fla.chunk_kda(**kw, chunk_size=64)
+                    self.assertEqual(str(fast_err.exception), str(full_err.exception))
+        finally:
+            fla._chunk_as_is = fast
+
     def test_precomputed_decay_and_beta_forms_on_cpu(self):
         from stridepack.fla import chunk_kda
         gen = torch.Generator().manual_seed(63)
