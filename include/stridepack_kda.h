@@ -107,13 +107,13 @@ typedef enum sp_kda_beta {
  *   chunked kernels' bounds above hold (checked on an H200); not yet timed.
  *   DECODE: for few tokens a sequence (decode, speculative verify), laid
  *     out for bandwidth: each state row (the 128 K channels of a V column)
- *     is read once (copied into shared memory), run through the
- *     sequence's tokens in fp32 and written once (and after each token a
- *     verify table keeps); o and the state within fp32 rounding of
- *     RECURRENT (the order of the sums differs). Serves every call of the
- *     recurrent kernel but those with checkpoints, with the pool 16-byte
- *     aligned and its slot pitch a multiple of 16 bytes. Its speed against
- *     the limit and fla: docs/PERFORMANCE.md.
+ *     is read once into registers, run through the sequence's tokens and
+ *     written once (and after each token a verify table keeps); fp32, o
+ *     and the state within fp32 rounding of RECURRENT (the order of the
+ *     sums differs). Serves every call of the recurrent kernel but those
+ *     with checkpoints, with the pool 16-byte aligned (8 for bf16) and its
+ *     slot pitch a multiple of 4 elements. 1.44-1.70 times RECURRENT's
+ *     speed at one token a sequence (an H200, N 64-512, H 12-96).
  *   AUTO (the default): DECODE where the sequences average under 8
  *     tokens or the call has a verify table (RECURRENT where DECODE does
  *     not serve it), RECURRENT where the chunked kernels cannot serve the
