@@ -69,7 +69,7 @@ static void *as_width(const int64_t *x, int64_t n, sp_dtype to) {
 }
 
 /* The decode kernel's rows a warp that run() gives it (sp_kda_plan): 0, the
- * library's plan; else 8, 16 or 32 through a plan of the test's. */
+ * library's plan; else 2, 4 or 8 through a plan of the test's. */
 static int decode_rows;
 
 /* Run a call whose buffers are all in the backend's memory; the two-pass
@@ -84,7 +84,7 @@ static sp_status run(sp_kda_args *a) {
         a->workspace_bytes = bytes;
     }
 #ifdef SP_KDA_TEST_EMULATED
-    const sp_status s = sp_kda_decode_emulate_(a, decode_rows ? decode_rows : 16);
+    const sp_status s = sp_kda_decode_emulate_(a, decode_rows ? decode_rows : 4);
 #else
     sp_status s;
     sp_kda_plan plan;
@@ -799,8 +799,8 @@ int main(void) {
     int32_t ks[4];
     const int nk = kernels(ks);
     for (int i = 0; i < nk; i++) {
-        /* The decode kernel in each of its builds: rows a warp 8, 16, 32. */
-        static const int rows[3] = {8, 32, 16};
+        /* The decode kernel in each of its builds: rows a warp 2, 4, 8. */
+        static const int rows[3] = {2, 8, 4};
         for (int ri = 0; ri < (ks[i] == SP_KDA_KERNEL_DECODE ? 3 : 1); ri++) {
             decode_rows = ks[i] == SP_KDA_KERNEL_DECODE ? rows[ri] : 0;
             if (decode_rows) printf("decode kernel, %d rows a warp\n", decode_rows);
