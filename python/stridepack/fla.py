@@ -386,6 +386,22 @@ def chunk_kda(q, k, v, g, beta, scale: Optional[float] = None, initial_state=Non
     return o, (pool if state_v_first else pool.transpose(-1, -2).contiguous())
 
 
+def _as_is_served(q, k, v, g, beta, A_log, dt_bias, scale, use_qk_l2norm_in_kernel,
+                  use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval, lower_bound):
+    """Whether the fast paths (_chunk_as_is, _decode_as_is) may hand a call
+    to the library as it comes: what the library would take but the drop-in
+    refuses or treats its own way is not there (q . k normalization off,
+    A_log or dt_bias absent, a scale of 0, neg-eigval betas without the
+    sigmoid, a lower bound outside [-5, 0), an input that requires grad)."""
+    return not (not use_qk_l2norm_in_kernel or A_log is None or dt_bias is None
+                or (scale is not None and scale == 0)
+                or (allow_neg_eigval and not use_beta_sigmoid_in_kernel)
+                or (use_gate_in_kernel and lower_bound is not None
+                    and not -5 <= lower_bound < 0)
+                or q.requires_grad or k.requires_grad or v.requires_grad or g.requires_grad
+                or beta.requires_grad or A_log.requires_grad or dt_bias.requires_grad)
+
+
 def _chunk_as_is(q, k, v, g, beta, A_log, dt_bias, initial_state, scale, output_final_state,
                  state_v_first, cu_seqlens, use_qk_l2norm_in_kernel, use_gate_in_kernel,
                  use_beta_sigmoid_in_kernel, allow_neg_eigval, safe_gate, lower_bound):
@@ -402,13 +418,10 @@ def _chunk_as_is(q, k, v, g, beta, A_log, dt_bias, initial_state, scale, output_
     the library refused, nothing written (the full path names the option
     fla's way or converts what it converts)."""
     import torch
-    if (not use_qk_l2norm_in_kernel or A_log is None or dt_bias is None
-            or (scale is not None and scale == 0)
-            or (allow_neg_eigval and not use_beta_sigmoid_in_kernel)
+    if (not _as_is_served(q, k, v, g, beta, A_log, dt_bias, scale, use_qk_l2norm_in_kernel,
+                          use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval,
+                          lower_bound)
             or (use_gate_in_kernel and lower_bound is None and safe_gate)
-            or (use_gate_in_kernel and lower_bound is not None and not -5 <= lower_bound < 0)
-            or q.requires_grad or k.requires_grad or v.requires_grad or g.requires_grad
-            or beta.requires_grad or A_log.requires_grad or dt_bias.requires_grad
             or q.dim() != 4 or cu_seqlens.dim() != 1 or cu_seqlens.shape[0] < 1):
         return None
     N, dev = cu_seqlens.shape[0] - 1, q.device
@@ -509,12 +522,9 @@ def _decode_as_is(q, k, v, g, beta, A_log, dt_bias, pool, scale, cu_seqlens, ssm
     a call the library refused (nothing written then; the full path names
     the option fla's way, or converts what it converts)."""
     import torch
-    if (not use_qk_l2norm_in_kernel or A_log is None or dt_bias is None
-            or (scale is not None and scale == 0)
-            or (allow_neg_eigval and not use_beta_sigmoid_in_kernel)
-            or (use_gate_in_kernel and lower_bound is not None and not -5 <= lower_bound < 0)
-            or q.requires_grad or k.requires_grad or v.requires_grad or g.requires_grad
-            or beta.requires_grad or A_log.requires_grad or dt_bias.requires_grad
+    if (not _as_is_served(q, k, v, g, beta, A_log, dt_bias, scale, use_qk_l2norm_in_kernel,
+                          use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval,
+                          lower_bound)
             or pool.requires_grad):
         return None
     if out is None:
