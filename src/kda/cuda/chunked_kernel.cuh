@@ -222,11 +222,19 @@ static __device__ __forceinline__ void stage_o(const float O[CHUNK / 8][4], uint
  * (every K thread arrives with release semantics, the V threads wait on the
  * phase with acquire) in place of the named barrier's arrive and sync: the
  * same results, and a hand-over compute-sanitizer racecheck can follow
- * (sm_90 on; below, the named barriers). ONE_PASS_PROBE_V, _K (benchmark
- * builds only, bench/kda_probe.cu, K3): timing probes that do only the V
- * side's or only the K side's arithmetic, with wrong results. WGMMA: the
+ * (sm_90 on; below, the named barriers). Benchmark builds only
+ * (bench/kda_probe.cu), timing probes: ONE_PASS_PROBE_V, _K do only the V
+ * side's or only the K side's arithmetic, with wrong results;
+ * ONE_PASS_PROBE_FACTORED (the every-gate build) takes every chunk in the
+ * factored form, with no vote and no safe form compiled in: wrong results
+ * only where a chunk's gates leave the factored form's bound. WGMMA: the
  * build (one_pass_traits). */
-enum { ONE_PASS_PROBE_V = 1, ONE_PASS_PROBE_K = 2, ONE_PASS_MBAR_HANDOVER = 4 };
+enum {
+    ONE_PASS_PROBE_V = 1,
+    ONE_PASS_PROBE_K = 2,
+    ONE_PASS_MBAR_HANDOVER = 4,
+    ONE_PASS_PROBE_FACTORED = 8
+};
 #if __CUDA_ARCH__ >= 900
 #define SP_KDA_MBARRIERS 1
 #else
@@ -244,10 +252,10 @@ static_assert(one_pass_launch_smem<ONE_PASS_MBAR_HANDOVER, 1>() <= 227 * 1024 &&
 template <int PROBE, int WGMMA, int ANY>
 static __global__ void __launch_bounds__(one_pass_traits<WGMMA>::THREADS, 1)
     kda_chunked_kernel(kda_params p, int splits) {
-    static_assert(!(ANY && (PROBE & 3)), "probes of the K3 build only");
     typedef one_pass_traits<WGMMA> TR;
     /* mbarriers need sm_90: below, the named barriers */
     constexpr int SIDE = PROBE & 3, MBAR = (PROBE & ONE_PASS_MBAR_HANDOVER) && SP_KDA_MBARRIERS;
+    constexpr int VOTE = ANY && !(PROBE & ONE_PASS_PROBE_FACTORED); /* chunks may be safe */
     constexpr int DO_K = SIDE != ONE_PASS_PROBE_V, DO_V = SIDE != ONE_PASS_PROBE_K;
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int ON_WGMMA = WGMMA;
@@ -329,11 +337,11 @@ static __global__ void __launch_bounds__(one_pass_traits<WGMMA>::THREADS, 1)
             if (w == 0 && c0 + CHUNK + lane < L)
                 beta_x = beta_in<ANY>(p, sq.bos + c0 + CHUNK + lane, h);
             int safe = 0;
-            if constexpr (ANY)
+            if constexpr (VOTE)
                 safe = sp_bar_sync_or_(TR::BAR_K, TR::K_THREADS, far);
             else
-                sp_bar_sync_(TR::BAR_K, TR::K_THREADS);
-            if (!safe) {
+                (void)far, sp_bar_sync_(TR::BAR_K, TR::K_THREADS);
+            if (!VOTE || !safe) {
                 if (DO_K) operands<TR::K_THREADS>(s.raw[rb], tid, s.work[b], gam, s.ops[b]);
                 sp_bar_sync_(TR::BAR_K, TR::K_THREADS);
                 if (DO_K) intra_products<TR::K_THREADS>(w, lane, s.work[b], s.ops[b]);
