@@ -3,14 +3,35 @@
  * bench_kda --probe: the same kernel (chunked_kernel.cuh) with only its V
  * side's or only its K side's arithmetic, so that each side's time alone can
  * be measured (their results are wrong on purpose), and the every-gate
- * build with every chunk factored (no vote, no safe form: what they cost). They are built into
+ * build with every chunk factored (no vote, no safe form: what they cost)
+ * or with its gate form and g's dtype fixed at compile time (what reading
+ * them at run time costs). They are built into
  * this benchmark only, never into the library. (The mbarrier hand-over is
  * the library's, a plan field: sp_kda_plan.mbarrier_handover.)
  */
 #include "kda/cuda/chunked_kernel.cuh"
 
+/* bench_kda's probe side for the every-gate build with the call's gate form
+ * and g dtype fixed at compile time (chunk_k.cuh, any_fixed). */
+enum { PROBE_FIXED_FORMS = 16 };
+static cudaError_t launch_fixed(const kda_params *p, const sp_kda_plan *plan, cudaStream_t s) {
+    const int g32 = p->g_f32 != 0;
+    switch (p->gate) {
+    case SP_KDA_GATE_LOWER_BOUND:
+        return g32 ? launch_one_pass<0, any_fixed(0, 1)>(p, plan->splits, plan->wgmma, s)
+                   : launch_one_pass<0, any_fixed(0, 0)>(p, plan->splits, plan->wgmma, s);
+    case SP_KDA_GATE_SOFTPLUS:
+        return g32 ? launch_one_pass<0, any_fixed(1, 1)>(p, plan->splits, plan->wgmma, s)
+                   : launch_one_pass<0, any_fixed(1, 0)>(p, plan->splits, plan->wgmma, s);
+    default:
+        return g32 ? launch_one_pass<0, any_fixed(2, 1)>(p, plan->splits, plan->wgmma, s)
+                   : launch_one_pass<0, any_fixed(2, 0)>(p, plan->splits, plan->wgmma, s);
+    }
+}
+
 /* The probe `side` (ONE_PASS_PROBE_V: the V side only, _K: the K side only,
- * _FACTORED: every chunk factored, the every-gate build only) of the plan's
+ * _FACTORED: every chunk factored, PROBE_FIXED_FORMS: the forms fixed; the
+ * last two of the every-gate build only) of the plan's
  * build (K3's or every gate's: plan->every_gate), on the call's arguments
  * (checked as sp_kda_prefill checks them), on device 0. 0 on success; -1
  * with sp_last_error() set. */
@@ -25,7 +46,13 @@ extern "C" int bench_kda_probe(const sp_kda_args *a, const sp_kda_plan *plan, in
         return -1;
     }
     cudaError_t e;
-    if (side == ONE_PASS_PROBE_FACTORED)
+    if (side == PROBE_FIXED_FORMS) {
+        if (!p.any_gate) {
+            sp_set_error_(SP_ERR_INVALID_ARGUMENT, "the fixed-form probe is of the every-gate build");
+            return -1;
+        }
+        e = launch_fixed(&p, plan, s);
+    } else if (side == ONE_PASS_PROBE_FACTORED)
         e = launch_one_pass<ONE_PASS_PROBE_FACTORED, 1>(&p, plan->splits, plan->wgmma, s);
     else if (side == ONE_PASS_PROBE_V)
         e = p.any_gate ? launch_one_pass<ONE_PASS_PROBE_V, 1>(&p, plan->splits, plan->wgmma, s)

@@ -115,7 +115,15 @@ static __device__ __forceinline__ float2 pair_bias(const kda_params &p, int64_t 
 /* The builds: K3 (ANY = 0: the lower-bound gate, beta bf16 logits, every
  * chunk factored) and every gate (ANY = 1: the call's gate and beta forms,
  * g bf16 or f32, each chunk factored or safe as its gates allow;
- * chunk.cuh). The plan's every_gate picks the build. */
+ * chunk.cuh). The plan's every_gate picks the build. Benchmark builds only
+ * (bench/kda_probe.cu): ANY = any_fixed(form, g32), the every-gate build
+ * with the gate form and g's dtype fixed at compile time (what reading
+ * them at run time costs). */
+static constexpr int any_fixed(int form, int g32) { return 2 + 2 * form + g32; }
+template <int ANY> struct gate_build {
+    static constexpr int FIXED = ANY >= 2;
+    static constexpr int FORM = FIXED ? (ANY - 2) >> 1 : -1, G32 = FIXED ? (ANY - 2) & 1 : -1;
+};
 
 /* Each token's decay is floored at 2^-GATE_FLOOR (log2 units): fp32 flushes
  * it to zero, a total forgetting, which -inf means; the floor keeps running
@@ -151,11 +159,12 @@ template <int ANY> struct chunk_gate {
         expA = expA_, bias[0] = b.x, bias[1] = b.y, gate = p.gate;
     }
     SP_HD __forceinline__ float operator()(float x, int h) const {
+        const int form = gate_build<ANY>::FIXED ? gate_build<ANY>::FORM : gate;
         float g;
-        if (!ANY || gate == SP_KDA_GATE_LOWER_BOUND) {
+        if (!ANY || form == SP_KDA_GATE_LOWER_BOUND) {
             g = lb2 * sp_rcp_ftz_(1.0f + sp_ex2_ftz_(fmaf(x, nl, nlb[h])));
             if (!ANY) return g;
-        } else if (gate == SP_KDA_GATE_SOFTPLUS)
+        } else if (form == SP_KDA_GATE_SOFTPLUS)
             g = -expA * softplus_log2((x + bias[h]) * SP_LOG2E);
         else
             g = x * SP_LOG2E;
@@ -249,7 +258,8 @@ static __device__ __forceinline__ int gates_and_norms(const kda_params &p, const
     float sum[2] = {0.0f, 0.0f};
     /* All the segment's gates loaded before the first is used (the
      * compiler kept only two loads in flight). */
-    if (ANY && g32) { /* f32: two 4-byte loads a token (4-byte alignment suffices) */
+    const int from_f32 = gate_build<ANY>::FIXED ? gate_build<ANY>::G32 : g32 != NULL;
+    if (ANY && from_f32) { /* f32: two 4-byte loads a token (4-byte alignment suffices) */
         float2 g2[SEG];
 #pragma unroll
         for (int j = 0; j < SEG; j++) {
