@@ -65,10 +65,7 @@ int run(chunk_state<OPS> &m, const chunk_in &in, int form, float *A, float *QK, 
             g2[j] = t0 + j < in.nt ? make_float2(in.g[(t0 + j) * DIM + d], in.g[(t0 + j) * DIM + d + 1])
                                    : make_float2(0.0f, 0.0f);
         float sum[2] = {0.0f, 0.0f};
-        if (t0 + SEG <= in.nt)
-            gate_sums<SEG, true>(g2, SEG, gate, m.gam[tid], sum);
-        else
-            gate_sums<SEG, false>(g2, in.nt - t0, gate, m.gam[tid], sum);
+        gate_sums<SEG, false>(g2, in.nt - t0, gate, m.gam[tid], sum); /* the every-gate build's one form */
         m.work.seg_end[seg][d] = sum[0], m.work.seg_end[seg][d + 1] = sum[1];
         far |= out_of_range<SEG>(sum);
     }

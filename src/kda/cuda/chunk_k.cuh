@@ -220,7 +220,8 @@ static SP_HD __forceinline__ float g_hi(float2 x) { return x.y; }
 
 /* The running sums of two channels' gates over SEG tokens (their g inputs
  * graw), those from token `valid` on taken as 0; FULL: all valid (no
- * select per token). */
+ * select per token: K3's full segments; the every-gate build keeps one form,
+ * gates_and_norms). */
 template <int SEG, bool FULL, typename G, typename X>
 static SP_HD __forceinline__ void gate_sums(const X graw[SEG], int valid, const G gate,
                                             float gam[2][SEG], float sum[2]) {
@@ -259,22 +260,30 @@ static __device__ __forceinline__ int gates_and_norms(const kda_params &p, const
     /* All the segment's gates loaded before the first is used (the
      * compiler kept only two loads in flight). */
     const int from_f32 = gate_build<ANY>::FIXED ? gate_build<ANY>::G32 : g32 != NULL;
-    if (ANY && from_f32) { /* f32: two 4-byte loads a token (4-byte alignment suffices) */
+    if (ANY && from_f32) {
+        /* f32: two 4-byte loads a token (4-byte alignment suffices); a token
+         * past the end reads the chunk's first (which exists) and is taken
+         * as 0. Unpredicated loads, and (as for bf16 g) one loop form for
+         * full and partial segments: predicated loads and a second,
+         * full-segment copy of the loop made ptxas spill the K warps'
+         * registers. */
         float2 g2[SEG];
 #pragma unroll
         for (int j = 0; j < SEG; j++) {
             const float *at = g32 + (int64_t)(t0 + j) * p.g.ts + d;
-            g2[j] = t0 + j < nt ? make_float2(at[0], at[1]) : make_float2(0.0f, 0.0f);
+            const int ok = t0 + j < nt;
+            const float *src = ok ? at : g32;
+            g2[j] = make_float2(src[0], src[1]);
+            if (!ok) g2[j] = make_float2(0.0f, 0.0f);
         }
-        if (t0 + SEG <= nt)
-            gate_sums<SEG, true>(g2, SEG, gate, gam, sum);
-        else
-            gate_sums<SEG, false>(g2, nt - t0, gate, gam, sum);
+        gate_sums<SEG, false>(g2, nt - t0, gate, gam, sum);
     } else {
         uint32_t graw[SEG];
 #pragma unroll
         for (int j = 0; j < SEG; j++) graw[j] = *(const uint32_t *)&raw.g[t0 + j][d];
-        if (t0 + SEG <= nt)
+        if (ANY) /* one form, as for f32 g */
+            gate_sums<SEG, false>(graw, nt - t0, gate, gam, sum);
+        else if (t0 + SEG <= nt)
             gate_sums<SEG, true>(graw, SEG, gate, gam, sum);
         else
             gate_sums<SEG, false>(graw, nt - t0, gate, gam, sum);
