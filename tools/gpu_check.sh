@@ -115,6 +115,18 @@ decide_every_gate() { # CHUNKED_EVERY_GATE: the every-gate build's own cost on K
     for e in 0 1 1 0; do kda --shape $s $([ $e = 1 ] && echo --every-gate) --json "$out/decide_every_gate.json" || return; done
   done
 }
+decide_gate_parts() { # CHUNKED_EVERY_GATE_AUTO: where the every-gate one-pass build's time goes
+  # (the wgmma build: whole, each side alone, every chunk factored, the forms fixed; K3 beside it)
+  local s g p
+  for s in "16384 96 1" "16384 32 1"; do
+    for p in g g.v g.k g.k g.v g; do kda --shape $s --probe $p --json "$out/decide_gate_parts.json" || return; done
+    for g in softplus log_decay; do
+      for p in g g.v g.k g.f g.s g.s g.f g.k g.v g; do
+        kda --shape $s --probe $p --gate $g --json "$out/decide_gate_parts.json" || return
+      done
+    done
+  done
+}
 decide_longest_first() { # ONE_PASS_LONGEST_FIRST: on unequal batches, and its cost on equal ones
   local s l
   for s in "16384 96 8" "16384 96 32" "2048 96 16"; do
@@ -130,6 +142,7 @@ decide_decode_rows() { # DECODE_ROWS_PER_WARP (the decode grid itself is bench_k
 }
 step decide_handover decide_handover
 step decide_every_gate decide_every_gate
+step decide_gate_parts decide_gate_parts
 step decide_longest_first decide_longest_first
 step decide_decode_rows decide_decode_rows
 # The gate table and the unequal batches against the anchors (fla, the fork):
@@ -148,7 +161,8 @@ grep -hE "tests passed|tests failed|Not Run|\(Failed\)|Skipped" "$logs"/ctest*.l
 grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$logs"/san_*.log 2>/dev/null | sort | uniq -c
 tail -6 "$logs/demo.log" 2>/dev/null
 for f in bench_kda bench_kda_gates bench_pack bench_boundary bench_conv anchors bench_python bench_kda_decode \
-    decide_handover decide_every_gate decide_longest_first decide_decode_rows anchors_gates anchors_varlen; do
+    decide_handover decide_every_gate decide_gate_parts decide_longest_first decide_decode_rows anchors_gates \
+    anchors_varlen; do
   [ -f "$logs/$f.log" ] && { echo "== $f"; grep -vE '^\{' "$logs/$f.log" | tail -16; }
 done
 # The decisions' tables (medians of each arm, ratios), before the summary.

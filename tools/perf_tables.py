@@ -114,6 +114,32 @@ def every_gate(rows):  # CHUNKED_EVERY_GATE: the build's own cost on K3's inputs
                  "every-gate / K3")
 
 
+def gate_parts(rows):  # CHUNKED_EVERY_GATE_AUTO: the every-gate one-pass build's time by part
+    parts = [("whole", lambda p: "V side" not in p and "K side" not in p and "factored" not in p
+              and "fixed" not in p),
+             ("V side alone", lambda p: "V side" in p), ("K side alone", lambda p: "K side" in p),
+             ("every chunk factored", lambda p: "factored" in p),
+             ("forms fixed", lambda p: "fixed" in p)]
+    ms, err = defaultdict(list), {}
+    for r in rows:
+        if r["kernel"] != "chunked":
+            continue
+        for name, test in parts:
+            if test(r.get("probe", "")):
+                key = (tth(r), r["gate"], name)
+                ms[key].append(r["ms"])
+                err[key] = r.get("o_rel_err_vs_recurrent")
+    out = ["| T/H/N | gate | " + " | ".join(f"{n} ms" for n, _ in parts) + " |",
+           "|---|---|" + "---:|" * len(parts)]
+    for sh, g in sorted({k[:2] for k in ms}, key=str):
+        cells = [f"{statistics.median(ms[(sh, g, n)]):.4f}" if ms.get((sh, g, n)) else "–"
+                 for n, _ in parts]
+        out.append(f"| {sh} | {g} | " + " | ".join(cells) + " |")
+    errs = [f"{k[0]} {k[1]} {k[2]}: {v:.1e}" for k, v in sorted(err.items(), key=str)
+            if v is not None and k[2] in ("every chunk factored", "forms fixed")]
+    return "\n".join(out) + ("\n\no vs recurrent: " + "; ".join(errs) if errs else "")
+
+
 def longest_first(rows):  # ONE_PASS_LONGEST_FIRST
     return pairs(rows, lambda r: r["kernel"] == "chunked",
                  lambda r: f"{tth(r)} {'unequal' if r.get('unequal') else 'equal'}",
@@ -128,7 +154,8 @@ def decode_rows(rows):  # DECODE_ROWS_PER_WARP, beside the recurrent kernel
             ms[(tth(r), f"rows {r.get('decode_rows', 0)}")].append(r["ms"])
         elif r["kernel"] == "recurrent":
             ms[(tth(r), "recurrent")].append(r["ms"])
-    arms = ["rows 2", "rows 4", "rows 8", "recurrent"]
+    arms = sorted({k[1] for k in ms if k[1] != "recurrent"},
+                  key=lambda a: int(a.split()[1])) + ["recurrent"]
     out = ["| T/H/N | " + " | ".join(f"{a} ms" for a in arms) + " |",
            "|---|" + "---:|" * len(arms)]
     for sh in sorted({k[0] for k in ms}, key=str):
@@ -159,6 +186,8 @@ def main():
                             ("ONE_PASS_HANDOVER", "decide_handover.json", handover),
                             ("CHUNKED_EVERY_GATE: the build's cost on K3 inputs",
                              "decide_every_gate.json", every_gate),
+                            ("CHUNKED_EVERY_GATE_AUTO: the every-gate build by part",
+                             "decide_gate_parts.json", gate_parts),
                             ("ONE_PASS_LONGEST_FIRST", "decide_longest_first.json",
                              longest_first),
                             ("DECODE_ROWS_PER_WARP", "decide_decode_rows.json", decode_rows)):
