@@ -11,6 +11,7 @@
 #   python3-pip                           — the binding's wheel test (pip wheel / pip install)
 #   python3-torch (optional, installed as root) — Debian's CPU build of PyTorch:
 #                                           the binding's torch tests run without a GPU
+#   python3-pyelftools (optional, as root)  — tools/sass_lines.py (its self-test)
 #   clang (optional)                      — the libFuzzer target
 #   nvcc (optional)                       — the CUDA backend
 set -u
@@ -33,13 +34,14 @@ done
 optional=""
 if [ -z "$py_test" ]; then
   missing="$missing python3-numpy python3-dev python3-pip"
-  optional="python3-torch"
+  optional=" python3-torch python3-pyelftools"
 else
   "$py_test" -c 'import os, sys, sysconfig
 sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' ||
     missing="$missing python3-dev"
   "$py_test" -m pip --version >/dev/null 2>&1 || missing="$missing python3-pip"
-  "$py_test" -c 'import torch' >/dev/null 2>&1 || optional="python3-torch"
+  "$py_test" -c 'import torch' >/dev/null 2>&1 || optional=" python3-torch"
+  "$py_test" -c 'import elftools' >/dev/null 2>&1 || optional="$optional python3-pyelftools"
 fi
 
 if [ -n "$missing" ]; then
@@ -55,7 +57,7 @@ fi
 
 # Optional: a failure to install it only leaves those tests Not Run.
 if [ -n "$optional" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-  echo "deps: installing (optional): $optional"
+  echo "deps: installing (optional):$optional"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $optional >/dev/null &&
     optional=""
 fi
@@ -66,7 +68,7 @@ if [ "${1:-0}" -lt 3 ] || { [ "${1:-0}" -eq 3 ] && [ "${2:-0}" -lt 25 ]; }; then
   echo "deps: cmake >= 3.25 needed, found $(cmake --version | head -n 1)" >&2
   exit 1
 fi
-[ -z "$optional" ] || echo "deps: note: no $optional, the Python torch tests are Not Run"
+[ -z "$optional" ] || echo "deps: note: no$optional: the tests that need them are Not Run"
 command -v clang >/dev/null 2>&1 || echo "deps: note: no clang, the libFuzzer target is not built"
 command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ] ||
   echo "deps: note: no nvcc, the CUDA backend is not built"
