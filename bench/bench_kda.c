@@ -43,9 +43,12 @@
  * kernel's longest-first block order (the plan's longest_first); the JSON
  * says both.
  *
+ * --kernels LIST times only those of recurrent, chunked, chunked_two_pass,
+ * decode and auto (the recurrent kernel still runs once: the others' errors).
+ *
  * Run: build/bench/bench_kda [--shape T H N] [--probe m|g|v|k|g.v|g.k|h|g.h|f|g.f|s|g.s] [--two-pass R.P]
  *      [--decode-rows R] [--gate G] [--every-gate] [--unequal] [--longest-first]
- *      [--json FILE]
+ *      [--kernels LIST] [--json FILE]
  */
 #include "harness.h"
 #include "cuda/device.h"
@@ -80,9 +83,10 @@ static struct {
     int32_t gate;   /* sp_kda_gate */
     int g_f32;      /* the log-decay g in f32 */
     int every_gate; /* the chunked kernels' every-gate builds whatever the forms */
+    unsigned kernels; /* which of the kernels to time (bit k: kernels[k]; --kernels) */
     int unequal;    /* unequal sequence lengths */
     int longest_first; /* the one-pass kernel's longest-first block order */
-} opts = {-1, 0, 0, 0, 0, SP_KDA_GATE_LOWER_BOUND, 0, 0, 0, 0};
+} opts = {-1, 0, 0, 0, 0, SP_KDA_GATE_LOWER_BOUND, 0, 0, ~0u, 0, 0};
 static const char *const gate_names[] = {"lower_bound", "softplus", "log_decay", "log_decay_f32"};
 
 /* Dense inputs for T tokens, H heads, N equal sequences (the last takes the
@@ -282,6 +286,12 @@ static double state_rel_err(const void *x, const void *ref, size_t bytes, sp_dty
 
 static const char *kernel_name(int32_t k) { return sp_kda_kernel_name((sp_kda_kernel)k); }
 
+/* The kernels this program times, in its order (the first is the others'
+ * reference; the last is the library's choice). */
+static const int32_t kernel_order[] = {SP_KDA_KERNEL_RECURRENT, SP_KDA_KERNEL_CHUNKED,
+                                       SP_KDA_KERNEL_CHUNKED_TWO_PASS, SP_KDA_KERNEL_DECODE,
+                                       SP_KDA_KERNEL_AUTO};
+
 static int wgmma_available(void) {
     const sp_cuda_device *d;
     return sp_cuda_device_(0, SP_CUDA_PART_KDA, &d) == SP_OK && d->kda_wgmma;
@@ -362,6 +372,27 @@ int main(int argc, char **argv) {
             argc -= 2;
             break;
         }
+    /* --kernels LIST: time only these (recurrent, chunked, chunked_two_pass,
+     * decode, auto; the recurrent kernel still runs once, as the others'
+     * reference) */
+    for (int i = 1; i + 1 < argc; i++)
+        if (strcmp(argv[i], "--kernels") == 0) {
+            opts.kernels = 0;
+            char list[256];
+            snprintf(list, sizeof list, "%s", argv[i + 1]);
+            for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+                int found = 0;
+                for (int k = 0; k < (int)(sizeof kernel_order / sizeof *kernel_order); k++)
+                    if (strcmp(tok, kernel_name(kernel_order[k])) == 0) opts.kernels |= 1u << k, found = 1;
+                if (!found) {
+                    fprintf(stderr, "--kernels takes recurrent, chunked, chunked_two_pass, decode, auto\n");
+                    return 2;
+                }
+            }
+            for (int k = i; k + 2 < argc; k++) argv[k] = argv[k + 2];
+            argc -= 2;
+            break;
+        }
     /* --gate G */
     for (int i = 1; i + 1 < argc; i++)
         if (strcmp(argv[i], "--gate") == 0) {
@@ -437,9 +468,7 @@ int main(int argc, char **argv) {
                   {2048, 96, 512, 0, 0}};
     static const sp_dtype states[] = {SP_F32, SP_BF16};
     enum { NK = 5 };
-    static const int32_t kernels[NK] = {SP_KDA_KERNEL_RECURRENT, SP_KDA_KERNEL_CHUNKED,
-                                        SP_KDA_KERNEL_CHUNKED_TWO_PASS, SP_KDA_KERNEL_DECODE,
-                                        SP_KDA_KERNEL_AUTO};
+    const int32_t *const kernels = kernel_order;
     char table[160][160];
     int rows = 0;
     /* --shape outside the table: it alone, in the first row's place. */
@@ -486,6 +515,7 @@ int main(int argc, char **argv) {
             uint16_t *o_rec = run_once(&c[0], kernels[0], s, &s_rec);
             double err[NK] = {0}, serr[NK] = {0};
             for (int k = 1; k < NK - 1; k++) {
+                if (!(opts.kernels >> k & 1)) continue;
                 void *s_k = NULL;
                 uint16_t *o_k = run_once(&c[k], kernels[k], s, &s_k);
                 err[k] = rel_err(o_k, o_rec, n);
@@ -494,11 +524,16 @@ int main(int argc, char **argv) {
             }
             free(o_rec), free(s_rec);
 
-            bench_fn fns[NK] = {arm_prefill, arm_prefill, arm_prefill, arm_prefill, arm_prefill};
-            void *ctxs[NK] = {&c[0], &c[1], &c[2], &c[3], &c[4]};
-            bench_stats st[NK];
-            bench_time_interleaved(fns, ctxs, NK, s, 3, 50, st);
+            bench_fn fns[NK];
+            void *ctxs[NK];
+            int timed[NK], nt = 0;
+            for (int k = 0; k < NK; k++)
+                if (opts.kernels >> k & 1) fns[nt] = arm_prefill, ctxs[nt] = &c[k], timed[nt++] = k;
+            bench_stats st_timed[NK], st[NK];
+            bench_time_interleaved(fns, ctxs, nt, s, 3, 50, st_timed);
+            for (int m = 0; m < nt; m++) st[timed[m]] = st_timed[m];
             for (int k = 0; k < NK; k++) {
+                if (!(opts.kernels >> k & 1)) continue;
                 bench_json j;
                 bench_json_begin(&j);
                 bench_json_str(&j, "bench", "kda_prefill");
