@@ -115,7 +115,7 @@ decide_every_gate() { # CHUNKED_EVERY_GATE: the every-gate build's own cost on K
     for e in 0 1 1 0; do kda --shape $s $([ $e = 1 ] && echo --every-gate) --json "$out/decide_every_gate.json" || return; done
   done
 }
-decide_gate_parts() { # CHUNKED_EVERY_GATE_AUTO: where the every-gate one-pass build's time goes
+decide_gate_parts() { # CHUNKED_EVERY_GATE: where the every-gate one-pass build's time goes
   # (the wgmma build: whole, each side alone, every chunk factored, the forms fixed; K3 beside it)
   local s g p
   for s in "16384 96 1" "16384 32 1"; do

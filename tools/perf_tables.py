@@ -114,7 +114,7 @@ def every_gate(rows):  # CHUNKED_EVERY_GATE: the build's own cost on K3's inputs
                  "every-gate / K3")
 
 
-def gate_parts(rows):  # CHUNKED_EVERY_GATE_AUTO: the every-gate one-pass build's time by part
+def gate_parts(rows):  # CHUNKED_EVERY_GATE: the every-gate one-pass build's time by part
     parts = [("whole", lambda p: "V side" not in p and "K side" not in p and "factored" not in p
               and "fixed" not in p),
              ("V side alone", lambda p: "V side" in p), ("K side alone", lambda p: "K side" in p),
@@ -186,7 +186,7 @@ def main():
                             ("ONE_PASS_HANDOVER", "decide_handover.json", handover),
                             ("CHUNKED_EVERY_GATE: the build's cost on K3 inputs",
                              "decide_every_gate.json", every_gate),
-                            ("CHUNKED_EVERY_GATE_AUTO: the every-gate build by part",
+                            ("CHUNKED_EVERY_GATE: the every-gate build by part",
                              "decide_gate_parts.json", gate_parts),
                             ("ONE_PASS_LONGEST_FIRST", "decide_longest_first.json",
                              longest_first),
