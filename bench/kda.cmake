@@ -7,10 +7,12 @@ if(SP_HAVE_CUDA)
     target_compile_options(${b} PRIVATE $<$<COMPILE_LANGUAGE:C>:${SP_WARNINGS}>)
     target_include_directories(${b} PRIVATE ${PROJECT_SOURCE_DIR}/src) # the plan (kda/plan.h)
   endforeach()
-  # bench_kda --probe: the one-pass kernel's timing probes, built here only
-  # (sm_90a, as the library's kernel: cmake/cuda_arch.cmake).
+  # bench_kda --probe: the one-pass kernel's timing probes, built here only,
+  # for Hopper and later (sm_90a, as the library's kernel: cmake/cuda_arch.cmake;
+  # on an older GPU a probe's launch fails and bench_kda says so).
   target_sources(bench_kda PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/kda_probe.cu)
-  set_source_files_properties(${CMAKE_CURRENT_SOURCE_DIR}/kda_probe.cu PROPERTIES SP_CUDA_SM90A ON)
+  set_source_files_properties(${CMAKE_CURRENT_SOURCE_DIR}/kda_probe.cu PROPERTIES SP_CUDA_SM90A ON
+    SP_CUDA_MIN_ARCH 90)
   target_compile_options(bench_kda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo>)
   sp_cuda_architectures(bench_kda)
 endif()

@@ -12,20 +12,22 @@
 #include "kda/cuda/chunked_kernel.cuh"
 
 /* bench_kda's probe side for the every-gate build with the call's gate form
- * and g dtype fixed at compile time (chunk_k.cuh, any_fixed). */
+ * and g dtype fixed at compile time (chunk_k.cuh, any_fixed); the wgmma
+ * build's, as the factored-only probe (the probes of the every-gate build
+ * are for Hopper's one-wave shapes, where the plan takes that build). */
 enum { PROBE_FIXED_FORMS = 16 };
 static cudaError_t launch_fixed(const kda_params *p, const sp_kda_plan *plan, cudaStream_t s) {
     const int g32 = p->g_f32 != 0;
     switch (p->gate) {
     case SP_KDA_GATE_LOWER_BOUND:
-        return g32 ? launch_one_pass<0, any_fixed(0, 1)>(p, plan->splits, plan->wgmma, s)
-                   : launch_one_pass<0, any_fixed(0, 0)>(p, plan->splits, plan->wgmma, s);
+        return g32 ? launch_one_pass_build<0, 1, any_fixed(0, 1)>(p, plan->splits, s)
+                   : launch_one_pass_build<0, 1, any_fixed(0, 0)>(p, plan->splits, s);
     case SP_KDA_GATE_SOFTPLUS:
-        return g32 ? launch_one_pass<0, any_fixed(1, 1)>(p, plan->splits, plan->wgmma, s)
-                   : launch_one_pass<0, any_fixed(1, 0)>(p, plan->splits, plan->wgmma, s);
+        return g32 ? launch_one_pass_build<0, 1, any_fixed(1, 1)>(p, plan->splits, s)
+                   : launch_one_pass_build<0, 1, any_fixed(1, 0)>(p, plan->splits, s);
     default:
-        return g32 ? launch_one_pass<0, any_fixed(2, 1)>(p, plan->splits, plan->wgmma, s)
-                   : launch_one_pass<0, any_fixed(2, 0)>(p, plan->splits, plan->wgmma, s);
+        return g32 ? launch_one_pass_build<0, 1, any_fixed(2, 1)>(p, plan->splits, s)
+                   : launch_one_pass_build<0, 1, any_fixed(2, 0)>(p, plan->splits, s);
     }
 }
 
@@ -41,19 +43,17 @@ extern "C" int bench_kda_probe(const sp_kda_args *a, const sp_kda_plan *plan, in
     if (sp_kda_check_(a, 1, &d) != SP_OK) return -1;
     kda_params p = sp_kda_cuda_params_(a, &d);
     p.any_gate = plan->every_gate;
-    if (side == ONE_PASS_PROBE_FACTORED && !p.any_gate) {
-        sp_set_error_(SP_ERR_INVALID_ARGUMENT, "the factored-only probe is of the every-gate build");
+    if ((side == ONE_PASS_PROBE_FACTORED || side == PROBE_FIXED_FORMS) &&
+        (!p.any_gate || !plan->wgmma)) {
+        sp_set_error_(SP_ERR_INVALID_ARGUMENT,
+                      "the factored-only and fixed-form probes are of the every-gate wgmma build");
         return -1;
     }
     cudaError_t e;
-    if (side == PROBE_FIXED_FORMS) {
-        if (!p.any_gate) {
-            sp_set_error_(SP_ERR_INVALID_ARGUMENT, "the fixed-form probe is of the every-gate build");
-            return -1;
-        }
+    if (side == PROBE_FIXED_FORMS)
         e = launch_fixed(&p, plan, s);
-    } else if (side == ONE_PASS_PROBE_FACTORED)
-        e = launch_one_pass<ONE_PASS_PROBE_FACTORED, 1>(&p, plan->splits, plan->wgmma, s);
+    else if (side == ONE_PASS_PROBE_FACTORED)
+        e = launch_one_pass_build<ONE_PASS_PROBE_FACTORED, 1, 1>(&p, plan->splits, s);
     else if (side == ONE_PASS_PROBE_V)
         e = p.any_gate ? launch_one_pass<ONE_PASS_PROBE_V, 1>(&p, plan->splits, plan->wgmma, s)
                        : launch_one_pass<ONE_PASS_PROBE_V, 0>(&p, plan->splits, plan->wgmma, s);

@@ -433,22 +433,26 @@ static __global__ void __launch_bounds__(one_pass_traits<WGMMA>::THREADS, 1)
     if (is_v && L > 0) state_store(p.state, p.state_bf16, sq.slot_base, vrow, 0, q, S, DIM / 8);
 }
 
-/* One launch of the PROBE instance of the build `wgmma` (gates ANY) with
+/* One launch of the PROBE instance of the build WGMMA (gates ANY) with
  * `splits` blocks per (sequence, head); the current device must be the
  * tensors'. */
-template <int PROBE, int ANY>
-static cudaError_t launch_one_pass(const kda_params *p, int splits, int wgmma,
-                                   cudaStream_t stream) {
-    const void *kernel = wgmma ? (const void *)kda_chunked_kernel<PROBE, 1, ANY>
-                               : (const void *)kda_chunked_kernel<PROBE, 0, ANY>;
-    const int smem = (int)(wgmma ? one_pass_launch_smem<PROBE, 1>()
-                                 : one_pass_launch_smem<PROBE, 0>());
-    static_assert(one_pass_traits<0>::THREADS == one_pass_traits<1>::THREADS, "one block size");
+template <int PROBE, int WGMMA, int ANY>
+static cudaError_t launch_one_pass_build(const kda_params *p, int splits, cudaStream_t stream) {
+    const void *kernel = (const void *)kda_chunked_kernel<PROBE, WGMMA, ANY>;
+    const int smem = (int)one_pass_launch_smem<PROBE, WGMMA>();
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
     void *params[] = {(void *)p, &splits};
     return cudaLaunchKernel(kernel, dim3((unsigned)(p->N * p->H * splits)),
-                            dim3(one_pass_traits<0>::THREADS), params, (size_t)smem, stream);
+                            dim3(one_pass_traits<WGMMA>::THREADS), params, (size_t)smem, stream);
+}
+
+/* The same, the build `wgmma` chosen at run time (the plan's). */
+template <int PROBE, int ANY>
+static cudaError_t launch_one_pass(const kda_params *p, int splits, int wgmma,
+                                   cudaStream_t stream) {
+    return wgmma ? launch_one_pass_build<PROBE, 1, ANY>(p, splits, stream)
+                 : launch_one_pass_build<PROBE, 0, ANY>(p, splits, stream);
 }
 
 #endif /* SP_KDA_CUDA_CHUNKED_KERNEL_CUH */
