@@ -127,6 +127,9 @@ decide_gate_parts() { # CHUNKED_EVERY_GATE: where the every-gate one-pass build'
         kda --kernels chunked --shape $s --probe $p --gate $g --json "$out/decide_gate_parts.json" || return
       done
     done
+    for p in g g.f g.s g.s g.f g; do # the every-gate build on K3's inputs
+      kda --kernels chunked --shape $s --probe $p --every-gate --json "$out/decide_gate_parts.json" || return
+    done
   done
 }
 decide_longest_first() { # ONE_PASS_LONGEST_FIRST: on unequal batches, and its cost on equal ones

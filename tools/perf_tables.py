@@ -126,7 +126,9 @@ def gate_parts(rows):  # CHUNKED_EVERY_GATE: the every-gate one-pass build's tim
             continue
         for name, test in parts:
             if test(r.get("probe", "")):
-                key = (tth(r), r["gate"], name)
+                gate = r["gate"] + (" (every-gate build)" if r["gate"] == "lower_bound"
+                                    and r.get("every_gate") else "")
+                key = (tth(r), gate, name)
                 ms[key].append(r["ms"])
                 err[key] = r.get("o_rel_err_vs_recurrent")
     out = ["| T/H/N | gate | " + " | ".join(f"{n} ms" for n, _ in parts) + " |",
