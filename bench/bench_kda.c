@@ -84,10 +84,10 @@ static struct {
     int32_t gate;   /* sp_kda_gate */
     int g_f32;      /* the log-decay g in f32 */
     int every_gate; /* the chunked kernels' every-gate builds whatever the forms */
-    unsigned kernels; /* which of the kernels to time (bit k: kernels[k]; --kernels) */
+    unsigned kernels; /* which kernels to time (bit k: kernel_order[k]; --kernels) */
     int unequal;    /* unequal sequence lengths */
     int longest_first; /* the one-pass kernel's longest-first block order */
-} opts = {-1, 0, 0, 0, 0, SP_KDA_GATE_LOWER_BOUND, 0, 0, ~0u, 0, 0};
+} opts = {.build = -1, .gate = SP_KDA_GATE_LOWER_BOUND, .kernels = ~0u};
 static const char *const gate_names[] = {"lower_bound", "softplus", "log_decay", "log_decay_f32"};
 
 /* Dense inputs for T tokens, H heads, N equal sequences (the last takes the
@@ -292,6 +292,7 @@ static const char *kernel_name(int32_t k) { return sp_kda_kernel_name((sp_kda_ke
 static const int32_t kernel_order[] = {SP_KDA_KERNEL_RECURRENT, SP_KDA_KERNEL_CHUNKED,
                                        SP_KDA_KERNEL_CHUNKED_TWO_PASS, SP_KDA_KERNEL_DECODE,
                                        SP_KDA_KERNEL_AUTO};
+enum { NK = sizeof kernel_order / sizeof *kernel_order };
 
 static int wgmma_available(void) {
     const sp_cuda_device *d;
@@ -381,7 +382,7 @@ int main(int argc, char **argv) {
             snprintf(list, sizeof list, "%s", argv[i + 1]);
             for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
                 int found = 0;
-                for (int k = 0; k < (int)(sizeof kernel_order / sizeof *kernel_order); k++)
+                for (int k = 0; k < NK; k++)
                     if (strcmp(tok, kernel_name(kernel_order[k])) == 0) opts.kernels |= 1u << k, found = 1;
                 if (!found) {
                     fprintf(stderr, "--kernels takes recurrent, chunked, chunked_two_pass, decode, auto\n");
@@ -466,8 +467,6 @@ int main(int argc, char **argv) {
                   {512, 96, 512, 0, 0},
                   {2048, 96, 512, 0, 0}};
     static const sp_dtype states[] = {SP_F32, SP_BF16};
-    enum { NK = 5 };
-    const int32_t *const kernels = kernel_order;
     char table[160][160];
     int rows = 0;
     /* --shape outside the table: it alone, in the first row's place. */
@@ -489,9 +488,9 @@ int main(int argc, char **argv) {
             for (int k = 1; k < NK; k++) {
                 c[k] = c[0]; /* the same inputs; the state pool is rewritten each run alike */
                 c[k].nbufs = 0; /* freed once, through c[0] */
-                c[k].a.kernel = kernels[k];
+                c[k].a.kernel = kernel_order[k];
             }
-            c[0].a.kernel = kernels[0];
+            c[0].a.kernel = kernel_order[0];
             /* The two-pass kernel and AUTO get the workspace the library
              * asks for, as the boundary gives it. */
             size_t ws_bytes = 0;
@@ -511,12 +510,12 @@ int main(int argc, char **argv) {
             }
             const size_t n = (size_t)(c[0].T * c[0].H * D);
             void *s_rec = NULL;
-            uint16_t *o_rec = run_once(&c[0], kernels[0], s, &s_rec);
+            uint16_t *o_rec = run_once(&c[0], kernel_order[0], s, &s_rec);
             double err[NK] = {0}, serr[NK] = {0};
             for (int k = 1; k < NK - 1; k++) {
                 if (!(opts.kernels >> k & 1)) continue;
                 void *s_k = NULL;
-                uint16_t *o_k = run_once(&c[k], kernels[k], s, &s_k);
+                uint16_t *o_k = run_once(&c[k], kernel_order[k], s, &s_k);
                 err[k] = rel_err(o_k, o_rec, n);
                 serr[k] = state_rel_err(s_k, s_rec, c[0].state_bytes, states[si]);
                 free(o_k), free(s_k);
@@ -537,22 +536,22 @@ int main(int argc, char **argv) {
                 bench_json_begin(&j);
                 bench_json_str(&j, "bench", "kda_prefill");
                 bench_json_str(&j, "device", name);
-                bench_json_str(&j, "kernel", kernel_name(kernels[k]));
+                bench_json_str(&j, "kernel", kernel_name(kernel_order[k]));
                 bench_json_str(&j, "gate", gate_name);
                 /* the chunked kernels' build (every-gate forced, or for forms other than
                  * K3's) and the one-pass kernel's block order, as run */
-                const int chunked = kernels[k] == SP_KDA_KERNEL_CHUNKED ||
-                                    kernels[k] == SP_KDA_KERNEL_CHUNKED_TWO_PASS;
+                const int chunked = kernel_order[k] == SP_KDA_KERNEL_CHUNKED ||
+                                    kernel_order[k] == SP_KDA_KERNEL_CHUNKED_TWO_PASS;
                 if (chunked)
                     bench_json_int(&j, "every_gate",
                                    opts.every_gate || opts.gate != SP_KDA_GATE_LOWER_BOUND);
                 bench_json_int(&j, "unequal", opts.unequal && shapes[i].N > 1);
-                if (kernels[k] == SP_KDA_KERNEL_CHUNKED)
+                if (kernel_order[k] == SP_KDA_KERNEL_CHUNKED)
                     bench_json_int(&j, "longest_first",
                                    opts.longest_first && shapes[i].N <= SP_KDA_LONGEST_FIRST_MAX_N);
-                if (kernels[k] == SP_KDA_KERNEL_AUTO)
+                if (kernel_order[k] == SP_KDA_KERNEL_AUTO)
                     bench_json_str(&j, "auto_chose", kernel_name(chosen));
-                if (kernels[k] == SP_KDA_KERNEL_DECODE) /* 0: the plan's */
+                if (kernel_order[k] == SP_KDA_KERNEL_DECODE) /* 0: the plan's */
                     bench_json_int(&j, "decode_rows", opts.decode_rows);
                 bench_json_int(&j, "T", shapes[i].T);
                 bench_json_int(&j, "H", shapes[i].H);
@@ -575,9 +574,9 @@ int main(int argc, char **argv) {
                     bench_json_num(&j, "o_rel_err_vs_recurrent", err[k]);
                     bench_json_num(&j, "state_rel_err_vs_recurrent", serr[k]);
                 }
-                if (kernels[k] == SP_KDA_KERNEL_CHUNKED || kernels[k] == SP_KDA_KERNEL_AUTO)
+                if (kernel_order[k] == SP_KDA_KERNEL_CHUNKED || kernel_order[k] == SP_KDA_KERNEL_AUTO)
                     bench_json_int(&j, "wgmma_build_available", wgmma_available());
-                if (kernels[k] == SP_KDA_KERNEL_CHUNKED && probe)
+                if (kernel_order[k] == SP_KDA_KERNEL_CHUNKED && probe)
                     bench_json_str(&j, "probe", probes[probe].what);
                 if (k >= 2) bench_json_int(&j, "workspace_bytes", (int64_t)ws_bytes);
                 if (k >= 2 && tp_records) {
@@ -590,9 +589,9 @@ int main(int argc, char **argv) {
                              "%6lld %3lld %3lld %-4s %-16s %8.3f %6.2f %8.1e %8.1e  %s",
                              (long long)shapes[i].T,
                              (long long)shapes[i].H, (long long)shapes[i].N,
-                             sp_dtype_name(states[si]), kernel_name(kernels[k]), st[k].median_ms,
+                             sp_dtype_name(states[si]), kernel_name(kernel_order[k]), st[k].median_ms,
                              shapes[i].fla_ms > 0 ? st[k].median_ms / shapes[i].fla_ms : 0.0,
-                             err[k], serr[k], kernels[k] == SP_KDA_KERNEL_AUTO ? kernel_name(chosen) : "");
+                             err[k], serr[k], kernel_order[k] == SP_KDA_KERNEL_AUTO ? kernel_name(chosen) : "");
             }
             BENCH_CU(cudaFree(ws));
             free_case(&c[0]);
