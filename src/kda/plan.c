@@ -28,9 +28,8 @@
 #define CHUNKED_MIN_MEAN_TOKENS 8
 
 /* AUTO sends decode and verify calls (above) to the decode kernel where it
- * serves them: 1.44-1.70 times the recurrent kernel's speed over the
- * decode grid at one token a sequence (docs/TUNING.md, "DECODE_AUTO"; 0:
- * the recurrent kernel). */
+ * serves them, faster than the recurrent kernel over the decode grid
+ * (docs/TUNING.md, "DECODE_AUTO"; 0: the recurrent kernel). */
 #define DECODE_AUTO 1
 
 /* The head share is 1 - HEAD_K free / pairs, at least HEAD_MIN; above
