@@ -386,20 +386,23 @@ def chunk_kda(q, k, v, g, beta, scale: Optional[float] = None, initial_state=Non
     return o, (pool if state_v_first else pool.transpose(-1, -2).contiguous())
 
 
-def _as_is_served(q, k, v, g, beta, A_log, dt_bias, scale, use_qk_l2norm_in_kernel,
-                  use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval, lower_bound):
-    """Whether the fast paths (_chunk_as_is, _decode_as_is) may hand a call
-    to the library as it comes: what the library would take but the drop-in
-    refuses or treats its own way is not there (q . k normalization off,
-    A_log or dt_bias absent, a scale of 0, neg-eigval betas without the
-    sigmoid, a lower bound outside [-5, 0), an input that requires grad)."""
-    return not (not use_qk_l2norm_in_kernel or A_log is None or dt_bias is None
-                or (scale is not None and scale == 0)
-                or (allow_neg_eigval and not use_beta_sigmoid_in_kernel)
-                or (use_gate_in_kernel and lower_bound is not None
-                    and not -5 <= lower_bound < 0)
-                or q.requires_grad or k.requires_grad or v.requires_grad or g.requires_grad
-                or beta.requires_grad or A_log.requires_grad or dt_bias.requires_grad)
+def _as_is_forms(q, k, v, g, beta, A_log, dt_bias, scale, use_qk_l2norm_in_kernel,
+                 use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval, lower_bound):
+    """The fast paths' (_chunk_as_is, _decode_as_is) gate, bound and beta
+    form (_forms), or None where they may not hand the call to the library
+    as it comes: what the library would take but the drop-in refuses or
+    treats its own way (q . k normalization off, A_log or dt_bias absent, a
+    scale of 0, neg-eigval betas without the sigmoid, a lower bound outside
+    [-5, 0), an input that requires grad). One function, for host time."""
+    if (not use_qk_l2norm_in_kernel or A_log is None or dt_bias is None
+            or (scale is not None and scale == 0)
+            or q.requires_grad or k.requires_grad or v.requires_grad or g.requires_grad
+            or beta.requires_grad or A_log.requires_grad or dt_bias.requires_grad):
+        return None
+    if ((allow_neg_eigval and not use_beta_sigmoid_in_kernel)
+            or (use_gate_in_kernel and lower_bound is not None and not -5 <= lower_bound < 0)):
+        return None
+    return _forms(use_gate_in_kernel, lower_bound, use_beta_sigmoid_in_kernel, allow_neg_eigval)
 
 
 def _chunk_as_is(q, k, v, g, beta, A_log, dt_bias, initial_state, scale, output_final_state,
@@ -411,33 +414,38 @@ def _chunk_as_is(q, k, v, g, beta, A_log, dt_bias, initial_state, scale, output_
     it comes, the library's checks standing for the drop-in's where they are
     the same (q, k, v, g bf16 [1, T, H, 128], g fp32 only as a log-decay,
     beta [1, T, H], A_log and dt_bias fp32 [H] and [H * 128], cu_seqlens a
-    dense int32 or int64 [N + 1], every tensor on q's device). Checked here
-    what the library would take and the drop-in refuses or treats its own
-    way. (o, final_state) as chunk_kda returns them, or None where the full
-    path must run: an option or input this path does not take, or a call
-    the library refused, nothing written (the full path names the option
-    fla's way or converts what it converts)."""
+    dense int32 or int64 [N + 1], every tensor on q's device, q, k, v, g
+    read where they lie). Checked here what the library would take and the
+    drop-in refuses or treats its own way. (o, final_state) as chunk_kda
+    returns them, or None where the full path must run: an option or input
+    this path does not take, or a call the library refused, nothing written
+    (the full path names the option fla's way or converts what it
+    converts)."""
     import torch
-    if (not _as_is_served(q, k, v, g, beta, A_log, dt_bias, scale, use_qk_l2norm_in_kernel,
-                          use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval,
-                          lower_bound)
-            or (use_gate_in_kernel and lower_bound is None and safe_gate)
-            or q.dim() != 4 or cu_seqlens.dim() != 1 or cu_seqlens.shape[0] < 1):
+    forms = _as_is_forms(q, k, v, g, beta, A_log, dt_bias, scale, use_qk_l2norm_in_kernel,
+                         use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval,
+                         lower_bound)
+    shape = q.shape
+    if (forms is None or (safe_gate and forms[0] == _SOFTPLUS) or len(shape) != 4
+            or cu_seqlens.dim() != 1):
         return None
     N, dev = cu_seqlens.shape[0] - 1, q.device
+    if N < 0:
+        return None
     if initial_state is None:
-        pool = torch.zeros(N, q.shape[2], HEAD_DIM, HEAD_DIM, dtype=torch.float32, device=dev)
+        pool = torch.zeros(N, shape[2], HEAD_DIM, HEAD_DIM, dtype=torch.float32, device=dev)
     elif (initial_state.requires_grad or initial_state.dtype != torch.float32
           or initial_state.dim() != 4 or initial_state.shape[0] != N):
         return None
     else:  # a V-first copy (the call writes the final states where it read the initial ones)
         pool = (initial_state if state_v_first else initial_state.transpose(-1, -2)).clone(
             memory_format=torch.contiguous_format)
-    o = torch.empty(1, q.shape[1], q.shape[2], HEAD_DIM, dtype=torch.bfloat16, device=dev)
+    o = torch.empty(1, shape[1], shape[2], HEAD_DIM, dtype=torch.bfloat16, device=dev)
     try:
-        _prefill((q, k, v, g), beta, A_log, dt_bias, cu_seqlens, pool, _slots(N, dev), o,
-                 _forms(use_gate_in_kernel, lower_bound, use_beta_sigmoid_in_kernel,
-                        allow_neg_eigval), _scale(scale))
+        _native.kda_prefill((q, k, v, g, beta, A_log, dt_bias, cu_seqlens, pool, _slots(N, dev),
+                             o, None, None, None, None), forms[0], forms[1],
+                            _DEFAULT_SCALE if scale is None else float(scale), 0, _KERNEL_AUTO,
+                            None, forms[2])
     except StridepackError:
         return None
     if not output_final_state:
@@ -522,10 +530,10 @@ def _decode_as_is(q, k, v, g, beta, A_log, dt_bias, pool, scale, cu_seqlens, ssm
     a call the library refused (nothing written then; the full path names
     the option fla's way, or converts what it converts)."""
     import torch
-    if (not _as_is_served(q, k, v, g, beta, A_log, dt_bias, scale, use_qk_l2norm_in_kernel,
-                          use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval,
-                          lower_bound)
-            or pool.requires_grad):
+    forms = _as_is_forms(q, k, v, g, beta, A_log, dt_bias, scale, use_qk_l2norm_in_kernel,
+                         use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval,
+                         lower_bound)
+    if forms is None or pool.requires_grad:
         return None
     if out is None:
         o = torch.zeros(v.shape, dtype=torch.bfloat16, device=v.device)
@@ -534,9 +542,10 @@ def _decode_as_is(q, k, v, g, beta, A_log, dt_bias, pool, scale, cu_seqlens, ssm
     else:
         return None
     try:
-        _prefill((q, k, v, g), beta, A_log, dt_bias, cu_seqlens, pool, ssm_state_indices, o,
-                 _forms(use_gate_in_kernel, lower_bound, use_beta_sigmoid_in_kernel,
-                        allow_neg_eigval), _scale(scale), num_accepted_tokens)
+        _native.kda_prefill((q, k, v, g, beta, A_log, dt_bias, cu_seqlens, pool,
+                             ssm_state_indices, o, None, None, None, num_accepted_tokens),
+                            forms[0], forms[1], _DEFAULT_SCALE if scale is None else float(scale),
+                            0, _KERNEL_AUTO, None, forms[2])
     except StridepackError:
         return None
     return o
