@@ -40,6 +40,9 @@ each drop-in arm against the call it wraps.
 
 Run (GPU): PYTHONPATH=build/python python3 bench/bench_python.py --json out.json
            (--device cpu for a smoke run without a GPU)
+--wrappers-only: after the checks, the library's KDA call is replaced by a
+no-op, so that the KDA arms time only the Python and torch work around it
+(the drop-in's own cost, on any machine; the pack arms are unchanged).
 """
 
 import argparse
@@ -179,6 +182,8 @@ def main():
     ap.add_argument("--heads", type=int, default=96)
     ap.add_argument("--calls", type=int, default=3000)
     ap.add_argument("--warmup", type=int, default=300)
+    ap.add_argument("--wrappers-only", action="store_true",
+                    help="time the KDA arms with the library call a no-op (see above)")
     args = ap.parse_args()
     dev = torch.device(args.device)
     if dev.type == "cuda" and (not torch.cuda.is_available() or not stridepack.cuda_available()):
@@ -218,6 +223,8 @@ def main():
         sys.exit("inputs_dense: a dense input did not come back as itself")
     if stridepack.copy_pass_count() != passes:
         sys.exit("pack_dense or inputs_dense launched a copy")
+    if args.wrappers_only:
+        stridepack._native.kda_prefill = lambda *a: None
     single = single_us(arms, args.calls, sync)
     row = {name: round(in_a_row_us(fn, args.calls, args.warmup, sync), 2)
            for name, fn in arms.items()}
@@ -227,12 +234,13 @@ def main():
             "commit": os.environ.get("SP_COMMIT", "unknown"),
             "command": "PYTHONPATH=<build>/python python3 bench/bench_python.py "
                        + " ".join(sys.argv[1:]),
-            "T": T, "H": H, "calls": args.calls,
+            "T": T, "H": H, "calls": args.calls, "wrappers_only": args.wrappers_only,
             "direct_reads": stridepack._native.direct_reads(),
             "timing": "host_us: least median of 5 interleaved rounds of single calls, the device idle "
                       "before each; "
                       "in_a_row_us: calls back to back, synchronized at both ends"}
-    print(f"{meta['device']}, T={T}, H={H}, {args.calls} calls; us per call")
+    print(f"{meta['device']}, T={T}, H={H}, {args.calls} calls; us per call"
+          + (" (KDA arms: the library call a no-op)" if args.wrappers_only else ""))
     print(f"  {'arm':15s} {'host_us':>8s} {'in a row':>9s}")
     for name in arms:
         print(f"  {name:15s} {single[name]:8.2f} {row[name]:9.2f}")
