@@ -203,6 +203,25 @@ def import_fla_op(module, name):
     return getattr(importlib.import_module(module), name)
 
 
+def fla_without_autotuning():
+    """For tests, before fla is imported: every Triton autotuner built from
+    then on keeps only the first of its configs, so each of fla's kernel
+    specializations compiles once instead of once per config and is not
+    benchmarked against the others (a test grid over fla's options would
+    otherwise spend many minutes compiling). fla's arithmetic is unchanged;
+    only its tiling is fixed. Never for timing: the benchmark arms keep
+    fla's own autotuning."""
+    from triton.runtime import autotuner
+    init = autotuner.Autotuner.__init__
+    if getattr(init, "sp_first_config_only", False):
+        return
+
+    def first_config_only(self, fn, arg_names, configs, *args, **kwargs):
+        init(self, fn, arg_names, list(configs)[:1], *args, **kwargs)
+    first_config_only.sp_first_config_only = True
+    autotuner.Autotuner.__init__ = first_config_only
+
+
 def import_stridepack():
     import stridepack
     if not stridepack.kda_available():
@@ -822,6 +841,35 @@ def self_test():
             want = torch.float32 if gate == "log_decay" else torch.bfloat16
             assert y["g"].dtype == want and y["g"].max().item() <= 0
             assert (y["g"] == -60).any()
+    # fla_without_autotuning on a stand-in for Triton's autotuner module.
+    names = ("triton", "triton.runtime", "triton.runtime.autotuner")
+    saved = {m: sys.modules.get(m) for m in names}
+    tuner = types.ModuleType(names[2])
+
+    class Autotuner:
+        def __init__(self, fn, arg_names, configs, key, *args, **kwargs):
+            self.configs = configs
+
+    class Cached(Autotuner):  # as fla's subclass calls it
+        def __init__(self, fn, arg_names, configs, key, reset, restore, **kwargs):
+            super().__init__(fn, arg_names, configs, key, reset, restore, **kwargs)
+    tuner.Autotuner = Autotuner
+    runtime = types.ModuleType(names[1])
+    runtime.autotuner = tuner
+    top = types.ModuleType(names[0])
+    top.runtime = runtime
+    sys.modules.update(zip(names, (top, runtime, tuner)))
+    try:
+        fla_without_autotuning()
+        fla_without_autotuning()  # a second call changes nothing
+        assert Autotuner(None, [], ["a", "b", "c"], []).configs == ["a"]
+        assert Cached(None, [], ("a", "b"), [], None, None, pre_hook=None).configs == ["a"]
+    finally:
+        for m, mod in saved.items():
+            if mod is None:
+                sys.modules.pop(m, None)
+            else:
+                sys.modules[m] = mod
     print("self-test passed")
     return 0
 

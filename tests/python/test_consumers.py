@@ -57,6 +57,7 @@ def load_consumer():
                 return o, fs
             return call, None
         if CONSUMER == "fla":
+            ka.fla_without_autotuning()  # compile time (see kda_anchors); fla's arithmetic
             chunk_kda = ka.import_fla()
 
             def call(x, q, k, v, g, beta, state0):

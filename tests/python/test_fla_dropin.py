@@ -9,8 +9,10 @@ float64 recurrence (fla's chunk_kda about 4e-3 in o and 2.8e-3 in the final
 state, stridepack's chunked kernels 3e-3 and 2.4e-3; the recurrent kernels
 fp32), so the drop-in and fla are compared with the sum of the two bounds.
 
-fla is imported from $SP_ANCHOR_DIR/fla as in bench/kda_anchors.py; exits 77
-without torch, CUDA, stridepack's CUDA backend, or fla's sources.
+fla is imported from $SP_ANCHOR_DIR/fla as in bench/kda_anchors.py, its
+Triton autotuners cut to their first config (kda_anchors.fla_without_autotuning:
+fla's arithmetic, one tiling, each kernel compiled once); exits 77 without
+torch, CUDA, stridepack's CUDA backend, or fla's sources.
 
 Run: SP_ANCHOR_DIR=... PYTHONPATH=<build>/python python3 tests/python/test_fla_dropin.py
 """
@@ -36,6 +38,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
 import kda_anchors as ka  # noqa: E402
 
 try:
+    ka.fla_without_autotuning()  # compile time: fla's kernels with their first config
     fla_chunk = ka.import_fla_op("fla.ops.kda.chunk", "chunk_kda")
     fla_recurrent_fwd = ka.import_fla_op("fla.ops.kda.fused_recurrent", "fused_recurrent_kda_fwd")
     fla_recurrent = ka.import_fla_op("fla.ops.kda.fused_recurrent", "fused_recurrent_kda")
