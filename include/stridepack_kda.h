@@ -169,7 +169,11 @@ typedef struct sp_kda_args {
 
     /* State pool [slots, H, 128, 128], f32 or bf16, V-first: element
      * [slot, h, j, d] holds S[d][j]. Dims 1..3 dense; the slot pitch
-     * strides[0] may be padded (>= H*128*128). state_indices i32 or i64
+     * strides[0] may be padded (>= H*128*128). A K-first pool (fla's
+     * default layout: [slots, H, K, V], element [slot, h, d, j] holds
+     * S[d][j]) is passed as its transpose, the same shape with strides
+     * (pitch, 128*128, 1, 128): every kernel reads and writes it where it
+     * lies, with the same results. state_indices i32 or i64
      * [N], dense: sequence n reads its initial state from slot
      * state_indices[n], in [0, slots), and writes its final state back
      * there; entries in [0, slots) are distinct. A negative entry marks a
@@ -199,7 +203,8 @@ typedef struct sp_kda_args {
     /* Optional checkpoints. With checkpoint_interval = n > 0, sequence i of
      * length L writes floor(L / n) states, the state after each complete
      * interval, to rows checkpoint_cu_starts[i], +1, ... of `checkpoints`
-     * [C, H, 128, 128] (dense, the state's dtype, same V-first layout).
+     * [C, H, 128, 128] (dense, the state's dtype, V-first whatever the
+     * pool's layout).
      * checkpoint_cu_starts i64 or i32 [N + 1], dense: cu_starts[0] >= 0,
      * cu_starts[i+1] - cu_starts[i] >= floor(L_i / n), cu_starts[N] <= C.
      * With interval 0 both tensors must be left unset (all zero, as

@@ -77,7 +77,9 @@ def kda_prefill(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Arra
     scale: multiplies the normalized q (0: 128 ** -0.5).
     cu_seqlens: int64 or int32 [N + 1] (fla's cu_seqlens, vLLM's
     query_start_loc). state: fp32 or bf16 [slots, H, 128, 128], V-first
-    (element [s, h, j, d] holds S[d][j]), slot pitch may be padded;
+    (element [s, h, j, d] holds S[d][j]), slot pitch may be padded; a
+    K-first pool ([slots, H, K, V], fla's default) as its transpose,
+    pool.transpose(-1, -2): read and written where it lies;
     state_indices: int32 or int64 [N]: sequence n starts from slot
     state_indices[n] and leaves its final state there (slots distinct); a
     negative entry marks a padded sequence, skipped: nothing read or

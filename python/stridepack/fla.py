@@ -144,9 +144,16 @@ def _scale(scale):
     return _DEFAULT_SCALE if scale is None else float(scale)
 
 
+def _pool(state, state_v_first):
+    """A pool in fla's layout as the library takes it: itself (V-first,
+    [slots, H, V, K]) or its transpose (fla's default K-first [slots, H, K,
+    V]), a view the library reads and writes where the states lie."""
+    return state if state_v_first else state.transpose(-1, -2)
+
+
 def _prefill(x, beta, A_log, dt_bias, cu, pool, idx, o, forms, scale, acc=None):
     """kda_prefill's eager call, the gate and beta codes already looked up
-    (forms, from _forms): q, k, v, g = x on the V-first pool by idx (slots
+    (forms, from _forms): q, k, v, g = x on the pool (_pool) by idx (slots
     [N], or a verify table with acc, num_accepted_tokens) into o. Where the
     library does not read an input's rows where they lie it refuses the
     call, nothing written; those inputs are then made dense and the call
@@ -295,7 +302,7 @@ class _Call:
         return _refuse(self.call, option, value, why)
 
     def run(self, pool, state_indices, o, scale, num_accepted_tokens=None):
-        """kda_prefill on the V-first pool [slots, H, 128, 128] by
+        """kda_prefill on the pool [slots, H, 128, 128] (_pool) by
         state_indices (int32 or int64 [N], or a verify table [N, W] with
         num_accepted_tokens) into o [1, B T, H, 128]."""
         if scale is not None and scale == 0:  # the library's 0 means its default
@@ -370,20 +377,16 @@ def chunk_kda(q, k, v, g, beta, scale: Optional[float] = None, initial_state=Non
             raise ValueError(f"The number of initial states is expected to be equal to the number "
                              f"of input sequences, i.e., {N} rather than "
                              f"{initial_state.shape[0]}.")
-        # stridepack's pool is V-first, [slot, H, V, K]: a copy either way,
-        # since the call writes the final state where it read the initial one.
-        pool = (initial_state if state_v_first else initial_state.transpose(-1, -2)).contiguous()
-        if pool.data_ptr() == initial_state.data_ptr():
-            pool = pool.clone()
+        # A copy in the caller's layout (the call writes the final states
+        # where it read the initial ones), read where it lies.
+        pool = initial_state.clone(memory_format=torch.contiguous_format)
     else:
         pool = torch.zeros(N, H, HEAD_DIM, HEAD_DIM, dtype=torch.float32, device=c.dev)
     o = torch.empty(1, c.q.shape[1], H, HEAD_DIM, dtype=torch.bfloat16, device=c.dev)
-    c.run(pool, _slots(N, c.dev), o, scale)
+    c.run(_pool(pool, state_v_first), _slots(N, c.dev), o, scale)
     if c.B != 1:
         o = o.view(c.B, c.T, H, HEAD_DIM)
-    if not output_final_state:
-        return o, None
-    return o, (pool if state_v_first else pool.transpose(-1, -2).contiguous())
+    return o, (pool if output_final_state else None)
 
 
 def _as_is_forms(q, k, v, g, beta, A_log, dt_bias, scale, use_qk_l2norm_in_kernel,
@@ -410,7 +413,7 @@ def _chunk_as_is(q, k, v, g, beta, A_log, dt_bias, initial_state, scale, output_
                  use_beta_sigmoid_in_kernel, allow_neg_eigval, safe_gate, lower_bound):
     """chunk_kda as engines call it (cu_seqlens, A_log and dt_bias given, no
     option outside those named here), eager: the initial states copied to a
-    V-first pool of the call's own and the library's prefill on the rest as
+    pool of the call's own (their layout) and the library's prefill on the rest as
     it comes, the library's checks standing for the drop-in's where they are
     the same (q, k, v, g bf16 [1, T, H, 128], g fp32 only as a log-decay,
     beta [1, T, H], A_log and dt_bias fp32 [H] and [H * 128], cu_seqlens a
@@ -437,20 +440,18 @@ def _chunk_as_is(q, k, v, g, beta, A_log, dt_bias, initial_state, scale, output_
     elif (initial_state.requires_grad or initial_state.dtype != torch.float32
           or initial_state.dim() != 4 or initial_state.shape[0] != N):
         return None
-    else:  # a V-first copy (the call writes the final states where it read the initial ones)
-        pool = (initial_state if state_v_first else initial_state.transpose(-1, -2)).clone(
-            memory_format=torch.contiguous_format)
+    else:  # a copy (the call writes the final states where it read the initial ones)
+        pool = initial_state.clone(memory_format=torch.contiguous_format)
     o = torch.empty(1, shape[1], shape[2], HEAD_DIM, dtype=torch.bfloat16, device=dev)
     try:
-        _native.kda_prefill((q, k, v, g, beta, A_log, dt_bias, cu_seqlens, pool, _slots(N, dev),
-                             o, None, None, None, None), forms[0], forms[1],
+        _native.kda_prefill((q, k, v, g, beta, A_log, dt_bias, cu_seqlens,
+                             _pool(pool, state_v_first), _slots(N, dev), o, None, None, None,
+                             None), forms[0], forms[1],
                             _DEFAULT_SCALE if scale is None else float(scale), 0, _KERNEL_AUTO,
                             None, forms[2])
     except StridepackError:
         return None
-    if not output_final_state:
-        return o, None
-    return o, (pool if state_v_first else pool.transpose(-1, -2).contiguous())
+    return o, (pool if output_final_state else None)
 
 
 def fused_recurrent_kda_fwd(q, k, v, g, beta, A_log=None, dt_bias=None, initial_state=None,
@@ -466,7 +467,8 @@ def fused_recurrent_kda_fwd(q, k, v, g, beta, A_log=None, dt_bias=None, initial_
                             lower_bound: Optional[float] = None,
                             out=None, **kwargs) -> Tuple[Any, Any]:
     """fla's ``fused_recurrent_kda_fwd`` (the decode call engines make) on
-    stridepack's prefill, which runs its recurrent kernel for short sequences.
+    stridepack's prefill, which runs its decode kernel for short sequences
+    on CUDA.
 
     q, k, v, g, beta, A_log, dt_bias, the gates and the options as in
     ``chunk_kda`` (the lower bound without ``safe_gate``, as fla's recurrent
@@ -475,10 +477,9 @@ def fused_recurrent_kda_fwd(q, k, v, g, beta, A_log=None, dt_bias=None, initial_
     and, with ``inplace_final_state`` (the default), written back to slot
     ``ssm_state_indices[n]`` (int32 or int64 ``[N]``; a negative entry marks a
     padded sequence, skipped: its o rows are zero, no slot touched), or slot n
-    without indices. With ``state_v_first`` the pool is read and written in
-    place; otherwise the slots used are gathered, transposed and scattered
-    back (a copy each way; no synchronization either way, so CUDA graphs
-    capture it too). Without ``inplace_final_state``,
+    without indices, in place in either layout (the library reads a K-first
+    pool where it lies; no copy, no synchronization). Without
+    ``inplace_final_state``,
     ``output_final_state`` returns new final states ``[N, H, K, V]`` and the
     pool is not written. Returns ``(o, final_state)``: o bf16 ``[B, T, H,
     128]`` (``out`` when given: written where it lies when dense, its rows of
@@ -501,9 +502,10 @@ def fused_recurrent_kda_fwd(q, k, v, g, beta, A_log=None, dt_bias=None, initial_
                           state_v_first, cu_seqlens, ssm_state_indices, num_accepted_tokens,
                           use_qk_l2norm_in_kernel, use_gate_in_kernel,
                           use_beta_sigmoid_in_kernel, allow_neg_eigval, lower_bound, out, kwargs)
-    if (state_v_first and inplace_final_state and initial_state is not None
-            and cu_seqlens is not None and ssm_state_indices is not None and not kwargs):
-        o = _decode_as_is(q, k, v, g, beta, A_log, dt_bias, initial_state, scale, cu_seqlens,
+    if (inplace_final_state and initial_state is not None and cu_seqlens is not None
+            and ssm_state_indices is not None and not kwargs):
+        o = _decode_as_is(q, k, v, g, beta, A_log, dt_bias, _pool(initial_state, state_v_first),
+                          scale, cu_seqlens,
                           ssm_state_indices, num_accepted_tokens, use_qk_l2norm_in_kernel,
                           use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval,
                           lower_bound, out)
@@ -519,7 +521,7 @@ def fused_recurrent_kda_fwd(q, k, v, g, beta, A_log=None, dt_bias=None, initial_
 def _decode_as_is(q, k, v, g, beta, A_log, dt_bias, pool, scale, cu_seqlens, ssm_state_indices,
                   num_accepted_tokens, use_qk_l2norm_in_kernel, use_gate_in_kernel,
                   use_beta_sigmoid_in_kernel, allow_neg_eigval, lower_bound, out):
-    """An engine's decode call as it comes (a V-first pool written in place,
+    """An engine's decode call as it comes (a pool written in place, _pool,
     cu_seqlens and slot indices, A_log and dt_bias given), eager: the
     library's prefill on the arguments as they are, its checks standing for
     the drop-in's where they are the same (those of _chunk_as_is; the pool
@@ -619,67 +621,24 @@ def _recurrent(call, q, k, v, g, beta, A_log, dt_bias, initial_state, scale, out
         # Sequence n in a pool of the batch's own, at slot n; padded ones keep -1.
         local = torch.where(idx >= 0, torch.arange(N, dtype=idx.dtype, device=dev), idx)
         pool = torch.zeros(N, H, HEAD_DIM, HEAD_DIM, dtype=torch.float32, device=dev)
-        c.run(pool, local, o, scale)
-        final = None if not output_final_state else (
-            pool if state_v_first else pool.transpose(-1, -2).contiguous())
-    elif state_v_first and inplace_final_state:
-        c.run(initial_state, idx, o, scale, acc)
+        c.run(_pool(pool, state_v_first), local, o, scale)
+        final = pool if output_final_state else None
+    elif inplace_final_state:  # the pool read and written where it lies, either layout
+        c.run(_pool(initial_state, state_v_first), idx, o, scale, acc)
         final = initial_state
     else:
-        # The slots the call names, V-first and dense, as slots 0 .. of a
-        # pool of their own (negative entries keep their -1): a copy each
-        # way. Only the slots the call writes go back.
-        flat = idx.reshape(-1)
-        local = torch.where(flat >= 0, torch.arange(flat.numel(), dtype=idx.dtype, device=dev),
-                            flat).reshape(idx.shape)
-        used = flat.clamp(min=0).long()
-        rows = initial_state.index_select(0, used)
-        # New states (not in place) are fp32 whatever the pool, as fla's.
-        pool = (rows if state_v_first else rows.transpose(-1, -2)).to(
-            dtype=rows.dtype if inplace_final_state else torch.float32, copy=True,
-            memory_format=torch.contiguous_format)
-        c.run(pool, local, o, scale, acc)
-        back = pool if state_v_first else pool.transpose(-1, -2)
-        if inplace_final_state:
-            _scatter_back(initial_state, used, back, _written(idx, c.cu, table))
-            final = initial_state
-        else:
-            final = back.contiguous() if output_final_state else None
+        # New final states (fp32 whatever the pool, as fla's): the slots
+        # the call names copied as slots 0 .. of a pool of their own
+        # (negative entries keep their -1), the caller's pool not written.
+        local = torch.where(idx >= 0, torch.arange(N, dtype=idx.dtype, device=dev), idx)
+        pool = initial_state.index_select(0, idx.clamp(min=0).long()).to(
+            dtype=torch.float32, copy=True, memory_format=torch.contiguous_format)
+        c.run(_pool(pool, state_v_first), local, o, scale, acc)
+        final = pool if output_final_state else None
     if out is not None and o_full is not out:
         out.copy_(o_full)
         o_full = out
     return o_full, final
-
-
-def _scatter_back(pool, used, back, live):
-    """pool[used[e]] = back[e] for each entry e the call wrote (live), with
-    no synchronization (CUDA graphs): every entry is copied, an entry not
-    written carrying what its slot ends up holding (the row some written
-    entry puts there, else its own row as it was: back[e], which the call
-    did not write), so that entries naming the same slot copy the same
-    bytes. Written entries name distinct slots."""
-    import torch
-    slots, n = pool.shape[0], used.numel()
-    every = torch.arange(n, device=used.device)
-    spare = torch.full_like(used, slots)  # a bin past the pool for the entries not written
-    writer = torch.full((slots + 1,), -1, dtype=torch.int64, device=used.device).scatter_(
-        0, torch.where(live, used, spare), every)
-    w = writer.index_select(0, used)  # each entry: the entry writing its slot, or -1
-    pool.index_copy_(0, used, back.index_select(0, torch.where(w >= 0, w, every)))
-
-
-def _written(idx, cu, table):
-    """Which entries of the slot indices (flattened) a call writes: with one
-    slot a sequence every entry that is not negative; with a verify table
-    the columns of each sequence's tokens, in rows not padded (column 0 not
-    negative), where the entry is not negative."""
-    import torch
-    if not table:
-        return idx >= 0
-    N, W = idx.shape
-    lens = (cu[1:] - cu[:-1]).to(torch.int64)
-    cols = torch.arange(W, device=idx.device)[None, :]
-    return ((cols < lens[:, None]) & (idx[:, :1] >= 0) & (idx >= 0)).reshape(-1)
 
 
 def fused_recurrent_kda(q, k, v, g, beta, A_log=None, dt_bias=None, scale: Optional[float] = None,

@@ -120,22 +120,27 @@ static sp_status read_dims(const sp_kda_args *a, sp_kda_dims *d) {
     return SP_OK;
 }
 
-/* Dims 1..3 of the pool dense; the slot pitch may be padded but not short. */
+/* Dims 1..3 of the pool dense, or (the state pool only) dims 2 and 3
+ * swapped: a K-first pool [slots, H, K, V] seen through its transpose; the
+ * slot pitch may be padded but not short. */
 static sp_status check_state_layout(const sp_tensor *s, const char *name, sp_kda_dims *d,
-                                    int pitch_free) {
+                                    int pool) {
     const int64_t slot = d->H * SP_KDA_D * SP_KDA_D;
-    SP_REQUIRE(s->strides[3] == 1 && s->strides[2] == SP_KDA_D &&
-                   (d->H <= 1 || s->strides[1] == SP_KDA_D * SP_KDA_D),
+    const int heads_dense = d->H <= 1 || s->strides[1] == SP_KDA_D * SP_KDA_D;
+    const int k_first = pool && s->strides[2] == 1 && s->strides[3] == SP_KDA_D;
+    SP_REQUIRE(heads_dense && ((s->strides[3] == 1 && s->strides[2] == SP_KDA_D) || k_first),
                SP_ERR_INVALID_ARGUMENT,
-               "%s: strides of dims 1..3 are (%lld, %lld, %lld), expected dense (%lld, 128, 1)",
+               "%s: strides of dims 1..3 are (%lld, %lld, %lld), expected dense (%lld, 128, 1)%s",
                name, (long long)s->strides[1], (long long)s->strides[2], (long long)s->strides[3],
-               (long long)(SP_KDA_D * SP_KDA_D));
-    if (pitch_free) {
+               (long long)(SP_KDA_D * SP_KDA_D),
+               pool ? ", or (16384, 1, 128): a K-first pool's transpose" : "");
+    if (pool) {
         int64_t pitch = s->shape[0] > 1 ? s->strides[0] : slot;
         SP_REQUIRE(pitch >= slot, SP_ERR_INVALID_ARGUMENT,
                    "%s: slot pitch %lld elements is below H*128*128 = %lld", name,
                    (long long)pitch, (long long)slot);
         d->pitch = pitch;
+        d->state_k_first = k_first;
     } else {
         SP_REQUIRE(sp_tensor_is_dense(s), SP_ERR_INVALID_ARGUMENT, "%s: not dense (C-contiguous)",
                    name);

@@ -76,6 +76,7 @@ typedef struct sp_kda_dims {
     int64_t C;            /* checkpoint rows; 0 without checkpoints */
     int64_t interval;     /* checkpoint interval; 0 = none */
     int state_bf16;       /* 1: bf16 pool and checkpoints; 0: f32 */
+    int state_k_first;    /* 1: the pool's states K-first (sp_kda_state_at_) */
     float scale;          /* resolved (the default substituted for 0) */
     sp_device dev;
     sp_kda_plan plan;     /* how it runs (plan.c) */
@@ -175,6 +176,15 @@ static inline SP_HD int64_t sp_kda_token_slot_(const sp_kda_index_ *x, int64_t n
 static inline SP_HD int64_t sp_kda_at_(int64_t t_stride, int64_t h_stride, int64_t t,
                                        int64_t h) {
     return t * t_stride + h * h_stride;
+}
+
+/* Element offset of S[d][j] in one head's 128 x 128 state: V-first
+ * (element [j][d], the pool's default) or K-first (element [d][j]: a
+ * [slots, H, K, V] pool, seen by the call through its transpose). Every
+ * backend addresses the pool's states through this; checkpoints are
+ * V-first. */
+static inline SP_HD int64_t sp_kda_state_at_(int k_first, int64_t d, int64_t j) {
+    return k_first ? d * SP_KDA_D + j : j * SP_KDA_D + d;
 }
 
 /* Run a checked call on its backend by its plan d->plan (no check again):

@@ -25,33 +25,29 @@ typedef struct scratch {
     float ks[D], qs[D], bu[D];
 } scratch;
 
-/* Pool element [slot, h, j, d] lives at base + (h*D + j)*D + d. */
+/* Pool element S[d][j] of head h lives at base + h*D*D + sp_kda_state_at_(.., d, j). */
 static void load_state(const sp_kda_dims *dm, const void *pool, int64_t base, int64_t h,
                        float *S) {
-    for (int j = 0; j < D; j++) {
-        int64_t at = base + (h * D + j) * D;
-        if (dm->state_bf16) {
-            const uint16_t *p = (const uint16_t *)pool + at;
-            for (int d = 0; d < D; d++) S[d * D + j] = sp_bf16_to_f32_(p[d]);
-        } else {
-            const float *p = (const float *)pool + at;
-            for (int d = 0; d < D; d++) S[d * D + j] = p[d];
+    base += h * D * D;
+    for (int j = 0; j < D; j++)
+        for (int d = 0; d < D; d++) {
+            const int64_t at = base + sp_kda_state_at_(dm->state_k_first, d, j);
+            S[d * D + j] = dm->state_bf16 ? sp_bf16_to_f32_(((const uint16_t *)pool)[at])
+                                          : ((const float *)pool)[at];
         }
-    }
 }
 
-static void store_state(const sp_kda_dims *dm, void *pool, int64_t base, int64_t h,
+static void store_state(const sp_kda_dims *dm, void *pool, int64_t base, int64_t h, int k_first,
                         const float *S) {
-    for (int j = 0; j < D; j++) {
-        int64_t at = base + (h * D + j) * D;
-        if (dm->state_bf16) {
-            uint16_t *p = (uint16_t *)pool + at;
-            for (int d = 0; d < D; d++) p[d] = sp_f32_to_bf16_(S[d * D + j]);
-        } else {
-            float *p = (float *)pool + at;
-            for (int d = 0; d < D; d++) p[d] = S[d * D + j];
+    base += h * D * D;
+    for (int j = 0; j < D; j++)
+        for (int d = 0; d < D; d++) {
+            const int64_t at = base + sp_kda_state_at_(k_first, d, j);
+            if (dm->state_bf16)
+                ((uint16_t *)pool)[at] = sp_f32_to_bf16_(S[d * D + j]);
+            else
+                ((float *)pool)[at] = S[d * D + j];
         }
-    }
 }
 
 /* Token t, head h of an input view. */
@@ -135,14 +131,15 @@ static void run_task(const sp_kda_args *a, const sp_kda_dims *dm, const sp_kda_i
         float b = prep_token(a, dm, t, h, expA, w, &kq);
         step(w, b, kq, (uint16_t *)a->o.data + (t * dm->H + h) * D);
         if (dm->interval > 0 && ++since == dm->interval) {
-            store_state(dm, a->checkpoints.data, crow * hd, h, w->S);
+            store_state(dm, a->checkpoints.data, crow * hd, h, 0, w->S);
             crow++;
             since = 0;
         }
         const int64_t to = dm->width > 0 ? sp_kda_token_slot_(x, n, i) : -1;
-        if (to >= 0) store_state(dm, a->state.data, to * dm->pitch, h, w->S);
+        if (to >= 0) store_state(dm, a->state.data, to * dm->pitch, h, dm->state_k_first, w->S);
     }
-    if (sq.write >= 0) store_state(dm, a->state.data, sq.write * dm->pitch, h, w->S);
+    if (sq.write >= 0)
+        store_state(dm, a->state.data, sq.write * dm->pitch, h, dm->state_k_first, w->S);
 }
 
 sp_status sp_kda_prefill_cpu_(const sp_kda_args *a, const sp_kda_dims *dm) {

@@ -27,10 +27,13 @@ static void write_state(const sp_kda_dims *dm, void *p, int64_t at, double x) {
         ((float *)p)[at] = (float)x;
 }
 
-/* Pool element [., h, j, d] = S[d][j]; `base` addresses the slot or row. */
-static void save(const sp_kda_dims *dm, void *p, int64_t base, int64_t h, const ref_scratch *w) {
+/* S[d][j] of head h at base + h*D*D + sp_kda_state_at_(k_first, d, j); `base`
+ * addresses the slot or the checkpoint row (V-first). */
+static void save(const sp_kda_dims *dm, void *p, int64_t base, int64_t h, int k_first,
+                 const ref_scratch *w) {
     for (int j = 0; j < D; j++)
-        for (int d = 0; d < D; d++) write_state(dm, p, base + (h * D + j) * D + d, w->S[d][j]);
+        for (int d = 0; d < D; d++)
+            write_state(dm, p, base + h * D * D + sp_kda_state_at_(k_first, d, j), w->S[d][j]);
 }
 
 static double gate64(const sp_kda_args *a, double A_log, double x) {
@@ -72,7 +75,8 @@ static void run(const sp_kda_args *a, const sp_kda_dims *dm, int64_t n, int64_t 
         for (int d = 0; d < D; d++)
             w->S[d][j] = seq.read < 0 ? 0.0
                                      : read_state(dm, a->state.data,
-                                                  seq.read * dm->pitch + (h * D + j) * D + d);
+                                                  seq.read * dm->pitch + h * D * D +
+                                                      sp_kda_state_at_(dm->state_k_first, d, j));
 
     for (int64_t t = seq.bos; t < seq.bos + seq.len; t++) {
         const int64_t at = (t * dm->H + h) * D;
@@ -116,11 +120,11 @@ static void run(const sp_kda_args *a, const sp_kda_dims *dm, int64_t n, int64_t 
             o[j] = sp_f64_to_bf16_(acc);
         }
         if (dm->interval > 0 && (t - seq.bos + 1) % dm->interval == 0)
-            save(dm, a->checkpoints.data, (crow++) * dm->H * D * D, h, w);
+            save(dm, a->checkpoints.data, (crow++) * dm->H * D * D, h, 0, w);
         const int64_t to = dm->width > 0 ? sp_kda_token_slot_(&x, n, t - seq.bos) : -1;
-        if (to >= 0) save(dm, a->state.data, to * dm->pitch, h, w);
+        if (to >= 0) save(dm, a->state.data, to * dm->pitch, h, dm->state_k_first, w);
     }
-    if (seq.write >= 0) save(dm, a->state.data, seq.write * dm->pitch, h, w);
+    if (seq.write >= 0) save(dm, a->state.data, seq.write * dm->pitch, h, dm->state_k_first, w);
 }
 
 sp_status sp_kda_prefill_ref_(const sp_kda_args *a, const sp_kda_dims *dm) {

@@ -468,6 +468,7 @@ MUT(m_idx_N, a->state_indices.shape[0] -= 1)
 MUT(m_idx_dtype, a->state_indices.dtype = SP_U8)
 MUT(m_state_pitch, a->state.strides[0] = p->H * D * D - 1)
 MUT(m_state_inner, a->state.strides[2] = D + 1)
+MUT(m_state_k_first_pitch, a->state.strides[2] = 1; a->state.strides[3] = D + 1)
 MUT(m_state_dtype, a->state.dtype = SP_F16)
 MUT(m_state_H, a->state.shape[1] += 1)
 MUT(m_state_misaligned, a->state.data = (char *)a->state.data + 2)
@@ -477,6 +478,7 @@ MUT(m_ckpt_missing, memset(&a->checkpoints, 0, sizeof a->checkpoints))
 MUT(m_cks_missing, memset(&a->checkpoint_cu_starts, 0, sizeof a->checkpoint_cu_starts))
 MUT(m_ckpt_dtype, a->checkpoints.dtype = SP_BF16)
 MUT(m_ckpt_H, a->checkpoints.shape[1] += 1)
+MUT(m_ckpt_k_first, a->checkpoints.strides[2] = 1; a->checkpoints.strides[3] = D)
 MUT(m_cks_short, ((int64_t *)b[KB_CKS])[3] = ((int64_t *)b[KB_CKS])[2])
 MUT(m_cks_past_C, ((int64_t *)b[KB_CKS])[p->N] = p->C + 1)
 MUT(m_o_overlaps_q, a->o.data = a->q.data)
@@ -529,6 +531,8 @@ static void bad_argument_cases(void) {
         {"state_indices dtype", m_idx_dtype, SP_ERR_DTYPE_MISMATCH, NULL, 0},
         {"state pitch", m_state_pitch, SP_ERR_INVALID_ARGUMENT, NULL, 0},
         {"state inner strides", m_state_inner, SP_ERR_INVALID_ARGUMENT, NULL, 0},
+        {"state K-first, rows padded", m_state_k_first_pitch, SP_ERR_INVALID_ARGUMENT,
+         "or (16384, 1, 128): a K-first pool's transpose", 0},
         {"state dtype", m_state_dtype, SP_ERR_DTYPE_MISMATCH, NULL, 0},
         {"state H", m_state_H, SP_ERR_SHAPE_MISMATCH, "expected [slots, H, 128, 128] with H 2", 0},
         {"state misaligned", m_state_misaligned, SP_ERR_MISALIGNED, NULL, 0},
@@ -538,6 +542,8 @@ static void bad_argument_cases(void) {
         {"cu_starts missing", m_cks_missing, SP_ERR_INVALID_ARGUMENT, NULL, 0},
         {"checkpoints dtype", m_ckpt_dtype, SP_ERR_DTYPE_MISMATCH, NULL, 0},
         {"checkpoints H", m_ckpt_H, SP_ERR_SHAPE_MISMATCH, "expected [C, H, 128, 128] with H 2", 0},
+        {"checkpoints K-first", m_ckpt_k_first, SP_ERR_INVALID_ARGUMENT,
+         "checkpoints: strides of dims 1..3", 0},
         {"cu_starts too few rows", m_cks_short, SP_ERR_INVALID_ARGUMENT, NULL, 1},
         {"cu_starts past C", m_cks_past_C, SP_ERR_INVALID_ARGUMENT, NULL, 1},
         {"o overlaps q", m_o_overlaps_q, SP_ERR_OVERLAP, NULL, 0},

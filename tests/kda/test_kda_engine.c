@@ -6,6 +6,8 @@
  *     checkpoint_cu_starts as i32 or i64): the same bytes out;
  *   - has_initial_state: a fresh sequence gives what a zeroed slot gives,
  *     and its slot (NaN here) is never read;
+ *   - a K-first pool ([slots, H, K, V], fla's default) passed as its
+ *     transpose: bit for bit the V-first pool's results, transposed;
  *   - the speculative-verify table (state_indices [N, W] with
  *     num_accepted_tokens): every written state and o row bit for bit those
  *     of the same prefill fed one token per call, padded rows and negative
@@ -312,6 +314,108 @@ static void forms_case(int32_t kernel) {
     }
 }
 
+/* ---- the state layout ------------------------------------------------------- */
+
+/* Each (slot, head) state of a host pool transposed in place ([j][d] <->
+ * [d][j]): a V-first pool's bytes become the K-first pool's ([slots, H, K,
+ * V], fla's default layout) and back. The bytes between slots (a padded
+ * pitch) stay. */
+static void transpose_states(void *pool, int64_t slots, int64_t H, int64_t pitch, size_t es) {
+    for (int64_t s = 0; s < slots; s++)
+        for (int64_t h = 0; h < H; h++) {
+            char *m = (char *)pool + (size_t)(s * pitch + h * DD) * es;
+            for (int j = 0; j < D; j++)
+                for (int d = j + 1; d < D; d++) {
+                    char t[4], *x = m + (size_t)(j * D + d) * es, *y = m + (size_t)(d * D + j) * es;
+                    memcpy(t, x, es), memcpy(x, y, es), memcpy(y, t, es);
+                }
+        }
+}
+
+/* A K-first pool passed as its transpose (state strides (pitch, 128*128, 1,
+ * 128)): the same o, and the same states in the transposed places, as the
+ * V-first pool, bit for bit (only the addresses differ); the bytes between
+ * slots and the slots of the empty and the padded sequence untouched. The
+ * float64 reference too. */
+static void layout_case(int32_t kernel, sp_dtype sdt) {
+    static const int64_t lens[] = {37, 1, 64, 3, 0, 33};
+    kda_problem p;
+    /* Checkpoints (V-first whatever the pool) where the kernel writes them. */
+    kp_make(&p, 6, lens, 2, 2, sdt, SP_KDA_GATE_LOWER_BOUND,
+            kernel == SP_KDA_KERNEL_DECODE ? 0 : 32, 6300 + (uint64_t)sdt);
+    p.kernel = kernel;
+    ((int32_t *)p.host[KB_IDX])[3] = -1; /* a padded sequence */
+    const size_t es = sp_dtype_size(sdt);
+    const int64_t ss[4] = {p.slots, p.H, D, D}, st[4] = {p.pitch, DD, 1, D};
+    void *kf_init[KB_COUNT], *outv[KB_COUNT], *outk[KB_COUNT], *bufv[KB_COUNT], *bufk[KB_COUNT];
+    kp_copy(&p, kf_init);
+    transpose_states(kf_init[KB_STATE], p.slots, p.H, p.pitch, es);
+    kp_upload(M, &p, p.host, 0, bufv);
+    kp_upload(M, &p, kf_init, 0, bufk);
+    sp_kda_args v, k;
+    kp_args(&p, bufv, M->device, &v);
+    kp_args(&p, bufk, M->device, &k);
+    CHECK_OK(sp_tensor_view(&k.state, bufk[KB_STATE], 0, sdt, 4, ss, st, M->device));
+    CHECKF(run(&v) == SP_OK, "%s %s V-first: %s", sp_kda_kernel_name(kernel), sp_dtype_name(sdt),
+           sp_last_error());
+    CHECKF(run(&k) == SP_OK, "%s %s K-first: %s", sp_kda_kernel_name(kernel), sp_dtype_name(sdt),
+           sp_last_error());
+    kp_copy(&p, outv);
+    kp_copy(&p, outk);
+    kp_download(M, &p, bufv, outv);
+    kp_download(M, &p, bufk, outk);
+    transpose_states(outk[KB_STATE], p.slots, p.H, p.pitch, es);
+    CHECKF(memcmp(outv[KB_O], outk[KB_O], p.bytes[KB_O]) == 0, "%s %s: o differs, K-first pool",
+           sp_kda_kernel_name(kernel), sp_dtype_name(sdt));
+    CHECKF(memcmp(outv[KB_STATE], outk[KB_STATE], p.bytes[KB_STATE]) == 0,
+           "%s %s: the K-first pool's states differ from the V-first pool's",
+           sp_kda_kernel_name(kernel), sp_dtype_name(sdt));
+    CHECKF(p.interval == 0 || memcmp(outv[KB_CKPT], outk[KB_CKPT], p.bytes[KB_CKPT]) == 0,
+           "%s %s: the checkpoints differ with a K-first pool", sp_kda_kernel_name(kernel),
+           sp_dtype_name(sdt));
+    CHECK(memcmp(outv[KB_STATE], p.host[KB_STATE], p.bytes[KB_STATE]) != 0); /* written */
+    /* Slots no sequence with tokens names, and the bytes past each slot's
+     * states (the padded pitch), keep theirs in the K-first pool. */
+    const int32_t *idx = p.host[KB_IDX];
+    for (int64_t sl = 0; sl < p.slots; sl++) {
+        int named = 0;
+        for (int n = 0; n < 6; n++) named |= idx[n] == sl && lens[n] > 0;
+        const size_t at = (size_t)(sl * p.pitch) * es;
+        const size_t len = (size_t)(named ? p.H * DD : 0) * es,
+                     end = (size_t)((sl + 1) * p.pitch) * es;
+        const size_t stop = end < p.bytes[KB_STATE] ? end : p.bytes[KB_STATE];
+        CHECKF(memcmp((char *)outk[KB_STATE] + at + len, (char *)p.host[KB_STATE] + at + len,
+                      stop - at - len) == 0,
+               "%s %s: K-first pool, slot %lld: bytes no sequence writes were written",
+               sp_kda_kernel_name(kernel), sp_dtype_name(sdt), (long long)sl);
+    }
+    /* The float64 reference on both layouts. */
+    void *rv[KB_COUNT], *rk[KB_COUNT];
+    kp_copy(&p, rv);
+    kp_copy(&p, rk);
+    memcpy(rk[KB_STATE], kf_init[KB_STATE], p.bytes[KB_STATE]);
+    sp_kda_args a, b;
+    kp_args(&p, rv, sp_cpu(), &a);
+    kp_args(&p, rk, sp_cpu(), &b);
+    CHECK_OK(sp_tensor_view(&b.state, rk[KB_STATE], 0, sdt, 4, ss, st, sp_cpu()));
+    CHECK_OK(sp_kda_prefill_reference(&a));
+    CHECK_OK(sp_kda_prefill_reference(&b));
+    transpose_states(rk[KB_STATE], p.slots, p.H, p.pitch, es);
+    CHECK(memcmp(rv[KB_O], rk[KB_O], p.bytes[KB_O]) == 0);
+    CHECK(memcmp(rv[KB_STATE], rk[KB_STATE], p.bytes[KB_STATE]) == 0);
+    CHECK(p.interval == 0 || memcmp(rv[KB_CKPT], rk[KB_CKPT], p.bytes[KB_CKPT]) == 0);
+    int64_t so;
+    const double eo = kp_err_o(&p, outk[KB_O], rv[KB_O], &so);
+    CHECKF(eo < kp_o_tol(&p) && so == 0, "%s %s K-first: o %.3g from the reference, %lld stray",
+           sp_kda_kernel_name(kernel), sp_dtype_name(sdt), eo, (long long)so);
+    printf("K-first pool      %-16s %s: bit for bit the V-first pool's; o %.2e from the "
+           "reference\n", sp_kda_kernel_name(kernel), sp_dtype_name(sdt), eo);
+    kp_free_copy(rv), kp_free_copy(rk);
+    kp_free_copy(kf_init), kp_free_copy(outv), kp_free_copy(outk);
+    kp_release(M, bufv), kp_release(M, bufk);
+    kp_free(&p);
+}
+
 /* ---- speculative verify ---------------------------------------------------- */
 
 /* A verify problem: p's inputs (N sequences of at most W tokens), a pool of
@@ -363,17 +467,22 @@ static void verify_make(verify *v, const int64_t *lens, int N, int64_t W, sp_dty
     }
 }
 
+/* The pool as the call's state: V-first, or (k_first) the transpose of a
+ * K-first pool's bytes. */
 static void pool_tensor(const verify *v, void *data, sp_device dev, sp_dtype dt, int64_t slots,
-                        sp_tensor *t) {
-    const int64_t shape[4] = {slots, v->p.H, D, D};
-    CHECK_OK(sp_tensor_dense(t, data, dt, 4, shape, dev));
+                        int k_first, sp_tensor *t) {
+    const int64_t shape[4] = {slots, v->p.H, D, D}, kf[4] = {v->p.H * DD, DD, 1, D};
+    if (k_first) CHECK_OK(sp_tensor_view(t, data, 0, dt, 4, shape, kf, dev));
+    else CHECK_OK(sp_tensor_dense(t, data, dt, 4, shape, dev));
 }
 
 /* The verify call on the backend: o and the pool come back in o_out,
- * pool_out. The pool lies between two guard slots of poison in one
+ * pool_out (V-first; with k_first the pool goes K-first and is transposed
+ * back). The pool lies between two guard slots of poison in one
  * allocation, which must keep their bytes (whatever the indices say: the
  * device rule's skipped rows included). */
-static sp_status verify_run(const verify *v, sp_dtype tdt, void *o_out, void *pool_out) {
+static sp_status verify_run(const verify *v, sp_dtype tdt, int k_first, void *o_out,
+                            void *pool_out) {
     const kda_problem *p = &v->p;
     void *buf[KB_COUNT];
     kp_upload(M, p, p->host, 0, buf);
@@ -383,8 +492,10 @@ static sp_status verify_run(const verify *v, sp_dtype tdt, void *o_out, void *po
     unsigned char *img = xmalloc(all);
     memset(img, 0xA5, all);
     memcpy(img + guard, v->pool, v->pool_bytes);
+    const size_t es = sp_dtype_size(p->state_dtype);
+    if (k_first) transpose_states(img + guard, v->S, p->H, p->H * DD, es);
     void *dall = put(img, all), *dp = (char *)dall + guard;
-    pool_tensor(v, dp, M->device, p->state_dtype, v->S, &a.state);
+    pool_tensor(v, dp, M->device, p->state_dtype, v->S, k_first, &a.state);
     void *ht = as_width(v->table, p->N * v->W, tdt), *ha = as_width(v->acc, p->N, tdt);
     void *dt = put(ht, (size_t)(p->N * v->W) * sp_dtype_size(tdt));
     void *da = put(ha, (size_t)p->N * sp_dtype_size(tdt));
@@ -398,6 +509,7 @@ static sp_status verify_run(const verify *v, sp_dtype tdt, void *o_out, void *po
     unsigned char *back = xmalloc(all);
     M->download(back, dall, all);
     memcpy(pool_out, back + guard, v->pool_bytes);
+    if (k_first) transpose_states(pool_out, v->S, p->H, p->H * DD, es);
     CHECKF(memcmp(back, img, guard) == 0 && memcmp(back + guard + v->pool_bytes,
                                                    img + guard + v->pool_bytes, guard) == 0,
            "%s: a guard slot around the pool was written", sp_kda_kernel_name(p->kernel));
@@ -445,7 +557,7 @@ static void verify_oracle(const verify *v, void *o_out, void *pool_out) {
             M->upload(ds, cur, (size_t)slot_el * 4);
             CHECK_OK(sp_tensor_dense(&a.cu_seqlens, dcu, SP_I64, 1, &two, M->device));
             CHECK_OK(sp_tensor_dense(&a.state_indices, didx, SP_I32, 1, &one, M->device));
-            pool_tensor(v, ds, M->device, SP_F32, 1, &a.state);
+            pool_tensor(v, ds, M->device, SP_F32, 1, 0, &a.state);
             CHECKF(run(&a) == SP_OK, "oracle: %s", sp_last_error());
             M->download(cur, ds, (size_t)slot_el * 4);
             if (row[t] < 0) continue;
@@ -496,8 +608,11 @@ static void verify_case(int32_t kernel, sp_dtype sdt, sp_dtype tdt, int use_acc,
     void *o = xmalloc(p->bytes[KB_O]), *pool = xmalloc(v.pool_bytes);
     void *o2 = xmalloc(p->bytes[KB_O]), *pool2 = xmalloc(v.pool_bytes);
     void *oo = xmalloc(p->bytes[KB_O]), *opool = xmalloc(v.pool_bytes);
-    CHECKF(verify_run(&v, tdt, o, pool) == SP_OK, "verify: %s", sp_last_error());
-    CHECK_OK(verify_run(&v, tdt, o2, pool2));
+    void *o3 = xmalloc(p->bytes[KB_O]), *pool3 = xmalloc(v.pool_bytes);
+    CHECKF(verify_run(&v, tdt, 0, o, pool) == SP_OK, "verify: %s", sp_last_error());
+    CHECK_OK(verify_run(&v, tdt, 0, o2, pool2));
+    /* The same pool in the K-first layout: the same bits. */
+    CHECKF(verify_run(&v, tdt, 1, o3, pool3) == SP_OK, "verify, K-first: %s", sp_last_error());
     verify_oracle(&v, oo, opool);
     char what[96];
     snprintf(what, sizeof what, "%s: verify %s pool, %s table%s%s", sp_kda_kernel_name(kernel),
@@ -509,6 +624,8 @@ static void verify_case(int32_t kernel, sp_dtype sdt, sp_dtype tdt, int use_acc,
            what);
     CHECKF(memcmp(o, o2, p->bytes[KB_O]) == 0 && memcmp(pool, pool2, v.pool_bytes) == 0,
            "%s: two runs differ", what);
+    CHECKF(memcmp(o, o3, p->bytes[KB_O]) == 0 && memcmp(pool, pool3, v.pool_bytes) == 0,
+           "%s: the run with the pool K-first differs", what);
     /* The oracle moved something: every sequence with tokens wrote a slot. */
     CHECK(memcmp(opool, v.pool, v.pool_bytes) != 0);
     /* The float64 reference with the same table. */
@@ -518,7 +635,7 @@ static void verify_case(int32_t kernel, sp_dtype sdt, sp_dtype tdt, int use_acc,
     sp_kda_args r;
     kp_args(p, p->host, sp_cpu(), &r);
     r.o.data = ro;
-    pool_tensor(&v, rpool, sp_cpu(), sdt, v.S, &r.state);
+    pool_tensor(&v, rpool, sp_cpu(), sdt, v.S, 0, &r.state);
     void *ht = as_width(v.table, p->N * v.W, tdt), *ha = as_width(v.acc, p->N, tdt);
     const int64_t shape[2] = {p->N, v.W}, n = p->N;
     CHECK_OK(sp_tensor_dense(&r.state_indices, ht, tdt, 2, shape, sp_cpu()));
@@ -549,7 +666,8 @@ static void verify_case(int32_t kernel, sp_dtype sdt, sp_dtype tdt, int use_acc,
                  (const char *)p->host[KB_O] + cu[3] * p->H * D * 2,
                  (size_t)((cu[4] - cu[3]) * p->H * D * 2)) == 0);
     free(ht), free(ha), free(ro), free(rpool);
-    free(o), free(pool), free(o2), free(pool2), free(oo), free(opool), free(v.pool);
+    free(o), free(pool), free(o2), free(pool2), free(o3), free(pool3), free(oo), free(opool);
+    free(v.pool);
     kp_free(&v.p);
 }
 
@@ -575,7 +693,7 @@ static void graph_case(int32_t kernel) {
     sp_kda_args a;
     kp_args(p, buf, M->device, &a);
     void *dp = put(v.pool, v.pool_bytes);
-    pool_tensor(&v, dp, M->device, SP_F32, v.S, &a.state);
+    pool_tensor(&v, dp, M->device, SP_F32, v.S, 0, &a.state);
     void *ht = as_width(v.table, p->N * v.W, SP_I32), *ha = as_width(v.acc, p->N, SP_I32);
     void *dt = put(ht, (size_t)(p->N * v.W) * 4), *da = put(ha, (size_t)p->N * 4);
     const int64_t shape[2] = {p->N, v.W}, n = p->N;
@@ -602,7 +720,7 @@ static void graph_case(int32_t kernel) {
     M->download(o, buf[KB_O], p->bytes[KB_O]);
     M->download(pool, dp, v.pool_bytes);
     void *o2 = xmalloc(p->bytes[KB_O]), *pool2 = xmalloc(v.pool_bytes);
-    CHECK_OK(verify_run(&w, SP_I32, o2, pool2));
+    CHECK_OK(verify_run(&w, SP_I32, 0, o2, pool2));
     CHECKF(memcmp(o, o2, p->bytes[KB_O]) == 0 && memcmp(pool, pool2, v.pool_bytes) == 0,
            "%s: the replayed graph differs from the eager call", sp_kda_kernel_name(kernel));
     CHECK(memcmp(pool, w.pool, v.pool_bytes) != 0);
@@ -652,7 +770,7 @@ static void bad_case(int c, const bad *b) {
     default: break;
     }
     void *dp = put(v.pool, v.pool_bytes);
-    pool_tensor(&v, dp, M->device, SP_F32, v.S, &a.state);
+    pool_tensor(&v, dp, M->device, SP_F32, v.S, 0, &a.state);
     void *ht = as_width(v.table, p->N * v.W, SP_I32), *ha = as_width(v.acc, p->N, SP_I32);
     void *dt = put(ht, (size_t)(p->N * v.W) * 4), *da = put(ha, (size_t)p->N * 4);
     void *dh = put(v.init, (size_t)p->N);
@@ -762,14 +880,14 @@ static void device_rule_case(int32_t kernel) {
     v.acc[0] = 1; /* sequence 0 starts from column 0 (its column 2 is made -7 below) */
     const kda_problem *p = &v.p;
     void *o = xmalloc(p->bytes[KB_O]), *pool = xmalloc(v.pool_bytes);
-    CHECK_OK(verify_run(&v, SP_I32, o, pool));
+    CHECK_OK(verify_run(&v, SP_I32, 0, o, pool));
     verify bad = v;
     bad.acc[1] = 0;                   /* outside [1, W] */
     bad.table[2 * v.W + 3] = v.S + 7; /* past the pool */
     bad.acc[4] = v.W + 1;
     bad.table[0 * v.W + 2] = -7;      /* any negative entry: that state not kept */
     void *bo = xmalloc(p->bytes[KB_O]), *bpool = xmalloc(v.pool_bytes);
-    CHECK_OK(verify_run(&bad, SP_I32, bo, bpool));
+    CHECK_OK(verify_run(&bad, SP_I32, 0, bo, bpool));
     const int64_t *cu = p->host[KB_CU], el = p->H * DD, row = p->H * D * 2;
     for (int64_t n = 0; n < p->N; n++) {
         const int skipped = n == 1 || n == 2 || n == 4;
@@ -807,6 +925,8 @@ int main(void) {
             widths_case(ks[i]);
             has_initial_state_case(ks[i], SP_F32);
             has_initial_state_case(ks[i], SP_BF16);
+            layout_case(ks[i], SP_F32);
+            layout_case(ks[i], SP_BF16);
             if (is_chunked(ks[i])) continue; /* forms, a verify table: refused by name */
             forms_case(ks[i]);
             for (int s = 0; s < 2; s++)

@@ -648,11 +648,12 @@ class FlaDecodeDropIn(unittest.TestCase):
                     self.assertTrue(torch.equal(got[slot], self.pool[slot]))
 
     def test_the_call_as_it_comes_equals_the_full_path(self):
-        """The engine's decode call as it comes (V-first pool in place,
-        cu_seqlens and indices given) runs kda_prefill on its arguments as
-        they are: the same bits as the drop-in's full path, with out or
-        without, a bf16 pool, a verify table; and what the library refuses
-        there is refused fla's way by the full path, nothing written."""
+        """The engine's decode call as it comes (a pool of either layout in
+        place, cu_seqlens and indices given) runs kda_prefill on its
+        arguments as they are: the same bits as the drop-in's full path,
+        with out or without, a bf16 pool, a verify table; and what the
+        library refuses there is refused fla's way by the full path,
+        nothing written."""
         from stridepack import fla
         kw = dict(self.fla_kw(), ssm_state_indices=self.idx, state_v_first=True)
         args = dict(kw, A_log=kw["A_log"], dt_bias=kw["dt_bias"], initial_state=None,
@@ -660,12 +661,15 @@ class FlaDecodeDropIn(unittest.TestCase):
                     num_accepted_tokens=None, allow_neg_eigval=False, lower_bound=None,
                     out=None, kwargs={})
         flag_sets = ({}, dict(lower_bound=-4.0), dict(allow_neg_eigval=True),
-                     dict(use_gate_in_kernel=False, use_beta_sigmoid_in_kernel=False))
+                     dict(use_gate_in_kernel=False, use_beta_sigmoid_in_kernel=False),
+                     dict(state_v_first=False))
         for flags in flag_sets:
             for pool_dtype in (torch.float32, torch.bfloat16):
                 for with_out in (False, True):
                     with self.subTest(flags=flags, pool=pool_dtype, out=with_out):
                         p1, p2 = (self.pool.to(pool_dtype, copy=True) for _ in range(2))
+                        if not flags.get("state_v_first", True):  # the same states K-first
+                            p1, p2 = (p.transpose(-1, -2).contiguous() for p in (p1, p2))
                         o1 = torch.full((1, self.N, self.H, 128), 3.0, dtype=torch.bfloat16)
                         o2 = o1.clone()
                         got, _ = fla.fused_recurrent_kda_fwd(**dict(kw, **flags), initial_state=p1,
@@ -688,9 +692,8 @@ class FlaDecodeDropIn(unittest.TestCase):
                 self.assertTrue(torch.equal(pool, self.pool))
 
     def test_padded_entry_after_the_slot_it_clamps_to(self):
-        """K-first pool: the padded entry comes after the sequence that
-        writes slot 0 (where the scatter back clamps -1 to): slot 0 must
-        hold that sequence's new state, not its old one."""
+        """K-first pool in place: a padded entry (-1) after the sequence
+        that writes slot 0: slot 0 holds that sequence's new state."""
         from stridepack.fla import fused_recurrent_kda_fwd
         self.idx = torch.tensor([0, 3, -1, 5], dtype=torch.int64)
         o_want, pool_want = self.direct()

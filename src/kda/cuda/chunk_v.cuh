@@ -10,17 +10,31 @@
 #include "kda/cuda/chunk.cuh"
 
 /* This warp's part of S^T to (STORE) or from a pool (V-first: element
- * [j][d] at j*128+d): V rows vrow, vrow + 8; K columns d0 + 8nd + 2q, +1
- * for nd < nds. A bf16 pool is read to fp32 and rounded once when written. */
+ * [j][d] at j*128+d; k_first: at d*128+j, sp_kda_state_at_): V rows vrow,
+ * vrow + 8; K columns d0 + 8nd + 2q, +1 for nd < nds. A bf16 pool is read
+ * to fp32 and rounded once when written. */
 template <int STORE>
-static __device__ __forceinline__ void state_io(void *pool, int bf16, int64_t base, int vrow,
-                                                int d0, int q, float S[][4], int nds) {
+static __device__ __forceinline__ void state_io(void *pool, int bf16, int k_first, int64_t base,
+                                                int vrow, int d0, int q, float S[][4], int nds) {
 #pragma unroll
     for (int nd = 0; nd < nds; nd++)
 #pragma unroll
         for (int hf = 0; hf < 2; hf++) {
-            const int64_t at = base + (int64_t)(vrow + 8 * hf) * DIM + d0 + 8 * nd + 2 * q;
+            const int j = vrow + 8 * hf, d = d0 + 8 * nd + 2 * q;
             float *x = &S[nd][2 * hf];
+            if (k_first) { /* the pair's two elements a row apart */
+                const int64_t at = base + sp_kda_state_at_(1, d, j);
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int64_t ae = at + e * DIM;
+                    if (bf16 && STORE) ((uint16_t *)pool)[ae] = sp_f32_to_bf16_(x[e]);
+                    else if (bf16) x[e] = sp_bf16_to_f32_(((const uint16_t *)pool)[ae]);
+                    else if (STORE) ((float *)pool)[ae] = x[e];
+                    else x[e] = ((const float *)pool)[ae];
+                }
+                continue;
+            }
+            const int64_t at = base + sp_kda_state_at_(0, d, j);
             if (bf16 && STORE) {
                 *(uint32_t *)((uint16_t *)pool + at) =
                     (uint32_t)sp_f32_to_bf16_(x[0]) | ((uint32_t)sp_f32_to_bf16_(x[1]) << 16);
@@ -38,11 +52,11 @@ static __device__ __forceinline__ void state_io(void *pool, int bf16, int64_t ba
         }
 }
 /* base < 0: the state starts from zeros (has_initial_state false). */
-static __device__ __forceinline__ void state_load(const void *pool, int bf16, int64_t base,
-                                                  int vrow, int d0, int q, float S[][4],
-                                                  int nds) {
+static __device__ __forceinline__ void state_load(const void *pool, int bf16, int k_first,
+                                                  int64_t base, int vrow, int d0, int q,
+                                                  float S[][4], int nds) {
     if (base >= 0) {
-        state_io<0>(const_cast<void *>(pool), bf16, base, vrow, d0, q, S, nds);
+        state_io<0>(const_cast<void *>(pool), bf16, k_first, base, vrow, d0, q, S, nds);
         return;
     }
 #pragma unroll
@@ -50,9 +64,10 @@ static __device__ __forceinline__ void state_load(const void *pool, int bf16, in
 #pragma unroll
         for (int e = 0; e < 4; e++) S[nd][e] = 0.0f;
 }
-static __device__ __forceinline__ void state_store(void *pool, int bf16, int64_t base, int vrow,
-                                                   int d0, int q, const float S[][4], int nds) {
-    state_io<1>(pool, bf16, base, vrow, d0, q, const_cast<float (*)[4]>(S), nds);
+static __device__ __forceinline__ void state_store(void *pool, int bf16, int k_first, int64_t base,
+                                                   int vrow, int d0, int q, const float S[][4],
+                                                   int nds) {
+    state_io<1>(pool, bf16, k_first, base, vrow, d0, q, const_cast<float (*)[4]>(S), nds);
 }
 
 /* S^T's columns d0 + ... times a per-channel factor (c or e). */

@@ -377,7 +377,8 @@ static __global__ void __launch_bounds__(one_pass_traits<WGMMA>::THREADS, 1)
     const int vrow = v0 + 16 * vw + r; /* this lane's first V row */
     float S[DIM / 8][4];
     /* A sequence without tokens leaves its slot as it was, bit for bit. */
-    if (is_v && L > 0) state_load(p.state, p.state_bf16, sq.read_base, vrow, 0, q, S, DIM / 8);
+    if (is_v && L > 0)
+        state_load(p.state, p.state_bf16, p.state_k_first, sq.read_base, vrow, 0, q, S, DIM / 8);
     if (ON_WGMMA && !is_v)
 #pragma unroll
         for (int nd = 0; nd < DIM / 8; nd++) S[nd][0] = S[nd][1] = S[nd][2] = S[nd][3] = 0.0f;
@@ -412,7 +413,7 @@ static __global__ void __launch_bounds__(one_pass_traits<WGMMA>::THREADS, 1)
         if (DO_V && is_v) {
             stage_o(O, s.o[ci & 1], 16 * vw, lane);
             if (chunks_per_ckpt > 0 && nt == CHUNK && (ci + 1) % chunks_per_ckpt == 0)
-                state_store(p.ckpt, p.state_bf16, kda_ckpt_base(p, crow++, h), vrow, 0, q, S,
+                state_store(p.ckpt, p.state_bf16, 0, kda_ckpt_base(p, crow++, h), vrow, 0, q, S,
                             DIM / 8);
         }
         /* The chunk's o, staged by every V warp, out as 16-byte rows rather
@@ -430,7 +431,8 @@ static __global__ void __launch_bounds__(one_pass_traits<WGMMA>::THREADS, 1)
          * docs/TUNING.md, "ONE_PASS_OUTPUT_STAGING"). */
         if (ci + TR::STAGES < chunks) sp_bar_sync_(TR::BAR_EMPTY + b, TR::THREADS);
     }
-    if (is_v && L > 0) state_store(p.state, p.state_bf16, sq.slot_base, vrow, 0, q, S, DIM / 8);
+    if (is_v && L > 0)
+        state_store(p.state, p.state_bf16, p.state_k_first, sq.slot_base, vrow, 0, q, S, DIM / 8);
 }
 
 /* One launch of the PROBE instance of the build WGMMA (gates ANY) with

@@ -342,7 +342,8 @@ static __device__ __forceinline__ void state_pass(const kda_params &p, const voi
 
     float S[NDS][4]; /* S^T rows vrow, vrow + 8; K columns d0 .. d0 + TP::COLS - 1 */
     /* A sequence without tokens leaves its slot as it was, bit for bit. */
-    if (L > 0) state_load(p.state, p.state_bf16, sq.read_base, vrow, d0, q, S, NDS);
+    if (L > 0)
+        state_load(p.state, p.state_bf16, p.state_k_first, sq.read_base, vrow, d0, q, S, NDS);
 #if __CUDA_ARCH__ >= 900
     if (tid == 0) {
         for (int b = 0; b < RECORDS; b++) sp_mbarrier_init_(sp_smem_addr_(&s.arrived[b]), 1);
@@ -434,9 +435,11 @@ static __device__ __forceinline__ void state_pass(const kda_params &p, const voi
                 *(uint4 *)(o_at + c0 * HD) = *(const uint4 *)&ob[ot][oh];
         }
         if (chunks_per_ckpt > 0 && nt == CHUNK && (ci + 1) % chunks_per_ckpt == 0)
-            state_store(p.ckpt, p.state_bf16, kda_ckpt_base(p, crow++, h), vrow, d0, q, S, NDS);
+            state_store(p.ckpt, p.state_bf16, 0, kda_ckpt_base(p, crow++, h), vrow, d0, q, S,
+                        NDS);
     }
-    if (L > 0) state_store(p.state, p.state_bf16, sq.slot_base, vrow, d0, q, S, NDS);
+    if (L > 0)
+        state_store(p.state, p.state_bf16, p.state_k_first, sq.slot_base, vrow, d0, q, S, NDS);
 }
 
 template <int RECORDS, int ANY>

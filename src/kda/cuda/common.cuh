@@ -38,10 +38,12 @@ typedef struct kda_params {
     kda_input q, k, v, g, beta; /* bf16, but g and beta where g_f32, beta_f32 */
     const float *A_log, *dt_bias;
     sp_kda_index_ ix;   /* the index arrays and their bounds */
-    void *state, *ckpt; /* V-first pools: element [., h, j, d] holds S[d][j] */
+    void *state, *ckpt; /* pools: element [., h, j, d] holds S[d][j] (V-first), or the
+                           state's [., h, d, j] (state_k_first) */
     uint16_t *o;
     int64_t T, H, N, pitch, interval;
     int state_bf16, gate, beta_form;
+    int state_k_first; /* the pool's states K-first (sp_kda_state_at_); checkpoints V-first */
     int g_f32, beta_f32; /* f32 inputs (every kernel but the chunked K3 builds) */
     int any_gate;        /* the plan's every_gate: the chunked kernels' every-gate
                             builds (chunk_k.cuh) */

@@ -11,8 +11,10 @@
  *   S[:, j] *= exp(g);  u_j = v_j - S[:, j] . k^;  S[:, j] += b k^ u_j;
  *   o_j = S[:, j] . q^.
  * So a warp owns RPW rows, lane l holding channels 4l .. 4l + 3 of
- * each (one 16-byte load from an fp32 pool, 8 bytes from a bf16 one), every
- * row's load issued before anything else; the dot products finish by a xor
+ * each (one 16-byte load from an fp32 pool, 8 bytes from a bf16 one; from a
+ * K-first pool, where a channel's RPW rows are the consecutive elements,
+ * RPW elements from each of its 4 channels), every row's load issued
+ * before anything else; the dot products finish by a xor
  * butterfly, whose fixed order makes reruns, and any number of tokens a call,
  * give the same bits. A block is (sequence, head, 8 RPW rows): 128 / (8 RPW)
  * blocks a (sequence, head) pair, so that at N = 64 there are
@@ -86,22 +88,67 @@ template <int RPW> static SP_HD int64_t dec_row(const dec_block &b, int w, int r
     return b.row0 + w * RPW + r;
 }
 
-/* Load (or zero, for a fresh sequence) the thread's channels of its rows. */
-template <int RPW>
-static SP_HD void dec_load(const kda_params &p, const dec_block &b, int tid, dec_lane<RPW> &l) {
+/* n (RPW: 2, 4 or 8) consecutive pool elements from element `at` (n of them
+ * aligned) as floats, or (STORE) from floats: a K-first pool's channel of
+ * a warp's rows. */
+template <int STORE, int RPW>
+static SP_HD void dec_run_io(const kda_params &p, int64_t at, float x[RPW]) {
+    SP_HD_UNROLL
+    for (int i = 0; i < RPW; i += 2) {
+        if (p.state_bf16 && STORE) {
+            *(uint32_t *)((uint16_t *)p.state + at + i) =
+                (uint32_t)sp_f32_to_bf16_(x[i]) | (uint32_t)sp_f32_to_bf16_(x[i + 1]) << 16;
+        } else if (p.state_bf16) {
+            const uint32_t u = *(const uint32_t *)((const uint16_t *)p.state + at + i);
+            x[i] = sp_bf16_to_f32_((uint16_t)u);
+            x[i + 1] = sp_bf16_to_f32_((uint16_t)(u >> 16));
+        } else if (STORE) {
+            *(float2 *)((float *)p.state + at + i) = make_float2(x[i], x[i + 1]);
+        } else {
+            const float2 f = *(const float2 *)((const float *)p.state + at + i);
+            x[i] = f.x, x[i + 1] = f.y;
+        }
+    }
+}
+
+/* The thread's channels of its rows to (STORE) or from the slot at `base`
+ * ([slot, h]): V-first, a row's 4 channels are contiguous (one 16-byte
+ * piece in fp32); K-first (kf), a channel's RPW rows are. */
+template <int STORE, int RPW>
+static SP_HD void dec_io(const kda_params &p, const dec_block &b, int64_t base, int kf, int tid,
+                         float S[RPW][4]) {
     const int w = tid / 32, c = 4 * (tid % 32);
+    if (kf) {
+        SP_HD_UNROLL
+        for (int x = 0; x < 4; x++) {
+            float y[RPW];
+            SP_HD_UNROLL
+            for (int r = 0; r < RPW; r++) y[r] = S[r][x];
+            dec_run_io<STORE, RPW>(p, base + sp_kda_state_at_(1, c + x, dec_row<RPW>(b, w, 0)), y);
+            if (!STORE) {
+                SP_HD_UNROLL
+                for (int r = 0; r < RPW; r++) S[r][x] = y[r];
+            }
+        }
+        return;
+    }
     SP_HD_UNROLL
     for (int r = 0; r < RPW; r++) {
-        float *x = l.S[r];
-        const int64_t at = b.sq.read_base + dec_row<RPW>(b, w, r) * SP_KDA_D + c;
-        if (b.sq.read_base < 0) {
-            x[0] = x[1] = x[2] = x[3] = 0.0f;
+        float *x = S[r];
+        const int64_t at = base + sp_kda_state_at_(0, c, dec_row<RPW>(b, w, r));
+        if (p.state_bf16 && STORE) {
+            uint2 u;
+            u.x = (uint32_t)sp_f32_to_bf16_(x[0]) | (uint32_t)sp_f32_to_bf16_(x[1]) << 16;
+            u.y = (uint32_t)sp_f32_to_bf16_(x[2]) | (uint32_t)sp_f32_to_bf16_(x[3]) << 16;
+            *(uint2 *)((uint16_t *)p.state + at) = u;
         } else if (p.state_bf16) {
             const uint2 u = *(const uint2 *)((const uint16_t *)p.state + at);
             x[0] = sp_bf16_to_f32_((uint16_t)u.x);
             x[1] = sp_bf16_to_f32_((uint16_t)(u.x >> 16));
             x[2] = sp_bf16_to_f32_((uint16_t)u.y);
             x[3] = sp_bf16_to_f32_((uint16_t)(u.y >> 16));
+        } else if (STORE) {
+            *(float4 *)((float *)p.state + at) = make_float4(x[0], x[1], x[2], x[3]);
         } else {
             const float4 f = *(const float4 *)((const float *)p.state + at);
             x[0] = f.x, x[1] = f.y, x[2] = f.z, x[3] = f.w;
@@ -109,24 +156,23 @@ static SP_HD void dec_load(const kda_params &p, const dec_block &b, int tid, dec
     }
 }
 
+/* Load (or zero, for a fresh sequence) the thread's channels of its rows. */
+template <int RPW>
+static SP_HD void dec_load(const kda_params &p, const dec_block &b, int kf, int tid,
+                           dec_lane<RPW> &l) {
+    if (b.sq.read_base >= 0) {
+        dec_io<0, RPW>(p, b, b.sq.read_base, kf, tid, l.S);
+        return;
+    }
+    SP_HD_UNROLL
+    for (int r = 0; r < RPW; r++) l.S[r][0] = l.S[r][1] = l.S[r][2] = l.S[r][3] = 0.0f;
+}
+
 /* Store the thread's channels of its rows to the slot at `base` ([slot, h]). */
 template <int RPW>
-static SP_HD void dec_store(const kda_params &p, const dec_block &b, int64_t base, int tid,
+static SP_HD void dec_store(const kda_params &p, const dec_block &b, int64_t base, int kf, int tid,
                             const dec_lane<RPW> &l) {
-    const int w = tid / 32, c = 4 * (tid % 32);
-    SP_HD_UNROLL
-    for (int r = 0; r < RPW; r++) {
-        const float *x = l.S[r];
-        const int64_t at = base + dec_row<RPW>(b, w, r) * SP_KDA_D + c;
-        if (p.state_bf16) {
-            uint2 u;
-            u.x = (uint32_t)sp_f32_to_bf16_(x[0]) | (uint32_t)sp_f32_to_bf16_(x[1]) << 16;
-            u.y = (uint32_t)sp_f32_to_bf16_(x[2]) | (uint32_t)sp_f32_to_bf16_(x[3]) << 16;
-            *(uint2 *)((uint16_t *)p.state + at) = u;
-        } else {
-            *(float4 *)((float *)p.state + at) = make_float4(x[0], x[1], x[2], x[3]);
-        }
-    }
+    dec_io<1, RPW>(p, b, base, kf, tid, const_cast<float (*)[4]>(l.S));
 }
 
 /* Prep, 1: token t's channel tid % 128, squared (q and k), to be summed over
@@ -221,11 +267,11 @@ static SP_HD void dec_out(const kda_params &p, const dec_block &b, int64_t t, in
 
 /* After token i (0-based in the sequence): the rows to its table slot. */
 template <int RPW>
-static SP_HD void dec_token_store(const kda_params &p, const dec_block &b, int64_t i, int tid,
-                                  const dec_lane<RPW> &l) {
+static SP_HD void dec_token_store(const kda_params &p, const dec_block &b, int64_t i, int kf,
+                                  int tid, const dec_lane<RPW> &l) {
     if (p.ix.width == 0) return;
     const int64_t to = sp_kda_token_slot_(&p.ix, b.n, i);
-    if (to >= 0) dec_store(p, b, kda_slot_base(p, to, b.h), tid, l);
+    if (to >= 0) dec_store(p, b, kda_slot_base(p, to, b.h), kf, tid, l);
 }
 
 /* ---- the kernel ------------------------------------------------------------ */
@@ -241,14 +287,16 @@ static __device__ __forceinline__ void half_sync(int half) {
     else asm volatile("bar.sync 1, 128;" ::: "memory");
 }
 
-template <int RPW>
+/* KF: the pool K-first (p.state_k_first; an instance each, so that the
+ * V-first one has no branch on it). */
+template <int RPW, int KF>
 static __global__ void __launch_bounds__(DEC_THREADS) kda_decode_kernel(kda_params p) {
     __shared__ __align__(16) dec_smem<RPW> s;
     dec_block b;
     if (!dec_begin<RPW>(p, blockIdx.x, &b)) return;
     const int tid = threadIdx.x, half = tid / HALF;
     dec_lane<RPW> l;
-    dec_load(p, b, tid, l); /* in flight during the first prep */
+    dec_load(p, b, KF, tid, l); /* in flight during the first prep */
     for (int64_t c0 = 0; c0 < b.sq.len; c0 += DEC_TOKENS) {
         const int nt = (int)(b.sq.len - c0 < DEC_TOKENS ? b.sq.len - c0 : DEC_TOKENS);
         if (c0 > 0) __syncthreads(); /* every warp is done with the previous chunk */
@@ -270,15 +318,16 @@ static __global__ void __launch_bounds__(DEC_THREADS) kda_decode_kernel(kda_para
 #pragma unroll
             for (int r = 0; r < RPW; r++) l.dot[r] = butterfly(l.dot[r]);
             dec_out(p, b, b.sq.bos + c0 + i, tid, l);
-            dec_token_store(p, b, c0 + i, tid, l);
+            dec_token_store(p, b, c0 + i, KF, tid, l);
         }
     }
-    if (b.sq.slot_base >= 0) dec_store(p, b, b.sq.slot_base, tid, l);
+    if (b.sq.slot_base >= 0) dec_store(p, b, b.sq.slot_base, KF, tid, l);
 }
 
 template <int RPW> static cudaError_t launch(const kda_params *p, cudaStream_t stream) {
     void *params[] = {(void *)p};
-    return cudaLaunchKernel((const void *)kda_decode_kernel<RPW>,
+    return cudaLaunchKernel(p->state_k_first ? (const void *)kda_decode_kernel<RPW, 1>
+                                             : (const void *)kda_decode_kernel<RPW, 0>,
                             dim3((unsigned)(p->N * p->H * dec_shape<RPW>::BLOCKS)),
                             dim3(DEC_THREADS), params, 0, stream);
 }
@@ -313,7 +362,8 @@ static void emulate_block(const kda_params &p, int64_t x, dec_smem<RPW> &s, dec_
     typedef dec_lane<RPW> lane_t;
     dec_block b;
     if (!dec_begin<RPW>(p, x, &b)) return;
-    for (int t = 0; t < DEC_THREADS; t++) dec_load(p, b, t, lanes[t]);
+    const int kf = p.state_k_first;
+    for (int t = 0; t < DEC_THREADS; t++) dec_load(p, b, kf, t, lanes[t]);
     for (int64_t c0 = 0; c0 < b.sq.len; c0 += DEC_TOKENS) {
         const int nt = (int)(b.sq.len - c0 < DEC_TOKENS ? b.sq.len - c0 : DEC_TOKENS);
         for (int i = 0; i < nt; i++) { /* token i by half i % 2 */
@@ -334,12 +384,12 @@ static void emulate_block(const kda_params &p, int64_t x, dec_smem<RPW> &s, dec_
                 host_butterfly(lanes, [r](lane_t &l) { return &l.dot[r]; });
             for (int t = 0; t < DEC_THREADS; t++) {
                 dec_out(p, b, b.sq.bos + c0 + i, t, lanes[t]);
-                dec_token_store(p, b, c0 + i, t, lanes[t]);
+                dec_token_store(p, b, c0 + i, kf, t, lanes[t]);
             }
         }
     }
     if (b.sq.slot_base >= 0)
-        for (int t = 0; t < DEC_THREADS; t++) dec_store(p, b, b.sq.slot_base, t, lanes[t]);
+        for (int t = 0; t < DEC_THREADS; t++) dec_store(p, b, b.sq.slot_base, kf, t, lanes[t]);
 }
 
 template <int RPW> static sp_status emulate(const kda_params &p, const sp_kda_dims &d) {

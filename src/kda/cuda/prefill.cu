@@ -35,6 +35,7 @@ extern "C" kda_params sp_kda_cuda_params_(const sp_kda_args *a, const sp_kda_dim
     p.pitch = d->pitch;
     p.interval = d->interval;
     p.state_bf16 = d->state_bf16;
+    p.state_k_first = d->state_k_first;
     p.gate = a->gate;
     p.beta_form = a->beta_form;
     p.g_f32 = a->g.dtype == SP_F32;

@@ -112,32 +112,33 @@ static __device__ __forceinline__ int tile_row(int r, int m) {
 }
 
 /* This lane's tile of S in a pool at `base`, the offset of pool element
- * [., h, 0, 0]: element [j][d] = S[d][j] sits at j*128 + d. */
-static __device__ __forceinline__ int64_t tile_at(int64_t base, int r, int j0, int c, int m) {
-    return base + (int64_t)(j0 + c) * SP_KDA_D + tile_row(r, m);
+ * [., h, 0, 0]: S[d][j] at sp_kda_state_at_(k_first, d, j) from there. */
+static __device__ __forceinline__ int64_t tile_at(int64_t base, int k_first, int r, int j0, int c,
+                                                  int m) {
+    return base + sp_kda_state_at_(k_first, tile_row(r, m), j0 + c);
 }
 
 /* base < 0: the state starts from zeros (has_initial_state false). */
-static __device__ void tile_load(const void *pool, int bf16, int64_t base, int r, int j0,
-                                 float S[8][4]) {
+static __device__ void tile_load(const void *pool, int bf16, int k_first, int64_t base, int r,
+                                 int j0, float S[8][4]) {
 #pragma unroll
     for (int c = 0; c < 4; c++)
 #pragma unroll
         for (int m = 0; m < 8; m++) {
-            const int64_t at = tile_at(base, r, j0, c, m);
+            const int64_t at = tile_at(base, k_first, r, j0, c, m);
             S[m][c] = base < 0  ? 0.0f
                       : bf16    ? sp_bf16_to_f32_(((const uint16_t *)pool)[at])
                                 : ((const float *)pool)[at];
         }
 }
 
-static __device__ void tile_store(void *pool, int bf16, int64_t base, int r, int j0,
+static __device__ void tile_store(void *pool, int bf16, int k_first, int64_t base, int r, int j0,
                                   const float S[8][4]) {
 #pragma unroll
     for (int c = 0; c < 4; c++)
 #pragma unroll
         for (int m = 0; m < 8; m++) {
-            const int64_t at = tile_at(base, r, j0, c, m);
+            const int64_t at = tile_at(base, k_first, r, j0, c, m);
             if (bf16)
                 ((uint16_t *)pool)[at] = sp_f32_to_bf16_(S[m][c]);
             else
@@ -190,7 +191,7 @@ static __global__ void __launch_bounds__(THREADS, 1) kda_recurrent_kernel(kda_pa
 
     float S[8][4];
     /* A sequence without tokens leaves its slot as it was, bit for bit. */
-    if (L > 0) tile_load(p.state, p.state_bf16, sq.read_base, r, j0, S);
+    if (L > 0) tile_load(p.state, p.state_bf16, p.state_k_first, sq.read_base, r, j0, S);
 
     raw_token raw;
     if (w < L) load_token(p, bos + w, h, lane, raw);
@@ -237,18 +238,21 @@ static __global__ void __launch_bounds__(THREADS, 1) kda_recurrent_kernel(kda_pa
 #pragma unroll
                 for (int c = 0; c < 4; c++) S[m][c] = fmaf(k[m], bu[c], S[m][c]);
             if (p.interval > 0 && ++since == p.interval) {
-                tile_store(p.ckpt, p.state_bf16, kda_ckpt_base(p, crow, h), r, j0, S);
+                tile_store(p.ckpt, p.state_bf16, 0, kda_ckpt_base(p, crow, h), r, j0, S);
                 crow++;
                 since = 0;
             }
             /* A verify table: every token's state to its column's slot. */
             if (p.ix.width > 0) {
                 const int64_t to = sp_kda_token_slot_(&p.ix, n, c0 + i);
-                if (to >= 0) tile_store(p.state, p.state_bf16, kda_slot_base(p, to, h), r, j0, S);
+                if (to >= 0)
+                    tile_store(p.state, p.state_bf16, p.state_k_first, kda_slot_base(p, to, h), r,
+                               j0, S);
             }
         }
     }
-    if (L > 0 && sq.slot_base >= 0) tile_store(p.state, p.state_bf16, sq.slot_base, r, j0, S);
+    if (L > 0 && sq.slot_base >= 0)
+        tile_store(p.state, p.state_bf16, p.state_k_first, sq.slot_base, r, j0, S);
 }
 
 extern "C" cudaError_t sp_kda_launch_recurrent_(const kda_params *p, cudaStream_t stream) {
