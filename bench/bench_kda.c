@@ -42,14 +42,15 @@
  * --unequal: N sequences of unequal lengths (cut points drawn from a
  * seeded generator) instead of equal ones; --longest-first: the one-pass
  * kernel's longest-first block order (the plan's longest_first); the JSON
- * says both.
+ * says both. --k-first: the state pool K-first ([N, H, K, V], passed as its
+ * transpose; the JSON's "state_layout").
  *
  * --kernels LIST times only those of recurrent, chunked, chunked_two_pass,
  * decode and auto (the recurrent kernel still runs once: the others' errors).
  *
  * Run: build/bench/bench_kda [--shape T H N] [--probe m|g|v|k|g.v|g.k|h|g.h|g.f|g.s] [--two-pass R.P]
  *      [--decode-rows R] [--gate G] [--every-gate] [--unequal] [--longest-first]
- *      [--kernels LIST] [--json FILE]
+ *      [--k-first] [--kernels LIST] [--json FILE]
  */
 #include "harness.h"
 #include "cuda/device.h"
@@ -87,6 +88,7 @@ static struct {
     unsigned kernels; /* which kernels to time (bit k: kernel_order[k]; --kernels) */
     int unequal;    /* unequal sequence lengths */
     int longest_first; /* the one-pass kernel's longest-first block order */
+    int k_first;       /* the state pool K-first (passed as its transpose) */
 } opts = {.build = -1, .gate = SP_KDA_GATE_LOWER_BOUND, .kernels = ~0u};
 static const char *const gate_names[] = {"lower_bound", "softplus", "log_decay", "log_decay_f32"};
 
@@ -181,7 +183,12 @@ static void make_case(kda_case *c, int64_t T, int64_t H, int64_t N, sp_dtype sdt
         bench_fill_bf16(st, se, -0.1, 0.1, 7);
     else
         BENCH_CU(cudaMemset(st, 0, se * 4)); /* a zero start state is a real case */
-    sp_tensor_dense(&a->state, st, sdt, 4, ss, dev);
+    if (opts.k_first) { /* a [N, H, K, V] pool as its transpose */
+        const int64_t kf[4] = {H * D * D, D * D, 1, D};
+        sp_tensor_view(&a->state, st, 0, sdt, 4, ss, kf, dev);
+    } else {
+        sp_tensor_dense(&a->state, st, sdt, 4, ss, dev);
+    }
     c->state_bytes = se * sp_dtype_size(sdt);
     c->state0 = owned(c, c->state_bytes);
     BENCH_CU(cudaMemcpy(c->state0, st, c->state_bytes, cudaMemcpyDeviceToDevice));
@@ -410,10 +417,11 @@ int main(int argc, char **argv) {
             break;
         }
     const char *gate_name = gate_names[opts.g_f32 ? 3 : opts.gate];
-    /* --every-gate, --unequal, --longest-first: flags */
-    static const char *const flags[] = {"--every-gate", "--unequal", "--longest-first"};
-    int *const flag_of[] = {&opts.every_gate, &opts.unequal, &opts.longest_first};
-    for (int f = 0; f < 3; f++)
+    /* --every-gate, --unequal, --longest-first, --k-first: flags */
+    static const char *const flags[] = {"--every-gate", "--unequal", "--longest-first",
+                                        "--k-first"};
+    int *const flag_of[] = {&opts.every_gate, &opts.unequal, &opts.longest_first, &opts.k_first};
+    for (int f = 0; f < 4; f++)
         for (int i = 1; i < argc; i++)
             if (strcmp(argv[i], flags[f]) == 0) {
                 *flag_of[f] = 1;
@@ -557,6 +565,7 @@ int main(int argc, char **argv) {
                 bench_json_int(&j, "H", shapes[i].H);
                 bench_json_int(&j, "N", shapes[i].N);
                 bench_json_str(&j, "state", sp_dtype_name(states[si]));
+                bench_json_str(&j, "state_layout", opts.k_first ? "k_first" : "v_first");
                 bench_json_num(&j, "ms", st[k].median_ms);
                 bench_json_num(&j, "min_ms", st[k].min_ms);
                 bench_json_int(&j, "reps", st[k].reps);
