@@ -104,7 +104,8 @@ typedef enum sp_kda_beta {
  *   measured above; the others in every-gate builds, which compute a chunk
  *   whose decays exceed 5 nats a token on average over 8 tokens
  *   element by element (exact exponents <= 0) instead of factored: the
- *   chunked kernels' bounds above hold (checked on an H200); not yet timed.
+ *   chunked kernels' bounds above hold (checked on an H200); their time is
+ *   docs/TUNING.md's "CHUNKED_EVERY_GATE" (above K3's builds').
  *   DECODE: for few tokens a sequence (decode, speculative verify), laid
  *     out for bandwidth: each state row (the 128 K channels of a V column)
  *     is read once into registers, run through the sequence's tokens and

@@ -61,8 +61,9 @@
 #define ONE_PASS_LONGEST_FIRST 0
 
 /* The decode kernel's V rows a warp (blocks of 8 x this many rows): 4 puts
- * four blocks on each (sequence, head) pair, 3072 blocks at N = 64, H = 12
- * (docs/TUNING.md, "DECODE_ROWS_PER_WARP": not yet swept). */
+ * four blocks on each (sequence, head) pair, 3072 blocks at N = 64, H = 12;
+ * the fastest of 2, 4, 8 at every shape swept (docs/TUNING.md,
+ * "DECODE_ROWS_PER_WARP"). */
 #define DECODE_ROWS_PER_WARP 4
 
 const char *sp_kda_kernel_name(sp_kda_kernel k) {
