@@ -17,9 +17,9 @@ convolution output, g [N k, H 128], beta [N k, H], the K3 gate):
               bench/kda_anchors.py), state_v_first=True, in place
   dropin      stridepack.fla.fused_recurrent_kda_fwd, the same call (V-first:
               read and written in place)
-  dropin:k_first  the same on a K-first pool of the same bytes (fla's default
-              layout: the slots used gathered, transposed and scattered back),
-              what the transposition costs
+  dropin:k_first  the same on a K-first pool of the same states (fla's default
+              layout: read and written where it lies since 2933126; before, the
+              slots used were gathered, transposed and scattered back)
   limit       one torch copy of the step's bytes / 2, device to device
 
 Run (GPU):
