@@ -435,8 +435,7 @@ static __device__ __forceinline__ void state_pass(const kda_params &p, const voi
                 *(uint4 *)(o_at + c0 * HD) = *(const uint4 *)&ob[ot][oh];
         }
         if (chunks_per_ckpt > 0 && nt == CHUNK && (ci + 1) % chunks_per_ckpt == 0)
-            state_store(p.ckpt, p.state_bf16, 0, kda_ckpt_base(p, crow++, h), vrow, d0, q, S,
-                        NDS);
+            state_store(p.ckpt, p.state_bf16, 0, kda_ckpt_base(p, crow++, h), vrow, d0, q, S, NDS);
     }
     if (L > 0)
         state_store(p.state, p.state_bf16, p.state_k_first, sq.slot_base, vrow, d0, q, S, NDS);
