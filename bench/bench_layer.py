@@ -24,7 +24,11 @@ prefill timed three ways, records {"layer": "kda_layer", "api", "T", "H",
               leaves them)
   dropin      fla's signatures served by stridepack.fla
   fla         fla's own chunk_kda (it makes its inputs contiguous itself)
-(--no-layer leaves this out.)
+and its part between the projections alone (KdaLayer.attend: the causal
+convolution and the KDA prefill, on the same in-projection output, g and
+beta), records {"layer": "kda_layer_attend", ...}: the projections' matrix
+products (about 11.6 TFLOP at K3 TP1, the same in every arm) dominate the
+whole prefill. (--no-layer leaves this out.)
 
 Run: SP_ANCHOR_DIR=.anchors PYTHONPATH=<build>/python \\
      python3 bench/bench_layer.py --json bench/results/h200_layer.json
@@ -115,20 +119,29 @@ def layer_records(args, chunk_kda):
         cu = torch.tensor([0, T], dtype=torch.int32, device="cuda")
         slot = torch.tensor([1], dtype=torch.int32, device="cuda")
         has = torch.tensor([True], device="cuda")
-        arms = {a: (lambda l=l: l.prefill(x, cu, slot, has)) for a, l in layers.items()}
-        for fn in arms.values():
-            for _ in range(args.warmup):
-                with torch.inference_mode():
-                    fn()
-        torch.cuda.synchronize()
+        # The whole prefill, and the part between the projections (KdaLayer.attend:
+        # the convolution and the KDA prefill, which the APIs differ in), each
+        # API's layer on the same projections.
         with torch.inference_mode():
-            times = ka.time_interleaved(arms, args.reps)
-        for a, ts in times.items():
-            rec = dict(layer="kda_layer", api=a, T=T, H=H, ms=round(statistics.median(ts), 4),
-                       ms_min=round(min(ts), 4), reps=len(ts))
-            out.append(rec)
-            print(f"T={T} H={H:3d} layer {a:10s} {rec['ms']:8.3f} ms", flush=True)
-        del layers, arms, x
+            proj, (g_in, beta_in) = x @ layers["stridepack"].w_qkv, layers["stridepack"]._gates(x)
+        parts = {"kda_layer": {a: (lambda l=l: l.prefill(x, cu, slot, has))
+                               for a, l in layers.items()},
+                 "kda_layer_attend": {a: (lambda l=l: l.attend(proj, g_in, beta_in, cu, slot, has))
+                                      for a, l in layers.items()}}
+        for name, arms in parts.items():
+            for fn in arms.values():
+                for _ in range(args.warmup):
+                    with torch.inference_mode():
+                        fn()
+            torch.cuda.synchronize()
+            with torch.inference_mode():
+                times = ka.time_interleaved(arms, args.reps)
+            for a, ts in times.items():
+                rec = dict(layer=name, api=a, T=T, H=H, ms=round(statistics.median(ts), 4),
+                           ms_min=round(min(ts), 4), reps=len(ts))
+                out.append(rec)
+                print(f"T={T} H={H:3d} {name:16s} {a:10s} {rec['ms']:8.3f} ms", flush=True)
+        del layers, parts, x, proj, g_in, beta_in
         torch.cuda.empty_cache()
     return out
 

@@ -80,13 +80,17 @@ class KdaLayer:
 
     # ---- the parts ------------------------------------------------------------
 
-    def _inputs(self, x, qkv):
-        """g and beta from x; q, k, v as column slices of the conv output."""
+    def _gates(self, x):
+        """g and beta from x."""
         T, H = x.shape[0], self.H
-        q, k, v = (qkv[:, i * self.P:(i + 1) * self.P].view(1, T, H, D) for i in range(3))
         g = ((x @ self.w_fa) @ self.w_fb).view(1, T, H, D)
         beta = (x @ self.w_beta).view(1, T, H)
-        return q, k, v, g, beta
+        return g, beta
+
+    def _qkv(self, qkv):
+        """q, k, v as column slices of the conv output (no copy)."""
+        T = qkv.shape[0]
+        return tuple(qkv[:, i * self.P:(i + 1) * self.P].view(1, T, self.H, D) for i in range(3))
 
     def _output(self, x, o):
         """RMS norm of o per head times sigmoid of the output gate, then out."""
@@ -105,20 +109,28 @@ class KdaLayer:
         """x bf16 [T, hidden], a varlen batch by query_start_loc (int32
         [N + 1]); sequence n uses pool slot slots[n] (int32 [N]) and starts
         from it where has_initial_state[n]. Returns y bf16 [T, hidden]."""
-        T = x.shape[0]
         proj = x @ self.w_qkv
+        g, beta = self._gates(x)
+        o = self.attend(proj, g, beta, query_start_loc, slots, has_initial_state)
+        return self._output(x, o)
+
+    def attend(self, proj, g, beta, query_start_loc, slots, has_initial_state):
+        """The prefill between the layer's projections: the causal
+        convolution of the in-projection's output proj (bf16 [T, 3 P]), then
+        the KDA prefill on q, k, v (column slices of the convolution's
+        output), g and beta. Returns o bf16 [1, T, H, 128]."""
+        T = proj.shape[0]
         qkv = torch.empty(T, 3 * self.P, dtype=torch.bfloat16, device=self.dev)
         sp.causal_conv1d(proj, self.conv_w, query_start_loc, self.conv_pool, slots,
                          has_initial_state=has_initial_state, silu=True, out=qkv)
-        q, k, v, g, beta = self._inputs(x, qkv)
+        q, k, v = self._qkv(qkv)
         if self.api == "fla":
-            o = self._prefill_fla(q, k, v, g, beta, query_start_loc, slots, has_initial_state)
-        else:
-            o = torch.empty(1, T, self.H, D, dtype=torch.bfloat16, device=self.dev)
-            sp.kda_prefill(q, k, v, g, beta, self.A_log, self.dt_bias, query_start_loc,
-                           self.kda_pool, slots, o, has_initial_state=has_initial_state,
-                           **self._gate_kwargs())
-        return self._output(x, o)
+            return self._prefill_fla(q, k, v, g, beta, query_start_loc, slots, has_initial_state)
+        o = torch.empty(1, T, self.H, D, dtype=torch.bfloat16, device=self.dev)
+        sp.kda_prefill(q, k, v, g, beta, self.A_log, self.dt_bias, query_start_loc,
+                       self.kda_pool, slots, o, has_initial_state=has_initial_state,
+                       **self._gate_kwargs())
+        return o
 
     def _prefill_fla(self, q, k, v, g, beta, cu, slots, has_initial_state):
         """The prefill as an engine calling fla's chunk_kda does it: gather
@@ -147,7 +159,8 @@ class KdaLayer:
         proj = x @ self.w_qkv
         qkv = torch.empty(N, 3 * self.P, dtype=torch.bfloat16, device=self.dev)
         sp.causal_conv1d_update(proj, self.conv_w, self.conv_pool, slots, silu=True, out=qkv)
-        q, k, v, g, beta = self._inputs(x, qkv)
+        q, k, v = self._qkv(qkv)
+        g, beta = self._gates(x)
         cu = torch.arange(N + 1, dtype=torch.int32, device=self.dev)
         if self.api == "fla":
             fused_recurrent_kda_fwd = self.fla_calls[1]
