@@ -4,8 +4,10 @@ lines the GPU benchmarks write (bench/results/), so that the tables are the
 runs' figures and nothing else.
 
 Run: python3 tools/perf_tables.py [RESULTS_DIR]   (default bench/results)
-Prints the tables of bench_kda, bench_conv and bench_boundary, and those of
-gpu_check.sh's decide phase where its files are there (each pair of arms as
+Prints the tables of bench_kda, bench_conv, bench_boundary, bench_kda --gate,
+bench/kda_decode.py (each arm's time and share of the limit) and
+bench/bench_layer.py's example layer (whole, and between its projections),
+and those of gpu_check.sh's decide phase where its files are there (each pair of arms as
 medians of the runs, and their ratio: what decides the constants of
 docs/TUNING.md that say "Not measured yet").
 """
@@ -18,8 +20,17 @@ from collections import defaultdict
 
 
 def lines(path):
+    """The records of a results file: JSON lines, or one JSON document with
+    its records under "results" (bench_layer.py)."""
     with open(path) as f:
-        return [json.loads(s) for s in f if s.strip()]
+        text = f.read()
+    try:
+        doc = json.loads(text)
+    except ValueError:  # several lines
+        doc = None
+    if isinstance(doc, dict) and isinstance(doc.get("results"), list):
+        return doc["results"]
+    return [json.loads(s) for s in text.splitlines() if s.strip()]
 
 
 def ms(x):
@@ -179,12 +190,49 @@ def gate_kernels(rows):  # bench_kda --gate: every kernel on one form's inputs
     return "\n".join(out)
 
 
+def kda_decode(rows):  # bench/kda_decode.py: each arm's time and share of the limit
+    arms = ("stridepack", "fla", "dropin", "dropin:k_first")
+    shapes = defaultdict(dict)
+    for r in rows:
+        if r.get("ms") and r.get("arm") in arms:
+            shapes[(r["N"], r["H"], r["k"], r["pool"])][r["arm"]] = r
+    out = ["| N | H | k | pool | limit ms | " + " | ".join(f"{a} ms (share)" for a in arms)
+           + " | **stridepack / fla** |",
+           "|---:|---:|---:|---|---:|" + "---:|" * len(arms) + "---:|"]
+    for (N, H, k, pool), a in sorted(shapes.items()):
+        limit = next(iter(a.values()))["limit_ms"]
+        cells = [f"{a[x]['ms']:.4f} ({limit / a[x]['ms']:.2f})" if x in a else "–" for x in arms]
+        ratio = (f"**{a['stridepack']['ms'] / a['fla']['ms']:.2f}**"
+                 if "stridepack" in a and "fla" in a else "–")
+        out.append(f"| {N} | {H} | {k} | {pool} | {limit:.4f} | " + " | ".join(cells)
+                   + f" | {ratio} |")
+    return "\n".join(out)
+
+
+def layer(rows):  # bench_layer.py: the example layer's prefill, whole and between projections
+    apis = ("stridepack", "dropin", "fla")
+    parts = defaultdict(dict)
+    for r in rows:
+        if r.get("layer") and r.get("ms"):
+            parts[(r["layer"], r["T"], r["H"])][r["api"]] = r["ms"]
+    out = ["| part | T | H | " + " | ".join(f"{a} ms" for a in apis) + " | **fla / dropin** |",
+           "|---|---:|---:|" + "---:|" * len(apis) + "---:|"]
+    for (name, T, H), a in sorted(parts.items()):
+        ratio = f"**{a['fla'] / a['dropin']:.2f}**" if "fla" in a and "dropin" in a else "–"
+        out.append(f"| {name} | {T} | {H} | "
+                   + " | ".join(f"{a[x]:.3f}" if x in a else "–" for x in apis)
+                   + f" | {ratio} |")
+    return "\n".join(out)
+
+
 def main():
     d = sys.argv[1] if len(sys.argv) > 1 else "bench/results"
     for title, name, fn in (("bench_kda", "h200_kda.json", kda),
                             ("bench_conv", "h200_conv.json", conv),
                             ("bench_boundary", "h200_boundary.json", boundary),
                             ("bench_kda --gate", "h200_kda_gates_kernels.json", gate_kernels),
+                            ("bench/kda_decode.py", "h200_kda_decode.json", kda_decode),
+                            ("bench_layer.py: the example layer", "h200_layer.json", layer),
                             ("ONE_PASS_HANDOVER", "decide_handover.json", handover),
                             ("CHUNKED_EVERY_GATE: the build's cost on K3 inputs",
                              "decide_every_gate.json", every_gate),

@@ -2,7 +2,8 @@
 (its float64 reference against a scalar loop for every gate form, its
 tables and shape lists) and bench/kda_decode.py (its inputs and accuracy
 path on the CPU backend); and tools/perf_tables.py's tables of the decide
-phase from JSON lines written here. Exits 77 without torch."""
+phase, the decode grid and the example layer from records written here.
+Exits 77 without torch."""
 
 import json
 import os
@@ -53,16 +54,34 @@ class Drivers(unittest.TestCase):
                 [dict(kernel="decode", decode_rows=r, ms=0.1 * r, T=64, H=12, N=64)
                  for r in (2, 4, 8)] + [dict(kernel="recurrent", ms=0.5, T=64, H=12, N=64)],
         }
+        dec = dict(N=64, H=12, k=1, pool="f32", limit_ms=0.02)
+        files["h200_kda_decode.json"] = (
+            [dict(arm=a, ms=m, **dec) for a, m in (("stridepack", 0.025), ("fla", 0.04),
+                                                    ("dropin", 0.026))]
+            + [dict(arm="accuracy", N=64, H=12, k=1, pool="f32", o_rel=1e-6)])
+        layer = [dict(layer=n, api=a, T=16384, H=96, ms=m)
+                 for n, a, m in (("kda_layer", "dropin", 10.0), ("kda_layer", "fla", 12.5),
+                                 ("kda_layer_attend", "dropin", 2.0),
+                                 ("kda_layer_attend", "fla", 6.0),
+                                 ("kda_layer_attend", "stridepack", 1.9))]
         with tempfile.TemporaryDirectory() as d:
             for name, rows in files.items():
                 with open(os.path.join(d, name), "w") as f:
                     f.writelines(json.dumps(r) + "\n" for r in rows)
+            with open(os.path.join(d, "h200_layer.json"), "w") as f:  # one document
+                json.dump({"device": "x", "results": [dict(consumer="fla", ms=1.0)] + layer}, f,
+                          indent=1)
             r = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "perf_tables.py"), d],
                                capture_output=True, text=True, timeout=60)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("| 16384/96/1 wgmma | 1.5000 (3) | 1.5000 (2) | 1.000 |", r.stdout)
         self.assertIn("| 16384/96/1 chunked | 1.0000 (2) | 1.2500 (2) | 1.250 |", r.stdout)
         self.assertIn("| 64/12/64 | 0.2000 | 0.4000 | 0.8000 | 0.5000 |", r.stdout)
+        self.assertIn("| 64 | 12 | 1 | f32 | 0.0200 | 0.0250 (0.80) | 0.0400 (0.50) | "
+                      "0.0260 (0.77) | – | **0.62** |", r.stdout)
+        self.assertIn("| kda_layer | 16384 | 96 | – | 10.000 | 12.500 | **1.25** |", r.stdout)
+        self.assertIn("| kda_layer_attend | 16384 | 96 | 1.900 | 2.000 | 6.000 | **3.00** |",
+                      r.stdout)
 
 
 if __name__ == "__main__":
