@@ -841,8 +841,8 @@ class EngineCallsGpu(unittest.TestCase):
         self.assertEqual(counters["inductor"]["cudagraph_skips"], 0)
 
     def test_fla_decode_k_first_pool_in_a_cuda_graph(self):
-        """fla's default K-first pool (slots gathered, transposed, scattered
-        back) and a verify table, captured by torch.cuda.graph (which fails
+        """fla's default K-first pool (read and written where it lies) and a
+        verify table, captured by torch.cuda.graph (which fails
         on any synchronization) and replayed with new contents at the same
         addresses: the same bits as the eager call, and as the eager call on
         the V-first pool of the same states."""
