@@ -88,70 +88,65 @@ template <int RPW> static SP_HD int64_t dec_row(const dec_block &b, int w, int r
     return b.row0 + w * RPW + r;
 }
 
-/* n (RPW: 2, 4 or 8) consecutive pool elements from element `at` (n of them
- * aligned) as floats, or (STORE) from floats: a K-first pool's channel of
- * a warp's rows. */
-template <int STORE, int RPW>
-static SP_HD void dec_run_io(const kda_params &p, int64_t at, float x[RPW]) {
+/* N (2, 4 or 8) consecutive pool elements from element `at` (aligned to
+ * N elements) as floats, or (STORE) from floats: 16-byte pieces of an fp32
+ * pool (8-byte of a bf16 one), or one 8-byte (4-byte) piece for N = 2. */
+template <int STORE, int N>
+static SP_HD void dec_pool_io(const kda_params &p, int64_t at, float *x) {
     SP_HD_UNROLL
-    for (int i = 0; i < RPW; i += 2) {
-        if (p.state_bf16 && STORE) {
-            *(uint32_t *)((uint16_t *)p.state + at + i) =
-                (uint32_t)sp_f32_to_bf16_(x[i]) | (uint32_t)sp_f32_to_bf16_(x[i + 1]) << 16;
+    for (int i = 0; i < N; i += 4) {
+        float *y = x + i;
+        if (N == 2 && p.state_bf16 && STORE) {
+            *(uint32_t *)((uint16_t *)p.state + at) =
+                (uint32_t)sp_f32_to_bf16_(y[0]) | (uint32_t)sp_f32_to_bf16_(y[1]) << 16;
+        } else if (N == 2 && p.state_bf16) {
+            const uint32_t u = *(const uint32_t *)((const uint16_t *)p.state + at);
+            y[0] = sp_bf16_to_f32_((uint16_t)u), y[1] = sp_bf16_to_f32_((uint16_t)(u >> 16));
+        } else if (N == 2 && STORE) {
+            *(float2 *)((float *)p.state + at) = make_float2(y[0], y[1]);
+        } else if (N == 2) {
+            const float2 f = *(const float2 *)((const float *)p.state + at);
+            y[0] = f.x, y[1] = f.y;
+        } else if (p.state_bf16 && STORE) {
+            uint2 u;
+            u.x = (uint32_t)sp_f32_to_bf16_(y[0]) | (uint32_t)sp_f32_to_bf16_(y[1]) << 16;
+            u.y = (uint32_t)sp_f32_to_bf16_(y[2]) | (uint32_t)sp_f32_to_bf16_(y[3]) << 16;
+            *(uint2 *)((uint16_t *)p.state + at + i) = u;
         } else if (p.state_bf16) {
-            const uint32_t u = *(const uint32_t *)((const uint16_t *)p.state + at + i);
-            x[i] = sp_bf16_to_f32_((uint16_t)u);
-            x[i + 1] = sp_bf16_to_f32_((uint16_t)(u >> 16));
+            const uint2 u = *(const uint2 *)((const uint16_t *)p.state + at + i);
+            y[0] = sp_bf16_to_f32_((uint16_t)u.x), y[1] = sp_bf16_to_f32_((uint16_t)(u.x >> 16));
+            y[2] = sp_bf16_to_f32_((uint16_t)u.y), y[3] = sp_bf16_to_f32_((uint16_t)(u.y >> 16));
         } else if (STORE) {
-            *(float2 *)((float *)p.state + at + i) = make_float2(x[i], x[i + 1]);
+            *(float4 *)((float *)p.state + at + i) = make_float4(y[0], y[1], y[2], y[3]);
         } else {
-            const float2 f = *(const float2 *)((const float *)p.state + at + i);
-            x[i] = f.x, x[i + 1] = f.y;
+            const float4 f = *(const float4 *)((const float *)p.state + at + i);
+            y[0] = f.x, y[1] = f.y, y[2] = f.z, y[3] = f.w;
         }
     }
 }
 
 /* The thread's channels of its rows to (STORE) or from the slot at `base`
- * ([slot, h]): V-first, a row's 4 channels are contiguous (one 16-byte
- * piece in fp32); K-first (kf), a channel's RPW rows are. */
+ * ([slot, h]): V-first, a row's 4 channels are contiguous; K-first (kf), a
+ * channel's RPW rows are. */
 template <int STORE, int RPW>
 static SP_HD void dec_io(const kda_params &p, const dec_block &b, int64_t base, int kf, int tid,
                          float S[RPW][4]) {
     const int w = tid / 32, c = 4 * (tid % 32);
-    if (kf) {
+    if (!kf) {
         SP_HD_UNROLL
-        for (int x = 0; x < 4; x++) {
-            float y[RPW];
-            SP_HD_UNROLL
-            for (int r = 0; r < RPW; r++) y[r] = S[r][x];
-            dec_run_io<STORE, RPW>(p, base + sp_kda_state_at_(1, c + x, dec_row<RPW>(b, w, 0)), y);
-            if (!STORE) {
-                SP_HD_UNROLL
-                for (int r = 0; r < RPW; r++) S[r][x] = y[r];
-            }
-        }
+        for (int r = 0; r < RPW; r++)
+            dec_pool_io<STORE, 4>(p, base + sp_kda_state_at_(0, c, dec_row<RPW>(b, w, r)), S[r]);
         return;
     }
     SP_HD_UNROLL
-    for (int r = 0; r < RPW; r++) {
-        float *x = S[r];
-        const int64_t at = base + sp_kda_state_at_(0, c, dec_row<RPW>(b, w, r));
-        if (p.state_bf16 && STORE) {
-            uint2 u;
-            u.x = (uint32_t)sp_f32_to_bf16_(x[0]) | (uint32_t)sp_f32_to_bf16_(x[1]) << 16;
-            u.y = (uint32_t)sp_f32_to_bf16_(x[2]) | (uint32_t)sp_f32_to_bf16_(x[3]) << 16;
-            *(uint2 *)((uint16_t *)p.state + at) = u;
-        } else if (p.state_bf16) {
-            const uint2 u = *(const uint2 *)((const uint16_t *)p.state + at);
-            x[0] = sp_bf16_to_f32_((uint16_t)u.x);
-            x[1] = sp_bf16_to_f32_((uint16_t)(u.x >> 16));
-            x[2] = sp_bf16_to_f32_((uint16_t)u.y);
-            x[3] = sp_bf16_to_f32_((uint16_t)(u.y >> 16));
-        } else if (STORE) {
-            *(float4 *)((float *)p.state + at) = make_float4(x[0], x[1], x[2], x[3]);
-        } else {
-            const float4 f = *(const float4 *)((const float *)p.state + at);
-            x[0] = f.x, x[1] = f.y, x[2] = f.z, x[3] = f.w;
+    for (int x = 0; x < 4; x++) {
+        float y[RPW];
+        SP_HD_UNROLL
+        for (int r = 0; r < RPW; r++) y[r] = S[r][x];
+        dec_pool_io<STORE, RPW>(p, base + sp_kda_state_at_(1, c + x, dec_row<RPW>(b, w, 0)), y);
+        if (!STORE) {
+            SP_HD_UNROLL
+            for (int r = 0; r < RPW; r++) S[r][x] = y[r];
         }
     }
 }
