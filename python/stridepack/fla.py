@@ -151,6 +151,15 @@ def _pool(state, state_v_first):
     return state if state_v_first else state.transpose(-1, -2)
 
 
+def _library(arrays, forms, scale):
+    """The library's prefill, eager, on kda_prefill's 15 arrays (q, k, v, g,
+    beta, A_log, dt_bias, cu_seqlens, pool, indices, o, the checkpoints' two
+    and has_initial_state unset, num_accepted_tokens) with the gate, bound
+    and beta codes of forms (_forms) and fla's scale (None: its default)."""
+    _native.kda_prefill(arrays, forms[0], forms[1], _scale(scale), 0, _KERNEL_AUTO, None,
+                        forms[2])
+
+
 def _prefill(x, beta, A_log, dt_bias, cu, pool, idx, o, forms, scale, acc=None):
     """kda_prefill's eager call, the gate and beta codes already looked up
     (forms, from _forms): q, k, v, g = x on the pool (_pool) by idx (slots
@@ -158,16 +167,13 @@ def _prefill(x, beta, A_log, dt_bias, cu, pool, idx, o, forms, scale, acc=None):
     library does not read an input's rows where they lie it refuses the
     call, nothing written; those inputs are then made dense and the call
     made again. Any other refusal is raised (StridepackError)."""
-    gate, bound, beta_form = forms
     try:
-        _native.kda_prefill((*x, beta, A_log, dt_bias, cu, pool, idx, o, None, None, None, acc),
-                            gate, bound, scale, 0, _KERNEL_AUTO, None, beta_form)
+        _library((*x, beta, A_log, dt_bias, cu, pool, idx, o, None, None, None, acc), forms, scale)
     except StridepackError as e:
         if "not read in place" not in e.message:
             raise
         x = tuple(t if t.is_contiguous() else t.contiguous() for t in x)
-        _native.kda_prefill((*x, beta, A_log, dt_bias, cu, pool, idx, o, None, None, None, acc),
-                            gate, bound, scale, 0, _KERNEL_AUTO, None, beta_form)
+        _library((*x, beta, A_log, dt_bias, cu, pool, idx, o, None, None, None, acc), forms, scale)
 
 
 # Slot n for sequence n, int32 [N], by device and N: see _slots.
@@ -308,7 +314,7 @@ class _Call:
         if scale is not None and scale == 0:  # the library's 0 means its default
             raise self.refuse("scale", scale, "a scale of 0 (o would be 0) is not served")
         _prefill((self.q, self.k, self.v, self.g), self.beta, self.A_log, self.dt_bias, self.cu,
-                 pool, state_indices, o, self.forms, _scale(scale), num_accepted_tokens)
+                 pool, state_indices, o, self.forms, scale, num_accepted_tokens)
 
 
 def chunk_kda(q, k, v, g, beta, scale: Optional[float] = None, initial_state=None,
@@ -444,11 +450,8 @@ def _chunk_as_is(q, k, v, g, beta, A_log, dt_bias, initial_state, scale, output_
         pool = initial_state.clone(memory_format=torch.contiguous_format)
     o = torch.empty(1, shape[1], shape[2], HEAD_DIM, dtype=torch.bfloat16, device=dev)
     try:
-        _native.kda_prefill((q, k, v, g, beta, A_log, dt_bias, cu_seqlens,
-                             _pool(pool, state_v_first), _slots(N, dev), o, None, None, None,
-                             None), forms[0], forms[1],
-                            _DEFAULT_SCALE if scale is None else float(scale), 0, _KERNEL_AUTO,
-                            None, forms[2])
+        _library((q, k, v, g, beta, A_log, dt_bias, cu_seqlens, _pool(pool, state_v_first),
+                  _slots(N, dev), o, None, None, None, None), forms, scale)
     except StridepackError:
         return None
     return o, (pool if output_final_state else None)
@@ -544,10 +547,8 @@ def _decode_as_is(q, k, v, g, beta, A_log, dt_bias, pool, scale, cu_seqlens, ssm
     else:
         return None
     try:
-        _native.kda_prefill((q, k, v, g, beta, A_log, dt_bias, cu_seqlens, pool,
-                             ssm_state_indices, o, None, None, None, num_accepted_tokens),
-                            forms[0], forms[1], _DEFAULT_SCALE if scale is None else float(scale),
-                            0, _KERNEL_AUTO, None, forms[2])
+        _library((q, k, v, g, beta, A_log, dt_bias, cu_seqlens, pool, ssm_state_indices, o, None,
+                  None, None, num_accepted_tokens), forms, scale)
     except StridepackError:
         return None
     return o
