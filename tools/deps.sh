@@ -12,6 +12,7 @@
 #   python3-torch (optional, installed as root) — Debian's CPU build of PyTorch:
 #                                           the binding's torch tests run without a GPU
 #   python3-pyelftools (optional, as root)  — tools/sass_lines.py (its self-test)
+#   nvdisasm (optional; not in Debian main) — tools/sass_lines.py --spans (DEVELOPERS.md)
 #   clang (optional)                      — the libFuzzer target
 #   nvcc (optional)                       — the CUDA backend
 set -u

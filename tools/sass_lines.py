@@ -21,6 +21,20 @@ kernel matching FILTER against the one matching FILTER_B (static counts: what
 a build adds, not what runs). --self-test: builds a kernel that spills and one
 that does not (needs nvcc) and checks the instructions found, and their lines,
 against ptxas' report; exit 77 without nvcc or pyelftools.
+
+--spans FILE:LO-HI[,SKIP_LO-SKIP_HI] (needs nvdisasm, or SP_NVDISASM): how
+much code a loop of the source spans, for each kernel matching FILTER. An
+instruction belongs to the lines LO .. HI of FILE when the outermost of its
+inlined frames in FILE is there (a loop's body with every function it
+inlines); the report gives their count and the bytes from the first to the
+last, and, with SKIP, the part of those lines that a branch jumps over (say a
+rarely taken path): its count and span, how many of the others lie inside
+it, and the bytes of the rest (its span less the block's), the code a warp
+fetches each time round. The
+instruction cache holds code by address: a hot loop whose code spreads over
+more bytes than it holds stalls on fetches ("no instruction" in ncu).
+  tools/sass_lines.py /tmp/chunked.cubin ILi0ELi1ELi1E \
+      --spans chunked_kernel.cuh:318-365,348-356
 """
 
 import bisect
@@ -130,6 +144,121 @@ def diff(path, want_a, want_b, file):
             print(f"{key[1]:5d} {a.get(key, 0):6d} {b.get(key, 0):6d} {b.get(key, 0) - a.get(key, 0):+6d}")
 
 
+def frames(listing):
+    """{kernel: [(offset, [(file, line), ...] innermost first, instruction)]} from
+    `nvdisasm -c -gi`: the "//## File" lines of a location's inlined frames,
+    innermost first, precede the instructions that have it."""
+    kernels, chain, out, fresh = {}, [], None, True
+    for line in listing.splitlines():
+        m = re.match(r"//-+ \.text\.(\S+) -+", line.strip())
+        if m:
+            chain, out, fresh = [], [], True
+            kernels[m.group(1)] = out
+            continue
+        m = re.search(r'//## File "([^"]+)", line (\d+)', line)
+        if m:
+            chain = [] if fresh else chain
+            chain.append((os.path.basename(m.group(1)), int(m.group(2))))
+            fresh = False
+            continue
+        m = re.search(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", line)
+        if m and out is not None:
+            out.append((int(m.group(1), 16), chain, m.group(2)))
+            fresh = True
+    return kernels
+
+
+def disassemble(path):
+    tool = os.environ.get("SP_NVDISASM") or shutil.which("nvdisasm")
+    if not tool:
+        sys.exit("--spans needs nvdisasm (PATH or SP_NVDISASM): DEVELOPERS.md says where to get it")
+    r = subprocess.run([tool, "-c", "-gi", path], capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(r.stderr)
+    return r.stdout
+
+
+def spans(kernels, want, spec):
+    """Per kernel matching `want`: the code of lines LO .. HI of FILE (spec
+    "FILE:LO-HI[,SKIP_LO-SKIP_HI]"), as the docstring says. Returns
+    {kernel: (count, span, skipped count, skipped span, others inside, rest span)}."""
+    m = re.fullmatch(r"([^:]+):(\d+)-(\d+)(?:,(\d+)-(\d+))?", spec)
+    if not m:
+        sys.exit(f"--spans {spec!r}: FILE:LO-HI[,SKIP_LO-SKIP_HI]")
+    file, lo, hi = m.group(1), int(m.group(2)), int(m.group(3))
+    skip = (int(m.group(4)), int(m.group(5))) if m.group(4) else None
+
+    def span(addrs):
+        return max(addrs) - min(addrs) + 16 if addrs else 0
+
+    result = {}
+    for name, code in sorted(kernels.items()):
+        if want not in name:
+            continue
+        mine = []
+        for addr, chain, _ in code:
+            ours = [ln for f, ln in chain if f == file]
+            if ours and lo <= ours[-1] <= hi:
+                mine.append((addr, ours[-1]))
+        if not mine:
+            continue
+        addrs = [a for a, _ in mine]
+        line = f"{name}: {file}:{lo}-{hi} {len(mine)} instructions over {span(addrs) / 1024:.1f} KB"
+        r = (len(mine), span(addrs), 0, 0, 0, span(addrs))
+        if skip:
+            sk = [a for a, ln in mine if skip[0] <= ln <= skip[1]]
+            a0, a1 = (min(sk), max(sk)) if sk else (0, -1)
+            inside = [a for a, ln in mine if a0 <= a <= a1 and not skip[0] <= ln <= skip[1]]
+            rest = [a for a in addrs if not a0 <= a <= a1]
+            # the rest's bytes: its span less the skipped block's, where that lies within
+            held = span(rest) - (span(sk) if rest and min(rest) < a0 and a1 < max(rest) else 0)
+            r = (len(mine), span(addrs), len(sk), span(sk), len(inside), held)
+            line += (f"; lines {skip[0]}-{skip[1]}: {len(sk)} over {span(sk) / 1024:.1f} KB"
+                     f" ({len(inside)} others inside); the rest: {len(rest)} over"
+                     f" {held / 1024:.1f} KB")
+        print(line)
+        result[name] = r
+    return result
+
+
+SELF_TEST_LISTING = """
+//--------------------- .text.k_one --------------------------
+k_one:
+	//## File "/x/a.cuh", line 5 inlined at "/x/k.cu", line 20
+	//## File "/x/k.cu", line 20
+        /*0000*/                   MOV R1, R2 ;
+	//## File "/x/k.cu", line 21
+        /*0010*/                   IADD3 R1, R1, 1, RZ ;
+	//## File "/x/k.cu", line 23
+        /*0020*/                   BRA `(.L_x_1) ;
+        /*0030*/                   FADD R3, R3, R3 ;
+	//## File "/x/k.cu", line 22
+        /*0040*/                   FMUL R3, R3, R3 ;
+	//## File "/x/k.cu", line 30
+        /*0050*/                   EXIT ;
+//--------------------- .text.k_two --------------------------
+k_two:
+	//## File "/x/k.cu", line 40
+        /*0000*/                   EXIT ;
+"""
+
+
+def self_test_spans():
+    """--spans on a listing written by hand: frames, the outermost frame in
+    FILE, the skipped block (line 23: two instructions, one of line 22 after
+    it) and the kernel filter."""
+    out = io.StringIO()
+    stdout, sys.stdout = sys.stdout, out
+    try:
+        got = spans(frames(SELF_TEST_LISTING), "k_", "k.cu:20-29,23-23")
+    finally:
+        sys.stdout = stdout
+    want = {"k_one": (5, 80, 2, 32, 0, 48)}
+    ok = got == want
+    print(f"--spans on a hand-written listing: {got} {'ok' if ok else 'WRONG, expected ' + str(want)}")
+    return ok
+
+
 SELF_TEST_KERNEL = r"""
 __global__ void spills(float *out, const float *in, int n) {
     float a[64];
@@ -149,6 +278,8 @@ __global__ void no_spills(float *out, const float *in) { out[threadIdx.x] = 2.0f
 
 
 def self_test():
+    if not self_test_spans():
+        return 1
     nvcc = os.environ.get("SP_NVCC") or shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
     try:
         import elftools  # noqa: F401
@@ -213,6 +344,13 @@ def main(argv):
     if not args:
         print(__doc__)
         return 2
+    if "--spans" in argv:
+        i = argv.index("--spans")
+        if i + 1 >= len(argv) or len(args) != 3 or args[2] != argv[i + 1]:
+            sys.exit("usage: sass_lines.py CUBIN FILTER --spans FILE:LO-HI[,SKIP_LO-SKIP_HI]")
+        if not spans(frames(disassemble(args[0])), args[1], argv[i + 1]):
+            sys.exit(f"no kernel matching {args[1]!r} has code of {argv[i + 1]}")
+        return 0
     if "--diff" in argv:
         if len(args) != 4:
             sys.exit("usage: sass_lines.py CUBIN FILTER --diff FILTER_B FILE")
