@@ -151,13 +151,12 @@ def _pool(state, state_v_first):
     return state if state_v_first else state.transpose(-1, -2)
 
 
-def _library(arrays, forms, scale):
+def _library(arrays, codes):
     """The library's prefill, eager, on kda_prefill's 15 arrays (q, k, v, g,
     beta, A_log, dt_bias, cu_seqlens, pool, indices, o, the checkpoints' two
-    and has_initial_state unset, num_accepted_tokens) with the gate, bound
-    and beta codes of forms (_forms) and fla's scale (None: its default)."""
-    _native.kda_prefill(arrays, forms[0], forms[1], _scale(scale), 0, _KERNEL_AUTO, None,
-                        forms[2])
+    and has_initial_state unset, num_accepted_tokens) with codes: the gate,
+    bound and beta codes (_forms) and the scale (_scale)."""
+    _native.kda_prefill(arrays, codes[0], codes[1], codes[3], 0, _KERNEL_AUTO, None, codes[2])
 
 
 def _prefill(x, beta, A_log, dt_bias, cu, pool, idx, o, forms, scale, acc=None):
@@ -167,13 +166,14 @@ def _prefill(x, beta, A_log, dt_bias, cu, pool, idx, o, forms, scale, acc=None):
     library does not read an input's rows where they lie it refuses the
     call, nothing written; those inputs are then made dense and the call
     made again. Any other refusal is raised (StridepackError)."""
+    codes = (*forms, _scale(scale))
     try:
-        _library((*x, beta, A_log, dt_bias, cu, pool, idx, o, None, None, None, acc), forms, scale)
+        _library((*x, beta, A_log, dt_bias, cu, pool, idx, o, None, None, None, acc), codes)
     except StridepackError as e:
         if "not read in place" not in e.message:
             raise
         x = tuple(t if t.is_contiguous() else t.contiguous() for t in x)
-        _library((*x, beta, A_log, dt_bias, cu, pool, idx, o, None, None, None, acc), forms, scale)
+        _library((*x, beta, A_log, dt_bias, cu, pool, idx, o, None, None, None, acc), codes)
 
 
 # Slot n for sequence n, int32 [N], by device and N: see _slots.
@@ -395,23 +395,49 @@ def chunk_kda(q, k, v, g, beta, scale: Optional[float] = None, initial_state=Non
     return o, (pool if output_final_state else None)
 
 
-def _as_is_forms(q, k, v, g, beta, A_log, dt_bias, scale, use_qk_l2norm_in_kernel,
-                 use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval, lower_bound):
-    """The fast paths' (_chunk_as_is, _decode_as_is) gate, bound and beta
-    form (_forms), or None where they may not hand the call to the library
-    as it comes: what the library would take but the drop-in refuses or
-    treats its own way (q . k normalization off, A_log or dt_bias absent, a
+# The fast paths' codes by the values of fla's options (_as_is_codes), at
+# most _AS_IS_KEPT of them: an engine calls with the same few.
+_AS_IS = {}
+_AS_IS_KEPT = 64
+_PLAIN = (bool, int, float, type(None))
+
+
+def _as_is_codes(use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
+                 allow_neg_eigval, lower_bound, scale, safe_gate):
+    """The fast paths' (_chunk_as_is, _decode_as_is) codes for fla's options:
+    (gate, bound, beta form, scale) as _library takes them, or None where
+    those options may not go to the library as they come: what it would take
+    but the drop-in refuses or treats its own way (q . k normalization off, a
     scale of 0, neg-eigval betas without the sigmoid, a lower bound outside
-    [-5, 0), an input that requires grad). One function, for host time."""
-    if (not use_qk_l2norm_in_kernel or A_log is None or dt_bias is None
-            or (scale is not None and scale == 0)
-            or q.requires_grad or k.requires_grad or v.requires_grad or g.requires_grad
-            or beta.requires_grad or A_log.requires_grad or dt_bias.requires_grad):
-        return None
-    if ((allow_neg_eigval and not use_beta_sigmoid_in_kernel)
-            or (use_gate_in_kernel and lower_bound is not None and not -5 <= lower_bound < 0)):
-        return None
-    return _forms(use_gate_in_kernel, lower_bound, use_beta_sigmoid_in_kernel, allow_neg_eigval)
+    [-5, 0), chunk_kda's safe_gate with the softplus gate). Looked up by the
+    options' values, for host time."""
+    key = (use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
+           allow_neg_eigval, lower_bound, scale, safe_gate)
+    try:
+        return _AS_IS[key]
+    except (KeyError, TypeError):
+        pass
+    codes = None
+    if (use_qk_l2norm_in_kernel and not (scale is not None and scale == 0)
+            and not (allow_neg_eigval and not use_beta_sigmoid_in_kernel)
+            and not (use_gate_in_kernel and lower_bound is not None
+                     and not -5 <= lower_bound < 0)):
+        forms = _forms(use_gate_in_kernel, lower_bound, use_beta_sigmoid_in_kernel,
+                       allow_neg_eigval)
+        if not (safe_gate and forms[0] == _SOFTPLUS):
+            codes = (*forms, _scale(scale))
+    if len(_AS_IS) < _AS_IS_KEPT and all(type(x) in _PLAIN for x in key):
+        _AS_IS[key] = codes  # kept for plain values only (a tensor's may change)
+    return codes
+
+
+def _as_is_inputs(q, k, v, g, beta, A_log, dt_bias):
+    """Whether the fast paths may hand these inputs to the library as they
+    come: A_log and dt_bias given (the drop-in fills in fla's defaults), no
+    input that requires grad (refused by the full path)."""
+    return not (A_log is None or dt_bias is None or q.requires_grad or k.requires_grad
+                or v.requires_grad or g.requires_grad or beta.requires_grad
+                or A_log.requires_grad or dt_bias.requires_grad)
 
 
 def _chunk_as_is(q, k, v, g, beta, A_log, dt_bias, initial_state, scale, output_final_state,
@@ -431,11 +457,10 @@ def _chunk_as_is(q, k, v, g, beta, A_log, dt_bias, initial_state, scale, output_
     (the full path names the option fla's way or converts what it
     converts)."""
     import torch
-    forms = _as_is_forms(q, k, v, g, beta, A_log, dt_bias, scale, use_qk_l2norm_in_kernel,
-                         use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval,
-                         lower_bound)
+    codes = _as_is_codes(use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
+                         allow_neg_eigval, lower_bound, scale, safe_gate)
     shape = q.shape
-    if (forms is None or (safe_gate and forms[0] == _SOFTPLUS) or len(shape) != 4
+    if (codes is None or not _as_is_inputs(q, k, v, g, beta, A_log, dt_bias) or len(shape) != 4
             or cu_seqlens.dim() != 1):
         return None
     N, dev = cu_seqlens.shape[0] - 1, q.device
@@ -451,7 +476,7 @@ def _chunk_as_is(q, k, v, g, beta, A_log, dt_bias, initial_state, scale, output_
     o = torch.empty(1, shape[1], shape[2], HEAD_DIM, dtype=torch.bfloat16, device=dev)
     try:
         _library((q, k, v, g, beta, A_log, dt_bias, cu_seqlens, _pool(pool, state_v_first),
-                  _slots(N, dev), o, None, None, None, None), forms, scale)
+                  _slots(N, dev), o, None, None, None, None), codes)
     except StridepackError:
         return None
     return o, (pool if output_final_state else None)
@@ -535,10 +560,9 @@ def _decode_as_is(q, k, v, g, beta, A_log, dt_bias, pool, scale, cu_seqlens, ssm
     a call the library refused (nothing written then; the full path names
     the option fla's way, or converts what it converts)."""
     import torch
-    forms = _as_is_forms(q, k, v, g, beta, A_log, dt_bias, scale, use_qk_l2norm_in_kernel,
-                         use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval,
-                         lower_bound)
-    if forms is None or pool.requires_grad:
+    codes = _as_is_codes(use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
+                         allow_neg_eigval, lower_bound, scale, False)
+    if codes is None or not _as_is_inputs(q, k, v, g, beta, A_log, dt_bias) or pool.requires_grad:
         return None
     if out is None:
         o = torch.zeros(v.shape, dtype=torch.bfloat16, device=v.device)
@@ -548,7 +572,7 @@ def _decode_as_is(q, k, v, g, beta, A_log, dt_bias, pool, scale, cu_seqlens, ssm
         return None
     try:
         _library((q, k, v, g, beta, A_log, dt_bias, cu_seqlens, pool, ssm_state_indices, o, None,
-                  None, None, num_accepted_tokens), forms, scale)
+                  None, None, num_accepted_tokens), codes)
     except StridepackError:
         return None
     return o

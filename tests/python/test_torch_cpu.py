@@ -477,6 +477,24 @@ class FlaDropIn(unittest.TestCase):
         finally:
             fla._chunk_as_is = fast
 
+    def test_fast_path_reads_a_tensor_scale_at_each_call(self):
+        """The fast path keeps its codes by the options' values, for plain
+        values only: a 0-d tensor scale changed in place between two calls
+        gives the second call the new scale (the full path's result), and a
+        float scale the same bits as that tensor's."""
+        from stridepack import fla
+        gen = torch.Generator().manual_seed(62)
+        args, _ = self.inputs(gen)
+        kw = dict(self.fla_args(args), cu_seqlens=args["cu_seqlens"])
+        scale = torch.tensor(0.05)
+        o1, _ = fla.chunk_kda(**kw, scale=scale)
+        scale.fill_(0.25)
+        o2, _ = fla.chunk_kda(**kw, scale=scale)
+        want, _ = fla.chunk_kda(**kw, scale=0.25, chunk_size=64)  # the full path
+        self.assertFalse(bits_equal(o1, o2))
+        self.assertTrue(bits_equal(o2, want))
+        self.assertTrue(bits_equal(fla.chunk_kda(**kw, scale=0.25)[0], want))
+
     def test_precomputed_decay_and_beta_forms_on_cpu(self):
         from stridepack.fla import chunk_kda
         gen = torch.Generator().manual_seed(63)
