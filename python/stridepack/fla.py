@@ -43,7 +43,9 @@ Where stridepack differs from fla on purpose: a negative entry of
 for it (fla's kernel reads and writes at the negative slot); with a 1-D
 ``ssm_state_indices`` a sequence of several tokens writes its final state to
 its slot (fla's kernel writes the state after token t to entry ``n + t``,
-another sequence's slot).
+another sequence's slot); ``chunk_kda`` refuses an ``initial_state`` whose
+count is not the number of sequences, with or without ``cu_seqlens`` (fla
+checks it only with ``cu_seqlens``).
 
 Refused (ValueError naming the option and the value):
 ``use_qk_l2norm_in_kernel=False``, ``lower_bound`` outside [-5, 0),
