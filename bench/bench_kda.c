@@ -43,14 +43,16 @@
  * seeded generator) instead of equal ones; --longest-first: the one-pass
  * kernel's longest-first block order (the plan's longest_first); the JSON
  * says both. --k-first: the state pool K-first ([N, H, K, V], passed as its
- * transpose; the JSON's "state_layout").
+ * transpose; the JSON's "state_layout"). --bf16-state: with --shape, the
+ * bf16 pool instead of the fp32 one (the table runs both; the JSON's
+ * "state").
  *
  * --kernels LIST times only those of recurrent, chunked, chunked_two_pass,
  * decode and auto (the recurrent kernel still runs once: the others' errors).
  *
  * Run: build/bench/bench_kda [--shape T H N] [--probe m|g|v|k|g.v|g.k|h|g.h|g.f|g.s] [--two-pass R.P]
  *      [--decode-rows R] [--gate G] [--every-gate] [--unequal] [--longest-first]
- *      [--k-first] [--kernels LIST] [--json FILE]
+ *      [--k-first] [--bf16-state] [--kernels LIST] [--json FILE]
  */
 #include "harness.h"
 #include "cuda/device.h"
@@ -89,6 +91,7 @@ static struct {
     int unequal;    /* unequal sequence lengths */
     int longest_first; /* the one-pass kernel's longest-first block order */
     int k_first;       /* the state pool K-first (passed as its transpose) */
+    int bf16_state;    /* with --shape: the bf16 pool instead of the fp32 one */
 } opts = {.build = -1, .gate = SP_KDA_GATE_LOWER_BOUND, .kernels = ~0u};
 static const char *const gate_names[] = {"lower_bound", "softplus", "log_decay", "log_decay_f32"};
 
@@ -417,11 +420,12 @@ int main(int argc, char **argv) {
             break;
         }
     const char *gate_name = gate_names[opts.g_f32 ? 3 : opts.gate];
-    /* --every-gate, --unequal, --longest-first, --k-first: flags */
+    /* --every-gate, --unequal, --longest-first, --k-first, --bf16-state: flags */
     static const char *const flags[] = {"--every-gate", "--unequal", "--longest-first",
-                                        "--k-first"};
-    int *const flag_of[] = {&opts.every_gate, &opts.unequal, &opts.longest_first, &opts.k_first};
-    for (int f = 0; f < 4; f++)
+                                        "--k-first", "--bf16-state"};
+    int *const flag_of[] = {&opts.every_gate, &opts.unequal, &opts.longest_first, &opts.k_first,
+                            &opts.bf16_state};
+    for (int f = 0; f < 5; f++)
         for (int i = 1; i < argc; i++)
             if (strcmp(argv[i], flags[f]) == 0) {
                 *flag_of[f] = 1;
@@ -487,9 +491,10 @@ int main(int argc, char **argv) {
     }
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
         for (int si = 0; si < 2; si++) {
-            if (si > 0 && shapes[i].fla_ms == 0) continue; /* probes: fp32 state only */
+            /* rows without fla's time: the fp32 pool only, unless --shape asks bf16 */
+            if (si > 0 && shapes[i].fla_ms == 0 && !(only[0] && opts.bf16_state)) continue;
             if (only[0] && (only[0] != shapes[i].T || only[1] != shapes[i].H ||
-                            only[2] != shapes[i].N || si > 0))
+                            only[2] != shapes[i].N || si != opts.bf16_state))
                 continue;
             kda_case c[NK];
             make_case(&c[0], shapes[i].T, shapes[i].H, shapes[i].N, states[si]);
