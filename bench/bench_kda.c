@@ -30,7 +30,7 @@
  * (1000: two kernels; else the rest beside the pass in one kernel).
  * --shape T H N runs that shape alone, in the table or not.
  *
- * --decode-rows R runs the decode kernel's build with R V rows a warp (2, 4, 8).
+ * --decode-rows R runs the decode kernel's build with R V rows a warp (16, 32).
  *
  * --gate G: the gate form, lower_bound (K3's, the default), softplus (the
  * same g inputs), log_decay or log_decay_f32 (g the log-decay itself,
@@ -370,12 +370,12 @@ int main(int argc, char **argv) {
         }
     opts.records = tp_records;
     opts.head_permille = tp_head;
-    /* --decode-rows R: the decode kernel's build with R V rows a warp (2, 4, 8). */
+    /* --decode-rows R: the decode kernel's build with R V rows a warp (16, 32). */
     for (int i = 1; i + 1 < argc; i++)
         if (strcmp(argv[i], "--decode-rows") == 0) {
             opts.decode_rows = atoi(argv[i + 1]);
-            if (opts.decode_rows != 2 && opts.decode_rows != 4 && opts.decode_rows != 8) {
-                fprintf(stderr, "--decode-rows takes 2, 4 or 8\n");
+            if (opts.decode_rows != 16 && opts.decode_rows != 32) {
+                fprintf(stderr, "--decode-rows takes 16 or 32\n");
                 return 2;
             }
             for (int k = i; k + 2 < argc; k++) argv[k] = argv[k + 2];

@@ -112,8 +112,8 @@ typedef enum sp_kda_beta {
  *     written once (and after each token a verify table keeps); fp32, o
  *     and the state within fp32 rounding of RECURRENT (the order of the
  *     sums differs). Serves every call of the recurrent kernel but those
- *     with checkpoints, with the pool 16-byte aligned (8 for bf16) and its
- *     slot pitch a multiple of 4 elements. Faster than RECURRENT there
+ *     with checkpoints, with the pool 16-byte aligned and its slot pitch
+ *     a multiple of 16 bytes. Faster than RECURRENT there
  *     (docs/PERFORMANCE.md).
  *   AUTO (the default): DECODE where the sequences average under 8
  *     tokens or the call has a verify table (RECURRENT where DECODE does

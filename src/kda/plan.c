@@ -60,11 +60,14 @@
  * (docs/TUNING.md, "ONE_PASS_LONGEST_FIRST"). */
 #define ONE_PASS_LONGEST_FIRST 0
 
-/* The decode kernel's V rows a warp (blocks of 8 x this many rows): 4 puts
- * four blocks on each (sequence, head) pair, 3072 blocks at N = 64, H = 12;
- * the fastest of 2, 4, 8 at every shape swept (docs/TUNING.md,
- * "DECODE_ROWS_PER_WARP"). */
-#define DECODE_ROWS_PER_WARP 4
+/* The decode kernel's V rows a warp, 16 or 32 (a block is one pair's 128
+ * rows, its shared memory those rows, fp32, or bf16 where a bf16 pool's call
+ * has no more tokens than sequences): with fp32 rows three blocks fill a
+ * multiprocessor either way and 16 rows give twice the warps; with bf16 rows
+ * 32 give six blocks of four warps where 16 give three of eight (registers):
+ * twice the bytes in flight (docs/TUNING.md, "DECODE_ROWS_PER_WARP"). */
+#define DECODE_ROWS_PER_WARP 16
+#define DECODE_ROWS_PER_WARP_BF16_ROWS 32
 
 const char *sp_kda_kernel_name(sp_kda_kernel k) {
     switch (k) {
@@ -168,10 +171,9 @@ static const char *chunked_unsupported(const sp_kda_args *a, const sp_kda_dims *
 
 const char *sp_kda_decode_layout_unsupported_(const sp_kda_args *a, const sp_kda_dims *d) {
     if (d->interval > 0) return "it writes no checkpoints";
-    const uintptr_t align = d->state_bf16 ? 8 : 16; /* a lane's 4 channels of a row */
-    if ((uintptr_t)a->state.data % align != 0 || d->pitch % 4 != 0)
-        return d->state_bf16 ? "the pool must be 8-byte aligned, its slot pitch a multiple of 4"
-                             : "the pool must be 16-byte aligned, its slot pitch a multiple of 4";
+    /* Its rows are copied in 16-byte pieces. */
+    if ((uintptr_t)a->state.data % 16 != 0 || d->pitch * (d->state_bf16 ? 2 : 4) % 16 != 0)
+        return "the pool must be 16-byte aligned, its slot pitch a multiple of 16 bytes";
     return NULL;
 }
 
@@ -247,7 +249,8 @@ sp_status sp_kda_plan_(const sp_kda_args *a, const sp_kda_dims *d, sp_kda_plan *
                            : sp_kda_two_pass_head_slots_(pairs, dev->sms, p.records, slots);
         p.workspace_bytes = need;
     } else if (p.kernel == SP_KDA_KERNEL_DECODE) {
-        p.decode_rows_per_warp = DECODE_ROWS_PER_WARP;
+        p.decode_rows_per_warp =
+            d->state_bf16 && d->T <= d->N ? DECODE_ROWS_PER_WARP_BF16_ROWS : DECODE_ROWS_PER_WARP;
     }
     *plan = p;
     return SP_OK;
@@ -297,8 +300,8 @@ static sp_status check_forced(const sp_kda_args *a, const sp_kda_dims *d,
     }
     if (forced->kernel == SP_KDA_KERNEL_DECODE) {
         const int r = forced->decode_rows_per_warp;
-        SP_REQUIRE(r == 2 || r == 4 || r == 8, SP_ERR_INVALID_ARGUMENT,
-                   "plan: decode_rows_per_warp %d is not 2, 4 or 8", r);
+        SP_REQUIRE(r == 16 || r == 32, SP_ERR_INVALID_ARGUMENT,
+                   "plan: decode_rows_per_warp %d is not 16 or 32", r);
     }
     if (forced->kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS) {
         const int64_t slots = sp_kda_two_pass_slots_(d->T, d->N);

@@ -36,7 +36,7 @@ typedef struct sp_kda_plan {
                            where the device holds both (slots: two kernels; the
                            K3 build only, every_gate 0) */
     size_t workspace_bytes; /* the two-pass kernel's need; 0 for the others */
-    /* DECODE: V rows a warp: 2, 4 or 8 (blocks of 16, 32 or 64 rows) */
+    /* DECODE: V rows a warp: 16 or 32 (a block a (sequence, head) pair) */
     int32_t decode_rows_per_warp;
     /* Both chunked kernels: 1 their every-gate build (chunk_k.cuh), which
      * every call takes whose forms are not K3's (sp_kda_k3_forms_); a plan

@@ -358,7 +358,7 @@ static void host_plan_cases(void) {
                {7, SP_ERR_INVALID_ARGUMENT}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         const sp_kda_plan plan = {.kernel = bad[i].kernel, .splits = 1, .records = 2,
-                                  .head_slots = 1, .decode_rows_per_warp = 4};
+                                  .head_slots = 1, .decode_rows_per_warp = 16};
         CHECK_STATUS(sp_kda_prefill_planned_(&a, &plan, NULL), bad[i].status);
         if (bad[i].status == SP_ERR_INVALID_ARGUMENT)
             CHECKF(strncmp(sp_last_error(), "plan: kernel", 12) == 0, "%s", sp_last_error());

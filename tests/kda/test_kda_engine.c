@@ -71,7 +71,7 @@ static void *as_width(const int64_t *x, int64_t n, sp_dtype to) {
 }
 
 /* The decode kernel's rows a warp that run() gives it (sp_kda_plan): 0, the
- * library's plan; else 2, 4 or 8 through a plan of the test's. */
+ * library's plan; else 16 or 32 through a plan of the test's. */
 static int decode_rows;
 
 /* Run a call whose buffers are all in the backend's memory; the two-pass
@@ -86,7 +86,7 @@ static sp_status run(sp_kda_args *a) {
         a->workspace_bytes = bytes;
     }
 #ifdef SP_KDA_TEST_EMULATED
-    const sp_status s = sp_kda_decode_emulate_(a, decode_rows ? decode_rows : 4);
+    const sp_status s = sp_kda_decode_emulate_(a, decode_rows ? decode_rows : 16);
 #else
     sp_status s;
     sp_kda_plan plan;
@@ -412,6 +412,59 @@ static void layout_case(int32_t kernel, sp_dtype sdt) {
            "reference\n", sp_kda_kernel_name(kernel), sp_dtype_name(sdt), eo);
     kp_free_copy(rv), kp_free_copy(rk);
     kp_free_copy(kf_init), kp_free_copy(outv), kp_free_copy(outk);
+    kp_release(M, bufv), kp_release(M, bufk);
+    kp_free(&p);
+}
+
+/* ---- an engine's decode step ------------------------------------------------ */
+
+/* A decode step as engines make it: at most one token a sequence (the
+ * decode kernel then keeps a bf16 pool's rows as bf16), with a padded and an
+ * empty sequence; or (two) one sequence of two tokens beside empty ones, no
+ * more tokens than sequences still (a bf16 pool's rows as bf16, that
+ * sequence run group by group through its tokens). V-first and K-first pools bit for
+ * bit alike, within the reference's tolerance. */
+static void decode_step_case(int32_t kernel, sp_dtype sdt, int two) {
+    static const int64_t ones[] = {1, 1, 0, 1, 1, 1, 1, 1}, twos[] = {1, 2, 0, 1, 0, 1, 1, 1};
+    kda_problem p;
+    kp_make(&p, 8, two ? twos : ones, 0, 2, sdt, SP_KDA_GATE_SOFTPLUS, 0,
+            6400 + (uint64_t)(2 * sdt + two));
+    p.kernel = kernel;
+    ((int32_t *)p.host[KB_IDX])[3] = -1; /* a padded sequence */
+    const size_t es = sp_dtype_size(sdt);
+    const int64_t ss[4] = {p.slots, p.H, D, D}, st[4] = {p.pitch, DD, 1, D};
+    void *kf_init[KB_COUNT], *outv[KB_COUNT], *outk[KB_COUNT], *bufv[KB_COUNT], *bufk[KB_COUNT];
+    kp_copy(&p, kf_init);
+    transpose_states(kf_init[KB_STATE], p.slots, p.H, p.pitch, es);
+    kp_upload(M, &p, p.host, 0, bufv);
+    kp_upload(M, &p, kf_init, 0, bufk);
+    sp_kda_args v, k;
+    kp_args(&p, bufv, M->device, &v);
+    kp_args(&p, bufk, M->device, &k);
+    CHECK_OK(sp_tensor_view(&k.state, bufk[KB_STATE], 0, sdt, 4, ss, st, M->device));
+    CHECKF(run(&v) == SP_OK && run(&k) == SP_OK, "decode step: %s", sp_last_error());
+    kp_copy(&p, outv);
+    kp_copy(&p, outk);
+    kp_download(M, &p, bufv, outv);
+    kp_download(M, &p, bufk, outk);
+    transpose_states(outk[KB_STATE], p.slots, p.H, p.pitch, es);
+    CHECK(memcmp(outv[KB_O], outk[KB_O], p.bytes[KB_O]) == 0);
+    CHECK(memcmp(outv[KB_STATE], outk[KB_STATE], p.bytes[KB_STATE]) == 0);
+    void *ref[KB_COUNT];
+    kp_copy(&p, ref);
+    sp_kda_args r;
+    kp_args(&p, ref, sp_cpu(), &r);
+    CHECK_OK(sp_kda_prefill_reference(&r));
+    int64_t so, ss_;
+    const double eo = kp_err_o(&p, outv[KB_O], ref[KB_O], &so);
+    const double esd = kp_err_state(&p, outv[KB_STATE], ref[KB_STATE], &ss_);
+    CHECKF(eo < kp_o_tol(&p) && so == 0 && esd < kp_state_tol(&p) && ss_ == 0,
+           "decode step %s %s%s: o %.3g, state %.3g from the reference, %lld and %lld stray",
+           sp_kda_kernel_name(kernel), sp_dtype_name(sdt), two ? ", two tokens" : "", eo, esd,
+           (long long)so, (long long)ss_);
+    printf("decode step %s %s%s: o %.2e state %.2e from the reference, K-first alike\n",
+           sp_kda_kernel_name(kernel), sp_dtype_name(sdt), two ? ", two tokens" : "", eo, esd);
+    kp_free_copy(ref), kp_free_copy(kf_init), kp_free_copy(outv), kp_free_copy(outk);
     kp_release(M, bufv), kp_release(M, bufk);
     kp_free(&p);
 }
@@ -917,9 +970,9 @@ int main(void) {
     int32_t ks[4];
     const int nk = kernels(ks);
     for (int i = 0; i < nk; i++) {
-        /* The decode kernel in each of its builds: rows a warp 2, 4, 8. */
-        static const int rows[3] = {2, 8, 4};
-        for (int ri = 0; ri < (ks[i] == SP_KDA_KERNEL_DECODE ? 3 : 1); ri++) {
+        /* The decode kernel in each of its builds: rows a warp 16, 32. */
+        static const int rows[2] = {32, 16};
+        for (int ri = 0; ri < (ks[i] == SP_KDA_KERNEL_DECODE ? 2 : 1); ri++) {
             decode_rows = ks[i] == SP_KDA_KERNEL_DECODE ? rows[ri] : 0;
             if (decode_rows) printf("decode kernel, %d rows a warp\n", decode_rows);
             widths_case(ks[i]);
@@ -927,6 +980,10 @@ int main(void) {
             has_initial_state_case(ks[i], SP_BF16);
             layout_case(ks[i], SP_F32);
             layout_case(ks[i], SP_BF16);
+            for (int two = 0; two < 2; two++) {
+                decode_step_case(ks[i], SP_F32, two);
+                decode_step_case(ks[i], SP_BF16, two);
+            }
             if (is_chunked(ks[i])) continue; /* forms, a verify table: refused by name */
             forms_case(ks[i]);
             for (int s = 0; s < 2; s++)
