@@ -457,4 +457,38 @@ static cudaError_t launch_one_pass(const kda_params *p, int splits, int wgmma,
                  : launch_one_pass_build<PROBE, 0, ANY>(p, splits, stream);
 }
 
+/* One launch of the PROBE instance for the call's gates (ANY), of the build
+ * `wgmma` or (WGMMA_ONLY: the benchmark's every-gate probes) of the wgmma
+ * build alone. */
+template <int PROBE, int ANY, int WGMMA_ONLY>
+static cudaError_t launch_one_pass_of(const kda_params *p, int splits, int wgmma,
+                                      cudaStream_t stream) {
+    if constexpr (WGMMA_ONLY)
+        return launch_one_pass_build<PROBE, 1, ANY>(p, splits, stream);
+    else
+        return launch_one_pass<PROBE, ANY>(p, splits, wgmma, stream);
+}
+
+/* The same for the call's gates: K3's build (p->any_gate 0), or the
+ * every-gate build of the call's gate form and g dtype (chunk_k.cuh,
+ * any_fixed: one instance each; docs/TUNING.md, "CHUNKED_EVERY_GATE",
+ * says what that saves). */
+template <int PROBE, int WGMMA_ONLY = 0>
+static cudaError_t launch_one_pass_gates(const kda_params *p, int splits, int wgmma,
+                                         cudaStream_t stream) {
+    if (!p->any_gate) return launch_one_pass_of<PROBE, 0, WGMMA_ONLY>(p, splits, wgmma, stream);
+    const int g32 = p->g_f32 != 0;
+    switch (p->gate) {
+    case SP_KDA_GATE_LOWER_BOUND:
+        return g32 ? launch_one_pass_of<PROBE, any_fixed(0, 1), WGMMA_ONLY>(p, splits, wgmma, stream)
+                   : launch_one_pass_of<PROBE, any_fixed(0, 0), WGMMA_ONLY>(p, splits, wgmma, stream);
+    case SP_KDA_GATE_SOFTPLUS:
+        return g32 ? launch_one_pass_of<PROBE, any_fixed(1, 1), WGMMA_ONLY>(p, splits, wgmma, stream)
+                   : launch_one_pass_of<PROBE, any_fixed(1, 0), WGMMA_ONLY>(p, splits, wgmma, stream);
+    default:
+        return g32 ? launch_one_pass_of<PROBE, any_fixed(2, 1), WGMMA_ONLY>(p, splits, wgmma, stream)
+                   : launch_one_pass_of<PROBE, any_fixed(2, 0), WGMMA_ONLY>(p, splits, wgmma, stream);
+    }
+}
+
 #endif /* SP_KDA_CUDA_CHUNKED_KERNEL_CUH */
