@@ -127,7 +127,7 @@ decide_gate_parts() { # CHUNKED_EVERY_GATE: where the every-gate one-pass build'
         kda --kernels chunked --shape $s --probe $p --gate $g --json "$out/decide_gate_parts.json" || return
       done
     done
-    for p in g g.f g.s g.s g.f g; do # the every-gate build on K3's inputs
+    for p in g g.f g.f g; do # the every-gate build on K3's inputs
       kda --kernels chunked --shape $s --probe $p --every-gate --json "$out/decide_gate_parts.json" || return
     done
   done
