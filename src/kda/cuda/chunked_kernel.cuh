@@ -477,18 +477,17 @@ template <int PROBE, int WGMMA_ONLY = 0>
 static cudaError_t launch_one_pass_gates(const kda_params *p, int splits, int wgmma,
                                          cudaStream_t stream) {
     if (!p->any_gate) return launch_one_pass_of<PROBE, 0, WGMMA_ONLY>(p, splits, wgmma, stream);
-    const int g32 = p->g_f32 != 0;
-    switch (p->gate) {
-    case SP_KDA_GATE_LOWER_BOUND:
-        return g32 ? launch_one_pass_of<PROBE, any_fixed(0, 1), WGMMA_ONLY>(p, splits, wgmma, stream)
-                   : launch_one_pass_of<PROBE, any_fixed(0, 0), WGMMA_ONLY>(p, splits, wgmma, stream);
-    case SP_KDA_GATE_SOFTPLUS:
-        return g32 ? launch_one_pass_of<PROBE, any_fixed(1, 1), WGMMA_ONLY>(p, splits, wgmma, stream)
-                   : launch_one_pass_of<PROBE, any_fixed(1, 0), WGMMA_ONLY>(p, splits, wgmma, stream);
-    default:
-        return g32 ? launch_one_pass_of<PROBE, any_fixed(2, 1), WGMMA_ONLY>(p, splits, wgmma, stream)
-                   : launch_one_pass_of<PROBE, any_fixed(2, 0), WGMMA_ONLY>(p, splits, wgmma, stream);
-    }
+    /* g is f32 with the log-decay only (the check's rule) */
+    constexpr int LB = any_fixed(SP_KDA_GATE_LOWER_BOUND, 0),
+                  SP = any_fixed(SP_KDA_GATE_SOFTPLUS, 0),
+                  LD = any_fixed(SP_KDA_GATE_LOG_DECAY, 0),
+                  LD32 = any_fixed(SP_KDA_GATE_LOG_DECAY, 1);
+    if (p->gate == SP_KDA_GATE_LOWER_BOUND)
+        return launch_one_pass_of<PROBE, LB, WGMMA_ONLY>(p, splits, wgmma, stream);
+    if (p->gate == SP_KDA_GATE_SOFTPLUS)
+        return launch_one_pass_of<PROBE, SP, WGMMA_ONLY>(p, splits, wgmma, stream);
+    return p->g_f32 ? launch_one_pass_of<PROBE, LD32, WGMMA_ONLY>(p, splits, wgmma, stream)
+                    : launch_one_pass_of<PROBE, LD, WGMMA_ONLY>(p, splits, wgmma, stream);
 }
 
 #endif /* SP_KDA_CUDA_CHUNKED_KERNEL_CUH */
