@@ -17,10 +17,9 @@
  * an mbarrier rather than a named barrier (the plan's mbarrier_handover:
  * the same results); g.f the every-gate wgmma build with every chunk factored
  * (no vote, no safe form compiled in: the same results where no chunk's
- * gates leave the factored form's bound, as on this program's inputs); g.s
- * the every-gate wgmma build with the call's gate form and g's dtype fixed
- * at compile time (the same results). Both need the wgmma build's plan
- * (one wave on Hopper) and are built for Hopper and later only. v, k,
+ * gates leave the factored form's bound, as on this program's inputs). The
+ * every-gate probes need the wgmma build's plan (one wave on Hopper); the
+ * probes are built for Hopper and later only. v, k,
  * g.v and g.k time the every-gate build's sides under --gate or --every-gate.
  * Prints one JSON line per kernel x shape x state (also appended to FILE
  * with --json FILE), then a table.
@@ -50,7 +49,7 @@
  * --kernels LIST times only those of recurrent, chunked, chunked_two_pass,
  * decode and auto (the recurrent kernel still runs once: the others' errors).
  *
- * Run: build/bench/bench_kda [--shape T H N] [--probe m|g|v|k|g.v|g.k|h|g.h|g.f|g.s] [--two-pass R.P]
+ * Run: build/bench/bench_kda [--shape T H N] [--probe m|g|v|k|g.v|g.k|h|g.h|g.f] [--two-pass R.P]
  *      [--decode-rows R] [--gate G] [--every-gate] [--unequal] [--longest-first]
  *      [--k-first] [--bf16-state] [--kernels LIST] [--json FILE]
  */
@@ -336,7 +335,6 @@ int main(int argc, char **argv) {
         {"h", "mma.sync build, mbarrier handover", 0, 4},
         {"g.h", "wgmma build, mbarrier handover", 1, 4},
         {"g.f", "wgmma every-gate build, every chunk factored", 1, 8},
-        {"g.s", "wgmma every-gate build, forms fixed at compile time", 1, 16},
     };
     for (int i = 1; i + 1 < argc; i++)
         if (strcmp(argv[i], "--probe") == 0) {
@@ -344,7 +342,7 @@ int main(int argc, char **argv) {
             for (int n = 1; n < (int)(sizeof probes / sizeof probes[0]); n++)
                 if (strcmp(argv[i + 1], probes[n].flag) == 0) probe = n;
             if (probe < 0) {
-                fprintf(stderr, "--probe takes v, k, g, g.v, g.k, m, h, g.h, g.f or g.s\n");
+                fprintf(stderr, "--probe takes v, k, g, g.v, g.k, m, h, g.h or g.f\n");
                 return 2;
             }
             for (int k = i; k + 2 < argc; k++) argv[k] = argv[k + 2];
@@ -434,10 +432,10 @@ int main(int argc, char **argv) {
                 break;
             }
     /* The factored-only probe is of the every-gate build (kda_probe.cu). */
-    if ((opts.probe == 8 || opts.probe == 16) && !opts.every_gate &&
+    if (opts.probe == 8 && !opts.every_gate &&
         opts.gate == SP_KDA_GATE_LOWER_BOUND) {
-        fprintf(stderr, "--probe g.f and g.s time the every-gate build: with --gate G other "
-                        "than lower_bound, or --every-gate\n");
+        fprintf(stderr, "--probe g.f times the every-gate build: with --gate G other than "
+                        "lower_bound, or --every-gate\n");
         return 2;
     }
     FILE *out = NULL;

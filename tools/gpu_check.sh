@@ -116,18 +116,18 @@ decide_every_gate() { # CHUNKED_EVERY_GATE: the every-gate build's own cost on K
   done
 }
 decide_gate_parts() { # CHUNKED_EVERY_GATE: where the every-gate one-pass build's time goes
-  # (the wgmma build: whole, each side alone, every chunk factored, the forms fixed; K3 beside it)
+  # (the wgmma build: whole, each side alone, every chunk factored; K3 beside it)
   local s g p
   for s in "16384 96 1" "16384 32 1"; do
     for p in g g.v g.k g.k g.v g; do
       kda --kernels chunked --shape $s --probe $p --json "$out/decide_gate_parts.json" || return
     done
     for g in softplus log_decay; do
-      for p in g g.v g.k g.f g.s g.s g.f g.k g.v g; do
+      for p in g g.v g.k g.f g.f g.k g.v g; do
         kda --kernels chunked --shape $s --probe $p --gate $g --json "$out/decide_gate_parts.json" || return
       done
     done
-    for p in g g.f g.s g.s g.f g; do # the every-gate build on K3's inputs
+    for p in g g.f g.f g; do # the every-gate build on K3's inputs
       kda --kernels chunked --shape $s --probe $p --every-gate --json "$out/decide_gate_parts.json" || return
     done
   done

@@ -113,13 +113,17 @@ static __device__ __forceinline__ float2 pair_bias(const kda_params &p, int64_t 
 /* ---- a chunk's gates and betas ---------------------------------------------- */
 
 /* The builds: K3 (ANY = 0: the lower-bound gate, beta bf16 logits, every
- * chunk factored) and every gate (ANY = 1: the call's gate and beta forms,
- * g bf16 or f32, each chunk factored or safe as its gates allow;
- * chunk.cuh). The plan's every_gate picks the build. Benchmark builds only
- * (bench/kda_probe.cu): ANY = any_fixed(form, g32), the every-gate build
- * with the gate form and g's dtype fixed at compile time (what reading
- * them at run time costs). */
+ * chunk factored) and every gate (the call's gate and beta forms, g bf16 or
+ * f32, each chunk factored or safe as its gates allow; chunk.cuh). The
+ * plan's every_gate picks the build. The every-gate build reads the beta
+ * form at run time, and the gate form and g's dtype either at run time
+ * (ANY = 1: the two-pass kernel's prepare kernel, the host emulation) or
+ * fixed at compile time (ANY = any_fixed(form, g32): the one-pass kernel,
+ * one instance each). */
 static constexpr int any_fixed(int form, int g32) { return 2 + 2 * form + g32; }
+static_assert(SP_KDA_GATE_LOWER_BOUND == 0 && SP_KDA_GATE_SOFTPLUS == 1 &&
+                  SP_KDA_GATE_LOG_DECAY == 2,
+              "any_fixed's forms are sp_kda_gate's values");
 template <int ANY> struct gate_build {
     static constexpr int FIXED = ANY >= 2;
     static constexpr int FORM = FIXED ? (ANY - 2) >> 1 : -1, G32 = FIXED ? (ANY - 2) & 1 : -1;

@@ -29,17 +29,12 @@ extern "C" sp_status sp_kda_one_pass_device_facts_(sp_cuda_device *d) {
     return SP_OK;
 }
 
-/* The plan's build: K3's or every gate's, the named barriers' or the
- * mbarriers' hand-over. */
-template <int ANY>
-static cudaError_t launch_handover(const kda_params *p, const sp_kda_plan *plan,
-                                   cudaStream_t stream) {
-    return plan->mbarrier_handover
-               ? launch_one_pass<ONE_PASS_MBAR_HANDOVER, ANY>(p, plan->splits, plan->wgmma, stream)
-               : launch_one_pass<0, ANY>(p, plan->splits, plan->wgmma, stream);
-}
-
+/* The plan's build (K3's or the call's every-gate instance,
+ * launch_one_pass_gates) with the named barriers' or the mbarriers'
+ * hand-over. */
 extern "C" cudaError_t sp_kda_launch_chunked_(const kda_params *p, const sp_kda_plan *plan,
                                               cudaStream_t stream) {
-    return p->any_gate ? launch_handover<1>(p, plan, stream) : launch_handover<0>(p, plan, stream);
+    return plan->mbarrier_handover
+               ? launch_one_pass_gates<ONE_PASS_MBAR_HANDOVER>(p, plan->splits, plan->wgmma, stream)
+               : launch_one_pass_gates<0>(p, plan->splits, plan->wgmma, stream);
 }

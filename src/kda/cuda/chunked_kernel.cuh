@@ -457,4 +457,37 @@ static cudaError_t launch_one_pass(const kda_params *p, int splits, int wgmma,
                  : launch_one_pass_build<PROBE, 0, ANY>(p, splits, stream);
 }
 
+/* One launch of the PROBE instance for the call's gates (ANY), of the build
+ * `wgmma` or (WGMMA_ONLY: the benchmark's every-gate probes) of the wgmma
+ * build alone. */
+template <int PROBE, int ANY, int WGMMA_ONLY>
+static cudaError_t launch_one_pass_of(const kda_params *p, int splits, int wgmma,
+                                      cudaStream_t stream) {
+    if constexpr (WGMMA_ONLY)
+        return launch_one_pass_build<PROBE, 1, ANY>(p, splits, stream);
+    else
+        return launch_one_pass<PROBE, ANY>(p, splits, wgmma, stream);
+}
+
+/* The same for the call's gates: K3's build (p->any_gate 0), or the
+ * every-gate build of the call's gate form and g dtype (chunk_k.cuh,
+ * any_fixed: one instance each; docs/TUNING.md, "CHUNKED_EVERY_GATE",
+ * says what that saves). */
+template <int PROBE, int WGMMA_ONLY = 0>
+static cudaError_t launch_one_pass_gates(const kda_params *p, int splits, int wgmma,
+                                         cudaStream_t stream) {
+    if (!p->any_gate) return launch_one_pass_of<PROBE, 0, WGMMA_ONLY>(p, splits, wgmma, stream);
+    /* g is f32 with the log-decay only (the check's rule) */
+    constexpr int LB = any_fixed(SP_KDA_GATE_LOWER_BOUND, 0),
+                  SP = any_fixed(SP_KDA_GATE_SOFTPLUS, 0),
+                  LD = any_fixed(SP_KDA_GATE_LOG_DECAY, 0),
+                  LD32 = any_fixed(SP_KDA_GATE_LOG_DECAY, 1);
+    if (p->gate == SP_KDA_GATE_LOWER_BOUND)
+        return launch_one_pass_of<PROBE, LB, WGMMA_ONLY>(p, splits, wgmma, stream);
+    if (p->gate == SP_KDA_GATE_SOFTPLUS)
+        return launch_one_pass_of<PROBE, SP, WGMMA_ONLY>(p, splits, wgmma, stream);
+    return p->g_f32 ? launch_one_pass_of<PROBE, LD32, WGMMA_ONLY>(p, splits, wgmma, stream)
+                    : launch_one_pass_of<PROBE, LD, WGMMA_ONLY>(p, splits, wgmma, stream);
+}
+
 #endif /* SP_KDA_CUDA_CHUNKED_KERNEL_CUH */
