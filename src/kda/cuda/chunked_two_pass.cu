@@ -60,6 +60,25 @@ static __global__ void __launch_bounds__(TP::PREP_THREADS, 2)
                                           *(prepare_smem *)smem_bytes);
 }
 
+/* The prepare kernel for the call's gates: K3's, or the every-gate build's
+ * instance of the call's gate form and g dtype (chunk_k.cuh, any_fixed: one
+ * instance each, so that a form's code runs in one piece). */
+static const void *prepare_kernel(const kda_params *p) {
+    const int g32 = p->g_f32 != 0;
+    switch (p->any_gate ? p->gate : -1) {
+    case -1: return (const void *)kda_prepare_kernel<0>;
+    case SP_KDA_GATE_LOWER_BOUND:
+        return g32 ? (const void *)kda_prepare_kernel<any_fixed(SP_KDA_GATE_LOWER_BOUND, 1)>
+                   : (const void *)kda_prepare_kernel<any_fixed(SP_KDA_GATE_LOWER_BOUND, 0)>;
+    case SP_KDA_GATE_SOFTPLUS:
+        return g32 ? (const void *)kda_prepare_kernel<any_fixed(SP_KDA_GATE_SOFTPLUS, 1)>
+                   : (const void *)kda_prepare_kernel<any_fixed(SP_KDA_GATE_SOFTPLUS, 0)>;
+    default:
+        return g32 ? (const void *)kda_prepare_kernel<any_fixed(SP_KDA_GATE_LOG_DECAY, 1)>
+                   : (const void *)kda_prepare_kernel<any_fixed(SP_KDA_GATE_LOG_DECAY, 0)>;
+    }
+}
+
 /* ---- 2. state pass --------------------------------------------------------- */
 
 template <int RECORDS> struct pass_smem {
@@ -398,8 +417,7 @@ static cudaError_t launch_fused(const kda_params *p, void *ws, int64_t head_slot
     int *flags = flags_of(ws, p->T, p->N, p->H);
     int64_t clear_from = head_slots * p->H;
     void *prep_args[] = {(void *)p, &ws, &flags, &clear_from, (void *)&items};
-    e = cudaLaunchKernel((const void *)kda_prepare_kernel<ANY>,
-                         dim3((unsigned)head_slots, (unsigned)p->H),
+    e = cudaLaunchKernel(prepare_kernel(p), dim3((unsigned)head_slots, (unsigned)p->H),
                          dim3(TP::PREP_THREADS), prep_args, sizeof(prepare_smem), stream);
     if (e != cudaSuccess) return e;
     void *args[] = {(void *)p, &ws, &state_blocks, &head_slots};
@@ -423,7 +441,7 @@ template <int ANY>
 static cudaError_t launch_two_pass(const kda_params *p, const sp_kda_plan *plan, void *workspace,
                                    const sp_cuda_device *dev, cudaStream_t stream) {
     const int prep_smem = (int)sizeof(prepare_smem);
-    const void *prepare = (const void *)kda_prepare_kernel<ANY>;
+    const void *prepare = prepare_kernel(p);
     cudaError_t e =
         cudaFuncSetAttribute(prepare, cudaFuncAttributeMaxDynamicSharedMemorySize, prep_smem);
     if (e != cudaSuccess) return e;
