@@ -115,10 +115,10 @@ static __device__ __forceinline__ float2 pair_bias(const kda_params &p, int64_t 
 /* The builds: K3 (ANY = 0: the lower-bound gate, beta bf16 logits, every
  * chunk factored) and every gate (ANY = 1: the call's gate and beta forms,
  * g bf16 or f32, each chunk factored or safe as its gates allow;
- * chunk.cuh). The plan's every_gate picks the build. Benchmark builds only
- * (bench/kda_probe.cu): ANY = any_fixed(form, g32), the every-gate build
- * with the gate form and g's dtype fixed at compile time (what reading
- * them at run time costs). */
+ * chunk.cuh). The plan's every_gate picks the build. ANY = any_fixed(form,
+ * g32): the every-gate build with the gate form and g's dtype fixed at
+ * compile time (the two-pass kernel's prepare kernel, an instance a form;
+ * the benchmark's probes, bench/kda_probe.cu), the same arithmetic. */
 static constexpr int any_fixed(int form, int g32) { return 2 + 2 * form + g32; }
 template <int ANY> struct gate_build {
     static constexpr int FIXED = ANY >= 2;

@@ -36,8 +36,8 @@
  * two_pass_records.cuh.
  */
 #include "cuda/runtime.h"
+#include "kda/cuda/two_pass_records.cuh" /* chunk_k.cuh, chunk_safe.cuh */
 #include "kda/cuda/chunk_v.cuh"
-#include "kda/cuda/two_pass_records.cuh"
 
 #include <stddef.h>
 
@@ -62,21 +62,16 @@ static __global__ void __launch_bounds__(TP::PREP_THREADS, 2)
 
 /* The prepare kernel for the call's gates: K3's, or the every-gate build's
  * instance of the call's gate form and g dtype (chunk_k.cuh, any_fixed: one
- * instance each, so that a form's code runs in one piece). */
+ * instance each, so that a form's code runs in one piece; g is f32 with the
+ * log-decay only, the check's rule). */
 static const void *prepare_kernel(const kda_params *p) {
-    const int g32 = p->g_f32 != 0;
-    switch (p->any_gate ? p->gate : -1) {
-    case -1: return (const void *)kda_prepare_kernel<0>;
-    case SP_KDA_GATE_LOWER_BOUND:
-        return g32 ? (const void *)kda_prepare_kernel<any_fixed(SP_KDA_GATE_LOWER_BOUND, 1)>
-                   : (const void *)kda_prepare_kernel<any_fixed(SP_KDA_GATE_LOWER_BOUND, 0)>;
-    case SP_KDA_GATE_SOFTPLUS:
-        return g32 ? (const void *)kda_prepare_kernel<any_fixed(SP_KDA_GATE_SOFTPLUS, 1)>
-                   : (const void *)kda_prepare_kernel<any_fixed(SP_KDA_GATE_SOFTPLUS, 0)>;
-    default:
-        return g32 ? (const void *)kda_prepare_kernel<any_fixed(SP_KDA_GATE_LOG_DECAY, 1)>
-                   : (const void *)kda_prepare_kernel<any_fixed(SP_KDA_GATE_LOG_DECAY, 0)>;
-    }
+    if (!p->any_gate) return (const void *)kda_prepare_kernel<0>;
+    if (p->gate == SP_KDA_GATE_LOWER_BOUND)
+        return (const void *)kda_prepare_kernel<any_fixed(SP_KDA_GATE_LOWER_BOUND, 0)>;
+    if (p->gate == SP_KDA_GATE_SOFTPLUS)
+        return (const void *)kda_prepare_kernel<any_fixed(SP_KDA_GATE_SOFTPLUS, 0)>;
+    return p->g_f32 ? (const void *)kda_prepare_kernel<any_fixed(SP_KDA_GATE_LOG_DECAY, 1)>
+                    : (const void *)kda_prepare_kernel<any_fixed(SP_KDA_GATE_LOG_DECAY, 0)>;
 }
 
 /* ---- 2. state pass --------------------------------------------------------- */
