@@ -33,8 +33,9 @@ typedef struct sp_cuda_device {
     /* KDA (kda/cuda/, filled by sp_kda_cuda_device_facts_): */
     int kda_chunked;         /* 1: a block gets the shared memory the chunked kernels need */
     int kda_wgmma;           /* 1: the one-pass kernel's wgmma build is wgmma code here (sm_90a) */
-    int kda_fused_per_sm[2]; /* blocks a multiprocessor holds of the two-pass kernel's one-kernel
-                                form with 2 ([0]) and 4 ([1]) records in flight; 0: not here */
+    int kda_fused_per_sm[2][2]; /* blocks a multiprocessor holds of the two-pass kernel's
+                                   one-kernel form, [every-gate build][records in flight 2 (0)
+                                   or 4 (1)]; 0: not here */
     /* The convolution (conv/, filled by sp_conv_cuda_device_facts_): */
     int conv_per_sm[SP_CONV_KERNELS]; /* blocks a multiprocessor holds, per instance */
 } sp_cuda_device;

@@ -241,12 +241,9 @@ sp_status sp_kda_plan_(const sp_kda_args *a, const sp_kda_dims *d, sp_kda_plan *
         p.wgmma = sp_kda_chunked_wgmma_(p.splits) && dev->kda_wgmma;
     } else if (p.kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS) {
         p.records = sp_kda_two_pass_records_(pairs, dev->sms);
-        /* The one-kernel form is the K3 build's (its share is measured
-         * there): the every-gate build prepares every record first. */
+        /* The head share, measured on the K3 build, for both builds. */
         const int64_t slots = sp_kda_two_pass_slots_(d->T, d->N);
-        p.head_slots = p.every_gate
-                           ? slots
-                           : sp_kda_two_pass_head_slots_(pairs, dev->sms, p.records, slots);
+        p.head_slots = sp_kda_two_pass_head_slots_(pairs, dev->sms, p.records, slots);
         p.workspace_bytes = need;
     } else if (p.kernel == SP_KDA_KERNEL_DECODE) {
         p.decode_rows_per_warp =

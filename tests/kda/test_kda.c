@@ -849,12 +849,17 @@ static void longest_first_identical(void) {
  * move bytes differently: every plan's o, final state and checkpoints are
  * the bytes of the first plan's, over sequences of every length mod 32 (and
  * an empty one), with checkpoints, in 16 (sequence, head) pairs (so that
- * every plan's one kernel fits the device). */
-static void two_pass_plans_identical(const int (*plans)[2], size_t n) {
+ * every plan's one kernel fits the device); for K3's gate (its build), the
+ * softplus gate and an f32 log-decay with safe chunks (the every-gate
+ * build: records of its prepare kernel's instances and of the one kernel's
+ * blocks that read the form at run time). */
+static void two_pass_plans_identical(const int (*plans)[2], size_t n, sp_kda_gate gate) {
     int64_t lens[8];
     for (int i = 0; i < 8; i++) lens[i] = i == 5 ? 0 : 9 * i + 32 * (i % 4) + 1;
     kda_problem p;
-    kp_make(&p, 8, lens, 3, 2, SP_F32, SP_KDA_GATE_LOWER_BOUND, 32, 3400);
+    kp_make(&p, 8, lens, 3, 2, SP_F32,
+            gate == SP_KDA_GATE_LOG_DECAY ? SP_KDA_GATE_LOWER_BOUND : gate, 32, 3400);
+    if (gate == SP_KDA_GATE_LOG_DECAY) kp_log_decay(&p, SP_F32, 3401);
     p.kernel = SP_KDA_KERNEL_CHUNKED_TWO_PASS;
     void *first[KB_COUNT], *other[KB_COUNT];
     kp_copy(&p, first);
@@ -864,8 +869,9 @@ static void two_pass_plans_identical(const int (*plans)[2], size_t n) {
     for (size_t i = 1; i < n; i++) {
         forced.records = plans[i][0], forced.head_permille = plans[i][1];
         CHECK_OK(run_backend(&p, p.host, other));
-        CHECKF(kp_outputs_equal(&p, first, other), "two-pass plan %d.%d: outputs differ from %d.%d",
-               plans[i][0], plans[i][1], plans[0][0], plans[0][1]);
+        CHECKF(kp_outputs_equal(&p, first, other),
+               "two-pass plan %d.%d, gate %d: outputs differ from %d.%d", plans[i][0],
+               plans[i][1], (int)gate, plans[0][0], plans[0][1]);
     }
     forced.records = forced.head_permille = 0;
     kp_free_copy(first);
@@ -1192,7 +1198,9 @@ int main(void) {
             chunked_cases(TP, sm, r == 0 || plan != NULL); /* the library's plan, or the one named */
         }
         forced.records = forced.head_permille = 0;
-        two_pass_plans_identical(plans, sizeof plans / sizeof plans[0]);
+        two_pass_plans_identical(plans, sizeof plans / sizeof plans[0], SP_KDA_GATE_LOWER_BOUND);
+        two_pass_plans_identical(plans, sizeof plans / sizeof plans[0], SP_KDA_GATE_SOFTPLUS);
+        two_pass_plans_identical(plans, sizeof plans / sizeof plans[0], SP_KDA_GATE_LOG_DECAY);
 #else
         chunked_cases(TP, sm, 1);
 #endif

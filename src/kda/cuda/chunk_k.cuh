@@ -117,9 +117,10 @@ static __device__ __forceinline__ float2 pair_bias(const kda_params &p, int64_t 
  * f32, each chunk factored or safe as its gates allow; chunk.cuh). The
  * plan's every_gate picks the build. The every-gate build reads the beta
  * form at run time, and the gate form and g's dtype either at run time
- * (ANY = 1: the two-pass kernel's prepare kernel, the host emulation) or
- * fixed at compile time (ANY = any_fixed(form, g32): the one-pass kernel,
- * one instance each). */
+ * (ANY = 1: the two-pass one kernel's preparing blocks, the host
+ * emulation) or fixed at compile time (ANY = any_fixed(form, g32): the
+ * one-pass kernel and the two-pass prepare kernel, one instance each; the
+ * benchmark's probes), the same arithmetic. */
 static constexpr int any_fixed(int form, int g32) { return 2 + 2 * form + g32; }
 static_assert(SP_KDA_GATE_LOWER_BOUND == 0 && SP_KDA_GATE_SOFTPLUS == 1 &&
                   SP_KDA_GATE_LOG_DECAY == 2,

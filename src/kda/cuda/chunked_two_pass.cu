@@ -28,173 +28,20 @@
  * waits for a record's flag before copying it. The first kernel then
  * prepares only slots 0 .. head_slots - 1 (and clears the flags), so the
  * pass starts that much sooner, and the preparing blocks, fewer than a
- * whole prepare kernel's, keep ahead of it (the plan's head_slots). A record's bits do not depend on which kernel wrote
- * it (prepare_record).
+ * whole prepare kernel's, keep ahead of it (the plan's head_slots); both
+ * builds (K3's and every gate's) have the one kernel. A record's bits do not
+ * depend on which kernel wrote it (prepare_record).
  *
- * Record slots: chunk c of sequence n goes to slot floor(bos_n / 32) + n + c.
- * Slots of different sequences are distinct and fewer than floor(T / 32) + N
- * (a sequence of L tokens from bos ends before slot floor((bos + L) / 32) +
- * n + 1, the next one's first), so the workspace holds
- * (floor(T / 32) + N) * H records of SP_KDA_TWO_PASS_RECORD_BYTES, then as
- * many 4-byte flags.
+ * Where the records lie in the workspace, and how one is written:
+ * two_pass_records.cuh.
  */
 #include "cuda/runtime.h"
-#include "kda/cuda/chunk_k.cuh"
-#include "kda/cuda/chunk_safe.cuh"
+#include "kda/cuda/two_pass_records.cuh" /* chunk_k.cuh, chunk_safe.cuh */
 #include "kda/cuda/chunk_v.cuh"
 
 #include <stddef.h>
 
-/* The sizes: the prepare kernel's block, and the state pass's blocks of
- * ROW_GROUPS groups of COL_WARPS warps owning ROWS V rows of one (sequence,
- * head), each group 16 of the rows, each warp of a group COLS of the K
- * columns. */
-struct two_pass_traits {
-    static constexpr int PREP_THREADS = 256;
-    static constexpr int COL_WARPS = 4;
-    /* One row group a block: two lost to one (docs/TUNING.md,
-     * "TWO_PASS_ROW_GROUPS"). */
-    static constexpr int ROW_GROUPS = 1;
-    static constexpr int ROWS = 16 * ROW_GROUPS;
-    static constexpr int THREADS = 32 * COL_WARPS * ROW_GROUPS;
-    static constexpr int COLS = DIM / COL_WARPS;
-    static constexpr int BLOCKS_PER_PAIR = DIM / ROWS;
-    /* V's row pitch in shared memory: 16 bytes more than the block's rows,
-     * so that the transposing loads of 8 token rows (solve_w) hit distinct
-     * banks (at 32 bytes a row they took twice the wavefronts, ncu). */
-    static constexpr int V_PITCH = ROWS + 8;
-    static constexpr int PART_PITCH = CHUNK + 8; /* partial products: float2 stores conflict-free */
-    static constexpr int OUT_PITCH = 24;         /* output staging: 16-bit stores conflict-free */
-};
-typedef two_pass_traits TP;
-static_assert(TP::BLOCKS_PER_PAIR == SP_KDA_TWO_PASS_BLOCKS_PER_PAIR, "the plan's block count");
-static_assert(TP::COL_WARPS * 8 >= CHUNK, "a group's warps store 8 output tokens each");
-
-static_assert(sizeof(chunk_ops) == SP_KDA_TWO_PASS_RECORD_BYTES, "record size");
-static_assert(sizeof(chunk_ops) % 16 == 0, "records are copied in 16-byte pieces");
-static_assert(offsetof(chunk_ops, t) % 16 == 0 && offsetof(chunk_ops, b) % 16 == 0,
-              "T's rows are stored in 16-byte pieces of their own");
-
-/* The record of (slot, head h): written by the prepare kernel, read by
- * the state pass. */
-static __device__ __forceinline__ chunk_ops *record_of(const void *ws, int64_t slot, int64_t H,
-                                                       int64_t h) {
-    return (chunk_ops *)ws + (slot * H + h);
-}
-
-/* The flags of the one-kernel form, one per record, after the records. */
-static __host__ __device__ __forceinline__ int *flags_of(void *ws, int64_t T, int64_t N,
-                                                         int64_t H) {
-    return (int *)((chunk_ops *)ws + sp_kda_two_pass_slots_(T, N) * H);
-}
-
-static __device__ __forceinline__ int64_t first_slot(int64_t bos, int64_t n) {
-    return bos / CHUNK + n;
-}
-
-/* The chunk (sequence *n, chunk *c) stored at `slot`: the last sequence
- * whose first slot is at or before it. 0 when the slot holds none. */
-static __device__ int chunk_at(const kda_params &p, int64_t slot, int64_t *n, int64_t *c) {
-    int64_t lo = 0, hi = p.N - 1, found = -1;
-    while (lo <= hi) {
-        const int64_t mid = lo + (hi - lo) / 2;
-        if (first_slot(sp_index_at_(p.ix.cu, mid), mid) <= slot)
-            found = mid, lo = mid + 1;
-        else
-            hi = mid - 1;
-    }
-    if (found < 0) return 0;
-    *n = found;
-    *c = slot - first_slot(sp_index_at_(p.ix.cu, found), found);
-    return 1;
-}
-
 /* ---- 1. prepare ------------------------------------------------------------ */
-
-typedef struct prepare_smem {
-    raw_chunk raw;
-    chunk_work work;
-    chunk_ops ops;
-} prepare_smem;
-
-/* The record of chunk `slot`, head h, by threads 0 .. NT - 1 of the block
- * (the last warp solves for T); nothing where the slot holds no chunk.
- * The gates' running sums and the norms are added as TP::PREP_THREADS threads
- * add them, whatever NT (each thread then takes TP::PREP_THREADS / NT of their
- * places), so that a record has the same bits whichever kernel wrote it.
- * ANY: the build's gates (chunk_k.cuh). */
-template <int NT, int ANY>
-static __device__ __forceinline__ void prepare_record(const kda_params &p, void *ws, int64_t slot,
-                                                      int64_t h, prepare_smem &s) {
-    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
-    int64_t n, c;
-    kda_seq sq;
-    if (!chunk_at(p, slot, &n, &c) || !kda_seq_of(p, n, h, &sq) || c * CHUNK >= sq.len) return;
-    const int64_t c0 = c * CHUNK;
-    const int nt = (int)(sq.len - c0 < CHUNK ? sq.len - c0 : CHUNK);
-
-    load_kqg<NT>(p, sq, h, c0, tid, s.raw, !(ANY && p.g_f32));
-    prefetch_g_f32<ANY>(p, sq, h, c0, tid); /* while k and q land */
-    sp_cp_async_commit_();
-    const float expA = expf(p.A_log[h]);
-    const float2 bias = pair_bias(p, h, tid);
-    const float beta_x = w == 0 && lane < nt ? beta_in<ANY>(p, sq.bos + c0 + lane, h) : 0.0f;
-    sp_cp_async_wait_<0>();
-    __syncthreads();
-    constexpr int E = TP::PREP_THREADS / NT; /* places a thread takes */
-    static_assert(E * NT == TP::PREP_THREADS, "NT divides TP::PREP_THREADS");
-    float gam[E][2][kside<TP::PREP_THREADS>::SEG];
-    int far = 0;
-#pragma unroll
-    for (int e = 0; e < E; e++)
-        far |= gates_and_norms<TP::PREP_THREADS, ANY>(p, s.raw, g_f32_row<ANY>(p, sq.bos + c0, h), nt,
-                                                      tid + e * NT, expA, bias,
-                                                      e == 0 ? beta_x : 0.0f, s.work, s.ops,
-                                                      gam[e]);
-    int safe = 0;
-    if constexpr (ANY)
-        safe = __syncthreads_or(far);
-    else
-        __syncthreads();
-    if (!safe) {
-#pragma unroll
-        for (int e = 0; e < E; e++)
-            operands<TP::PREP_THREADS>(s.raw, tid + e * NT, s.work, gam[e], s.ops);
-        __syncthreads();
-        intra_products<NT>(w, lane, s.work, s.ops);
-    } else { /* the safe form (chunk_k.cuh) */
-        pair_sums m[E];
-#pragma unroll
-        for (int e = 0; e < E; e++)
-            m[e] = safe_sums<TP::PREP_THREADS>(tid + e * NT, s.work, gam[e], s.ops);
-        __syncthreads();
-        float ka[safe_pairs<NT>::EACH], qa[safe_pairs<NT>::EACH];
-        safe_products<NT>(tid, s.raw, s.ops, ka, qa);
-        __syncthreads();
-        safe_store<NT>(tid, ka, qa, s.work, s.ops);
-#pragma unroll
-        for (int e = 0; e < E; e++)
-            safe_operands<TP::PREP_THREADS>(s.raw, tid + e * NT, s.work, gam[e], m[e], s.ops);
-    }
-    if (ANY && tid == 0) chunk_form(s.ops) = (float)safe;
-    __syncthreads();
-    /* The record: T's rows by the warp that solves for them, the rest by the
-     * other warps meanwhile. */
-    const float4 *from = (const float4 *)&s.ops;
-    float4 *to = (float4 *)record_of(ws, first_slot(sq.bos, n) + c, p.H, h);
-    const int t_lo = (int)(offsetof(chunk_ops, t) / 16), t_hi = (int)(offsetof(chunk_ops, b) / 16);
-    if (w == NT / 32 - 1) {
-        solve_t(lane, s.work, s.ops);
-        __syncwarp();
-        for (int i = t_lo + lane; i < t_hi; i += 32) to[i] = from[i];
-    } else {
-        const int n16 = (int)(sizeof(chunk_ops) / 16), others = NT - 32;
-        for (int i = tid; i < n16 - (t_hi - t_lo); i += others) {
-            const int j = i < t_lo ? i : i + (t_hi - t_lo);
-            to[j] = from[j];
-        }
-    }
-}
 
 /* One block per (slot, head) of slots 0 .. gridDim.x - 1. Where the one
  * kernel follows, the blocks also clear its flags of records clear_from ..
@@ -211,6 +58,20 @@ static __global__ void __launch_bounds__(TP::PREP_THREADS, 2)
     }
     prepare_record<TP::PREP_THREADS, ANY>(p, ws, blockIdx.x, blockIdx.y,
                                           *(prepare_smem *)smem_bytes);
+}
+
+/* The prepare kernel for the call's gates: K3's, or the every-gate build's
+ * instance of the call's gate form and g dtype (chunk_k.cuh, any_fixed: one
+ * instance each, so that a form's code runs in one piece; g is f32 with the
+ * log-decay only, the check's rule). */
+static const void *prepare_kernel(const kda_params *p) {
+    if (!p->any_gate) return (const void *)kda_prepare_kernel<0>;
+    if (p->gate == SP_KDA_GATE_LOWER_BOUND)
+        return (const void *)kda_prepare_kernel<any_fixed(SP_KDA_GATE_LOWER_BOUND, 0)>;
+    if (p->gate == SP_KDA_GATE_SOFTPLUS)
+        return (const void *)kda_prepare_kernel<any_fixed(SP_KDA_GATE_SOFTPLUS, 0)>;
+    return p->g_f32 ? (const void *)kda_prepare_kernel<any_fixed(SP_KDA_GATE_LOG_DECAY, 1)>
+                    : (const void *)kda_prepare_kernel<any_fixed(SP_KDA_GATE_LOG_DECAY, 0)>;
 }
 
 /* ---- 2. state pass --------------------------------------------------------- */
@@ -454,22 +315,21 @@ static __global__ void __launch_bounds__(TP::THREADS, 1)
  * records from slot head_slots on, in slot order, each setting the record's
  * flag once written. Every block is resident at once (a cooperative
  * launch), so a state-pass block waiting on a flag always has a preparing
- * block to wait for. K3's build only (the plan's head share is measured
- * there; the every-gate build runs two kernels). */
-template <int RECORDS>
+ * block to wait for. ANY: the every-gate build, as in the two kernels. */
+template <int RECORDS, int ANY>
 static __global__ void __launch_bounds__(TP::THREADS, 1)
     kda_two_pass_fused_kernel(kda_params p, void *ws, int64_t state_blocks, int64_t head_slots) {
     extern __shared__ __align__(16) unsigned char smem_bytes[];
     int *flags = flags_of(ws, p.T, p.N, p.H);
     if ((int64_t)blockIdx.x < state_blocks) {
-        state_pass<RECORDS, 0>(p, ws, flags, head_slots, blockIdx.x,
+        state_pass<RECORDS, ANY>(p, ws, flags, head_slots, blockIdx.x,
                                *(pass_smem<RECORDS> *)smem_bytes);
         return;
     }
     prepare_smem &s = *(prepare_smem *)smem_bytes;
     const int64_t workers = gridDim.x - state_blocks, items = sp_kda_two_pass_slots_(p.T, p.N) * p.H;
     for (int64_t j = head_slots * p.H + (blockIdx.x - state_blocks); j < items; j += workers) {
-        prepare_record<TP::THREADS, 0>(p, ws, j / p.H, j % p.H, s);
+        prepare_record<TP::THREADS, ANY>(p, ws, j / p.H, j % p.H, s);
         __syncthreads(); /* the block's stores of the record are done; shared memory is free */
         if (threadIdx.x == 0) {
             __threadfence();
@@ -507,24 +367,27 @@ static cudaError_t launch_pass(const kda_params *p, const void *ws, cudaStream_t
 }
 
 /* Sets the one kernel's shared memory (*bytes) and gives the kernel. */
-template <int RECORDS> static cudaError_t fused_kernel(const void **kernel, int *bytes) {
+template <int RECORDS, int ANY> static cudaError_t fused_kernel(const void **kernel, int *bytes) {
     *bytes = (int)fused_smem<RECORDS>();
-    *kernel = (const void *)kda_two_pass_fused_kernel<RECORDS>;
+    *kernel = (const void *)kda_two_pass_fused_kernel<RECORDS, ANY>;
     return cudaFuncSetAttribute(*kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, *bytes);
 }
 
-/* Blocks of the one kernel a multiprocessor holds, with two and four
- * records in flight; 0 where the device has no cooperative launch. */
+/* Blocks of the one kernel a multiprocessor holds, of each build with two
+ * and four records in flight; 0 where the device has no cooperative launch. */
 extern "C" sp_status sp_kda_two_pass_device_facts_(sp_cuda_device *d) {
-    const void *kernel[2];
-    int bytes[2];
-    SP_CUDA_CHECK(fused_kernel<2>(&kernel[0], &bytes[0]));
-    SP_CUDA_CHECK(fused_kernel<4>(&kernel[1], &bytes[1]));
-    for (int i = 0; i < 2; i++) {
-        d->kda_fused_per_sm[i] = 0;
+    const void *kernel[4]; /* [2 * build + (records == 4)], as the table's */
+    int bytes[4];
+    SP_CUDA_CHECK((fused_kernel<2, 0>(&kernel[0], &bytes[0])));
+    SP_CUDA_CHECK((fused_kernel<4, 0>(&kernel[1], &bytes[1])));
+    SP_CUDA_CHECK((fused_kernel<2, 1>(&kernel[2], &bytes[2])));
+    SP_CUDA_CHECK((fused_kernel<4, 1>(&kernel[3], &bytes[3])));
+    for (int i = 0; i < 4; i++) {
+        int *per_sm = &d->kda_fused_per_sm[i / 2][i % 2];
+        *per_sm = 0;
         if (d->cooperative)
-            SP_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                &d->kda_fused_per_sm[i], kernel[i], TP::THREADS, bytes[i]));
+            SP_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm, kernel[i],
+                                                                        TP::THREADS, bytes[i]));
     }
     return SP_OK;
 }
@@ -532,25 +395,24 @@ extern "C" sp_status sp_kda_two_pass_device_facts_(sp_cuda_device *d) {
 /* The state pass with the records from head_slots on prepared beside it,
  * where every state-pass block and at least one preparing block are
  * resident together; else *launched = 0 and nothing is done. */
-template <int RECORDS>
+template <int RECORDS, int ANY>
 static cudaError_t launch_fused(const kda_params *p, void *ws, int64_t head_slots,
                                 const sp_cuda_device *dev, cudaStream_t stream, int *launched) {
     *launched = 0;
-    const int per_sm = dev->kda_fused_per_sm[RECORDS == 4];
+    const int per_sm = dev->kda_fused_per_sm[ANY][RECORDS == 4];
     if (per_sm < 1) return cudaSuccess;
     int64_t state_blocks = p->N * p->H * TP::BLOCKS_PER_PAIR;
     const int64_t resident = (int64_t)per_sm * dev->sms;
     if (state_blocks >= resident) return cudaSuccess;
     const void *kernel;
     int bytes;
-    cudaError_t e = fused_kernel<RECORDS>(&kernel, &bytes);
+    cudaError_t e = fused_kernel<RECORDS, ANY>(&kernel, &bytes);
     if (e != cudaSuccess) return e;
     const int64_t slots = sp_kda_two_pass_slots_(p->T, p->N), items = slots * p->H;
     int *flags = flags_of(ws, p->T, p->N, p->H);
     int64_t clear_from = head_slots * p->H;
     void *prep_args[] = {(void *)p, &ws, &flags, &clear_from, (void *)&items};
-    e = cudaLaunchKernel((const void *)kda_prepare_kernel<0>,
-                         dim3((unsigned)head_slots, (unsigned)p->H),
+    e = cudaLaunchKernel(prepare_kernel(p), dim3((unsigned)head_slots, (unsigned)p->H),
                          dim3(TP::PREP_THREADS), prep_args, sizeof(prepare_smem), stream);
     if (e != cudaSuccess) return e;
     void *args[] = {(void *)p, &ws, &state_blocks, &head_slots};
@@ -569,20 +431,21 @@ static cudaError_t launch_fused(const kda_params *p, void *ws, int64_t head_slot
     return e;
 }
 
-extern "C" cudaError_t sp_kda_launch_chunked_two_pass_(const kda_params *p, const sp_kda_plan *plan,
-                                                       void *workspace, const sp_cuda_device *dev,
-                                                       cudaStream_t stream) {
-    const int prep_smem = (int)sizeof(prepare_smem), any = p->any_gate;
-    const void *prepare = any ? (const void *)kda_prepare_kernel<1> : (const void *)kda_prepare_kernel<0>;
+/* The plan's kernels of the build ANY (the every-gate build's for 1). */
+template <int ANY>
+static cudaError_t launch_two_pass(const kda_params *p, const sp_kda_plan *plan, void *workspace,
+                                   const sp_cuda_device *dev, cudaStream_t stream) {
+    const int prep_smem = (int)sizeof(prepare_smem);
+    const void *prepare = prepare_kernel(p);
     cudaError_t e =
         cudaFuncSetAttribute(prepare, cudaFuncAttributeMaxDynamicSharedMemorySize, prep_smem);
     if (e != cudaSuccess) return e;
     const int64_t slots = sp_kda_two_pass_slots_(p->T, p->N), head_slots = plan->head_slots;
     const int records = plan->records;
-    if (!any && head_slots > 0 && head_slots < slots) {
+    if (head_slots > 0 && head_slots < slots) {
         int launched = 0;
-        e = records == 2 ? launch_fused<2>(p, workspace, head_slots, dev, stream, &launched)
-                         : launch_fused<4>(p, workspace, head_slots, dev, stream, &launched);
+        e = records == 2 ? launch_fused<2, ANY>(p, workspace, head_slots, dev, stream, &launched)
+                         : launch_fused<4, ANY>(p, workspace, head_slots, dev, stream, &launched);
         if (e != cudaSuccess || launched) return e;
     }
     int *no_flags = NULL;
@@ -591,9 +454,13 @@ extern "C" cudaError_t sp_kda_launch_chunked_two_pass_(const kda_params *p, cons
     e = cudaLaunchKernel(prepare, dim3((unsigned)slots, (unsigned)p->H), dim3(TP::PREP_THREADS),
                          prep_args, (size_t)prep_smem, stream);
     if (e != cudaSuccess) return e;
-    if (any)
-        return records == 2 ? launch_pass<2, 1>(p, workspace, stream)
-                            : launch_pass<4, 1>(p, workspace, stream);
-    return records == 2 ? launch_pass<2, 0>(p, workspace, stream)
-                        : launch_pass<4, 0>(p, workspace, stream);
+    return records == 2 ? launch_pass<2, ANY>(p, workspace, stream)
+                        : launch_pass<4, ANY>(p, workspace, stream);
+}
+
+extern "C" cudaError_t sp_kda_launch_chunked_two_pass_(const kda_params *p, const sp_kda_plan *plan,
+                                                       void *workspace, const sp_cuda_device *dev,
+                                                       cudaStream_t stream) {
+    return p->any_gate ? launch_two_pass<1>(p, plan, workspace, dev, stream)
+                       : launch_two_pass<0>(p, plan, workspace, dev, stream);
 }

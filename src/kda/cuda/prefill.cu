@@ -8,6 +8,8 @@
 #include "cuda/runtime.h"
 #include "kda/cuda/common.cuh"
 
+#include <string.h>
+
 static kda_input input_of(const sp_tensor *x) {
     kda_input in;
     in.at = (const uint16_t *)x->data;
@@ -82,7 +84,7 @@ extern "C" sp_status sp_kda_cuda_device_facts_(sp_cuda_device *d) {
      * not even be given it, and the plan keeps to the recurrent kernel. */
     d->kda_chunked = (size_t)d->smem_optin >= sp_kda_chunked_smem_bytes_();
     d->kda_wgmma = 0;
-    d->kda_fused_per_sm[0] = d->kda_fused_per_sm[1] = 0;
+    memset(d->kda_fused_per_sm, 0, sizeof d->kda_fused_per_sm);
     if (!d->kda_chunked) return SP_OK;
     SP_FORWARD(sp_kda_one_pass_device_facts_(d));
     return sp_kda_two_pass_device_facts_(d);
