@@ -135,15 +135,24 @@ template <int RPW> static SP_HD int dec_begin(const kda_params &p, int64_t x, de
     return 1;
 }
 
+/* Where the copy of a K-first pool puts channel d's piece k (per pieces a
+ * channel, 2, 4 or 8; a 16-byte unit's index): block k, at place
+ * 32 (d % 4) + d / 4, so that lane l's four channels 4l + x lie at
+ * 32 x + l (four conflict-free reads), with the place's low three bits
+ * XORed by the piece and the channel (the same for every lane's read, a
+ * different one for each of the copy's eight lanes of a phase: their
+ * writes meet no bank twice). */
+static SP_HD int64_t dec_kf_unit(int d, int k, int per) {
+    const int swz = (k + per * (d % (8 / per))) & 7;
+    return (int64_t)k * SP_KDA_D + ((32 * (d % 4) + d / 4) ^ swz);
+}
+
 /* Start copying the warp's rows of the read slot into its shared memory m
  * (RPW rows as the pool holds them), the lane's 16-byte pieces of them
  * (nothing for a fresh sequence); dt_bias of the lane's channels. From a
  * K-first pool (kf) each channel's piece k (its rows 4k .. 4k + 3 in fp32,
- * 8k .. 8k + 7 in bf16) goes to block k of the copy, 128 pieces of 16 bytes,
- * channel 4l + x at place 32 x + l (lane l's four channels in four reads,
- * conflict-free of fp32 rows, 2-way of bf16 ones): a group's rows (a pair of
- * groups' in bf16) fill one block. (The copy's own writes of a K-first pool
- * meet in few banks: a cost to time before this layout is kept for it.) */
+ * 8k .. 8k + 7 in bf16) goes to block k (dec_kf_unit): a group's rows (a
+ * pair of groups' in bf16) fill one block. */
 template <int RPW>
 static SP_HD void dec_stage(const kda_params &p, const dec_warp &w, int kf, int lane,
                             unsigned char *m, dec_lane<RPW> &l) {
@@ -157,10 +166,9 @@ static SP_HD void dec_stage(const kda_params &p, const dec_warp &w, int kf, int 
                        (w.sq.read_base + sp_kda_state_at_(kf, 0, w.row0)) * es;
     const int pieces = (int)(RPW * SP_KDA_D * es / 16), per = (int)(RPW * es / 16);
     for (int i = lane; i < pieces; i += 32) {
-        /* K-first: piece k of channel d to block k, place 32 (d % 4) + d / 4 */
-        const int d = i / per, k = i % per;
+        const int d = i / per, k = i % per; /* K-first: piece k of channel d */
         const int64_t src = kf ? (int64_t)d * SP_KDA_D * es + 16 * k : 16 * i,
-                      dst = kf ? ((int64_t)k * SP_KDA_D + (d % 4) * 32 + d / 4) * 16 : 16 * i;
+                      dst = kf ? dec_kf_unit(d, k, per) * 16 : 16 * i;
 #ifdef __CUDA_ARCH__
         sp_cp_async16_(m + dst, from + src);
 #else
@@ -214,20 +222,21 @@ static SP_HD void dec_group_rows(const kda_params &p, const dec_warp &w, int kf,
     }
     SP_HD_UNROLL
     for (int x = 0; x < 4; x++) {
-        /* K-first: channel 4 lane + x's place in G's block (dec_stage), its
-         * 4 rows; V-first: row G * 4 + x's 4 channels of the lane */
-        const int64_t d = 32 * x, row = (G * DEC_GROUP + x) * SP_KDA_D + 4 * lane;
+        /* K-first: channel 4 lane + x's 4 rows of group G (dec_kf_unit: the
+         * piece of a pair of groups in bf16); V-first: row G * 4 + x's 4
+         * channels of the lane */
+        const int d = 4 * lane + x, per = RPW * (p.state_bf16 ? 2 : 4) / 16;
+        const int64_t row = (G * DEC_GROUP + x) * SP_KDA_D + 4 * lane;
         float *y = kf ? NULL : l.S[x];
         float f[4];
         if (p.state_bf16) {
-            const uint2 u = *(const uint2 *)(m + (kf ? ((G / 2) * SP_KDA_D + d + lane) * 16 +
-                                                           (G % 2) * 8
+            const uint2 u = *(const uint2 *)(m + (kf ? dec_kf_unit(d, G / 2, per) * 16 + (G % 2) * 8
                                                      : row * 2));
             f[0] = sp_bf16_to_f32_((uint16_t)u.x), f[1] = sp_bf16_to_f32_((uint16_t)(u.x >> 16));
             f[2] = sp_bf16_to_f32_((uint16_t)u.y), f[3] = sp_bf16_to_f32_((uint16_t)(u.y >> 16));
         } else {
             const float4 v =
-                *(const float4 *)(m + (kf ? (G * SP_KDA_D + d + lane) * 16 : row * 4));
+                *(const float4 *)(m + (kf ? dec_kf_unit(d, G, per) * 16 : row * 4));
             f[0] = v.x, f[1] = v.y, f[2] = v.z, f[3] = v.w;
         }
         SP_HD_UNROLL
