@@ -142,7 +142,10 @@ decide_longest_first() { # ONE_PASS_LONGEST_FIRST: on unequal batches, and its c
 decide_decode_rows() { # DECODE_ROWS_PER_WARP (the decode grid itself is bench_kda_decode)
   local r s
   for r in 16 32; do
-    for s in "64 12 64" "64 96 64" "512 96 512"; do kda --shape $s --decode-rows $r --json "$out/decide_decode_rows.json" || return; done
+    for s in "64 12 64" "64 96 64" "512 96 512"; do
+      kda --shape $s --decode-rows $r --json "$out/decide_decode_rows.json" || return
+      kda --shape $s --decode-rows $r --bf16-state --json "$out/decide_decode_rows.json" || return
+    done
   done
 }
 step decide_handover decide_handover

@@ -126,11 +126,9 @@ def every_gate(rows):  # CHUNKED_EVERY_GATE: the build's own cost on K3's inputs
 
 
 def gate_parts(rows):  # CHUNKED_EVERY_GATE: the every-gate one-pass build's time by part
-    parts = [("whole", lambda p: "V side" not in p and "K side" not in p and "factored" not in p
-              and "fixed" not in p),
+    parts = [("whole", lambda p: "V side" not in p and "K side" not in p and "factored" not in p),
              ("V side alone", lambda p: "V side" in p), ("K side alone", lambda p: "K side" in p),
-             ("every chunk factored", lambda p: "factored" in p),
-             ("forms fixed", lambda p: "fixed" in p)]
+             ("every chunk factored", lambda p: "factored" in p)]
     ms, err = defaultdict(list), {}
     for r in rows:
         if r["kernel"] != "chunked":
@@ -149,7 +147,7 @@ def gate_parts(rows):  # CHUNKED_EVERY_GATE: the every-gate one-pass build's tim
                  for n, _ in parts]
         out.append(f"| {sh} | {g} | " + " | ".join(cells) + " |")
     errs = [f"{k[0]} {k[1]} {k[2]}: {v:.1e}" for k, v in sorted(err.items(), key=str)
-            if v is not None and k[2] in ("every chunk factored", "forms fixed")]
+            if v is not None and k[2] == "every chunk factored"]
     return "\n".join(out) + ("\n\no vs recurrent: " + "; ".join(errs) if errs else "")
 
 
@@ -160,13 +158,14 @@ def longest_first(rows):  # ONE_PASS_LONGEST_FIRST
                  "batch order", "longest first", "longest first / batch order")
 
 
-def decode_rows(rows):  # DECODE_ROWS_PER_WARP, beside the recurrent kernel
+def decode_rows(rows):  # DECODE_ROWS_PER_WARP, beside the recurrent kernel, a row a pool
     ms = defaultdict(list)
     for r in rows:
+        sh = f"{tth(r)} {r.get('state', 'f32')}"
         if r["kernel"] == "decode":
-            ms[(tth(r), f"rows {r.get('decode_rows', 0)}")].append(r["ms"])
+            ms[(sh, f"rows {r.get('decode_rows', 0)}")].append(r["ms"])
         elif r["kernel"] == "recurrent":
-            ms[(tth(r), "recurrent")].append(r["ms"])
+            ms[(sh, "recurrent")].append(r["ms"])
     arms = sorted({k[1] for k in ms if k[1] != "recurrent"},
                   key=lambda a: int(a.split()[1])) + ["recurrent"]
     out = ["| T/H/N | " + " | ".join(f"{a} ms" for a in arms) + " |",

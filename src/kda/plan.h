@@ -33,8 +33,7 @@ typedef struct sp_kda_plan {
     int32_t records;    /* records in flight per state-pass block: 2 or 4 */
     int64_t head_slots; /* record slots prepared before the state pass starts, in
                            [1, slots]; the rest are prepared beside it in one kernel,
-                           where the device holds both (slots: two kernels; the
-                           K3 build only, every_gate 0) */
+                           where the device holds both (slots: two kernels) */
     size_t workspace_bytes; /* the two-pass kernel's need; 0 for the others */
     /* DECODE: V rows a warp: 16 or 32 (a block a (sequence, head) pair) */
     int32_t decode_rows_per_warp;

@@ -51,8 +51,10 @@ class Drivers(unittest.TestCase):
                 [dict(kernel="chunked", every_gate=e, ms=m, **shape)
                  for e, m in ((0, 1.0), (1, 1.25), (1, 1.25), (0, 1.0))],
             "decide_decode_rows.json":
-                [dict(kernel="decode", decode_rows=r, ms=0.1 * r, T=64, H=12, N=64)
-                 for r in (2, 4, 8)] + [dict(kernel="recurrent", ms=0.5, T=64, H=12, N=64)],
+                [dict(kernel="decode", decode_rows=r, ms=0.01 * r, T=64, H=12, N=64, state=s)
+                 for r in (16, 32) for s in ("f32", "bf16")]
+                + [dict(kernel="recurrent", ms=0.5, T=64, H=12, N=64, state=s)
+                   for s in ("f32", "bf16")],
         }
         dec = dict(N=64, H=12, k=1, pool="f32", limit_ms=0.02)
         files["h200_kda_decode.json"] = (
@@ -76,7 +78,8 @@ class Drivers(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("| 16384/96/1 wgmma | 1.5000 (3) | 1.5000 (2) | 1.000 |", r.stdout)
         self.assertIn("| 16384/96/1 chunked | 1.0000 (2) | 1.2500 (2) | 1.250 |", r.stdout)
-        self.assertIn("| 64/12/64 | 0.2000 | 0.4000 | 0.8000 | 0.5000 |", r.stdout)
+        self.assertIn("| 64/12/64 f32 | 0.1600 | 0.3200 | 0.5000 |", r.stdout)
+        self.assertIn("| 64/12/64 bf16 | 0.1600 | 0.3200 | 0.5000 |", r.stdout)
         self.assertIn("| 64 | 12 | 1 | f32 | 0.0200 | 0.0250 (0.80) | 0.0400 (0.50) | "
                       "0.0260 (0.77) | – | **0.62** |", r.stdout)
         self.assertIn("| kda_layer | 16384 | 96 | – | 10.000 | 12.500 | **1.25** |", r.stdout)

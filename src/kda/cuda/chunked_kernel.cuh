@@ -471,8 +471,8 @@ static cudaError_t launch_one_pass_of(const kda_params *p, int splits, int wgmma
 
 /* The same for the call's gates: K3's build (p->any_gate 0), or the
  * every-gate build of the call's gate form and g dtype (chunk_k.cuh,
- * any_fixed: one instance each; docs/TUNING.md, "CHUNKED_EVERY_GATE",
- * says what that saves). */
+ * any_fixed: one instance each; docs/TUNING.md, "CHUNKED_EVERY_GATE": the
+ * code a chunk runs). */
 template <int PROBE, int WGMMA_ONLY = 0>
 static cudaError_t launch_one_pass_gates(const kda_params *p, int splits, int wgmma,
                                          cudaStream_t stream) {
