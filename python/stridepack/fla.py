@@ -153,11 +153,16 @@ def _pool(state, state_v_first):
     return state if state_v_first else state.transpose(-1, -2)
 
 
+def _codes(forms, scale):
+    """The library call's codes: the gate, bound and beta codes (_forms) and
+    the scale as the library takes it (_scale)."""
+    return (*forms, _scale(scale))
+
+
 def _library(arrays, codes):
     """The library's prefill, eager, on kda_prefill's 15 arrays (q, k, v, g,
     beta, A_log, dt_bias, cu_seqlens, pool, indices, o, the checkpoints' two
-    and has_initial_state unset, num_accepted_tokens) with codes: the gate,
-    bound and beta codes (_forms) and the scale (_scale)."""
+    and has_initial_state unset, num_accepted_tokens) with codes (_codes)."""
     _native.kda_prefill(arrays, codes[0], codes[1], codes[3], 0, _KERNEL_AUTO, None, codes[2])
 
 
@@ -168,7 +173,7 @@ def _prefill(x, beta, A_log, dt_bias, cu, pool, idx, o, forms, scale, acc=None):
     library does not read an input's rows where they lie it refuses the
     call, nothing written; those inputs are then made dense and the call
     made again. Any other refusal is raised (StridepackError)."""
-    codes = (*forms, _scale(scale))
+    codes = _codes(forms, scale)
     try:
         _library((*x, beta, A_log, dt_bias, cu, pool, idx, o, None, None, None, acc), codes)
     except StridepackError as e:
@@ -427,7 +432,7 @@ def _as_is_codes(use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_i
         forms = _forms(use_gate_in_kernel, lower_bound, use_beta_sigmoid_in_kernel,
                        allow_neg_eigval)
         if not (safe_gate and forms[0] == _SOFTPLUS):
-            codes = (*forms, _scale(scale))
+            codes = _codes(forms, scale)
     if len(_AS_IS) < _AS_IS_KEPT and all(type(x) in _PLAIN for x in key):
         _AS_IS[key] = codes  # kept for plain values only (a tensor's may change)
     return codes
