@@ -194,7 +194,7 @@ sp_status sp_kda_run_(const sp_kda_args *a, const sp_kda_dims *d, struct CUstrea
 /* Backends, called after the check with T, N and H > 0. */
 sp_status sp_kda_prefill_cpu_(const sp_kda_args *a, const sp_kda_dims *d);
 sp_status sp_kda_prefill_ref_(const sp_kda_args *a, const sp_kda_dims *d);
-/* CUDA builds: the decode kernel (decode.cu) with `rows_per_warp` (16 or
+/* CUDA builds: the decode kernel (decode.cu; decode_emulate.cu) with `rows_per_warp` (16 or
  * 32: sp_kda_plan) run on the host, lane by lane, on CPU tensors: the
  * call's check, then the kernel's arithmetic and indexing, for tests on
  * machines without a GPU. */

@@ -13,7 +13,8 @@ set(SP_KDA_CUDA_SOURCES
   kda/cuda/recurrent.cu  # token-by-token kernel, one block per (sequence, head)
   kda/cuda/chunked.cu    # chunked kernel on tensor cores, one pass
   kda/cuda/chunked_two_pass.cu  # the same in two kernels, for few (sequence, head) pairs
-  kda/cuda/decode.cu     # few tokens a sequence, a warp per state row; and its host emulation
+  kda/cuda/decode.cu     # few tokens a sequence, a block per (sequence, head) pair (phases: decode.cuh)
+  kda/cuda/decode_emulate.cu  # the decode kernel's warps on the host, lane by lane (tests)
   kda/cuda/chunk_emulate.cu  # the chunked kernels' K side for one chunk, on the host (tests)
 )
 # The one-pass kernel moves registers between its warpgroups (setmaxnreg):

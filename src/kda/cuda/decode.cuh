@@ -1,0 +1,342 @@
+/*
+ * decode.cuh — the decode kernel's layout and arithmetic (decode.cu has the
+ * design): the shared memory a block takes, the per-lane phases (dec_*)
+ * the kernel runs with shuffles between them and the emulation
+ * (decode_emulate.cu) runs for every lane of a warp in turn, and the
+ * per-lane halves of the exchange that sums a group's dot products.
+ */
+#ifndef SP_KDA_CUDA_DECODE_CUH
+#define SP_KDA_CUDA_DECODE_CUH
+
+#include "cuda/ptx.cuh"
+#include "kda/cuda/common.cuh"
+
+
+#define DEC_GROUP 4 /* rows a warp holds in registers at a time */
+#define DEC_NORMS 8 /* tokens whose q . q and k . k a warp keeps for every group */
+#define DEC_MAX_WARPS 8 /* warps a block at the fewest rows a warp (16) */
+#define FULL SP_KDA_FULL_MASK
+
+/* RPW: V rows a warp (the plan's decode_rows_per_warp: 16 or 32). A block
+ * is one (sequence, head) pair; its shared memory the pair's rows as the
+ * pool holds them (dec_smem_bytes). */
+template <int RPW> struct dec_shape {
+    static constexpr int WARPS = SP_KDA_D / RPW;  /* warps a pair: a block */
+    static constexpr int GROUPS = RPW / DEC_GROUP; /* register groups a warp */
+    static_assert(SP_KDA_D == 32 * 4, "a lane's 4 channels of a row");
+    static_assert(SP_KDA_D % RPW == 0 && RPW % (2 * DEC_GROUP) == 0,
+                  "rows (a bf16 K-first piece is two groups' rows)");
+};
+
+/* Whether the warps keep their rows in fp32 between tokens (fp32 room:
+ * several-token sequences then run tokens outer): always with an fp32
+ * pool; with a bf16 one where the call has more tokens than sequences
+ * (else its rows are copied as bf16, half the bytes, and a rare sequence
+ * of several tokens runs groups outer). Bytes an element of the rows. */
+static SP_HD inline int dec_room(const kda_params &p) { return !p.state_bf16 || p.T > p.N; }
+static SP_HD inline int dec_row_es(const kda_params &p) { return dec_room(p) ? 4 : 2; }
+
+/* A block's shared memory: the pair's rows (a warp's RPW rows at RPW * 128
+ * * es bytes apart, es = dec_row_es), then each warp's norms of its first
+ * DEC_NORMS tokens (dec_warp_norms). */
+static SP_HD inline size_t dec_rows_bytes(int es) { return (size_t)SP_KDA_D * SP_KDA_D * es; }
+static SP_HD inline size_t dec_smem_bytes(int es) {
+    return dec_rows_bytes(es) + DEC_MAX_WARPS * DEC_NORMS * 2 * sizeof(float);
+}
+
+/* Warp wi's rows in the block's shared memory. */
+template <int RPW> static SP_HD unsigned char *dec_warp_rows(unsigned char *smem, int wi, int es) {
+    static_assert(SP_KDA_D / RPW <= DEC_MAX_WARPS, "warps a block");
+    return smem + (size_t)wi * RPW * SP_KDA_D * es;
+}
+
+/* Warp wi's sums q . q and k . k of token i (< DEC_NORMS) at [2 i], [2 i + 1]. */
+static SP_HD inline float *dec_warp_norms(unsigned char *smem, int wi, int es) {
+    return (float *)(smem + dec_rows_bytes(es)) + wi * DEC_NORMS * 2;
+}
+
+/* Where the read slot's copy lies in a warp's rows: a bf16 pool's in the
+ * second half of fp32 room, so that group G's fp32 rows, kept after a
+ * token, overwrite only the copy's rows of groups up to G, read already. */
+template <int RPW> static SP_HD size_t dec_copy_at(const kda_params &p) {
+    return p.state_bf16 && dec_room(p) ? (size_t)RPW * SP_KDA_D * 2 : 0;
+}
+
+/* What a warp works on: uniform over its lanes. */
+typedef struct dec_warp {
+    kda_seq sq;
+    int64_t n, h;
+    int row0; /* its first V row */
+    float expA;
+} dec_warp;
+
+/* One lane's registers (the group loop is not unrolled: v of the group's
+ * rows is read with it). */
+template <int RPW> struct dec_lane {
+    float S[DEC_GROUP][4];    /* its channels of the group's rows */
+    float q[4], k[4], g[4];   /* the token's: as read, then q^, k^, exp(g) */
+    float bias[4];            /* dt_bias of its channels (softplus and lower-bound gates) */
+    float v[DEC_GROUP];       /* the token's v of the group's rows */
+    float beta;               /* as read, then b */
+    float dot[DEC_GROUP];     /* this lane's share of a row's dot product */
+    float sq, sk;             /* its share of q . q and k . k */
+};
+
+/* ---- the phases: the arithmetic of the kernel and of the emulation ------- */
+
+/* Warp x of the grid; 0 when it has nothing to do (a padded or skipped
+ * sequence, or one without tokens). */
+template <int RPW> static SP_HD int dec_begin(const kda_params &p, int64_t x, dec_warp *w) {
+    typedef dec_shape<RPW> SH;
+    const int64_t pair = x / SH::WARPS;
+    w->h = pair % p.H;
+    w->n = pair / p.H;
+    w->row0 = (int)(x % SH::WARPS) * RPW;
+    if (!kda_seq_of(p, w->n, w->h, &w->sq) || w->sq.len == 0) return 0;
+    w->expA = p.gate == SP_KDA_GATE_LOG_DECAY ? 0.0f : expf(p.A_log[w->h]);
+    return 1;
+}
+
+/* Where the copy of a K-first pool puts channel d's piece k (per pieces a
+ * channel, 2, 4 or 8; a 16-byte unit's index): block k, at place
+ * 32 (d % 4) + d / 4, so that lane l's four channels 4l + x lie at
+ * 32 x + l (four conflict-free reads), with the place's low three bits
+ * XORed by the piece and the channel (the same for every lane's read, a
+ * different one for each of the copy's eight lanes of a phase: their
+ * writes meet no bank twice). */
+static SP_HD inline int64_t dec_kf_unit(int d, int k, int per) {
+    const int swz = (k + per * (d % (8 / per))) & 7;
+    return (int64_t)k * SP_KDA_D + ((32 * (d % 4) + d / 4) ^ swz);
+}
+
+/* Start copying the warp's rows of the read slot into its shared memory m
+ * (RPW rows as the pool holds them), the lane's 16-byte pieces of them
+ * (nothing for a fresh sequence); dt_bias of the lane's channels. From a
+ * K-first pool (kf) each channel's piece k (its rows 4k .. 4k + 3 in fp32,
+ * 8k .. 8k + 7 in bf16) goes to block k (dec_kf_unit): a group's rows (a
+ * pair of groups' in bf16) fill one block. */
+template <int RPW>
+static SP_HD void dec_stage(const kda_params &p, const dec_warp &w, int kf, int lane,
+                            unsigned char *m, dec_lane<RPW> &l) {
+    const int c = 4 * lane;
+    SP_HD_UNROLL
+    for (int i = 0; i < 4; i++)
+        l.bias[i] = p.gate == SP_KDA_GATE_LOG_DECAY ? 0.0f : p.dt_bias[w.h * SP_KDA_D + c + i];
+    if (w.sq.read_base < 0) return;
+    const int64_t es = p.state_bf16 ? 2 : 4; /* bytes an element */
+    const char *from = (const char *)p.state +
+                       (w.sq.read_base + sp_kda_state_at_(kf, 0, w.row0)) * es;
+    const int pieces = (int)(RPW * SP_KDA_D * es / 16), per = (int)(RPW * es / 16);
+    for (int i = lane; i < pieces; i += 32) {
+        const int d = i / per, k = i % per; /* K-first: piece k of channel d */
+        const int64_t src = kf ? (int64_t)d * SP_KDA_D * es + 16 * k : 16 * i,
+                      dst = kf ? dec_kf_unit(d, k, per) * 16 : 16 * i;
+#ifdef __CUDA_ARCH__
+        sp_cp_async16_(m + dst, from + src);
+#else
+        memcpy(m + dst, from + src, 16);
+#endif
+    }
+}
+
+/* Token t's inputs as read: q, k, g of the lane's channels, v of the warp's
+ * rows and beta (the same in every lane); the lane's shares of q . q and
+ * k . k. */
+template <int RPW>
+static SP_HD void dec_read(const kda_params &p, const dec_warp &w, int64_t t, int lane,
+                           dec_lane<RPW> &l) {
+    const int c = 4 * lane;
+    const uint16_t *q = kda_row(p.q, t, w.h) + c, *k = kda_row(p.k, t, w.h) + c;
+    SP_HD_UNROLL
+    for (int i = 0; i < 4; i++) {
+        l.q[i] = sp_bf16_to_f32_(q[i]);
+        l.k[i] = sp_bf16_to_f32_(k[i]);
+        l.g[i] = kda_in(p.g, p.g_f32, t, w.h, c + i);
+    }
+    l.beta = kda_in(p.beta, p.beta_f32, t, w.h, 0);
+    l.sq = (l.q[0] * l.q[0] + l.q[1] * l.q[1]) + (l.q[2] * l.q[2] + l.q[3] * l.q[3]);
+    l.sk = (l.k[0] * l.k[0] + l.k[1] * l.k[1]) + (l.k[2] * l.k[2] + l.k[3] * l.k[3]);
+}
+
+/* With the full sums of squares: q^, k^, exp(g) of the lane's channels, b. */
+template <int RPW>
+static SP_HD void dec_prepare(const kda_params &p, const dec_warp &w, dec_lane<RPW> &l) {
+    const float rq = p.scale / sqrtf(l.sq + (float)SP_KDA_EPS);
+    const float rk = 1.0f / sqrtf(l.sk + (float)SP_KDA_EPS);
+    SP_HD_UNROLL
+    for (int i = 0; i < 4; i++) {
+        l.q[i] *= rq;
+        l.k[i] *= rk;
+        l.g[i] = expf(sp_kda_log_decay_f32_(p.gate, p.lower_bound, w.expA, l.g[i], l.bias[i]));
+    }
+    l.beta = sp_kda_beta_f32_(p.beta_form, l.beta);
+}
+
+/* Group G's rows into registers from the read slot's copy m (dec_stage;
+ * zeros for a fresh sequence). */
+template <int RPW>
+static SP_HD void dec_group_rows(const kda_params &p, const dec_warp &w, int kf, int G, int lane,
+                                 const unsigned char *m, dec_lane<RPW> &l) {
+    if (w.sq.read_base < 0) {
+        SP_HD_UNROLL
+        for (int r = 0; r < DEC_GROUP; r++) l.S[r][0] = l.S[r][1] = l.S[r][2] = l.S[r][3] = 0.0f;
+        return;
+    }
+    SP_HD_UNROLL
+    for (int x = 0; x < 4; x++) {
+        /* K-first: channel 4 lane + x's 4 rows of group G (dec_kf_unit: the
+         * piece of a pair of groups in bf16); V-first: row G * 4 + x's 4
+         * channels of the lane */
+        const int d = 4 * lane + x, per = RPW * (p.state_bf16 ? 2 : 4) / 16;
+        const int64_t row = (G * DEC_GROUP + x) * SP_KDA_D + 4 * lane;
+        float *y = kf ? NULL : l.S[x];
+        float f[4];
+        if (p.state_bf16) {
+            const uint2 u = *(const uint2 *)(m + (kf ? dec_kf_unit(d, G / 2, per) * 16 + (G % 2) * 8
+                                                     : row * 2));
+            f[0] = sp_bf16_to_f32_((uint16_t)u.x), f[1] = sp_bf16_to_f32_((uint16_t)(u.x >> 16));
+            f[2] = sp_bf16_to_f32_((uint16_t)u.y), f[3] = sp_bf16_to_f32_((uint16_t)(u.y >> 16));
+        } else {
+            const float4 v =
+                *(const float4 *)(m + (kf ? dec_kf_unit(d, G, per) * 16 : row * 4));
+            f[0] = v.x, f[1] = v.y, f[2] = v.z, f[3] = v.w;
+        }
+        SP_HD_UNROLL
+        for (int r = 0; r < 4; r++) {
+            if (kf) l.S[r][x] = f[r];
+            else y[r] = f[r];
+        }
+    }
+}
+
+/* Group G's rows kept in fp32 after the previous token (dec_group_keep). */
+template <int RPW>
+static SP_HD void dec_group_kept(int G, int lane, const unsigned char *m, dec_lane<RPW> &l) {
+    SP_HD_UNROLL
+    for (int r = 0; r < DEC_GROUP; r++) {
+        const float4 f = *(const float4 *)(m + ((G * DEC_GROUP + r) * SP_KDA_D + 4 * lane) * 4);
+        l.S[r][0] = f.x, l.S[r][1] = f.y, l.S[r][2] = f.z, l.S[r][3] = f.w;
+    }
+}
+
+/* Group G's rows kept in fp32 (V-first, whatever the pool's layout) for the
+ * next token. */
+template <int RPW>
+static SP_HD void dec_group_keep(int G, int lane, unsigned char *m, const dec_lane<RPW> &l) {
+    SP_HD_UNROLL
+    for (int r = 0; r < DEC_GROUP; r++)
+        *(float4 *)(m + ((G * DEC_GROUP + r) * SP_KDA_D + 4 * lane) * 4) =
+            make_float4(l.S[r][0], l.S[r][1], l.S[r][2], l.S[r][3]);
+}
+
+/* Token t's v of group G's rows. */
+template <int RPW>
+static SP_HD void dec_group_v(const kda_params &p, const dec_warp &w, int64_t t, int G,
+                              dec_lane<RPW> &l) {
+    const uint16_t *v = kda_row(p.v, t, w.h) + w.row0 + G * DEC_GROUP;
+    SP_HD_UNROLL
+    for (int r = 0; r < DEC_GROUP; r++) l.v[r] = sp_bf16_to_f32_(v[r]);
+}
+
+/* Step, 1: the group's rows decayed; their share of S[:, j] . k^. */
+template <int RPW> static SP_HD void dec_decay(dec_lane<RPW> &l) {
+    SP_HD_UNROLL
+    for (int r = 0; r < DEC_GROUP; r++) {
+        float d = 0.0f;
+        SP_HD_UNROLL
+        for (int i = 0; i < 4; i++) {
+            l.S[r][i] *= l.g[i];
+            d = fmaf(l.S[r][i], l.k[i], d);
+        }
+        l.dot[r] = d;
+    }
+}
+
+/* Step, 2: with the full S . k^ of each row (dot[]), the rank-1 update;
+ * the lane's share of S[:, j] . q^. */
+template <int RPW> static SP_HD void dec_update(dec_lane<RPW> &l) {
+    SP_HD_UNROLL
+    for (int r = 0; r < DEC_GROUP; r++) {
+        const float bu = l.beta * (l.v[r] - l.dot[r]);
+        float d = 0.0f;
+        SP_HD_UNROLL
+        for (int i = 0; i < 4; i++) {
+            l.S[r][i] = fmaf(l.k[i], bu, l.S[r][i]);
+            d = fmaf(l.S[r][i], l.q[i], d);
+        }
+        l.dot[r] = d;
+    }
+}
+
+/* Step, 3: o of the group's rows: after the exchange (xch_rows) lane l
+ * holds row 2 b4 + b3's full dot in dot[0]; lanes 0, 8, 16, 24 store rows
+ * 0 .. 3. */
+template <int RPW>
+static SP_HD void dec_out(const kda_params &p, const dec_warp &w, int64_t t, int G, int lane,
+                          const dec_lane<RPW> &l) {
+    if (lane % 8 != 0) return;
+    p.o[(t * p.H + w.h) * SP_KDA_D + w.row0 + G * DEC_GROUP + lane / 8] =
+        sp_f32_to_bf16_(l.dot[0]);
+}
+
+/* The group's four dot products summed over the warp by exchanging halves
+ * (16 shuffles a group for both products, where four butterflies each take
+ * 40): lane l first keeps rows 2 b4 .. 2 b4 + 1 and adds its xor-16
+ * partner's share of them, then keeps row 2 b4 + b3 and adds
+ * its xor-8 partner's, then a butterfly over lanes 4, 2, 1 apart (b3, b4:
+ * bits 3 and 4 of l). These are the per-lane halves of it. */
+static_assert(DEC_GROUP == 4, "the exchange sums four rows");
+/* What lane l sends at step 1 (value e of 2) and keeps. */
+static SP_HD __forceinline__ float xch_send1(int lane, const float d[4], int e) {
+    return (lane >> 4) & 1 ? d[e] : d[2 + e];
+}
+static SP_HD __forceinline__ float xch_keep1(int lane, const float d[4], int e) {
+    return (lane >> 4) & 1 ? d[2 + e] : d[e];
+}
+
+/* The group's rows to the slot at `base` ([slot, h]), streamed: V-first,
+ * each row's 4 channels of the lane; K-first (kf), each channel's 4 rows. */
+template <int RPW>
+static SP_HD void dec_store(const kda_params &p, const dec_warp &w, int64_t base, int kf, int G,
+                            int lane, const dec_lane<RPW> &l) {
+    SP_HD_UNROLL
+    for (int r = 0; r < DEC_GROUP; r++) {
+        float x[4];
+        SP_HD_UNROLL
+        for (int e = 0; e < 4; e++) x[e] = kf ? l.S[e][r] : l.S[r][e];
+        const int64_t at =
+            base + (kf ? sp_kda_state_at_(1, 4 * lane + r, w.row0 + G * DEC_GROUP)
+                       : sp_kda_state_at_(0, 4 * lane, w.row0 + G * DEC_GROUP + r));
+        if (p.state_bf16) {
+            uint2 u;
+            u.x = (uint32_t)sp_f32_to_bf16_(x[0]) | (uint32_t)sp_f32_to_bf16_(x[1]) << 16;
+            u.y = (uint32_t)sp_f32_to_bf16_(x[2]) | (uint32_t)sp_f32_to_bf16_(x[3]) << 16;
+#ifdef __CUDA_ARCH__
+            __stcs((uint2 *)((uint16_t *)p.state + at), u);
+#else
+            *(uint2 *)((uint16_t *)p.state + at) = u;
+#endif
+        } else {
+            const float4 f = make_float4(x[0], x[1], x[2], x[3]);
+#ifdef __CUDA_ARCH__
+            __stcs((float4 *)((float *)p.state + at), f);
+#else
+            *(float4 *)((float *)p.state + at) = f;
+#endif
+        }
+    }
+}
+
+/* After token i (0-based in the sequence) the group's rows go to its verify
+ * table slot, if any; after the last token to the final slot, if any. */
+template <int RPW>
+static SP_HD void dec_group_done(const kda_params &p, const dec_warp &w, int64_t i, int kf, int G,
+                                 int lane, const dec_lane<RPW> &l) {
+    if (p.ix.width > 0) {
+        const int64_t to = sp_kda_token_slot_(&p.ix, w.n, i);
+        if (to >= 0) dec_store(p, w, kda_slot_base(p, to, w.h), kf, G, lane, l);
+    }
+    if (i + 1 == w.sq.len && w.sq.slot_base >= 0) dec_store(p, w, w.sq.slot_base, kf, G, lane, l);
+}
+
+#endif

@@ -1,0 +1,179 @@
+/*
+ * decode_emulate.cu — the decode kernel (decode.cu) on the host, lane by
+ * lane: its phases (decode.cuh) run for every lane of a warp in turn, the
+ * shuffles as loops over the lanes in the order the device adds, for the
+ * tests of machines without a GPU (sp_kda_decode_emulate_).
+ */
+#include "kda/cuda/decode.cuh"
+
+#include <stdlib.h>
+#include <string.h>
+
+
+/* The butterfly over a warp's lanes of x(l) = field of lane l, in the order
+ * the shuffles add: x_l += x_(l ^ off), off = 16, 8, 4, 2, 1. */
+template <int RPW, typename F> static void host_butterfly(dec_lane<RPW> *L, F field) {
+    for (int off = 16; off > 0; off >>= 1) {
+        float next[32];
+        for (int i = 0; i < 32; i++) next[i] = *field(L[i]) + *field(L[i ^ off]);
+        for (int i = 0; i < 32; i++) *field(L[i]) = next[i];
+    }
+}
+
+/* xch_rows over the warp's lanes, shuffle by shuffle: lane l's result in
+ * m[l]. */
+template <int RPW> static void host_xch(const dec_lane<RPW> *L, float m[32]) {
+    float k[32][2];
+    for (int l = 0; l < 32; l++)
+        for (int e = 0; e < 2; e++)
+            k[l][e] = xch_keep1(l, L[l].dot, e) + xch_send1(l ^ 16, L[l ^ 16].dot, e);
+    for (int l = 0; l < 32; l++) {
+        const int b3 = (l >> 3) & 1;
+        m[l] = k[l][b3] + k[l ^ 8][(((l ^ 8) >> 3) & 1) ^ 1];
+    }
+    for (int off = 4; off > 0; off >>= 1) {
+        float next[32];
+        for (int l = 0; l < 32; l++) next[l] = m[l] + m[l ^ off];
+        for (int l = 0; l < 32; l++) m[l] = next[l];
+    }
+}
+
+/* Token t read by every lane of the warp, the norms summed as the kernel's
+ * butterflies sum them (or taken from norms, where given). */
+template <int RPW>
+static void host_read(const kda_params &p, const dec_warp &w, int64_t t, dec_lane<RPW> *L,
+                      const float *norms) {
+    typedef dec_lane<RPW> lane_t;
+    for (int j = 0; j < 32; j++) dec_read(p, w, t, j, L[j]);
+    if (norms) {
+        for (int j = 0; j < 32; j++) L[j].sq = norms[0], L[j].sk = norms[1];
+        return;
+    }
+    host_butterfly(L, [](lane_t &l) { return &l.sq; });
+    host_butterfly(L, [](lane_t &l) { return &l.sk; });
+}
+
+/* One warp's start: the read slot's rows copied to copy, the norms of its
+ * first tokens kept (and, for one token, that token read: L). */
+template <int RPW>
+static void emulate_start(const kda_params &p, const dec_warp &w, unsigned char *copy,
+                          float *norms, dec_lane<RPW> *L) {
+    for (int j = 0; j < 32; j++) dec_stage(p, w, p.state_k_first, j, copy, L[j]);
+    for (int64_t i = 0; i < w.sq.len && i < DEC_NORMS; i++) {
+        host_read(p, w, w.sq.bos + i, L, (const float *)NULL);
+        norms[2 * i] = L[0].sq, norms[2 * i + 1] = L[0].sk;
+    }
+}
+
+/* dec_token over the warp's lanes. */
+template <int RPW>
+static void host_token(const kda_params &p, const dec_warp &w, int64_t i, int G,
+                       dec_lane<RPW> *L) {
+    float sums[32];
+    for (int j = 0; j < 32; j++) {
+        dec_group_v(p, w, w.sq.bos + i, G, L[j]);
+        dec_decay(L[j]);
+    }
+    host_xch(L, sums);
+    for (int j = 0; j < 32; j++)
+        for (int r = 0; r < DEC_GROUP; r++) L[j].dot[r] = sums[8 * r];
+    for (int j = 0; j < 32; j++) dec_update(L[j]);
+    host_xch(L, sums);
+    for (int j = 0; j < 32; j++) L[j].dot[0] = sums[j];
+    for (int j = 0; j < 32; j++) {
+        dec_out(p, w, w.sq.bos + i, G, j, L[j]);
+        dec_group_done(p, w, i, p.state_k_first, G, j, L[j]);
+    }
+}
+
+/* The rest of the warp's run, as the kernel runs it (m its rows, copy the
+ * read slot's copy in them). */
+template <int RPW>
+static void emulate_warp(const kda_params &p, const dec_warp &w, unsigned char *m,
+                         const unsigned char *copy, const float *norms, dec_lane<RPW> *L) {
+    const int kf = p.state_k_first, one = w.sq.len == 1;
+    for (int j = 0; one && j < 32; j++) dec_prepare(p, w, L[j]);
+    if (one || !dec_room(p)) {
+        for (int G = 0; G < dec_shape<RPW>::GROUPS; G++) {
+            for (int j = 0; j < 32; j++) dec_group_rows(p, w, kf, G, j, copy, L[j]);
+            for (int64_t i = 0; i < w.sq.len; i++) {
+                if (!one) {
+                    host_read(p, w, w.sq.bos + i, L, i < DEC_NORMS ? norms + 2 * i : NULL);
+                    for (int j = 0; j < 32; j++) dec_prepare(p, w, L[j]);
+                }
+                host_token(p, w, i, G, L);
+            }
+        }
+        return;
+    }
+    for (int64_t i = 0; i < w.sq.len; i++) {
+        host_read(p, w, w.sq.bos + i, L, i < DEC_NORMS ? norms + 2 * i : NULL);
+        for (int j = 0; j < 32; j++) dec_prepare(p, w, L[j]);
+        for (int G = 0; G < dec_shape<RPW>::GROUPS; G++) {
+            for (int j = 0; j < 32; j++) {
+                if (i == 0)
+                    dec_group_rows(p, w, kf, G, j, copy, L[j]);
+                else
+                    dec_group_kept(G, j, m, L[j]);
+            }
+            host_token(p, w, i, G, L);
+            for (int j = 0; i + 1 < w.sq.len && j < 32; j++) dec_group_keep(G, j, m, L[j]);
+        }
+    }
+}
+
+/* Block b of the grid (one pair) on the host: every warp started first (the
+ * kernel's warps may all copy their rows and keep their norms before any
+ * runs: a warp's writes into another's would show), then each warp run. */
+template <int RPW>
+static void emulate_block(const kda_params &p, int64_t b, unsigned char *smem,
+                          dec_lane<RPW> (*L)[32]) {
+    typedef dec_shape<RPW> SH;
+    dec_warp w[SH::WARPS];
+    int live[SH::WARPS];
+    const int es = dec_row_es(p);
+    for (int wi = 0; wi < SH::WARPS; wi++) {
+        live[wi] = dec_begin<RPW>(p, b * SH::WARPS + wi, &w[wi]);
+        if (live[wi])
+            emulate_start(p, w[wi], dec_warp_rows<RPW>(smem, wi, es) + dec_copy_at<RPW>(p),
+                          dec_warp_norms(smem, wi, es), L[wi]);
+    }
+    for (int wi = 0; wi < SH::WARPS; wi++) {
+        unsigned char *m = dec_warp_rows<RPW>(smem, wi, es);
+        if (live[wi])
+            emulate_warp(p, w[wi], m, m + dec_copy_at<RPW>(p), dec_warp_norms(smem, wi, es),
+                         L[wi]);
+    }
+}
+
+template <int RPW> static sp_status emulate(const kda_params &p, const sp_kda_dims &d) {
+    unsigned char *smem = (unsigned char *)malloc(dec_smem_bytes(dec_row_es(p)));
+    dec_lane<RPW>(*lanes)[32] =
+        (dec_lane<RPW>(*)[32])malloc(dec_shape<RPW>::WARPS * sizeof *lanes);
+    if (!smem || !lanes) {
+        free(smem);
+        free(lanes);
+        return sp_set_error_(SP_ERR_OUT_OF_MEMORY, "sp_kda_decode_emulate_: no memory");
+    }
+    for (int64_t b = 0; b < d.N * d.H; b++) emulate_block<RPW>(p, b, smem, lanes);
+    free(smem);
+    free(lanes);
+    return SP_OK;
+}
+
+extern "C" sp_status sp_kda_decode_emulate_(const sp_kda_args *a, int rows_per_warp) {
+    SP_REQUIRE(a, SP_ERR_INVALID_ARGUMENT, "args: NULL");
+    SP_REQUIRE(rows_per_warp == 16 || rows_per_warp == 32, SP_ERR_INVALID_ARGUMENT,
+               "rows_per_warp: %d is not 16 or 32", rows_per_warp);
+    sp_kda_args call = *a;
+    call.kernel = SP_KDA_KERNEL_AUTO; /* the plan's device rule aside: checked below */
+    sp_kda_dims d;
+    SP_FORWARD(sp_kda_check_(&call, 1, &d));
+    SP_REQUIRE(d.dev.type == SP_DEVICE_CPU, SP_ERR_UNSUPPORTED,
+               "q: the decode kernel's emulation runs on CPU tensors only");
+    const char *no = sp_kda_decode_layout_unsupported_(&call, &d);
+    SP_REQUIRE(!no, SP_ERR_UNSUPPORTED, "kernel: the decode kernel cannot serve this call: %s", no);
+    if (d.T == 0 || d.N == 0 || d.H == 0) return SP_OK;
+    const kda_params p = sp_kda_cuda_params_(&call, &d);
+    return rows_per_warp == 32 ? emulate<32>(p, d) : emulate<16>(p, d);
+}
