@@ -23,7 +23,9 @@ batch padded to a fixed size with slot -1, as under CUDA graphs.
 scattering the prefill's states as an engine calling fla does), so one layer
 runs either way and the two can be compared; `fla_calls=(chunk_kda,
 fused_recurrent_kda_fwd)` gives it fla's own functions instead, for the
-comparison with fla (bench/bench_layer.py, tests/python/test_fla_dropin.py).
+comparison with fla (bench/bench_layer.py, tests/python/test_fla_dropin.py);
+the decode step then copies q, k, v dense for fla's recurrent kernel, which
+reads strided views wrongly.
 
     python3 docs/examples/kda_layer.py                    # small, on the CPU
     python3 docs/examples/kda_layer.py --device cuda --size kimi-linear
@@ -55,6 +57,11 @@ class KdaLayer:
     def __init__(self, hidden, heads, gate="softplus", slots=8, conv_width=4, rank=64,
                  device="cpu", seed=0, api="stridepack", fla_calls=None):
         g = torch.Generator().manual_seed(seed)
+        # fla's own fused_recurrent_kda_fwd indexes q, k, v as dense
+        # [B, T, H, K] (it has no input guard, unlike its chunk_kda): given
+        # the column slices it reads other tokens' rows, so the layer copies
+        # them for it, as an engine calling it must; the drop-in reads the views.
+        self.dense_decode_inputs = fla_calls is not None
         if fla_calls is None:
             from stridepack.fla import chunk_kda, fused_recurrent_kda_fwd
             fla_calls = (chunk_kda, fused_recurrent_kda_fwd)
@@ -164,6 +171,8 @@ class KdaLayer:
         cu = torch.arange(N + 1, dtype=torch.int32, device=self.dev)
         if self.api == "fla":
             fused_recurrent_kda_fwd = self.fla_calls[1]
+            if self.dense_decode_inputs:
+                q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
             lb = dict(lower_bound=-5.0) if self.gate == "lower_bound" else {}
             o, _ = fused_recurrent_kda_fwd(q, k, v, g, beta, A_log=self.A_log,
                                            dt_bias=self.dt_bias, initial_state=self.kda_pool,
