@@ -518,14 +518,17 @@ def gpu_ahead(ms=2.0):
         sleep(int(ms * 1.0e6 * 2.0))  # cycles, at up to 2 GHz
 
 
-def time_interleaved(arms, reps):
+def time_interleaved(arms, reps, before=None):
     """reps rounds of every arm (name -> call) in turn, each round led by
-    gpu_ahead; CUDA event times {name: [ms, ...]}."""
+    gpu_ahead; CUDA event times {name: [ms, ...]}. before(), if given, runs
+    ahead of each arm, outside its events (an L2 flush: bench/kda_decode.py)."""
     times = {k: [] for k in arms}
     for _ in range(reps):
         evs = []
         gpu_ahead()
         for k, fn in arms.items():
+            if before is not None:
+                before()
             e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             e0.record()
             fn()

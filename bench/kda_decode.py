@@ -144,12 +144,17 @@ def accuracy(sp, x, n_check=4, kernel="auto"):
                                      and torch.equal(got["pool"], again["pool"])))
 
 
-def time_arms(arms, warmup, reps):
+def time_arms(arms, warmup, reps, flush):
+    """Median CUDA-event ms of each arm, the arms interleaved, the L2 flushed
+    (flush.zero_(): a buffer of several L2 sizes) ahead of each arm: an
+    engine's step finds its pool cold, and at the small shapes (a pool of
+    about the L2's size) an arm after one that touched the same pool would
+    otherwise read part of it from L2 (docs/PERFORMANCE.md, "Decode")."""
     for f in arms.values():
         for _ in range(warmup):
             f()
     torch.cuda.synchronize()
-    ts = kda_anchors.time_interleaved(arms, reps)
+    ts = kda_anchors.time_interleaved(arms, reps, before=flush.zero_)
     return {a: statistics.median(t) for a, t in ts.items()}
 
 
@@ -197,6 +202,8 @@ def main():
     meta = dict(device=torch.cuda.get_device_name(dev),
                 date=datetime.date.today().isoformat(), commit=kda_anchors.git_commit())
     records = []
+    flush = torch.empty(4 * torch.cuda.get_device_properties(dev).L2_cache_size,
+                        dtype=torch.uint8, device=dev)
     for k in map(int, a.k.split(",")):
         for pool in a.pools.split(","):
             for H in map(int, a.H.split(",")):
@@ -214,7 +221,7 @@ def main():
                     k_first = x["pool"].transpose(-1, -2).contiguous()
                     arms["dropin"] = lambda: dropin_step(x, x["pool"])
                     arms["dropin:k_first"] = lambda: dropin_step(x, k_first)
-                    ms = time_arms(arms, a.warmup, a.reps)
+                    ms = time_arms(arms, a.warmup, a.reps, flush)
                     for arm in arms:
                         if arm == "limit":
                             continue
