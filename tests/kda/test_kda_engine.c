@@ -332,6 +332,40 @@ static void transpose_states(void *pool, int64_t slots, int64_t H, int64_t pitch
         }
 }
 
+/* p's call on its V-first pool and on the K-first twin of it (the same
+ * states transposed, passed as the transpose's view: state strides (pitch,
+ * 128*128, 1, 128)): both run and downloaded, the K-first states transposed
+ * back (outk), so that the two compare byte for byte. kf_init: the K-first
+ * pool's initial host bytes. */
+typedef struct twin_pools {
+    void *kf_init[KB_COUNT], *outv[KB_COUNT], *outk[KB_COUNT], *bufv[KB_COUNT], *bufk[KB_COUNT];
+} twin_pools;
+
+static void twin_run(kda_problem *p, sp_dtype sdt, const char *what, twin_pools *t) {
+    const size_t es = sp_dtype_size(sdt);
+    const int64_t ss[4] = {p->slots, p->H, D, D}, st[4] = {p->pitch, DD, 1, D};
+    kp_copy(p, t->kf_init);
+    transpose_states(t->kf_init[KB_STATE], p->slots, p->H, p->pitch, es);
+    kp_upload(M, p, p->host, 0, t->bufv);
+    kp_upload(M, p, t->kf_init, 0, t->bufk);
+    sp_kda_args v, k;
+    kp_args(p, t->bufv, M->device, &v);
+    kp_args(p, t->bufk, M->device, &k);
+    CHECK_OK(sp_tensor_view(&k.state, t->bufk[KB_STATE], 0, sdt, 4, ss, st, M->device));
+    CHECKF(run(&v) == SP_OK, "%s V-first: %s", what, sp_last_error());
+    CHECKF(run(&k) == SP_OK, "%s K-first: %s", what, sp_last_error());
+    kp_copy(p, t->outv);
+    kp_copy(p, t->outk);
+    kp_download(M, p, t->bufv, t->outv);
+    kp_download(M, p, t->bufk, t->outk);
+    transpose_states(t->outk[KB_STATE], p->slots, p->H, p->pitch, es);
+}
+
+static void twin_free(twin_pools *t) {
+    kp_free_copy(t->kf_init), kp_free_copy(t->outv), kp_free_copy(t->outk);
+    kp_release(M, t->bufv), kp_release(M, t->bufk);
+}
+
 /* A K-first pool passed as its transpose (state strides (pitch, 128*128, 1,
  * 128)): the same o, and the same states in the transposed places, as the
  * V-first pool, bit for bit (only the addresses differ); the bytes between
@@ -347,24 +381,11 @@ static void layout_case(int32_t kernel, sp_dtype sdt) {
     ((int32_t *)p.host[KB_IDX])[3] = -1; /* a padded sequence */
     const size_t es = sp_dtype_size(sdt);
     const int64_t ss[4] = {p.slots, p.H, D, D}, st[4] = {p.pitch, DD, 1, D};
-    void *kf_init[KB_COUNT], *outv[KB_COUNT], *outk[KB_COUNT], *bufv[KB_COUNT], *bufk[KB_COUNT];
-    kp_copy(&p, kf_init);
-    transpose_states(kf_init[KB_STATE], p.slots, p.H, p.pitch, es);
-    kp_upload(M, &p, p.host, 0, bufv);
-    kp_upload(M, &p, kf_init, 0, bufk);
-    sp_kda_args v, k;
-    kp_args(&p, bufv, M->device, &v);
-    kp_args(&p, bufk, M->device, &k);
-    CHECK_OK(sp_tensor_view(&k.state, bufk[KB_STATE], 0, sdt, 4, ss, st, M->device));
-    CHECKF(run(&v) == SP_OK, "%s %s V-first: %s", sp_kda_kernel_name(kernel), sp_dtype_name(sdt),
-           sp_last_error());
-    CHECKF(run(&k) == SP_OK, "%s %s K-first: %s", sp_kda_kernel_name(kernel), sp_dtype_name(sdt),
-           sp_last_error());
-    kp_copy(&p, outv);
-    kp_copy(&p, outk);
-    kp_download(M, &p, bufv, outv);
-    kp_download(M, &p, bufk, outk);
-    transpose_states(outk[KB_STATE], p.slots, p.H, p.pitch, es);
+    char what[64];
+    snprintf(what, sizeof what, "%s %s", sp_kda_kernel_name(kernel), sp_dtype_name(sdt));
+    twin_pools t;
+    twin_run(&p, sdt, what, &t);
+    void **outv = t.outv, **outk = t.outk, **kf_init = t.kf_init;
     CHECKF(memcmp(outv[KB_O], outk[KB_O], p.bytes[KB_O]) == 0, "%s %s: o differs, K-first pool",
            sp_kda_kernel_name(kernel), sp_dtype_name(sdt));
     CHECKF(memcmp(outv[KB_STATE], outk[KB_STATE], p.bytes[KB_STATE]) == 0,
@@ -411,8 +432,7 @@ static void layout_case(int32_t kernel, sp_dtype sdt) {
     printf("K-first pool      %-16s %s: bit for bit the V-first pool's; o %.2e from the "
            "reference\n", sp_kda_kernel_name(kernel), sp_dtype_name(sdt), eo);
     kp_free_copy(rv), kp_free_copy(rk);
-    kp_free_copy(kf_init), kp_free_copy(outv), kp_free_copy(outk);
-    kp_release(M, bufv), kp_release(M, bufk);
+    twin_free(&t);
     kp_free(&p);
 }
 
@@ -431,23 +451,9 @@ static void decode_step_case(int32_t kernel, sp_dtype sdt, int two) {
             6400 + (uint64_t)(2 * sdt + two));
     p.kernel = kernel;
     ((int32_t *)p.host[KB_IDX])[3] = -1; /* a padded sequence */
-    const size_t es = sp_dtype_size(sdt);
-    const int64_t ss[4] = {p.slots, p.H, D, D}, st[4] = {p.pitch, DD, 1, D};
-    void *kf_init[KB_COUNT], *outv[KB_COUNT], *outk[KB_COUNT], *bufv[KB_COUNT], *bufk[KB_COUNT];
-    kp_copy(&p, kf_init);
-    transpose_states(kf_init[KB_STATE], p.slots, p.H, p.pitch, es);
-    kp_upload(M, &p, p.host, 0, bufv);
-    kp_upload(M, &p, kf_init, 0, bufk);
-    sp_kda_args v, k;
-    kp_args(&p, bufv, M->device, &v);
-    kp_args(&p, bufk, M->device, &k);
-    CHECK_OK(sp_tensor_view(&k.state, bufk[KB_STATE], 0, sdt, 4, ss, st, M->device));
-    CHECKF(run(&v) == SP_OK && run(&k) == SP_OK, "decode step: %s", sp_last_error());
-    kp_copy(&p, outv);
-    kp_copy(&p, outk);
-    kp_download(M, &p, bufv, outv);
-    kp_download(M, &p, bufk, outk);
-    transpose_states(outk[KB_STATE], p.slots, p.H, p.pitch, es);
+    twin_pools t;
+    twin_run(&p, sdt, "decode step", &t);
+    void **outv = t.outv, **outk = t.outk;
     CHECK(memcmp(outv[KB_O], outk[KB_O], p.bytes[KB_O]) == 0);
     CHECK(memcmp(outv[KB_STATE], outk[KB_STATE], p.bytes[KB_STATE]) == 0);
     void *ref[KB_COUNT];
@@ -464,8 +470,8 @@ static void decode_step_case(int32_t kernel, sp_dtype sdt, int two) {
            (long long)so, (long long)ss_);
     printf("decode step %s %s%s: o %.2e state %.2e from the reference, K-first alike\n",
            sp_kda_kernel_name(kernel), sp_dtype_name(sdt), two ? ", two tokens" : "", eo, esd);
-    kp_free_copy(ref), kp_free_copy(kf_init), kp_free_copy(outv), kp_free_copy(outk);
-    kp_release(M, bufv), kp_release(M, bufk);
+    kp_free_copy(ref);
+    twin_free(&t);
     kp_free(&p);
 }
 
