@@ -507,7 +507,10 @@ def fused_recurrent_kda_fwd(q, k, v, g, beta, A_log=None, dt_bias=None, initial_
 
     q, k, v, g, beta, A_log, dt_bias, the gates and the options as in
     ``chunk_kda`` (the lower bound without ``safe_gate``, as fla's recurrent
-    kernel takes it). initial_state: the state pool, fp32 or bf16
+    kernel takes it); q, k, v with any strides ``chunk_kda`` accepts, the
+    column slices of a convolution's output read in place (fla's own call
+    indexes q, k, v as dense ``[B, T, H, K]`` and needs contiguous copies of
+    such slices). initial_state: the state pool, fp32 or bf16
     ``[slots, H, K, V]`` (``[slots, H, V, K]`` with ``state_v_first``), read at
     and, with ``inplace_final_state`` (the default), written back to slot
     ``ssm_state_indices[n]`` (int32 or int64 ``[N]``; a negative entry marks a
