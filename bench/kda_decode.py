@@ -149,7 +149,7 @@ def time_arms(arms, warmup, reps, flush):
     (flush.zero_(): a buffer of several L2 sizes) ahead of each arm: an
     engine's step finds its pool cold, and at the small shapes (a pool of
     about the L2's size) an arm after one that touched the same pool would
-    otherwise read part of it from L2 (docs/PERFORMANCE.md, "Decode")."""
+    otherwise read part of it from L2 (docs/PERFORMANCE.md, "KDA decode and verify")."""
     for f in arms.values():
         for _ in range(warmup):
             f()
