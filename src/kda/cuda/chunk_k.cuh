@@ -130,6 +130,23 @@ template <int ANY> struct gate_build {
     static constexpr int FORM = FIXED ? (ANY - 2) >> 1 : -1, G32 = FIXED ? (ANY - 2) & 1 : -1;
 };
 
+/* f(gates<ANY>()) for the build a call's gates take: K3's (ANY = 0,
+ * p->any_gate 0), or the every-gate instance of its gate form and g dtype
+ * (g is f32 with the log-decay only, the check's rule): the launchers'
+ * one choice of instance (the one-pass kernel, the two-pass prepare
+ * kernel). */
+template <int ANY> struct gates {
+    static constexpr int value = ANY;
+};
+template <typename F> static auto with_call_gates(const kda_params *p, F &&f) {
+    if (!p->any_gate) return f(gates<0>());
+    if (p->gate == SP_KDA_GATE_LOWER_BOUND)
+        return f(gates<any_fixed(SP_KDA_GATE_LOWER_BOUND, 0)>());
+    if (p->gate == SP_KDA_GATE_SOFTPLUS) return f(gates<any_fixed(SP_KDA_GATE_SOFTPLUS, 0)>());
+    return p->g_f32 ? f(gates<any_fixed(SP_KDA_GATE_LOG_DECAY, 1)>())
+                    : f(gates<any_fixed(SP_KDA_GATE_LOG_DECAY, 0)>());
+}
+
 /* Each token's decay is floored at 2^-GATE_FLOOR (log2 units): fp32 flushes
  * it to zero, a total forgetting, which -inf means; the floor keeps running
  * sums finite. (A log-decay above 0 is outside the contract: the factored

@@ -469,25 +469,15 @@ static cudaError_t launch_one_pass_of(const kda_params *p, int splits, int wgmma
         return launch_one_pass<PROBE, ANY>(p, splits, wgmma, stream);
 }
 
-/* The same for the call's gates: K3's build (p->any_gate 0), or the
- * every-gate build of the call's gate form and g dtype (chunk_k.cuh,
- * any_fixed: one instance each; docs/TUNING.md, "CHUNKED_EVERY_GATE": the
- * code a chunk runs). */
+/* The same for the call's gates: K3's build, or the every-gate build of the
+ * call's gate form and g dtype (with_call_gates; docs/TUNING.md,
+ * "CHUNKED_EVERY_GATE": the code a chunk runs). */
 template <int PROBE, int WGMMA_ONLY = 0>
 static cudaError_t launch_one_pass_gates(const kda_params *p, int splits, int wgmma,
                                          cudaStream_t stream) {
-    if (!p->any_gate) return launch_one_pass_of<PROBE, 0, WGMMA_ONLY>(p, splits, wgmma, stream);
-    /* g is f32 with the log-decay only (the check's rule) */
-    constexpr int LB = any_fixed(SP_KDA_GATE_LOWER_BOUND, 0),
-                  SP = any_fixed(SP_KDA_GATE_SOFTPLUS, 0),
-                  LD = any_fixed(SP_KDA_GATE_LOG_DECAY, 0),
-                  LD32 = any_fixed(SP_KDA_GATE_LOG_DECAY, 1);
-    if (p->gate == SP_KDA_GATE_LOWER_BOUND)
-        return launch_one_pass_of<PROBE, LB, WGMMA_ONLY>(p, splits, wgmma, stream);
-    if (p->gate == SP_KDA_GATE_SOFTPLUS)
-        return launch_one_pass_of<PROBE, SP, WGMMA_ONLY>(p, splits, wgmma, stream);
-    return p->g_f32 ? launch_one_pass_of<PROBE, LD32, WGMMA_ONLY>(p, splits, wgmma, stream)
-                    : launch_one_pass_of<PROBE, LD, WGMMA_ONLY>(p, splits, wgmma, stream);
+    return with_call_gates(p, [&](auto g) {
+        return launch_one_pass_of<PROBE, decltype(g)::value, WGMMA_ONLY>(p, splits, wgmma, stream);
+    });
 }
 
 #endif /* SP_KDA_CUDA_CHUNKED_KERNEL_CUH */

@@ -61,17 +61,12 @@ static __global__ void __launch_bounds__(TP::PREP_THREADS, 2)
 }
 
 /* The prepare kernel for the call's gates: K3's, or the every-gate build's
- * instance of the call's gate form and g dtype (chunk_k.cuh, any_fixed: one
- * instance each, so that a form's code runs in one piece; g is f32 with the
- * log-decay only, the check's rule). */
+ * instance of the call's gate form and g dtype (with_call_gates: one
+ * instance each, so that a form's code runs in one piece). */
 static const void *prepare_kernel(const kda_params *p) {
-    if (!p->any_gate) return (const void *)kda_prepare_kernel<0>;
-    if (p->gate == SP_KDA_GATE_LOWER_BOUND)
-        return (const void *)kda_prepare_kernel<any_fixed(SP_KDA_GATE_LOWER_BOUND, 0)>;
-    if (p->gate == SP_KDA_GATE_SOFTPLUS)
-        return (const void *)kda_prepare_kernel<any_fixed(SP_KDA_GATE_SOFTPLUS, 0)>;
-    return p->g_f32 ? (const void *)kda_prepare_kernel<any_fixed(SP_KDA_GATE_LOG_DECAY, 1)>
-                    : (const void *)kda_prepare_kernel<any_fixed(SP_KDA_GATE_LOG_DECAY, 0)>;
+    return with_call_gates(p, [](auto g) {
+        return (const void *)kda_prepare_kernel<decltype(g)::value>;
+    });
 }
 
 /* ---- 2. state pass --------------------------------------------------------- */
