@@ -19,7 +19,9 @@
  * memory), then runs the rows DEC_GROUP at a time through registers, the
  * group's dot products summed over the warp by exchanging halves
  * (xch_rows), storing rows after each token a verify table keeps and after
- * the last one to the final slot. The lanes hold the token's q, k, g of
+ * the last one to the final slot (a K-first pool's, in the groups-outer
+ * order without a verify table, back into the copy and out as it came in:
+ * dec_kf_via_copy). The lanes hold the token's q, k, g of
  * their channels (lane l: channels 4l .. 4l + 3). Two orders:
  *   - a sequence of one token, or any where the rows are kept as bf16:
  *     groups outer, each through every token (prepared once for one token,
@@ -74,10 +76,12 @@ template <int RPW> struct dec_launch {
 };
 
 /* Token t through group G's rows (in l.S; the token prepared in l): the
- * decay and the dot products, the update, o, the rows' stores after t. */
+ * decay and the dot products, the update, o, the rows' stores after t (the
+ * final ones into kf_copy where given: dec_kf_via_copy). */
 template <int RPW, int KF>
 static __device__ __forceinline__ void dec_token(const kda_params &p, const dec_warp &w,
-                                                 int64_t i, int G, int lane, dec_lane<RPW> &l) {
+                                                 int64_t i, int G, int lane, dec_lane<RPW> &l,
+                                                 unsigned char *kf_copy) {
     dec_group_v(p, w, w.sq.bos + i, G, l);
     dec_decay(l);
     const float mine = xch_rows(lane, l.dot); /* every row's sum to every lane */
@@ -86,7 +90,7 @@ static __device__ __forceinline__ void dec_token(const kda_params &p, const dec_
     dec_update(l);
     l.dot[0] = xch_rows(lane, l.dot);
     dec_out(p, w, w.sq.bos + i, G, lane, l);
-    dec_group_done(p, w, i, KF, G, lane, l);
+    dec_group_done(p, w, i, KF, G, lane, l, kf_copy);
 }
 
 /* Token t read and prepared, its norms kept (i < DEC_NORMS) or summed. */
@@ -130,13 +134,18 @@ static __global__ void __launch_bounds__(dec_launch<RPW>::THREADS, dec_launch<RP
     sp_cp_async_wait_<0>();
     __syncwarp(); /* every lane's pieces of the rows copied, the norms kept */
     if (one || !dec_room(p)) { /* groups outer, each through every token */
+        unsigned char *kf_copy = dec_kf_via_copy(p, KF, 1) ? copy : NULL;
 #pragma unroll 1
         for (int G = 0; G < SH::GROUPS; G++) {
             dec_group_rows(p, w, KF, G, lane, copy, l);
             for (int64_t i = 0; i < w.sq.len; i++) {
                 if (!one) dec_token_prepare(p, w, i, lane, norms, l);
-                dec_token<RPW, KF>(p, w, i, G, lane, l);
+                dec_token<RPW, KF>(p, w, i, G, lane, l, kf_copy);
             }
+        }
+        if (kf_copy && w.sq.slot_base >= 0) {
+            __syncwarp(); /* every lane's channels kept */
+            dec_kf_out<RPW>(p, w, lane, kf_copy);
         }
         return;
     }
@@ -150,7 +159,7 @@ static __global__ void __launch_bounds__(dec_launch<RPW>::THREADS, dec_launch<RP
                 dec_group_kept(G, lane, m, l);
             __syncwarp(); /* read by every lane before any keeps the group (a bf16
                            * V-first copy: other lanes' bytes) */
-            dec_token<RPW, KF>(p, w, i, G, lane, l);
+            dec_token<RPW, KF>(p, w, i, G, lane, l, (unsigned char *)NULL);
             if (i + 1 < w.sq.len) dec_group_keep(G, lane, m, l);
         }
     }

@@ -327,16 +327,76 @@ static SP_HD void dec_store(const kda_params &p, const dec_warp &w, int64_t base
     }
 }
 
+/* A K-first pool's final rows go out through the warp's shared memory
+ * where the groups run outer (each group's rows in registers through every
+ * token) and no verify table is written: stored from registers, a lane's
+ * 16-byte pieces (a group's 4 rows of one channel) lie 2 KB apart, half a
+ * sector each; kept in the read slot's copy as it was staged (dec_kf_keep,
+ * in the places the group was read from) and copied out as dec_stage
+ * copied in (dec_kf_out), each channel's rows go out whole. */
+static SP_HD inline int dec_kf_via_copy(const kda_params &p, int kf, int groups_outer) {
+    return kf && groups_outer && p.ix.width == 0;
+}
+
+/* Group G's rows (registers) into the copy m in the places dec_group_rows
+ * read them from (the pool's dtype, dec_kf_unit): only the lane's own
+ * channels, whose places no other lane reads before dec_kf_out. */
+template <int RPW>
+static SP_HD void dec_kf_keep(const kda_params &p, int G, int lane, unsigned char *m,
+                              const dec_lane<RPW> &l) {
+    const int per = RPW * (p.state_bf16 ? 2 : 4) / 16;
+    SP_HD_UNROLL
+    for (int x = 0; x < 4; x++) {
+        const int d = 4 * lane + x;
+        if (p.state_bf16) {
+            uint2 u;
+            u.x = (uint32_t)sp_f32_to_bf16_(l.S[0][x]) | (uint32_t)sp_f32_to_bf16_(l.S[1][x]) << 16;
+            u.y = (uint32_t)sp_f32_to_bf16_(l.S[2][x]) | (uint32_t)sp_f32_to_bf16_(l.S[3][x]) << 16;
+            *(uint2 *)(m + dec_kf_unit(d, G / 2, per) * 16 + (G % 2) * 8) = u;
+        } else {
+            *(float4 *)(m + dec_kf_unit(d, G, per) * 16) =
+                make_float4(l.S[0][x], l.S[1][x], l.S[2][x], l.S[3][x]);
+        }
+    }
+}
+
+/* The warp's rows kept by dec_kf_keep (every group's, the whole warp's:
+ * after a __syncwarp) to the final slot, the lane's 16-byte pieces as
+ * dec_stage took them, streamed. */
+template <int RPW>
+static SP_HD void dec_kf_out(const kda_params &p, const dec_warp &w, int lane,
+                             const unsigned char *m) {
+    const int64_t es = p.state_bf16 ? 2 : 4; /* bytes an element */
+    char *to = (char *)p.state + (w.sq.slot_base + sp_kda_state_at_(1, 0, w.row0)) * es;
+    const int pieces = (int)(RPW * SP_KDA_D * es / 16), per = (int)(RPW * es / 16);
+    for (int i = lane; i < pieces; i += 32) {
+        const int d = i / per, k = i % per; /* piece k of channel d */
+        const uint4 u = *(const uint4 *)(m + dec_kf_unit(d, k, per) * 16);
+        char *at = to + (int64_t)d * SP_KDA_D * es + 16 * k;
+#ifdef __CUDA_ARCH__
+        __stcs((uint4 *)at, u);
+#else
+        memcpy(at, &u, 16);
+#endif
+    }
+}
+
 /* After token i (0-based in the sequence) the group's rows go to its verify
- * table slot, if any; after the last token to the final slot, if any. */
+ * table slot, if any; after the last token to the final slot, if any, or,
+ * given kf_copy (dec_kf_via_copy), to the copy for dec_kf_out. */
 template <int RPW>
 static SP_HD void dec_group_done(const kda_params &p, const dec_warp &w, int64_t i, int kf, int G,
-                                 int lane, const dec_lane<RPW> &l) {
+                                 int lane, const dec_lane<RPW> &l, unsigned char *kf_copy) {
     if (p.ix.width > 0) {
         const int64_t to = sp_kda_token_slot_(&p.ix, w.n, i);
         if (to >= 0) dec_store(p, w, kda_slot_base(p, to, w.h), kf, G, lane, l);
     }
-    if (i + 1 == w.sq.len && w.sq.slot_base >= 0) dec_store(p, w, w.sq.slot_base, kf, G, lane, l);
+    if (i + 1 == w.sq.len && w.sq.slot_base >= 0) {
+        if (kf_copy)
+            dec_kf_keep(p, G, lane, kf_copy, l);
+        else
+            dec_store(p, w, w.sq.slot_base, kf, G, lane, l);
+    }
 }
 
 #endif

@@ -68,7 +68,7 @@ static void emulate_start(const kda_params &p, const dec_warp &w, unsigned char 
 /* dec_token over the warp's lanes. */
 template <int RPW>
 static void host_token(const kda_params &p, const dec_warp &w, int64_t i, int G,
-                       dec_lane<RPW> *L) {
+                       dec_lane<RPW> *L, unsigned char *kf_copy) {
     float sums[32];
     for (int j = 0; j < 32; j++) {
         dec_group_v(p, w, w.sq.bos + i, G, L[j]);
@@ -82,7 +82,7 @@ static void host_token(const kda_params &p, const dec_warp &w, int64_t i, int G,
     for (int j = 0; j < 32; j++) L[j].dot[0] = sums[j];
     for (int j = 0; j < 32; j++) {
         dec_out(p, w, w.sq.bos + i, G, j, L[j]);
-        dec_group_done(p, w, i, p.state_k_first, G, j, L[j]);
+        dec_group_done(p, w, i, p.state_k_first, G, j, L[j], kf_copy);
     }
 }
 
@@ -90,10 +90,11 @@ static void host_token(const kda_params &p, const dec_warp &w, int64_t i, int G,
  * read slot's copy in them). */
 template <int RPW>
 static void emulate_warp(const kda_params &p, const dec_warp &w, unsigned char *m,
-                         const unsigned char *copy, const float *norms, dec_lane<RPW> *L) {
+                         unsigned char *copy, const float *norms, dec_lane<RPW> *L) {
     const int kf = p.state_k_first, one = w.sq.len == 1;
     for (int j = 0; one && j < 32; j++) dec_prepare(p, w, L[j]);
     if (one || !dec_room(p)) {
+        unsigned char *kf_copy = dec_kf_via_copy(p, kf, 1) ? copy : NULL;
         for (int G = 0; G < dec_shape<RPW>::GROUPS; G++) {
             for (int j = 0; j < 32; j++) dec_group_rows(p, w, kf, G, j, copy, L[j]);
             for (int64_t i = 0; i < w.sq.len; i++) {
@@ -101,9 +102,11 @@ static void emulate_warp(const kda_params &p, const dec_warp &w, unsigned char *
                     host_read(p, w, w.sq.bos + i, L, i < DEC_NORMS ? norms + 2 * i : NULL);
                     for (int j = 0; j < 32; j++) dec_prepare(p, w, L[j]);
                 }
-                host_token(p, w, i, G, L);
+                host_token(p, w, i, G, L, kf_copy);
             }
         }
+        for (int j = 0; kf_copy && w.sq.slot_base >= 0 && j < 32; j++)
+            dec_kf_out<RPW>(p, w, j, kf_copy);
         return;
     }
     for (int64_t i = 0; i < w.sq.len; i++) {
@@ -116,7 +119,7 @@ static void emulate_warp(const kda_params &p, const dec_warp &w, unsigned char *
                 else
                     dec_group_kept(G, j, m, L[j]);
             }
-            host_token(p, w, i, G, L);
+            host_token(p, w, i, G, L, (unsigned char *)NULL);
             for (int j = 0; i + 1 < w.sq.len && j < 32; j++) dec_group_keep(G, j, m, L[j]);
         }
     }
