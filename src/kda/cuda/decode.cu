@@ -19,9 +19,10 @@
  * memory), then runs the rows DEC_GROUP at a time through registers, the
  * group's dot products summed over the warp by exchanging halves
  * (xch_rows), storing rows after each token a verify table keeps and after
- * the last one to the final slot (a K-first pool's, in the groups-outer
- * order without a verify table, back into the copy and out as it came in:
- * dec_kf_via_copy). The lanes hold the token's q, k, g of
+ * the last one to the final slot (a K-first pool's whole channels at a
+ * time: in the groups-outer order without a verify table back into the
+ * copy and out as it came in, dec_kf_via_copy; in the tokens-outer order
+ * from the rows kept, dec_kf_out_kept). The lanes hold the token's q, k, g of
  * their channels (lane l: channels 4l .. 4l + 3). Two orders:
  *   - a sequence of one token, or any where the rows are kept as bf16:
  *     groups outer, each through every token (prepared once for one token,
@@ -76,12 +77,12 @@ template <int RPW> struct dec_launch {
 };
 
 /* Token t through group G's rows (in l.S; the token prepared in l): the
- * decay and the dot products, the update, o, the rows' stores after t (the
- * final ones into kf_copy where given: dec_kf_via_copy). */
+ * decay and the dot products, the update, o, and (stores) the rows' stores
+ * after t (the final ones into kf_copy where given: dec_kf_via_copy). */
 template <int RPW, int KF>
 static __device__ __forceinline__ void dec_token(const kda_params &p, const dec_warp &w,
                                                  int64_t i, int G, int lane, dec_lane<RPW> &l,
-                                                 unsigned char *kf_copy) {
+                                                 unsigned char *kf_copy, int stores) {
     dec_group_v(p, w, w.sq.bos + i, G, l);
     dec_decay(l);
     const float mine = xch_rows(lane, l.dot); /* every row's sum to every lane */
@@ -90,7 +91,7 @@ static __device__ __forceinline__ void dec_token(const kda_params &p, const dec_
     dec_update(l);
     l.dot[0] = xch_rows(lane, l.dot);
     dec_out(p, w, w.sq.bos + i, G, lane, l);
-    dec_group_done(p, w, i, KF, G, lane, l, kf_copy);
+    if (stores) dec_group_done(p, w, i, KF, G, lane, l, kf_copy);
 }
 
 /* Token t read and prepared, its norms kept (i < DEC_NORMS) or summed. */
@@ -140,7 +141,7 @@ static __global__ void __launch_bounds__(dec_launch<RPW>::THREADS, dec_launch<RP
             dec_group_rows(p, w, KF, G, lane, copy, l);
             for (int64_t i = 0; i < w.sq.len; i++) {
                 if (!one) dec_token_prepare(p, w, i, lane, norms, l);
-                dec_token<RPW, KF>(p, w, i, G, lane, l, kf_copy);
+                dec_token<RPW, KF>(p, w, i, G, lane, l, kf_copy, 1);
             }
         }
         if (kf_copy && w.sq.slot_base >= 0) {
@@ -149,7 +150,9 @@ static __global__ void __launch_bounds__(dec_launch<RPW>::THREADS, dec_launch<RP
         }
         return;
     }
-    for (int64_t i = 0; i < w.sq.len; i++) { /* tokens outer, the rows kept in fp32 */
+    /* Tokens outer, the rows kept in fp32; a K-first pool's stores after
+     * each token from the kept rows (dec_kf_out_kept). */
+    for (int64_t i = 0; i < w.sq.len; i++) {
         dec_token_prepare(p, w, i, lane, norms, l);
 #pragma unroll 1
         for (int G = 0; G < SH::GROUPS; G++) {
@@ -159,8 +162,16 @@ static __global__ void __launch_bounds__(dec_launch<RPW>::THREADS, dec_launch<RP
                 dec_group_kept(G, lane, m, l);
             __syncwarp(); /* read by every lane before any keeps the group (a bf16
                            * V-first copy: other lanes' bytes) */
-            dec_token<RPW, KF>(p, w, i, G, lane, l, (unsigned char *)NULL);
-            if (i + 1 < w.sq.len) dec_group_keep(G, lane, m, l);
+            dec_token<RPW, KF>(p, w, i, G, lane, l, (unsigned char *)NULL, !KF);
+            if (KF || i + 1 < w.sq.len) dec_group_keep(G, lane, m, l);
+        }
+        if (KF) {
+            __syncwarp(); /* every group kept */
+            const int64_t to = p.ix.width > 0 ? sp_kda_token_slot_(&p.ix, w.n, i) : -1;
+            if (to >= 0) dec_kf_out_kept<RPW>(p, w, kda_slot_base(p, to, w.h), lane, m);
+            if (i + 1 == w.sq.len && w.sq.slot_base >= 0)
+                dec_kf_out_kept<RPW>(p, w, w.sq.slot_base, lane, m);
+            __syncwarp(); /* read by every lane before the next token keeps its groups */
         }
     }
 }

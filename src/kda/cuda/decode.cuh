@@ -381,6 +381,43 @@ static SP_HD void dec_kf_out(const kda_params &p, const dec_warp &w, int lane,
     }
 }
 
+/* Tokens outer, a K-first pool: the warp's rows after a token go out from
+ * the rows kept in fp32 (dec_group_keep's V-first rows in m, every group's:
+ * after a __syncwarp) to the slot at base, each channel's rows whole: a
+ * 16-byte piece is 4 rows of a channel in fp32, 8 in bf16 (as dec_stage
+ * copies them in), where the groups' own stores wrote a lane's pieces 2 KB
+ * apart after each token. The lanes of a read share a channel: 4-way bank
+ * conflicts (fp32; 2-way in bf16), for whole sectors written. */
+template <int RPW>
+static SP_HD void dec_kf_out_kept(const kda_params &p, const dec_warp &w, int64_t base, int lane,
+                                  const unsigned char *m) {
+    const int bf = p.state_bf16, es = bf ? 2 : 4, rows = 16 / es, per = RPW / rows;
+    char *to = (char *)p.state + (base + sp_kda_state_at_(1, 0, w.row0)) * es;
+    const float *kept = (const float *)m;
+    for (int i = lane; i < RPW * SP_KDA_D / rows; i += 32) {
+        const int d = i / per, k = i % per; /* piece k of channel d */
+        const float *f = kept + (k * rows) * SP_KDA_D + d;
+        uint4 u;
+        if (bf) {
+            uint32_t h[4];
+            SP_HD_UNROLL
+            for (int e = 0; e < 4; e++)
+                h[e] = (uint32_t)sp_f32_to_bf16_(f[(2 * e) * SP_KDA_D]) |
+                       (uint32_t)sp_f32_to_bf16_(f[(2 * e + 1) * SP_KDA_D]) << 16;
+            u = make_uint4(h[0], h[1], h[2], h[3]);
+        } else {
+            u = make_uint4(sp_f32_bits_(f[0]), sp_f32_bits_(f[SP_KDA_D]),
+                           sp_f32_bits_(f[2 * SP_KDA_D]), sp_f32_bits_(f[3 * SP_KDA_D]));
+        }
+        char *at = to + (int64_t)d * SP_KDA_D * es + 16 * k;
+#ifdef __CUDA_ARCH__
+        __stcs((uint4 *)at, u);
+#else
+        memcpy(at, &u, 16);
+#endif
+    }
+}
+
 /* After token i (0-based in the sequence) the group's rows go to its verify
  * table slot, if any; after the last token to the final slot, if any, or,
  * given kf_copy (dec_kf_via_copy), to the copy for dec_kf_out. */

@@ -68,7 +68,7 @@ static void emulate_start(const kda_params &p, const dec_warp &w, unsigned char 
 /* dec_token over the warp's lanes. */
 template <int RPW>
 static void host_token(const kda_params &p, const dec_warp &w, int64_t i, int G,
-                       dec_lane<RPW> *L, unsigned char *kf_copy) {
+                       dec_lane<RPW> *L, unsigned char *kf_copy, int stores) {
     float sums[32];
     for (int j = 0; j < 32; j++) {
         dec_group_v(p, w, w.sq.bos + i, G, L[j]);
@@ -82,7 +82,7 @@ static void host_token(const kda_params &p, const dec_warp &w, int64_t i, int G,
     for (int j = 0; j < 32; j++) L[j].dot[0] = sums[j];
     for (int j = 0; j < 32; j++) {
         dec_out(p, w, w.sq.bos + i, G, j, L[j]);
-        dec_group_done(p, w, i, p.state_k_first, G, j, L[j], kf_copy);
+        if (stores) dec_group_done(p, w, i, p.state_k_first, G, j, L[j], kf_copy);
     }
 }
 
@@ -102,7 +102,7 @@ static void emulate_warp(const kda_params &p, const dec_warp &w, unsigned char *
                     host_read(p, w, w.sq.bos + i, L, i < DEC_NORMS ? norms + 2 * i : NULL);
                     for (int j = 0; j < 32; j++) dec_prepare(p, w, L[j]);
                 }
-                host_token(p, w, i, G, L, kf_copy);
+                host_token(p, w, i, G, L, kf_copy, 1);
             }
         }
         for (int j = 0; kf_copy && w.sq.slot_base >= 0 && j < 32; j++)
@@ -119,8 +119,15 @@ static void emulate_warp(const kda_params &p, const dec_warp &w, unsigned char *
                 else
                     dec_group_kept(G, j, m, L[j]);
             }
-            host_token(p, w, i, G, L, (unsigned char *)NULL);
-            for (int j = 0; i + 1 < w.sq.len && j < 32; j++) dec_group_keep(G, j, m, L[j]);
+            host_token(p, w, i, G, L, (unsigned char *)NULL, !kf);
+            for (int j = 0; (kf || i + 1 < w.sq.len) && j < 32; j++) dec_group_keep(G, j, m, L[j]);
+        }
+        if (kf) {
+            const int64_t to = p.ix.width > 0 ? sp_kda_token_slot_(&p.ix, w.n, i) : -1;
+            for (int j = 0; to >= 0 && j < 32; j++)
+                dec_kf_out_kept<RPW>(p, w, kda_slot_base(p, to, w.h), j, m);
+            for (int j = 0; i + 1 == w.sq.len && w.sq.slot_base >= 0 && j < 32; j++)
+                dec_kf_out_kept<RPW>(p, w, w.sq.slot_base, j, m);
         }
     }
 }
