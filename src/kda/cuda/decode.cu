@@ -22,7 +22,7 @@
  * the last one to the final slot (a K-first pool's whole channels at a
  * time: in the groups-outer order without a verify table back into the
  * copy and out as it came in, dec_kf_via_copy; in the tokens-outer order
- * from the rows kept, dec_kf_out_kept). The lanes hold the token's q, k, g of
+ * from the rows kept, dec_kf_out). The lanes hold the token's q, k, g of
  * their channels (lane l: channels 4l .. 4l + 3). Two orders:
  *   - a sequence of one token, or any where the rows are kept as bf16:
  *     groups outer, each through every token (prepared once for one token,
@@ -146,12 +146,12 @@ static __global__ void __launch_bounds__(dec_launch<RPW>::THREADS, dec_launch<RP
         }
         if (kf_copy && w.sq.slot_base >= 0) {
             __syncwarp(); /* every lane's channels kept */
-            dec_kf_out<RPW>(p, w, lane, kf_copy);
+            dec_kf_out<RPW>(p, w, w.sq.slot_base, lane, kf_copy, 0);
         }
         return;
     }
     /* Tokens outer, the rows kept in fp32; a K-first pool's stores after
-     * each token from the kept rows (dec_kf_out_kept). */
+     * each token from the kept rows (dec_kf_out). */
     for (int64_t i = 0; i < w.sq.len; i++) {
         dec_token_prepare(p, w, i, lane, norms, l);
 #pragma unroll 1
@@ -168,9 +168,9 @@ static __global__ void __launch_bounds__(dec_launch<RPW>::THREADS, dec_launch<RP
         if (KF) {
             __syncwarp(); /* every group kept */
             const int64_t to = p.ix.width > 0 ? sp_kda_token_slot_(&p.ix, w.n, i) : -1;
-            if (to >= 0) dec_kf_out_kept<RPW>(p, w, kda_slot_base(p, to, w.h), lane, m);
+            if (to >= 0) dec_kf_out<RPW>(p, w, kda_slot_base(p, to, w.h), lane, m, 1);
             if (i + 1 == w.sq.len && w.sq.slot_base >= 0)
-                dec_kf_out_kept<RPW>(p, w, w.sq.slot_base, lane, m);
+                dec_kf_out<RPW>(p, w, w.sq.slot_base, lane, m, 1);
             __syncwarp(); /* read by every lane before the next token keeps its groups */
         }
     }

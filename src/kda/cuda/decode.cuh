@@ -360,54 +360,39 @@ static SP_HD void dec_kf_keep(const kda_params &p, int G, int lane, unsigned cha
     }
 }
 
-/* The warp's rows kept by dec_kf_keep (every group's, the whole warp's:
- * after a __syncwarp) to the final slot, the lane's 16-byte pieces as
- * dec_stage took them, streamed. */
+/* A K-first pool's rows of the warp to the slot at base, each channel's
+ * rows whole, the lane's 16-byte pieces as dec_stage took them (4 rows of a
+ * channel in fp32, 8 in bf16), streamed; after a __syncwarp, from
+ *   - (kept 0) the copy m, where dec_kf_keep put every group's rows
+ *     (groups outer: dec_kf_via_copy);
+ *   - (kept 1) the fp32 rows dec_group_keep keeps in m (V-first, every
+ *     group's; tokens outer, after each token: the groups' own stores wrote
+ *     a lane's pieces 2 KB apart after each token). The lanes of a read
+ *     share a channel: 4-way bank conflicts (fp32; 2-way in bf16), for
+ *     whole sectors written. */
 template <int RPW>
-static SP_HD void dec_kf_out(const kda_params &p, const dec_warp &w, int lane,
-                             const unsigned char *m) {
-    const int64_t es = p.state_bf16 ? 2 : 4; /* bytes an element */
-    char *to = (char *)p.state + (w.sq.slot_base + sp_kda_state_at_(1, 0, w.row0)) * es;
-    const int pieces = (int)(RPW * SP_KDA_D * es / 16), per = (int)(RPW * es / 16);
-    for (int i = lane; i < pieces; i += 32) {
-        const int d = i / per, k = i % per; /* piece k of channel d */
-        const uint4 u = *(const uint4 *)(m + dec_kf_unit(d, k, per) * 16);
-        char *at = to + (int64_t)d * SP_KDA_D * es + 16 * k;
-#ifdef __CUDA_ARCH__
-        __stcs((uint4 *)at, u);
-#else
-        memcpy(at, &u, 16);
-#endif
-    }
-}
-
-/* Tokens outer, a K-first pool: the warp's rows after a token go out from
- * the rows kept in fp32 (dec_group_keep's V-first rows in m, every group's:
- * after a __syncwarp) to the slot at base, each channel's rows whole: a
- * 16-byte piece is 4 rows of a channel in fp32, 8 in bf16 (as dec_stage
- * copies them in), where the groups' own stores wrote a lane's pieces 2 KB
- * apart after each token. The lanes of a read share a channel: 4-way bank
- * conflicts (fp32; 2-way in bf16), for whole sectors written. */
-template <int RPW>
-static SP_HD void dec_kf_out_kept(const kda_params &p, const dec_warp &w, int64_t base, int lane,
-                                  const unsigned char *m) {
+static SP_HD void dec_kf_out(const kda_params &p, const dec_warp &w, int64_t base, int lane,
+                             const unsigned char *m, int kept) {
     const int bf = p.state_bf16, es = bf ? 2 : 4, rows = 16 / es, per = RPW / rows;
     char *to = (char *)p.state + (base + sp_kda_state_at_(1, 0, w.row0)) * es;
-    const float *kept = (const float *)m;
     for (int i = lane; i < RPW * SP_KDA_D / rows; i += 32) {
         const int d = i / per, k = i % per; /* piece k of channel d */
-        const float *f = kept + (k * rows) * SP_KDA_D + d;
         uint4 u;
-        if (bf) {
-            uint32_t h[4];
-            SP_HD_UNROLL
-            for (int e = 0; e < 4; e++)
-                h[e] = (uint32_t)sp_f32_to_bf16_(f[(2 * e) * SP_KDA_D]) |
-                       (uint32_t)sp_f32_to_bf16_(f[(2 * e + 1) * SP_KDA_D]) << 16;
-            u = make_uint4(h[0], h[1], h[2], h[3]);
+        if (!kept) {
+            u = *(const uint4 *)(m + dec_kf_unit(d, k, per) * 16);
         } else {
-            u = make_uint4(sp_f32_bits_(f[0]), sp_f32_bits_(f[SP_KDA_D]),
-                           sp_f32_bits_(f[2 * SP_KDA_D]), sp_f32_bits_(f[3 * SP_KDA_D]));
+            const float *f = (const float *)m + (k * rows) * SP_KDA_D + d;
+            if (bf) {
+                uint32_t h[4];
+                SP_HD_UNROLL
+                for (int e = 0; e < 4; e++)
+                    h[e] = (uint32_t)sp_f32_to_bf16_(f[(2 * e) * SP_KDA_D]) |
+                           (uint32_t)sp_f32_to_bf16_(f[(2 * e + 1) * SP_KDA_D]) << 16;
+                u = make_uint4(h[0], h[1], h[2], h[3]);
+            } else {
+                u = make_uint4(sp_f32_bits_(f[0]), sp_f32_bits_(f[SP_KDA_D]),
+                               sp_f32_bits_(f[2 * SP_KDA_D]), sp_f32_bits_(f[3 * SP_KDA_D]));
+            }
         }
         char *at = to + (int64_t)d * SP_KDA_D * es + 16 * k;
 #ifdef __CUDA_ARCH__

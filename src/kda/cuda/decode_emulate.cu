@@ -106,7 +106,7 @@ static void emulate_warp(const kda_params &p, const dec_warp &w, unsigned char *
             }
         }
         for (int j = 0; kf_copy && w.sq.slot_base >= 0 && j < 32; j++)
-            dec_kf_out<RPW>(p, w, j, kf_copy);
+            dec_kf_out<RPW>(p, w, w.sq.slot_base, j, kf_copy, 0);
         return;
     }
     for (int64_t i = 0; i < w.sq.len; i++) {
@@ -125,9 +125,9 @@ static void emulate_warp(const kda_params &p, const dec_warp &w, unsigned char *
         if (kf) {
             const int64_t to = p.ix.width > 0 ? sp_kda_token_slot_(&p.ix, w.n, i) : -1;
             for (int j = 0; to >= 0 && j < 32; j++)
-                dec_kf_out_kept<RPW>(p, w, kda_slot_base(p, to, w.h), j, m);
+                dec_kf_out<RPW>(p, w, kda_slot_base(p, to, w.h), j, m, 1);
             for (int j = 0; i + 1 == w.sq.len && w.sq.slot_base >= 0 && j < 32; j++)
-                dec_kf_out_kept<RPW>(p, w, w.sq.slot_base, j, m);
+                dec_kf_out<RPW>(p, w, w.sq.slot_base, j, m, 1);
         }
     }
 }
