@@ -76,22 +76,23 @@ template <int RPW> struct dec_launch {
     static constexpr int THREADS = 32 * dec_shape<RPW>::WARPS, PER_SM = RPW == 32 ? 6 : 3;
 };
 
-/* Token t through group G's rows (in l.S; the token prepared in l): the
+/* Token k through group G's rows (in l.S; the token prepared in l): the
  * decay and the dot products, the update, o, and (stores) the rows' stores
- * after t (the final ones into kf_copy where given: dec_kf_via_copy). */
+ * after k (the final ones into kf_copy where given: dec_kf_via_copy). */
 template <int RPW, int KF>
 static __device__ __forceinline__ void dec_token(const kda_params &p, const dec_warp &w,
-                                                 int64_t i, int G, int lane, dec_lane<RPW> &l,
-                                                 unsigned char *kf_copy, int stores) {
-    dec_group_v(p, w, w.sq.bos + i, G, l);
+                                                 const dec_tok &k, int G, int lane,
+                                                 dec_lane<RPW> &l, unsigned char *kf_copy,
+                                                 int stores) {
+    dec_group_v(k, G, l);
     dec_decay(l);
     const float mine = xch_rows(lane, l.dot); /* every row's sum to every lane */
 #pragma unroll
     for (int r = 0; r < DEC_GROUP; r++) l.dot[r] = __shfl_sync(FULL, mine, 8 * r);
     dec_update(l);
     l.dot[0] = xch_rows(lane, l.dot);
-    dec_out(p, w, w.sq.bos + i, G, lane, l);
-    if (stores) dec_group_done(p, w, i, KF, G, lane, l, kf_copy);
+    dec_out(p, w, k, G, lane, l);
+    if (stores) dec_group_done(p, w, k, KF, G, lane, l, kf_copy);
 }
 
 /* Token t read and prepared, its norms kept (i < DEC_NORMS) or summed. */
@@ -141,7 +142,7 @@ static __global__ void __launch_bounds__(dec_launch<RPW>::THREADS, dec_launch<RP
             dec_group_rows(p, w, KF, G, lane, copy, l);
             for (int64_t i = 0; i < w.sq.len; i++) {
                 if (!one) dec_token_prepare(p, w, i, lane, norms, l);
-                dec_token<RPW, KF>(p, w, i, G, lane, l, kf_copy, 1);
+                dec_token<RPW, KF>(p, w, dec_token_at(p, w, i), G, lane, l, kf_copy, 1);
             }
         }
         if (kf_copy && w.sq.slot_base >= 0) {
@@ -154,6 +155,7 @@ static __global__ void __launch_bounds__(dec_launch<RPW>::THREADS, dec_launch<RP
      * each token from the kept rows (dec_kf_out). */
     for (int64_t i = 0; i < w.sq.len; i++) {
         dec_token_prepare(p, w, i, lane, norms, l);
+        const dec_tok k = dec_token_at(p, w, i);
 #pragma unroll 1
         for (int G = 0; G < SH::GROUPS; G++) {
             if (i == 0)
@@ -162,13 +164,12 @@ static __global__ void __launch_bounds__(dec_launch<RPW>::THREADS, dec_launch<RP
                 dec_group_kept(G, lane, m, l);
             __syncwarp(); /* read by every lane before any keeps the group (a bf16
                            * V-first copy: other lanes' bytes) */
-            dec_token<RPW, KF>(p, w, i, G, lane, l, (unsigned char *)NULL, !KF);
+            dec_token<RPW, KF>(p, w, k, G, lane, l, (unsigned char *)NULL, !KF);
             if (KF || i + 1 < w.sq.len) dec_group_keep(G, lane, m, l);
         }
         if (KF) {
             __syncwarp(); /* every group kept */
-            const int64_t to = p.ix.width > 0 ? sp_kda_token_slot_(&p.ix, w.n, i) : -1;
-            if (to >= 0) dec_kf_out<RPW>(p, w, kda_slot_base(p, to, w.h), lane, m, 1);
+            if (k.to >= 0) dec_kf_out<RPW>(p, w, k.to, lane, m, 1);
             if (i + 1 == w.sq.len && w.sq.slot_base >= 0)
                 dec_kf_out<RPW>(p, w, w.sq.slot_base, lane, m, 1);
             __syncwarp(); /* read by every lane before the next token keeps its groups */

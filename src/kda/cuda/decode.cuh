@@ -229,13 +229,29 @@ static SP_HD void dec_group_keep(int G, int lane, unsigned char *m, const dec_la
             make_float4(l.S[r][0], l.S[r][1], l.S[r][2], l.S[r][3]);
 }
 
-/* Token t's v of group G's rows. */
-template <int RPW>
-static SP_HD void dec_group_v(const kda_params &p, const dec_warp &w, int64_t t, int G,
-                              dec_lane<RPW> &l) {
-    const uint16_t *v = kda_row(p.v, t, w.h) + w.row0 + G * DEC_GROUP;
+/* A token of the warp's sequence, what each group of it uses (made once a
+ * token, dec_token_at): its index in the batch, its v of the warp's rows,
+ * and where the rows after it go besides the final slot (the [slot, h]
+ * offset of its verify-table slot; -1: none). */
+typedef struct dec_tok {
+    int64_t t, to;
+    const uint16_t *v;
+} dec_tok;
+
+/* Token i (0-based in the sequence). */
+static SP_HD inline dec_tok dec_token_at(const kda_params &p, const dec_warp &w, int64_t i) {
+    dec_tok k;
+    k.t = w.sq.bos + i;
+    k.v = kda_row(p.v, k.t, w.h) + w.row0;
+    const int64_t to = p.ix.width > 0 ? sp_kda_token_slot_(&p.ix, w.n, i) : -1;
+    k.to = to >= 0 ? kda_slot_base(p, to, w.h) : -1;
+    return k;
+}
+
+/* The token's v of group G's rows. */
+template <int RPW> static SP_HD void dec_group_v(const dec_tok &k, int G, dec_lane<RPW> &l) {
     SP_HD_UNROLL
-    for (int r = 0; r < DEC_GROUP; r++) l.v[r] = sp_bf16_to_f32_(v[r]);
+    for (int r = 0; r < DEC_GROUP; r++) l.v[r] = sp_bf16_to_f32_(k.v[G * DEC_GROUP + r]);
 }
 
 /* Step, 1: the group's rows decayed; their share of S[:, j] . k^. */
@@ -272,11 +288,11 @@ template <int RPW> static SP_HD void dec_update(dec_lane<RPW> &l) {
  * holds row 2 b4 + b3's full dot in dot[0]; lanes 0, 8, 16, 24 store rows
  * 0 .. 3. */
 template <int RPW>
-static SP_HD void dec_out(const kda_params &p, const dec_warp &w, int64_t t, int G, int lane,
-                          const dec_lane<RPW> &l) {
+static SP_HD void dec_out(const kda_params &p, const dec_warp &w, const dec_tok &k, int G,
+                          int lane, const dec_lane<RPW> &l) {
     if (lane % 8 != 0) return;
-    p.o[(t * p.H + w.h) * SP_KDA_D + w.row0 + G * DEC_GROUP + lane / 8] =
-        sp_f32_to_bf16_(l.dot[0]);
+    p.o[(k.t * p.H + w.h) * SP_KDA_D + w.row0 + G * DEC_GROUP + lane / 8] =
+        (uint16_t)sp_f32x2_to_bf16x2_(l.dot[0], 0.0f);
 }
 
 /* The group's four dot products summed over the warp by exchanging halves
@@ -308,9 +324,7 @@ static SP_HD void dec_store(const kda_params &p, const dec_warp &w, int64_t base
             base + (kf ? sp_kda_state_at_(1, 4 * lane + r, w.row0 + G * DEC_GROUP)
                        : sp_kda_state_at_(0, 4 * lane, w.row0 + G * DEC_GROUP + r));
         if (p.state_bf16) {
-            uint2 u;
-            u.x = (uint32_t)sp_f32_to_bf16_(x[0]) | (uint32_t)sp_f32_to_bf16_(x[1]) << 16;
-            u.y = (uint32_t)sp_f32_to_bf16_(x[2]) | (uint32_t)sp_f32_to_bf16_(x[3]) << 16;
+            const uint2 u = make_uint2(sp_f32x2_to_bf16x2_(x[0], x[1]), sp_f32x2_to_bf16x2_(x[2], x[3]));
 #ifdef __CUDA_ARCH__
             __stcs((uint2 *)((uint16_t *)p.state + at), u);
 #else
@@ -349,10 +363,9 @@ static SP_HD void dec_kf_keep(const kda_params &p, int G, int lane, unsigned cha
     for (int x = 0; x < 4; x++) {
         const int d = 4 * lane + x;
         if (p.state_bf16) {
-            uint2 u;
-            u.x = (uint32_t)sp_f32_to_bf16_(l.S[0][x]) | (uint32_t)sp_f32_to_bf16_(l.S[1][x]) << 16;
-            u.y = (uint32_t)sp_f32_to_bf16_(l.S[2][x]) | (uint32_t)sp_f32_to_bf16_(l.S[3][x]) << 16;
-            *(uint2 *)(m + dec_kf_unit(d, G / 2, per) * 16 + (G % 2) * 8) = u;
+            *(uint2 *)(m + dec_kf_unit(d, G / 2, per) * 16 + (G % 2) * 8) =
+                make_uint2(sp_f32x2_to_bf16x2_(l.S[0][x], l.S[1][x]),
+                           sp_f32x2_to_bf16x2_(l.S[2][x], l.S[3][x]));
         } else {
             *(float4 *)(m + dec_kf_unit(d, G, per) * 16) =
                 make_float4(l.S[0][x], l.S[1][x], l.S[2][x], l.S[3][x]);
@@ -386,8 +399,7 @@ static SP_HD void dec_kf_out(const kda_params &p, const dec_warp &w, int64_t bas
                 uint32_t h[4];
                 SP_HD_UNROLL
                 for (int e = 0; e < 4; e++)
-                    h[e] = (uint32_t)sp_f32_to_bf16_(f[(2 * e) * SP_KDA_D]) |
-                           (uint32_t)sp_f32_to_bf16_(f[(2 * e + 1) * SP_KDA_D]) << 16;
+                    h[e] = sp_f32x2_to_bf16x2_(f[(2 * e) * SP_KDA_D], f[(2 * e + 1) * SP_KDA_D]);
                 u = make_uint4(h[0], h[1], h[2], h[3]);
             } else {
                 u = make_uint4(sp_f32_bits_(f[0]), sp_f32_bits_(f[SP_KDA_D]),
@@ -403,17 +415,14 @@ static SP_HD void dec_kf_out(const kda_params &p, const dec_warp &w, int64_t bas
     }
 }
 
-/* After token i (0-based in the sequence) the group's rows go to its verify
- * table slot, if any; after the last token to the final slot, if any, or,
- * given kf_copy (dec_kf_via_copy), to the copy for dec_kf_out. */
+/* After token k the group's rows go to its verify table slot, if any;
+ * after the last token to the final slot, if any, or, given kf_copy
+ * (dec_kf_via_copy), to the copy for dec_kf_out. */
 template <int RPW>
-static SP_HD void dec_group_done(const kda_params &p, const dec_warp &w, int64_t i, int kf, int G,
-                                 int lane, const dec_lane<RPW> &l, unsigned char *kf_copy) {
-    if (p.ix.width > 0) {
-        const int64_t to = sp_kda_token_slot_(&p.ix, w.n, i);
-        if (to >= 0) dec_store(p, w, kda_slot_base(p, to, w.h), kf, G, lane, l);
-    }
-    if (i + 1 == w.sq.len && w.sq.slot_base >= 0) {
+static SP_HD void dec_group_done(const kda_params &p, const dec_warp &w, const dec_tok &k, int kf,
+                                 int G, int lane, const dec_lane<RPW> &l, unsigned char *kf_copy) {
+    if (k.to >= 0) dec_store(p, w, k.to, kf, G, lane, l);
+    if (k.t + 1 == w.sq.bos + w.sq.len && w.sq.slot_base >= 0) {
         if (kf_copy)
             dec_kf_keep(p, G, lane, kf_copy, l);
         else

@@ -67,11 +67,11 @@ static void emulate_start(const kda_params &p, const dec_warp &w, unsigned char 
 
 /* dec_token over the warp's lanes. */
 template <int RPW>
-static void host_token(const kda_params &p, const dec_warp &w, int64_t i, int G,
+static void host_token(const kda_params &p, const dec_warp &w, const dec_tok &k, int G,
                        dec_lane<RPW> *L, unsigned char *kf_copy, int stores) {
     float sums[32];
     for (int j = 0; j < 32; j++) {
-        dec_group_v(p, w, w.sq.bos + i, G, L[j]);
+        dec_group_v(k, G, L[j]);
         dec_decay(L[j]);
     }
     host_xch(L, sums);
@@ -81,8 +81,8 @@ static void host_token(const kda_params &p, const dec_warp &w, int64_t i, int G,
     host_xch(L, sums);
     for (int j = 0; j < 32; j++) L[j].dot[0] = sums[j];
     for (int j = 0; j < 32; j++) {
-        dec_out(p, w, w.sq.bos + i, G, j, L[j]);
-        if (stores) dec_group_done(p, w, i, p.state_k_first, G, j, L[j], kf_copy);
+        dec_out(p, w, k, G, j, L[j]);
+        if (stores) dec_group_done(p, w, k, p.state_k_first, G, j, L[j], kf_copy);
     }
 }
 
@@ -102,7 +102,7 @@ static void emulate_warp(const kda_params &p, const dec_warp &w, unsigned char *
                     host_read(p, w, w.sq.bos + i, L, i < DEC_NORMS ? norms + 2 * i : NULL);
                     for (int j = 0; j < 32; j++) dec_prepare(p, w, L[j]);
                 }
-                host_token(p, w, i, G, L, kf_copy, 1);
+                host_token(p, w, dec_token_at(p, w, i), G, L, kf_copy, 1);
             }
         }
         for (int j = 0; kf_copy && w.sq.slot_base >= 0 && j < 32; j++)
@@ -112,6 +112,7 @@ static void emulate_warp(const kda_params &p, const dec_warp &w, unsigned char *
     for (int64_t i = 0; i < w.sq.len; i++) {
         host_read(p, w, w.sq.bos + i, L, i < DEC_NORMS ? norms + 2 * i : NULL);
         for (int j = 0; j < 32; j++) dec_prepare(p, w, L[j]);
+        const dec_tok k = dec_token_at(p, w, i);
         for (int G = 0; G < dec_shape<RPW>::GROUPS; G++) {
             for (int j = 0; j < 32; j++) {
                 if (i == 0)
@@ -119,13 +120,11 @@ static void emulate_warp(const kda_params &p, const dec_warp &w, unsigned char *
                 else
                     dec_group_kept(G, j, m, L[j]);
             }
-            host_token(p, w, i, G, L, (unsigned char *)NULL, !kf);
+            host_token(p, w, k, G, L, (unsigned char *)NULL, !kf);
             for (int j = 0; (kf || i + 1 < w.sq.len) && j < 32; j++) dec_group_keep(G, j, m, L[j]);
         }
         if (kf) {
-            const int64_t to = p.ix.width > 0 ? sp_kda_token_slot_(&p.ix, w.n, i) : -1;
-            for (int j = 0; to >= 0 && j < 32; j++)
-                dec_kf_out<RPW>(p, w, kda_slot_base(p, to, w.h), j, m, 1);
+            for (int j = 0; k.to >= 0 && j < 32; j++) dec_kf_out<RPW>(p, w, k.to, j, m, 1);
             for (int j = 0; i + 1 == w.sq.len && w.sq.slot_base >= 0 && j < 32; j++)
                 dec_kf_out<RPW>(p, w, w.sq.slot_base, j, m, 1);
         }
