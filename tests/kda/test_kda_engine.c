@@ -125,6 +125,25 @@ static int is_chunked(int32_t k) {
     return k == SP_KDA_KERNEL_CHUNKED || k == SP_KDA_KERNEL_CHUNKED_TWO_PASS;
 }
 
+/* got's o and state against the float64 reference on p's inputs (run here,
+ * on a copy): relative errors and stray bytes (kp_err_o, kp_err_state). */
+typedef struct ref_err {
+    double o, state;
+    int64_t so, ss;
+} ref_err;
+static ref_err from_reference(const kda_problem *p, void *const got[KB_COUNT]) {
+    void *ref[KB_COUNT];
+    kp_copy(p, ref);
+    sp_kda_args r;
+    kp_args(p, ref, sp_cpu(), &r);
+    CHECK_OK(sp_kda_prefill_reference(&r));
+    ref_err e;
+    e.o = kp_err_o(p, got[KB_O], ref[KB_O], &e.so);
+    e.state = kp_err_state(p, got[KB_STATE], ref[KB_STATE], &e.ss);
+    kp_free_copy(ref);
+    return e;
+}
+
 /* ---- index widths --------------------------------------------------------- */
 
 static void widths_case(int32_t kernel) {
@@ -165,16 +184,9 @@ static void widths_case(int32_t kernel) {
         kp_download(M, &p, buf, out);
         if (w == 0) {
             memcpy(base, out, sizeof base);
-            void *ref[KB_COUNT];
-            kp_copy(&p, ref);
-            sp_kda_args r;
-            kp_args(&p, ref, sp_cpu(), &r);
-            CHECK_OK(sp_kda_prefill_reference(&r));
-            int64_t so;
-            const double eo = kp_err_o(&p, out[KB_O], ref[KB_O], &so);
-            CHECKF(eo < kp_o_tol(&p) && so == 0, "%s widths: o %.3g from the reference, %lld "
-                   "stray", sp_kda_kernel_name(kernel), eo, (long long)so);
-            kp_free_copy(ref);
+            const ref_err e = from_reference(&p, out);
+            CHECKF(e.o < kp_o_tol(&p) && e.so == 0, "%s widths: o %.3g from the reference, %lld "
+                   "stray", sp_kda_kernel_name(kernel), e.o, (long long)e.so);
         } else {
             CHECKF(kp_outputs_equal(&p, base, out), "%s: cu %s, indices %s, cu_starts %s: "
                    "outputs differ from i64/i32/i64", sp_kda_kernel_name(kernel),
@@ -287,7 +299,7 @@ static void forms_case(int32_t kernel) {
         kp_beta_form(&p, forms[i].beta, seed);
         if (forms[i].bdt == SP_F32) kp_beta_f32(&p);
         p.kernel = kernel;
-        void *buf[KB_COUNT], *got[KB_COUNT], *ref[KB_COUNT];
+        void *buf[KB_COUNT], *got[KB_COUNT];
         kp_upload(M, &p, p.host, 0, buf);
         sp_kda_args a;
         kp_args(&p, buf, M->device, &a);
@@ -295,20 +307,14 @@ static void forms_case(int32_t kernel) {
                sp_last_error());
         kp_copy(&p, got);
         kp_download(M, &p, buf, got);
-        kp_copy(&p, ref);
-        sp_kda_args r;
-        kp_args(&p, ref, sp_cpu(), &r);
-        CHECK_OK(sp_kda_prefill_reference(&r));
-        int64_t so, ss;
-        const double eo = kp_err_o(&p, got[KB_O], ref[KB_O], &so);
-        const double es = kp_err_state(&p, got[KB_STATE], ref[KB_STATE], &ss);
+        const ref_err e = from_reference(&p, got);
         printf("forms %-16s gate %d beta %d g %s beta %s: o %.2e state %.2e\n",
                sp_kda_kernel_name(kernel), (int)forms[i].gate, (int)forms[i].beta,
-               sp_dtype_name(forms[i].gdt), sp_dtype_name(forms[i].bdt), eo, es);
-        CHECKF(eo < kp_o_tol(&p) && so == 0 && es < kp_state_tol(&p) && ss == 0,
+               sp_dtype_name(forms[i].gdt), sp_dtype_name(forms[i].bdt), e.o, e.state);
+        CHECKF(e.o < kp_o_tol(&p) && e.so == 0 && e.state < kp_state_tol(&p) && e.ss == 0,
                "%s form %zu: o %.3g state %.3g, %lld + %lld stray", sp_kda_kernel_name(kernel), i,
-               eo, es, (long long)so, (long long)ss);
-        kp_free_copy(got), kp_free_copy(ref);
+               e.o, e.state, (long long)e.so, (long long)e.ss);
+        kp_free_copy(got);
         kp_release(M, buf);
         kp_free(&p);
     }
@@ -456,21 +462,13 @@ static void decode_step_case(int32_t kernel, sp_dtype sdt, int two) {
     void **outv = t.outv, **outk = t.outk;
     CHECK(memcmp(outv[KB_O], outk[KB_O], p.bytes[KB_O]) == 0);
     CHECK(memcmp(outv[KB_STATE], outk[KB_STATE], p.bytes[KB_STATE]) == 0);
-    void *ref[KB_COUNT];
-    kp_copy(&p, ref);
-    sp_kda_args r;
-    kp_args(&p, ref, sp_cpu(), &r);
-    CHECK_OK(sp_kda_prefill_reference(&r));
-    int64_t so, ss_;
-    const double eo = kp_err_o(&p, outv[KB_O], ref[KB_O], &so);
-    const double esd = kp_err_state(&p, outv[KB_STATE], ref[KB_STATE], &ss_);
-    CHECKF(eo < kp_o_tol(&p) && so == 0 && esd < kp_state_tol(&p) && ss_ == 0,
+    const ref_err e = from_reference(&p, outv);
+    CHECKF(e.o < kp_o_tol(&p) && e.so == 0 && e.state < kp_state_tol(&p) && e.ss == 0,
            "decode step %s %s%s: o %.3g, state %.3g from the reference, %lld and %lld stray",
-           sp_kda_kernel_name(kernel), sp_dtype_name(sdt), two ? ", two tokens" : "", eo, esd,
-           (long long)so, (long long)ss_);
+           sp_kda_kernel_name(kernel), sp_dtype_name(sdt), two ? ", two tokens" : "", e.o,
+           e.state, (long long)e.so, (long long)e.ss);
     printf("decode step %s %s%s: o %.2e state %.2e from the reference, K-first alike\n",
-           sp_kda_kernel_name(kernel), sp_dtype_name(sdt), two ? ", two tokens" : "", eo, esd);
-    kp_free_copy(ref);
+           sp_kda_kernel_name(kernel), sp_dtype_name(sdt), two ? ", two tokens" : "", e.o, e.state);
     twin_free(&t);
     kp_free(&p);
 }
