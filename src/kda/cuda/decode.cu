@@ -136,7 +136,7 @@ static __global__ void __launch_bounds__(dec_launch<RPW>::THREADS, dec_launch<RP
     sp_cp_async_wait_<0>();
     __syncwarp(); /* every lane's pieces of the rows copied, the norms kept */
     if (one || !dec_room(p)) { /* groups outer, each through every token */
-        unsigned char *kf_copy = dec_kf_via_copy(p, KF, 1) ? copy : NULL;
+        unsigned char *kf_copy = dec_kf_via_copy(p, KF) ? copy : NULL;
 #pragma unroll 1
         for (int G = 0; G < SH::GROUPS; G++) {
             dec_group_rows(p, w, KF, G, lane, copy, l);

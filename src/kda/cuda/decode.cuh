@@ -348,8 +348,8 @@ static SP_HD void dec_store(const kda_params &p, const dec_warp &w, int64_t base
  * sector each; kept in the read slot's copy as it was staged (dec_kf_keep,
  * in the places the group was read from) and copied out as dec_stage
  * copied in (dec_kf_out), each channel's rows go out whole. */
-static SP_HD inline int dec_kf_via_copy(const kda_params &p, int kf, int groups_outer) {
-    return kf && groups_outer && p.ix.width == 0;
+static SP_HD inline int dec_kf_via_copy(const kda_params &p, int kf) {
+    return kf && p.ix.width == 0;
 }
 
 /* Group G's rows (registers) into the copy m in the places dec_group_rows

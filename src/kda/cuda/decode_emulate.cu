@@ -94,7 +94,7 @@ static void emulate_warp(const kda_params &p, const dec_warp &w, unsigned char *
     const int kf = p.state_k_first, one = w.sq.len == 1;
     for (int j = 0; one && j < 32; j++) dec_prepare(p, w, L[j]);
     if (one || !dec_room(p)) {
-        unsigned char *kf_copy = dec_kf_via_copy(p, kf, 1) ? copy : NULL;
+        unsigned char *kf_copy = dec_kf_via_copy(p, kf) ? copy : NULL;
         for (int G = 0; G < dec_shape<RPW>::GROUPS; G++) {
             for (int j = 0; j < 32; j++) dec_group_rows(p, w, kf, G, j, copy, L[j]);
             for (int64_t i = 0; i < w.sq.len; i++) {
