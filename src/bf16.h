@@ -67,21 +67,6 @@ static inline SP_HD uint16_t sp_f32_to_bf16_(float f) {
     return (uint16_t)(u >> 16);
 }
 
-/* Two floats to the two bf16 of a 32-bit word (lo at the lower address),
- * each rounded as sp_f32_to_bf16_ rounds it. On the device one instruction
- * (cvt.rn.bf16x2.f32, sm_80 on, where the software rounding takes about
- * ten a value): the same bits for every value but NaN, which stays a NaN
- * (the canonical one, its payload not kept). */
-static inline SP_HD uint32_t sp_f32x2_to_bf16x2_(float lo, float hi) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    uint32_t u;
-    __asm__("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(u) : "f"(hi), "f"(lo));
-    return u;
-#else
-    return (uint32_t)sp_f32_to_bf16_(lo) | (uint32_t)sp_f32_to_bf16_(hi) << 16;
-#endif
-}
-
 /* double -> bf16 with one rounding. Going through float is exact except
  * when the float rounding lands on a bf16 midpoint that x itself is not on;
  * nudging one float ulp back towards x restores the right direction. */

@@ -287,7 +287,9 @@ static __device__ __forceinline__ void sp_wgmma_m64n64k16_(float d[32], const ui
 /* ---- bf16 conversions ------------------------------------------------------ */
 
 /* Two floats as a bf16x2 word (lo in the low half), each rounded to nearest
- * even; no flush to zero. */
+ * even; no flush to zero. On the device one instruction (where
+ * sp_f32_to_bf16_ takes about ten a value): the same bits for every value
+ * but NaN, which stays a NaN (the canonical one, its payload not kept). */
 static __host__ __device__ __forceinline__ uint32_t sp_bf16x2_(float lo, float hi) {
     uint32_t u;
 #ifdef __CUDA_ARCH__

@@ -292,7 +292,7 @@ static SP_HD void dec_out(const kda_params &p, const dec_warp &w, const dec_tok 
                           int lane, const dec_lane<RPW> &l) {
     if (lane % 8 != 0) return;
     p.o[(k.t * p.H + w.h) * SP_KDA_D + w.row0 + G * DEC_GROUP + lane / 8] =
-        (uint16_t)sp_f32x2_to_bf16x2_(l.dot[0], 0.0f);
+        (uint16_t)sp_bf16x2_(l.dot[0], 0.0f);
 }
 
 /* The group's four dot products summed over the warp by exchanging halves
@@ -324,7 +324,7 @@ static SP_HD void dec_store(const kda_params &p, const dec_warp &w, int64_t base
             base + (kf ? sp_kda_state_at_(1, 4 * lane + r, w.row0 + G * DEC_GROUP)
                        : sp_kda_state_at_(0, 4 * lane, w.row0 + G * DEC_GROUP + r));
         if (p.state_bf16) {
-            const uint2 u = make_uint2(sp_f32x2_to_bf16x2_(x[0], x[1]), sp_f32x2_to_bf16x2_(x[2], x[3]));
+            const uint2 u = make_uint2(sp_bf16x2_(x[0], x[1]), sp_bf16x2_(x[2], x[3]));
 #ifdef __CUDA_ARCH__
             __stcs((uint2 *)((uint16_t *)p.state + at), u);
 #else
@@ -364,8 +364,8 @@ static SP_HD void dec_kf_keep(const kda_params &p, int G, int lane, unsigned cha
         const int d = 4 * lane + x;
         if (p.state_bf16) {
             *(uint2 *)(m + dec_kf_unit(d, G / 2, per) * 16 + (G % 2) * 8) =
-                make_uint2(sp_f32x2_to_bf16x2_(l.S[0][x], l.S[1][x]),
-                           sp_f32x2_to_bf16x2_(l.S[2][x], l.S[3][x]));
+                make_uint2(sp_bf16x2_(l.S[0][x], l.S[1][x]),
+                           sp_bf16x2_(l.S[2][x], l.S[3][x]));
         } else {
             *(float4 *)(m + dec_kf_unit(d, G, per) * 16) =
                 make_float4(l.S[0][x], l.S[1][x], l.S[2][x], l.S[3][x]);
@@ -399,7 +399,7 @@ static SP_HD void dec_kf_out(const kda_params &p, const dec_warp &w, int64_t bas
                 uint32_t h[4];
                 SP_HD_UNROLL
                 for (int e = 0; e < 4; e++)
-                    h[e] = sp_f32x2_to_bf16x2_(f[(2 * e) * SP_KDA_D], f[(2 * e + 1) * SP_KDA_D]);
+                    h[e] = sp_bf16x2_(f[(2 * e) * SP_KDA_D], f[(2 * e + 1) * SP_KDA_D]);
                 u = make_uint4(h[0], h[1], h[2], h[3]);
             } else {
                 u = make_uint4(sp_f32_bits_(f[0]), sp_f32_bits_(f[SP_KDA_D]),
