@@ -110,32 +110,55 @@ static __device__ __forceinline__ void dec_token_prepare(const kda_params &p, co
     dec_prepare(p, w, l);
 }
 
+/* Tokens outer: the round of tokens i0 .. i0 + DEC_SLOTS - 1 of the warp's
+ * sequence prepared into the block's slots, warp r token i0 + r (the same
+ * butterflies and phases as a warp preparing a token alone: the same bits). */
+template <int RPW>
+static __device__ __forceinline__ void dec_round_prepare(const kda_params &p, const dec_warp &w,
+                                                         int64_t i0, int wi, int lane,
+                                                         dec_slot *slots, dec_lane<RPW> &l) {
+    if (wi >= DEC_SLOTS || i0 + wi >= w.sq.len) return;
+    dec_read(p, w, w.sq.bos + i0 + wi, lane, l);
+    l.sq = butterfly(l.sq);
+    l.sk = butterfly(l.sk);
+    dec_prepare(p, w, l);
+    dec_slot_put(slots + wi, lane, l);
+}
+
 template <int RPW, int KF> /* KF: p.state_k_first, an instance each */
 static __global__ void __launch_bounds__(dec_launch<RPW>::THREADS, dec_launch<RPW>::PER_SM)
     kda_decode_kernel(kda_params p) {
     typedef dec_shape<RPW> SH;
+    static_assert(DEC_SLOTS <= SH::WARPS, "a warp a token of a round");
     extern __shared__ __align__(16) unsigned char smem_bytes[];
     const int lane = threadIdx.x % 32, wi = threadIdx.x / 32, es = dec_row_es(p);
     unsigned char *m = dec_warp_rows<RPW>(smem_bytes, wi, es), *copy = m + dec_copy_at<RPW>(p);
     dec_warp w;
+    /* Every warp of a block works on one pair: what follows is the same in
+     * each (the block barriers of the tokens-outer order rely on it). */
     if (!dec_begin<RPW>(p, (int64_t)blockIdx.x * SH::WARPS + wi, &w)) return;
     dec_lane<RPW> l;
     dec_stage(p, w, KF, lane, copy, l);
     sp_cp_async_commit_();
-    /* The norms of the first tokens, for every group (the butterflies give
-     * every lane the same bits: lane 0 keeps them). */
+    const int one = w.sq.len == 1, outer = !one && dec_room(p); /* tokens outer */
     float *norms = dec_warp_norms(smem_bytes, wi, es);
-    for (int64_t i = 0; i < w.sq.len && i < DEC_NORMS; i++) {
-        dec_read(p, w, w.sq.bos + i, lane, l);
-        l.sq = butterfly(l.sq);
-        l.sk = butterfly(l.sk);
-        if (lane == 0) norms[2 * i] = l.sq, norms[2 * i + 1] = l.sk;
+    dec_slot *slots = dec_slots(smem_bytes, es);
+    if (outer) {
+        dec_round_prepare(p, w, 0, wi, lane, slots, l); /* the first round */
+    } else {
+        /* The norms of the first tokens, for every group (the butterflies
+         * give every lane the same bits: lane 0 keeps them). */
+        for (int64_t i = 0; i < w.sq.len && i < DEC_NORMS; i++) {
+            dec_read(p, w, w.sq.bos + i, lane, l);
+            l.sq = butterfly(l.sq);
+            l.sk = butterfly(l.sk);
+            if (lane == 0) norms[2 * i] = l.sq, norms[2 * i + 1] = l.sk;
+        }
+        if (one) dec_prepare(p, w, l); /* one token: prepared once (l holds it read) */
     }
-    const int one = w.sq.len == 1; /* one token: prepared once (l holds it read) */
-    if (one) dec_prepare(p, w, l);
     sp_cp_async_wait_<0>();
     __syncwarp(); /* every lane's pieces of the rows copied, the norms kept */
-    if (one || !dec_room(p)) { /* groups outer, each through every token */
+    if (!outer) { /* groups outer, each through every token */
         unsigned char *kf_copy = dec_kf_via_copy(p, KF) ? copy : NULL;
 #pragma unroll 1
         for (int G = 0; G < SH::GROUPS; G++) {
@@ -151,28 +174,36 @@ static __global__ void __launch_bounds__(dec_launch<RPW>::THREADS, dec_launch<RP
         }
         return;
     }
-    /* Tokens outer, the rows kept in fp32; a K-first pool's stores after
-     * each token from the kept rows (dec_kf_out). */
-    for (int64_t i = 0; i < w.sq.len; i++) {
-        dec_token_prepare(p, w, i, lane, norms, l);
-        const dec_tok k = dec_token_at(p, w, i);
-#pragma unroll 1
-        for (int G = 0; G < SH::GROUPS; G++) {
-            if (i == 0)
-                dec_group_rows(p, w, KF, G, lane, copy, l);
-            else
-                dec_group_kept(G, lane, m, l);
-            __syncwarp(); /* read by every lane before any keeps the group (a bf16
-                           * V-first copy: other lanes' bytes) */
-            dec_token<RPW, KF>(p, w, k, G, lane, l, (unsigned char *)NULL, !KF);
-            if (KF || i + 1 < w.sq.len) dec_group_keep(G, lane, m, l);
+    /* Tokens outer, a round of slots at a time, the rows kept in fp32; a
+     * K-first pool's stores after each token from the kept rows
+     * (dec_kf_out). */
+    for (int64_t i0 = 0; i0 < w.sq.len; i0 += DEC_SLOTS) {
+        if (i0 > 0) {
+            __syncthreads(); /* the previous round's slots read by every warp */
+            dec_round_prepare(p, w, i0, wi, lane, slots, l);
         }
-        if (KF) {
-            __syncwarp(); /* every group kept */
-            if (k.to >= 0) dec_kf_out<RPW>(p, w, k.to, lane, m, 1);
-            if (i + 1 == w.sq.len && w.sq.slot_base >= 0)
-                dec_kf_out<RPW>(p, w, w.sq.slot_base, lane, m, 1);
-            __syncwarp(); /* read by every lane before the next token keeps its groups */
+        __syncthreads(); /* the round's slots written */
+        for (int64_t i = i0; i < w.sq.len && i < i0 + DEC_SLOTS; i++) {
+            dec_slot_get(slots + (i - i0), lane, l);
+            const dec_tok k = dec_token_at(p, w, i);
+#pragma unroll 1
+            for (int G = 0; G < SH::GROUPS; G++) {
+                if (i == 0)
+                    dec_group_rows(p, w, KF, G, lane, copy, l);
+                else
+                    dec_group_kept(G, lane, m, l);
+                __syncwarp(); /* read by every lane before any keeps the group (a bf16
+                               * V-first copy: other lanes' bytes) */
+                dec_token<RPW, KF>(p, w, k, G, lane, l, (unsigned char *)NULL, !KF);
+                if (KF || i + 1 < w.sq.len) dec_group_keep(G, lane, m, l);
+            }
+            if (KF) {
+                __syncwarp(); /* every group kept */
+                if (k.to >= 0) dec_kf_out<RPW>(p, w, k.to, lane, m, 1);
+                if (i + 1 == w.sq.len && w.sq.slot_base >= 0)
+                    dec_kf_out<RPW>(p, w, w.sq.slot_base, lane, m, 1);
+                __syncwarp(); /* read by every lane before the next token keeps its groups */
+            }
         }
     }
 }
@@ -180,11 +211,11 @@ static __global__ void __launch_bounds__(dec_launch<RPW>::THREADS, dec_launch<RP
 template <int RPW> static cudaError_t launch(const kda_params *p, cudaStream_t stream) {
     const void *kernel = p->state_k_first ? (const void *)kda_decode_kernel<RPW, 1>
                                           : (const void *)kda_decode_kernel<RPW, 0>;
-    /* The instance's opt-in is always the fp32 rows' size: a launch of bf16
-     * rows beside it on another thread cannot lower it. */
-    const size_t bytes = dec_smem_bytes(dec_row_es(*p));
+    /* The instance's opt-in is always the most a block takes: a launch of
+     * bf16 rows beside it on another thread cannot lower it. */
+    const size_t bytes = dec_smem_bytes(*p);
     const cudaError_t e = cudaFuncSetAttribute(
-        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dec_smem_bytes(4));
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)DEC_SMEM_MAX_BYTES);
     if (e != cudaSuccess) return e;
     void *params[] = {(void *)p};
     return cudaLaunchKernel(kernel, dim3((unsigned)(p->N * p->H)), dim3(dec_launch<RPW>::THREADS),

@@ -36,13 +36,28 @@ template <int RPW> struct dec_shape {
 static SP_HD inline int dec_room(const kda_params &p) { return !p.state_bf16 || p.T > p.N; }
 static SP_HD inline int dec_row_es(const kda_params &p) { return dec_room(p) ? 4 : 2; }
 
+/* Tokens outer (dec_room), the block prepares up to DEC_SLOTS tokens a
+ * round, warp r token r, into shared slots that every warp reads: each
+ * token's q^, k^, exp(g) and b are made once a block, not once a warp. A
+ * slot: the 128 channels' of each, then b. */
+#define DEC_SLOTS 4
+typedef struct dec_slot {
+    float q[SP_KDA_D], k[SP_KDA_D], g[SP_KDA_D];
+    float beta, pad[3];
+} dec_slot;
+
 /* A block's shared memory: the pair's rows (a warp's RPW rows at RPW * 128
  * * es bytes apart, es = dec_row_es), then each warp's norms of its first
- * DEC_NORMS tokens (dec_warp_norms). */
+ * DEC_NORMS tokens (dec_warp_norms), then, tokens outer, the token slots
+ * (dec_slots). */
+#define DEC_NORMS_BYTES (DEC_MAX_WARPS * DEC_NORMS * 2 * sizeof(float))
 static SP_HD inline size_t dec_rows_bytes(int es) { return (size_t)SP_KDA_D * SP_KDA_D * es; }
-static SP_HD inline size_t dec_smem_bytes(int es) {
-    return dec_rows_bytes(es) + DEC_MAX_WARPS * DEC_NORMS * 2 * sizeof(float);
+static SP_HD inline size_t dec_smem_bytes(const kda_params &p) {
+    return dec_rows_bytes(dec_row_es(p)) + DEC_NORMS_BYTES +
+           (dec_room(p) ? DEC_SLOTS * sizeof(dec_slot) : 0);
 }
+/* The most any call's block takes (fp32 rows and the slots). */
+#define DEC_SMEM_MAX_BYTES ((size_t)SP_KDA_D * SP_KDA_D * 4 + DEC_NORMS_BYTES + DEC_SLOTS * sizeof(dec_slot))
 
 /* Warp wi's rows in the block's shared memory. */
 template <int RPW> static SP_HD unsigned char *dec_warp_rows(unsigned char *smem, int wi, int es) {
@@ -53,6 +68,11 @@ template <int RPW> static SP_HD unsigned char *dec_warp_rows(unsigned char *smem
 /* Warp wi's sums q . q and k . k of token i (< DEC_NORMS) at [2 i], [2 i + 1]. */
 static SP_HD inline float *dec_warp_norms(unsigned char *smem, int wi, int es) {
     return (float *)(smem + dec_rows_bytes(es)) + wi * DEC_NORMS * 2;
+}
+
+/* The block's token slots (tokens outer). */
+static SP_HD inline dec_slot *dec_slots(unsigned char *smem, int es) {
+    return (dec_slot *)(smem + dec_rows_bytes(es) + DEC_NORMS_BYTES);
 }
 
 /* Where the read slot's copy lies in a warp's rows: a bf16 pool's in the
@@ -170,6 +190,25 @@ static SP_HD void dec_prepare(const kda_params &p, const dec_warp &w, dec_lane<R
         l.g[i] = expf(sp_kda_log_decay_f32_(p.gate, p.lower_bound, w.expA, l.g[i], l.bias[i]));
     }
     l.beta = sp_kda_beta_f32_(p.beta_form, l.beta);
+}
+
+/* The lane's channels of a prepared token into a slot, and back (every
+ * lane: the same b). */
+template <int RPW> static SP_HD void dec_slot_put(dec_slot *s, int lane, const dec_lane<RPW> &l) {
+    const int c = 4 * lane;
+    *(float4 *)(s->q + c) = make_float4(l.q[0], l.q[1], l.q[2], l.q[3]);
+    *(float4 *)(s->k + c) = make_float4(l.k[0], l.k[1], l.k[2], l.k[3]);
+    *(float4 *)(s->g + c) = make_float4(l.g[0], l.g[1], l.g[2], l.g[3]);
+    if (lane == 0) s->beta = l.beta;
+}
+template <int RPW> static SP_HD void dec_slot_get(const dec_slot *s, int lane, dec_lane<RPW> &l) {
+    const int c = 4 * lane;
+    const float4 q = *(const float4 *)(s->q + c), k = *(const float4 *)(s->k + c),
+                 g = *(const float4 *)(s->g + c);
+    l.q[0] = q.x, l.q[1] = q.y, l.q[2] = q.z, l.q[3] = q.w;
+    l.k[0] = k.x, l.k[1] = k.y, l.k[2] = k.z, l.k[3] = k.w;
+    l.g[0] = g.x, l.g[1] = g.y, l.g[2] = g.z, l.g[3] = g.w;
+    l.beta = s->beta;
 }
 
 /* Group G's rows into registers from the read slot's copy m (dec_stage;

@@ -53,13 +53,14 @@ static void host_read(const kda_params &p, const dec_warp &w, int64_t t, dec_lan
     host_butterfly(L, [](lane_t &l) { return &l.sk; });
 }
 
-/* One warp's start: the read slot's rows copied to copy, the norms of its
- * first tokens kept (and, for one token, that token read: L). */
+/* One warp's start: the read slot's rows copied to copy and, groups outer
+ * (not outer), the norms of its first tokens kept (and, for one token, that
+ * token read: L). */
 template <int RPW>
-static void emulate_start(const kda_params &p, const dec_warp &w, unsigned char *copy,
+static void emulate_start(const kda_params &p, const dec_warp &w, int outer, unsigned char *copy,
                           float *norms, dec_lane<RPW> *L) {
     for (int j = 0; j < 32; j++) dec_stage(p, w, p.state_k_first, j, copy, L[j]);
-    for (int64_t i = 0; i < w.sq.len && i < DEC_NORMS; i++) {
+    for (int64_t i = 0; !outer && i < w.sq.len && i < DEC_NORMS; i++) {
         host_read(p, w, w.sq.bos + i, L, (const float *)NULL);
         norms[2 * i] = L[0].sq, norms[2 * i + 1] = L[0].sk;
     }
@@ -86,77 +87,97 @@ static void host_token(const kda_params &p, const dec_warp &w, const dec_tok &k,
     }
 }
 
-/* The rest of the warp's run, as the kernel runs it (m its rows, copy the
- * read slot's copy in them). */
+/* Groups outer: the rest of the warp's run, as the kernel runs it (copy
+ * the read slot's copy in its rows). */
 template <int RPW>
-static void emulate_warp(const kda_params &p, const dec_warp &w, unsigned char *m,
-                         unsigned char *copy, const float *norms, dec_lane<RPW> *L) {
+static void emulate_groups_outer(const kda_params &p, const dec_warp &w, unsigned char *copy,
+                                 const float *norms, dec_lane<RPW> *L) {
     const int kf = p.state_k_first, one = w.sq.len == 1;
     for (int j = 0; one && j < 32; j++) dec_prepare(p, w, L[j]);
-    if (one || !dec_room(p)) {
-        unsigned char *kf_copy = dec_kf_via_copy(p, kf) ? copy : NULL;
-        for (int G = 0; G < dec_shape<RPW>::GROUPS; G++) {
-            for (int j = 0; j < 32; j++) dec_group_rows(p, w, kf, G, j, copy, L[j]);
-            for (int64_t i = 0; i < w.sq.len; i++) {
-                if (!one) {
-                    host_read(p, w, w.sq.bos + i, L, i < DEC_NORMS ? norms + 2 * i : NULL);
-                    for (int j = 0; j < 32; j++) dec_prepare(p, w, L[j]);
-                }
-                host_token(p, w, dec_token_at(p, w, i), G, L, kf_copy, 1);
+    unsigned char *kf_copy = dec_kf_via_copy(p, kf) ? copy : NULL;
+    for (int G = 0; G < dec_shape<RPW>::GROUPS; G++) {
+        for (int j = 0; j < 32; j++) dec_group_rows(p, w, kf, G, j, copy, L[j]);
+        for (int64_t i = 0; i < w.sq.len; i++) {
+            if (!one) {
+                host_read(p, w, w.sq.bos + i, L, i < DEC_NORMS ? norms + 2 * i : NULL);
+                for (int j = 0; j < 32; j++) dec_prepare(p, w, L[j]);
             }
+            host_token(p, w, dec_token_at(p, w, i), G, L, kf_copy, 1);
         }
-        for (int j = 0; kf_copy && w.sq.slot_base >= 0 && j < 32; j++)
-            dec_kf_out<RPW>(p, w, w.sq.slot_base, j, kf_copy, 0);
-        return;
     }
-    for (int64_t i = 0; i < w.sq.len; i++) {
-        host_read(p, w, w.sq.bos + i, L, i < DEC_NORMS ? norms + 2 * i : NULL);
-        for (int j = 0; j < 32; j++) dec_prepare(p, w, L[j]);
-        const dec_tok k = dec_token_at(p, w, i);
-        for (int G = 0; G < dec_shape<RPW>::GROUPS; G++) {
-            for (int j = 0; j < 32; j++) {
-                if (i == 0)
-                    dec_group_rows(p, w, kf, G, j, copy, L[j]);
-                else
-                    dec_group_kept(G, j, m, L[j]);
-            }
-            host_token(p, w, k, G, L, (unsigned char *)NULL, !kf);
-            for (int j = 0; (kf || i + 1 < w.sq.len) && j < 32; j++) dec_group_keep(G, j, m, L[j]);
+    for (int j = 0; kf_copy && w.sq.slot_base >= 0 && j < 32; j++)
+        dec_kf_out<RPW>(p, w, w.sq.slot_base, j, kf_copy, 0);
+}
+
+/* Tokens outer: token i of the warp's sequence from its slot, through
+ * every group (m the warp's rows, copy the read slot's copy in them). */
+template <int RPW>
+static void emulate_token_outer(const kda_params &p, const dec_warp &w, unsigned char *m,
+                                unsigned char *copy, const dec_slot *slot, int64_t i,
+                                dec_lane<RPW> *L) {
+    const int kf = p.state_k_first;
+    for (int j = 0; j < 32; j++) dec_slot_get(slot, j, L[j]);
+    const dec_tok k = dec_token_at(p, w, i);
+    for (int G = 0; G < dec_shape<RPW>::GROUPS; G++) {
+        for (int j = 0; j < 32; j++) {
+            if (i == 0)
+                dec_group_rows(p, w, kf, G, j, copy, L[j]);
+            else
+                dec_group_kept(G, j, m, L[j]);
         }
-        if (kf) {
-            for (int j = 0; k.to >= 0 && j < 32; j++) dec_kf_out<RPW>(p, w, k.to, j, m, 1);
-            for (int j = 0; i + 1 == w.sq.len && w.sq.slot_base >= 0 && j < 32; j++)
-                dec_kf_out<RPW>(p, w, w.sq.slot_base, j, m, 1);
-        }
+        host_token(p, w, k, G, L, (unsigned char *)NULL, !kf);
+        for (int j = 0; (kf || i + 1 < w.sq.len) && j < 32; j++) dec_group_keep(G, j, m, L[j]);
+    }
+    if (kf) {
+        for (int j = 0; k.to >= 0 && j < 32; j++) dec_kf_out<RPW>(p, w, k.to, j, m, 1);
+        for (int j = 0; i + 1 == w.sq.len && w.sq.slot_base >= 0 && j < 32; j++)
+            dec_kf_out<RPW>(p, w, w.sq.slot_base, j, m, 1);
     }
 }
 
 /* Block b of the grid (one pair) on the host: every warp started first (the
  * kernel's warps may all copy their rows and keep their norms before any
- * runs: a warp's writes into another's would show), then each warp run. */
+ * runs: a warp's writes into another's would show), then each warp run;
+ * tokens outer, a round at a time: its tokens prepared into the slots (warp
+ * r token r), then each warp through them. */
 template <int RPW>
 static void emulate_block(const kda_params &p, int64_t b, unsigned char *smem,
                           dec_lane<RPW> (*L)[32]) {
     typedef dec_shape<RPW> SH;
     dec_warp w[SH::WARPS];
-    int live[SH::WARPS];
     const int es = dec_row_es(p);
+    /* one pair a block: every warp live or none, of one sequence */
+    if (!dec_begin<RPW>(p, b * SH::WARPS, &w[0])) return;
+    const int outer = w[0].sq.len > 1 && dec_room(p);
     for (int wi = 0; wi < SH::WARPS; wi++) {
-        live[wi] = dec_begin<RPW>(p, b * SH::WARPS + wi, &w[wi]);
-        if (live[wi])
-            emulate_start(p, w[wi], dec_warp_rows<RPW>(smem, wi, es) + dec_copy_at<RPW>(p),
-                          dec_warp_norms(smem, wi, es), L[wi]);
+        dec_begin<RPW>(p, b * SH::WARPS + wi, &w[wi]);
+        emulate_start(p, w[wi], outer, dec_warp_rows<RPW>(smem, wi, es) + dec_copy_at<RPW>(p),
+                      dec_warp_norms(smem, wi, es), L[wi]);
     }
-    for (int wi = 0; wi < SH::WARPS; wi++) {
-        unsigned char *m = dec_warp_rows<RPW>(smem, wi, es);
-        if (live[wi])
-            emulate_warp(p, w[wi], m, m + dec_copy_at<RPW>(p), dec_warp_norms(smem, wi, es),
-                         L[wi]);
+    if (!outer) {
+        for (int wi = 0; wi < SH::WARPS; wi++)
+            emulate_groups_outer(p, w[wi], dec_warp_rows<RPW>(smem, wi, es) + dec_copy_at<RPW>(p),
+                                 dec_warp_norms(smem, wi, es), L[wi]);
+        return;
+    }
+    dec_slot *slots = dec_slots(smem, es);
+    for (int64_t i0 = 0; i0 < w[0].sq.len; i0 += DEC_SLOTS) {
+        for (int r = 0; r < DEC_SLOTS && r < SH::WARPS && i0 + r < w[r].sq.len; r++) {
+            host_read(p, w[r], w[r].sq.bos + i0 + r, L[r], (const float *)NULL);
+            for (int j = 0; j < 32; j++) dec_prepare(p, w[r], L[r][j]);
+            for (int j = 0; j < 32; j++) dec_slot_put(slots + r, j, L[r][j]);
+        }
+        for (int wi = 0; wi < SH::WARPS; wi++) {
+            unsigned char *m = dec_warp_rows<RPW>(smem, wi, es);
+            for (int64_t i = i0; i < w[wi].sq.len && i < i0 + DEC_SLOTS; i++)
+                emulate_token_outer(p, w[wi], m, m + dec_copy_at<RPW>(p), slots + (i - i0), i,
+                                    L[wi]);
+        }
     }
 }
 
 template <int RPW> static sp_status emulate(const kda_params &p, const sp_kda_dims &d) {
-    unsigned char *smem = (unsigned char *)malloc(dec_smem_bytes(dec_row_es(p)));
+    unsigned char *smem = (unsigned char *)malloc(dec_smem_bytes(p));
     dec_lane<RPW>(*lanes)[32] =
         (dec_lane<RPW>(*)[32])malloc(dec_shape<RPW>::WARPS * sizeof *lanes);
     if (!smem || !lanes) {
