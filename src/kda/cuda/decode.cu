@@ -122,7 +122,7 @@ static __device__ __forceinline__ void dec_round_prepare(const kda_params &p, co
     l.sq = butterfly(l.sq);
     l.sk = butterfly(l.sk);
     dec_prepare(p, w, l);
-    dec_slot_put(slots + wi, lane, l);
+    dec_slot_put(p, w, w.sq.bos + i0 + wi, slots + wi, lane, l);
 }
 
 template <int RPW, int KF> /* KF: p.state_k_first, an instance each */
@@ -185,7 +185,8 @@ static __global__ void __launch_bounds__(dec_launch<RPW>::THREADS, dec_launch<RP
         __syncthreads(); /* the round's slots written */
         for (int64_t i = i0; i < w.sq.len && i < i0 + DEC_SLOTS; i++) {
             dec_slot_get(slots + (i - i0), lane, l);
-            const dec_tok k = dec_token_at(p, w, i);
+            dec_tok k = dec_token_at(p, w, i);
+            k.vf = slots[i - i0].v + w.row0;
 #pragma unroll 1
             for (int G = 0; G < SH::GROUPS; G++) {
                 if (i == 0)

@@ -38,11 +38,13 @@ static SP_HD inline int dec_row_es(const kda_params &p) { return dec_room(p) ? 4
 
 /* Tokens outer (dec_room), the block prepares up to DEC_SLOTS tokens a
  * round, warp r token r, into shared slots that every warp reads: each
- * token's q^, k^, exp(g) and b are made once a block, not once a warp. A
- * slot: the 128 channels' of each, then b. */
+ * token's q^, k^, exp(g) and b are made once a block, not once a warp, and
+ * its v is read from memory once (a group's four values one shared load,
+ * where they were four global ones a group). A slot: the 128 channels' q^,
+ * k^, exp(g), the 128 rows' v, then b. */
 #define DEC_SLOTS 4
 typedef struct dec_slot {
-    float q[SP_KDA_D], k[SP_KDA_D], g[SP_KDA_D];
+    float q[SP_KDA_D], k[SP_KDA_D], g[SP_KDA_D], v[SP_KDA_D];
     float beta, pad[3];
 } dec_slot;
 
@@ -192,10 +194,15 @@ static SP_HD void dec_prepare(const kda_params &p, const dec_warp &w, dec_lane<R
     l.beta = sp_kda_beta_f32_(p.beta_form, l.beta);
 }
 
-/* The lane's channels of a prepared token into a slot, and back (every
- * lane: the same b). */
-template <int RPW> static SP_HD void dec_slot_put(dec_slot *s, int lane, const dec_lane<RPW> &l) {
+/* The lane's channels of prepared token t into a slot, with v of rows 4
+ * lane .. 4 lane + 3; and back (every lane: the same b). */
+template <int RPW>
+static SP_HD void dec_slot_put(const kda_params &p, const dec_warp &w, int64_t t, dec_slot *s,
+                               int lane, const dec_lane<RPW> &l) {
     const int c = 4 * lane;
+    const uint16_t *v = kda_row(p.v, t, w.h) + c;
+    *(float4 *)(s->v + c) = make_float4(sp_bf16_to_f32_(v[0]), sp_bf16_to_f32_(v[1]),
+                                        sp_bf16_to_f32_(v[2]), sp_bf16_to_f32_(v[3]));
     *(float4 *)(s->q + c) = make_float4(l.q[0], l.q[1], l.q[2], l.q[3]);
     *(float4 *)(s->k + c) = make_float4(l.k[0], l.k[1], l.k[2], l.k[3]);
     *(float4 *)(s->g + c) = make_float4(l.g[0], l.g[1], l.g[2], l.g[3]);
@@ -275,6 +282,7 @@ static SP_HD void dec_group_keep(int G, int lane, unsigned char *m, const dec_la
 typedef struct dec_tok {
     int64_t t, to;
     const uint16_t *v;
+    const float *vf; /* tokens outer: its v of the warp's rows in its slot (else NULL) */
 } dec_tok;
 
 /* Token i (0-based in the sequence). */
@@ -282,13 +290,20 @@ static SP_HD inline dec_tok dec_token_at(const kda_params &p, const dec_warp &w,
     dec_tok k;
     k.t = w.sq.bos + i;
     k.v = kda_row(p.v, k.t, w.h) + w.row0;
+    k.vf = NULL;
     const int64_t to = p.ix.width > 0 ? sp_kda_token_slot_(&p.ix, w.n, i) : -1;
     k.to = to >= 0 ? kda_slot_base(p, to, w.h) : -1;
     return k;
 }
 
-/* The token's v of group G's rows. */
+/* The token's v of group G's rows: from its slot (tokens outer) or the
+ * input. */
 template <int RPW> static SP_HD void dec_group_v(const dec_tok &k, int G, dec_lane<RPW> &l) {
+    if (k.vf) {
+        const float4 f = *(const float4 *)(k.vf + G * DEC_GROUP);
+        l.v[0] = f.x, l.v[1] = f.y, l.v[2] = f.z, l.v[3] = f.w;
+        return;
+    }
     SP_HD_UNROLL
     for (int r = 0; r < DEC_GROUP; r++) l.v[r] = sp_bf16_to_f32_(k.v[G * DEC_GROUP + r]);
 }

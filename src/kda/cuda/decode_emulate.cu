@@ -117,7 +117,8 @@ static void emulate_token_outer(const kda_params &p, const dec_warp &w, unsigned
                                 dec_lane<RPW> *L) {
     const int kf = p.state_k_first;
     for (int j = 0; j < 32; j++) dec_slot_get(slot, j, L[j]);
-    const dec_tok k = dec_token_at(p, w, i);
+    dec_tok k = dec_token_at(p, w, i);
+    k.vf = slot->v + w.row0;
     for (int G = 0; G < dec_shape<RPW>::GROUPS; G++) {
         for (int j = 0; j < 32; j++) {
             if (i == 0)
@@ -165,7 +166,7 @@ static void emulate_block(const kda_params &p, int64_t b, unsigned char *smem,
         for (int r = 0; r < DEC_SLOTS && r < SH::WARPS && i0 + r < w[r].sq.len; r++) {
             host_read(p, w[r], w[r].sq.bos + i0 + r, L[r], (const float *)NULL);
             for (int j = 0; j < 32; j++) dec_prepare(p, w[r], L[r][j]);
-            for (int j = 0; j < 32; j++) dec_slot_put(slots + r, j, L[r][j]);
+            for (int j = 0; j < 32; j++) dec_slot_put(p, w[r], w[r].sq.bos + i0 + r, slots + r, j, L[r][j]);
         }
         for (int wi = 0; wi < SH::WARPS; wi++) {
             unsigned char *m = dec_warp_rows<RPW>(smem, wi, es);
