@@ -193,6 +193,11 @@ int sp_kda_chunked_can_serve_(const sp_kda_args *a, const sp_kda_dims *d) {
     return chunked_unsupported(a, d, &dev) == NULL;
 }
 
+/* Several tokens a sequence: each prepared once, the rows kept between them;
+ * a decode step (no more tokens than sequences): each group's rows through
+ * the sequence's tokens, a bf16 pool's rows copied as bf16. */
+int sp_kda_decode_tokens_outer_(int64_t T, int64_t N) { return T > N; }
+
 sp_status sp_kda_plan_(const sp_kda_args *a, const sp_kda_dims *d, sp_kda_plan *plan) {
     const int32_t k = a->kernel;
     SP_REQUIRE(k == SP_KDA_KERNEL_AUTO || k == SP_KDA_KERNEL_RECURRENT ||
@@ -246,8 +251,10 @@ sp_status sp_kda_plan_(const sp_kda_args *a, const sp_kda_dims *d, sp_kda_plan *
         p.head_slots = sp_kda_two_pass_head_slots_(pairs, dev->sms, p.records, slots);
         p.workspace_bytes = need;
     } else if (p.kernel == SP_KDA_KERNEL_DECODE) {
-        p.decode_rows_per_warp =
-            d->state_bf16 && d->T <= d->N ? DECODE_ROWS_PER_WARP_BF16_ROWS : DECODE_ROWS_PER_WARP;
+        p.decode_tokens_outer = sp_kda_decode_tokens_outer_(d->T, d->N);
+        p.decode_rows_per_warp = d->state_bf16 && !p.decode_tokens_outer
+                                     ? DECODE_ROWS_PER_WARP_BF16_ROWS
+                                     : DECODE_ROWS_PER_WARP;
     }
     *plan = p;
     return SP_OK;
@@ -299,6 +306,9 @@ static sp_status check_forced(const sp_kda_args *a, const sp_kda_dims *d,
         const int r = forced->decode_rows_per_warp;
         SP_REQUIRE(r == 16 || r == 32, SP_ERR_INVALID_ARGUMENT,
                    "plan: decode_rows_per_warp %d is not 16 or 32", r);
+        SP_REQUIRE(forced->decode_tokens_outer == 0 || forced->decode_tokens_outer == 1,
+                   SP_ERR_INVALID_ARGUMENT, "plan: decode_tokens_outer %d is not 0 or 1",
+                   (int)forced->decode_tokens_outer);
     }
     if (forced->kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS) {
         const int64_t slots = sp_kda_two_pass_slots_(d->T, d->N);

@@ -37,6 +37,10 @@ typedef struct sp_kda_plan {
     size_t workspace_bytes; /* the two-pass kernel's need; 0 for the others */
     /* DECODE: V rows a warp: 16 or 32 (a block a (sequence, head) pair) */
     int32_t decode_rows_per_warp;
+    /* DECODE: 1, a sequence's tokens outer, each prepared once a block,
+     * the rows fp32 in shared memory between them; 0, groups of rows outer,
+     * each through every token (the same bits either way) */
+    int32_t decode_tokens_outer;
     /* Both chunked kernels: 1 their every-gate build (chunk_k.cuh), which
      * every call takes whose forms are not K3's (sp_kda_k3_forms_); a plan
      * of a test's or a benchmark's may take it for K3's forms too, to
@@ -52,6 +56,10 @@ typedef struct sp_kda_plan {
  * kernel when a large enough workspace is given; the boundary sizes its own
  * workspace by it (docs/TUNING.md, "TWO_PASS_MAX_PAIRS"). */
 #define SP_KDA_TWO_PASS_MAX_PAIRS 32
+
+/* The decode kernel's order for a call of T tokens and N sequences: tokens
+ * outer where there are more tokens than sequences (plan.c). */
+int sp_kda_decode_tokens_outer_(int64_t T, int64_t N);
 
 /* The plan of a checked call: args->kernel when it can serve the call
  * (SP_ERR_UNSUPPORTED naming why when forced and it cannot;

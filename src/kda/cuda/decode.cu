@@ -125,58 +125,15 @@ static __device__ __forceinline__ void dec_round_prepare(const kda_params &p, co
     dec_slot_put(p, w, w.sq.bos + i0 + wi, slots + wi, lane, l);
 }
 
-template <int RPW, int KF> /* KF: p.state_k_first, an instance each */
-static __global__ void __launch_bounds__(dec_launch<RPW>::THREADS, dec_launch<RPW>::PER_SM)
-    kda_decode_kernel(kda_params p) {
+/* Tokens outer, a round of slots at a time (the first prepared), the rows
+ * kept in fp32 in the warp's m; a K-first pool's stores after each token
+ * from the kept rows (dec_kf_out). */
+template <int RPW, int KF>
+static __device__ __forceinline__ void dec_run_tokens_outer(const kda_params &p, const dec_warp &w,
+                                                            int wi, int lane, unsigned char *m,
+                                                            const unsigned char *copy,
+                                                            dec_slot *slots, dec_lane<RPW> &l) {
     typedef dec_shape<RPW> SH;
-    static_assert(DEC_SLOTS <= SH::WARPS, "a warp a token of a round");
-    extern __shared__ __align__(16) unsigned char smem_bytes[];
-    const int lane = threadIdx.x % 32, wi = threadIdx.x / 32, es = dec_row_es(p);
-    unsigned char *m = dec_warp_rows<RPW>(smem_bytes, wi, es), *copy = m + dec_copy_at<RPW>(p);
-    dec_warp w;
-    /* Every warp of a block works on one pair: what follows is the same in
-     * each (the block barriers of the tokens-outer order rely on it). */
-    if (!dec_begin<RPW>(p, (int64_t)blockIdx.x * SH::WARPS + wi, &w)) return;
-    dec_lane<RPW> l;
-    dec_stage(p, w, KF, lane, copy, l);
-    sp_cp_async_commit_();
-    const int one = w.sq.len == 1, outer = !one && dec_room(p); /* tokens outer */
-    float *norms = dec_warp_norms(smem_bytes, wi, es);
-    dec_slot *slots = dec_slots(smem_bytes, es);
-    if (outer) {
-        dec_round_prepare(p, w, 0, wi, lane, slots, l); /* the first round */
-    } else {
-        /* The norms of the first tokens, for every group (the butterflies
-         * give every lane the same bits: lane 0 keeps them). */
-        for (int64_t i = 0; i < w.sq.len && i < DEC_NORMS; i++) {
-            dec_read(p, w, w.sq.bos + i, lane, l);
-            l.sq = butterfly(l.sq);
-            l.sk = butterfly(l.sk);
-            if (lane == 0) norms[2 * i] = l.sq, norms[2 * i + 1] = l.sk;
-        }
-        if (one) dec_prepare(p, w, l); /* one token: prepared once (l holds it read) */
-    }
-    sp_cp_async_wait_<0>();
-    __syncwarp(); /* every lane's pieces of the rows copied, the norms kept */
-    if (!outer) { /* groups outer, each through every token */
-        unsigned char *kf_copy = dec_kf_via_copy(p, KF) ? copy : NULL;
-#pragma unroll 1
-        for (int G = 0; G < SH::GROUPS; G++) {
-            dec_group_rows(p, w, KF, G, lane, copy, l);
-            for (int64_t i = 0; i < w.sq.len; i++) {
-                if (!one) dec_token_prepare(p, w, i, lane, norms, l);
-                dec_token<RPW, KF>(p, w, dec_token_at(p, w, i), G, lane, l, kf_copy, 1);
-            }
-        }
-        if (kf_copy && w.sq.slot_base >= 0) {
-            __syncwarp(); /* every lane's channels kept */
-            dec_kf_out<RPW>(p, w, w.sq.slot_base, lane, kf_copy, 0);
-        }
-        return;
-    }
-    /* Tokens outer, a round of slots at a time, the rows kept in fp32; a
-     * K-first pool's stores after each token from the kept rows
-     * (dec_kf_out). */
     for (int64_t i0 = 0; i0 < w.sq.len; i0 += DEC_SLOTS) {
         if (i0 > 0) {
             __syncthreads(); /* the previous round's slots read by every warp */
@@ -209,14 +166,71 @@ static __global__ void __launch_bounds__(dec_launch<RPW>::THREADS, dec_launch<RP
     }
 }
 
-template <int RPW> static cudaError_t launch(const kda_params *p, cudaStream_t stream) {
-    const void *kernel = p->state_k_first ? (const void *)kda_decode_kernel<RPW, 1>
-                                          : (const void *)kda_decode_kernel<RPW, 0>;
-    /* The instance's opt-in is always the most a block takes: a launch of
-     * bf16 rows beside it on another thread cannot lower it. */
-    const size_t bytes = dec_smem_bytes(*p);
+/* KF: p.state_k_first; OUTER: the plan's decode_tokens_outer (decode.cuh);
+ * an instance each. */
+template <int RPW, int KF, int OUTER>
+static __global__ void __launch_bounds__(dec_launch<RPW>::THREADS, dec_launch<RPW>::PER_SM)
+    kda_decode_kernel(kda_params p) {
+    typedef dec_shape<RPW> SH;
+    static_assert(DEC_SLOTS <= SH::WARPS, "a warp a token of a round");
+    extern __shared__ __align__(16) unsigned char smem_bytes[];
+    const int lane = threadIdx.x % 32, wi = threadIdx.x / 32, es = dec_row_es(p, OUTER);
+    unsigned char *m = dec_warp_rows<RPW>(smem_bytes, wi, es),
+                  *copy = m + dec_copy_at<RPW>(p, OUTER);
+    dec_warp w;
+    /* Every warp of a block works on one pair: what follows is the same in
+     * each (the block barriers of the tokens-outer order rely on it). */
+    if (!dec_begin<RPW>(p, (int64_t)blockIdx.x * SH::WARPS + wi, &w)) return;
+    dec_lane<RPW> l;
+    dec_stage(p, w, KF, lane, copy, l);
+    sp_cp_async_commit_();
+    const int one = w.sq.len == 1;
+    float *norms = dec_warp_norms(smem_bytes, wi, es);
+    dec_slot *slots = dec_slots(smem_bytes, es);
+    if (OUTER) {
+        dec_round_prepare(p, w, 0, wi, lane, slots, l); /* the first round */
+    } else {
+        /* The norms of the first tokens, for every group (the butterflies
+         * give every lane the same bits: lane 0 keeps them). */
+        for (int64_t i = 0; i < w.sq.len && i < DEC_NORMS; i++) {
+            dec_read(p, w, w.sq.bos + i, lane, l);
+            l.sq = butterfly(l.sq);
+            l.sk = butterfly(l.sk);
+            if (lane == 0) norms[2 * i] = l.sq, norms[2 * i + 1] = l.sk;
+        }
+        if (one) dec_prepare(p, w, l); /* one token: prepared once (l holds it read) */
+    }
+    sp_cp_async_wait_<0>();
+    __syncwarp(); /* every lane's pieces of the rows copied, the norms kept */
+    if (OUTER) {
+        dec_run_tokens_outer<RPW, KF>(p, w, wi, lane, m, copy, slots, l);
+        return;
+    }
+    /* Groups outer, each through every token. */
+    unsigned char *kf_copy = dec_kf_via_copy(p, KF) ? copy : NULL;
+#pragma unroll 1
+    for (int G = 0; G < SH::GROUPS; G++) {
+        dec_group_rows(p, w, KF, G, lane, copy, l);
+        for (int64_t i = 0; i < w.sq.len; i++) {
+            if (!one) dec_token_prepare(p, w, i, lane, norms, l);
+            dec_token<RPW, KF>(p, w, dec_token_at(p, w, i), G, lane, l, kf_copy, 1);
+        }
+    }
+    if (kf_copy && w.sq.slot_base >= 0) {
+        __syncwarp(); /* every lane's channels kept */
+        dec_kf_out<RPW>(p, w, w.sq.slot_base, lane, kf_copy, 0);
+    }
+}
+
+template <int RPW, int OUTER>
+static cudaError_t launch(const kda_params *p, cudaStream_t stream) {
+    const void *kernel = p->state_k_first ? (const void *)kda_decode_kernel<RPW, 1, OUTER>
+                                          : (const void *)kda_decode_kernel<RPW, 0, OUTER>;
+    /* The instance's opt-in is always the most a block of it takes: a
+     * launch of bf16 rows beside it on another thread cannot lower it. */
+    const size_t bytes = dec_smem_bytes(*p, OUTER);
     const cudaError_t e = cudaFuncSetAttribute(
-        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)DEC_SMEM_MAX_BYTES);
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dec_smem_bytes_es(4, OUTER));
     if (e != cudaSuccess) return e;
     void *params[] = {(void *)p};
     return cudaLaunchKernel(kernel, dim3((unsigned)(p->N * p->H)), dim3(dec_launch<RPW>::THREADS),
@@ -225,5 +239,8 @@ template <int RPW> static cudaError_t launch(const kda_params *p, cudaStream_t s
 
 extern "C" cudaError_t sp_kda_launch_decode_(const kda_params *p, const sp_kda_plan *plan,
                                              cudaStream_t stream) {
-    return plan->decode_rows_per_warp == 32 ? launch<32>(p, stream) : launch<16>(p, stream);
+    const int outer = plan->decode_tokens_outer;
+    if (plan->decode_rows_per_warp == 32)
+        return outer ? launch<32, 1>(p, stream) : launch<32, 0>(p, stream);
+    return outer ? launch<16, 1>(p, stream) : launch<16, 0>(p, stream);
 }

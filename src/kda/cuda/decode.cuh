@@ -28,15 +28,18 @@ template <int RPW> struct dec_shape {
                   "rows (a bf16 K-first piece is two groups' rows)");
 };
 
-/* Whether the warps keep their rows in fp32 between tokens (fp32 room:
- * several-token sequences then run tokens outer): always with an fp32
- * pool; with a bf16 one where the call has more tokens than sequences
- * (else its rows are copied as bf16, half the bytes, and a rare sequence
- * of several tokens runs groups outer). Bytes an element of the rows. */
-static SP_HD inline int dec_room(const kda_params &p) { return !p.state_bf16 || p.T > p.N; }
-static SP_HD inline int dec_row_es(const kda_params &p) { return dec_room(p) ? 4 : 2; }
+/* The two orders, the plan's decode_tokens_outer (OUTER, an instance
+ * each): tokens outer (1: the call has more tokens than sequences), a
+ * sequence's tokens each prepared once a block (dec_slots) and the rows kept
+ * in fp32 in shared memory between them ("fp32 room": a bf16 pool's too);
+ * groups outer (0), each group's rows through every token in registers, the
+ * rows in shared memory as the pool holds them (a bf16 pool's as bf16, half
+ * the bytes). Bytes an element of the rows in shared memory. */
+static SP_HD inline int dec_row_es(const kda_params &p, int outer) {
+    return outer || !p.state_bf16 ? 4 : 2;
+}
 
-/* Tokens outer (dec_room), the block prepares up to DEC_SLOTS tokens a
+/* Tokens outer, the block prepares up to DEC_SLOTS tokens a
  * round, warp r token r, into shared slots that every warp reads: each
  * token's q^, k^, exp(g) and b are made once a block, not once a warp, and
  * its v is read from memory once (a group's four values one shared load,
@@ -54,12 +57,12 @@ typedef struct dec_slot {
  * (dec_slots). */
 #define DEC_NORMS_BYTES (DEC_MAX_WARPS * DEC_NORMS * 2 * sizeof(float))
 static SP_HD inline size_t dec_rows_bytes(int es) { return (size_t)SP_KDA_D * SP_KDA_D * es; }
-static SP_HD inline size_t dec_smem_bytes(const kda_params &p) {
-    return dec_rows_bytes(dec_row_es(p)) + DEC_NORMS_BYTES +
-           (dec_room(p) ? DEC_SLOTS * sizeof(dec_slot) : 0);
+static SP_HD inline size_t dec_smem_bytes_es(int es, int outer) {
+    return dec_rows_bytes(es) + DEC_NORMS_BYTES + (outer ? DEC_SLOTS * sizeof(dec_slot) : 0);
 }
-/* The most any call's block takes (fp32 rows and the slots). */
-#define DEC_SMEM_MAX_BYTES ((size_t)SP_KDA_D * SP_KDA_D * 4 + DEC_NORMS_BYTES + DEC_SLOTS * sizeof(dec_slot))
+static SP_HD inline size_t dec_smem_bytes(const kda_params &p, int outer) {
+    return dec_smem_bytes_es(dec_row_es(p, outer), outer);
+}
 
 /* Warp wi's rows in the block's shared memory. */
 template <int RPW> static SP_HD unsigned char *dec_warp_rows(unsigned char *smem, int wi, int es) {
@@ -80,8 +83,8 @@ static SP_HD inline dec_slot *dec_slots(unsigned char *smem, int es) {
 /* Where the read slot's copy lies in a warp's rows: a bf16 pool's in the
  * second half of fp32 room, so that group G's fp32 rows, kept after a
  * token, overwrite only the copy's rows of groups up to G, read already. */
-template <int RPW> static SP_HD size_t dec_copy_at(const kda_params &p) {
-    return p.state_bf16 && dec_room(p) ? (size_t)RPW * SP_KDA_D * 2 : 0;
+template <int RPW> static SP_HD size_t dec_copy_at(const kda_params &p, int outer) {
+    return p.state_bf16 && outer ? (size_t)RPW * SP_KDA_D * 2 : 0;
 }
 
 /* What a warp works on: uniform over its lanes. */

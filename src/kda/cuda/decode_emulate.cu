@@ -5,6 +5,7 @@
  * tests of machines without a GPU (sp_kda_decode_emulate_).
  */
 #include "kda/cuda/decode.cuh"
+#include "kda/plan.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -142,22 +143,21 @@ static void emulate_token_outer(const kda_params &p, const dec_warp &w, unsigned
  * tokens outer, a round at a time: its tokens prepared into the slots (warp
  * r token r), then each warp through them. */
 template <int RPW>
-static void emulate_block(const kda_params &p, int64_t b, unsigned char *smem,
+static void emulate_block(const kda_params &p, int OUTER, int64_t b, unsigned char *smem,
                           dec_lane<RPW> (*L)[32]) {
     typedef dec_shape<RPW> SH;
     dec_warp w[SH::WARPS];
-    const int es = dec_row_es(p);
+    const int es = dec_row_es(p, OUTER);
     /* one pair a block: every warp live or none, of one sequence */
     if (!dec_begin<RPW>(p, b * SH::WARPS, &w[0])) return;
-    const int outer = w[0].sq.len > 1 && dec_room(p);
     for (int wi = 0; wi < SH::WARPS; wi++) {
         dec_begin<RPW>(p, b * SH::WARPS + wi, &w[wi]);
-        emulate_start(p, w[wi], outer, dec_warp_rows<RPW>(smem, wi, es) + dec_copy_at<RPW>(p),
+        emulate_start(p, w[wi], OUTER, dec_warp_rows<RPW>(smem, wi, es) + dec_copy_at<RPW>(p, OUTER),
                       dec_warp_norms(smem, wi, es), L[wi]);
     }
-    if (!outer) {
+    if (!OUTER) {
         for (int wi = 0; wi < SH::WARPS; wi++)
-            emulate_groups_outer(p, w[wi], dec_warp_rows<RPW>(smem, wi, es) + dec_copy_at<RPW>(p),
+            emulate_groups_outer(p, w[wi], dec_warp_rows<RPW>(smem, wi, es) + dec_copy_at<RPW>(p, OUTER),
                                  dec_warp_norms(smem, wi, es), L[wi]);
         return;
     }
@@ -171,14 +171,15 @@ static void emulate_block(const kda_params &p, int64_t b, unsigned char *smem,
         for (int wi = 0; wi < SH::WARPS; wi++) {
             unsigned char *m = dec_warp_rows<RPW>(smem, wi, es);
             for (int64_t i = i0; i < w[wi].sq.len && i < i0 + DEC_SLOTS; i++)
-                emulate_token_outer(p, w[wi], m, m + dec_copy_at<RPW>(p), slots + (i - i0), i,
+                emulate_token_outer(p, w[wi], m, m + dec_copy_at<RPW>(p, OUTER), slots + (i - i0), i,
                                     L[wi]);
         }
     }
 }
 
 template <int RPW> static sp_status emulate(const kda_params &p, const sp_kda_dims &d) {
-    unsigned char *smem = (unsigned char *)malloc(dec_smem_bytes(p));
+    const int outer = sp_kda_decode_tokens_outer_(d.T, d.N); /* the plan's rule */
+    unsigned char *smem = (unsigned char *)malloc(dec_smem_bytes(p, outer));
     dec_lane<RPW>(*lanes)[32] =
         (dec_lane<RPW>(*)[32])malloc(dec_shape<RPW>::WARPS * sizeof *lanes);
     if (!smem || !lanes) {
@@ -186,7 +187,7 @@ template <int RPW> static sp_status emulate(const kda_params &p, const sp_kda_di
         free(lanes);
         return sp_set_error_(SP_ERR_OUT_OF_MEMORY, "sp_kda_decode_emulate_: no memory");
     }
-    for (int64_t b = 0; b < d.N * d.H; b++) emulate_block<RPW>(p, b, smem, lanes);
+    for (int64_t b = 0; b < d.N * d.H; b++) emulate_block<RPW>(p, outer, b, smem, lanes);
     free(smem);
     free(lanes);
     return SP_OK;
