@@ -195,7 +195,8 @@ int sp_kda_chunked_can_serve_(const sp_kda_args *a, const sp_kda_dims *d) {
 
 /* Several tokens a sequence: each prepared once, the rows kept between them;
  * a decode step (no more tokens than sequences): each group's rows through
- * the sequence's tokens, a bf16 pool's rows copied as bf16. */
+ * the sequence's tokens, a bf16 pool's rows copied as bf16
+ * (docs/TUNING.md, "DECODE_TOKENS_OUTER"). */
 int sp_kda_decode_tokens_outer_(int64_t T, int64_t N) { return T > N; }
 
 sp_status sp_kda_plan_(const sp_kda_args *a, const sp_kda_dims *d, sp_kda_plan *plan) {

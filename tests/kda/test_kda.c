@@ -768,6 +768,15 @@ static void bad_plan_cases(void) {
         CHECK_STATUS(sp_kda_prefill_planned_(&a, &plan, NULL), SP_ERR_INVALID_ARGUMENT);
         CHECKF(strstr(sp_last_error(), "mbarrier_handover") != NULL, "%s", sp_last_error());
     }
+    { /* the decode kernel's rows a warp are 16 or 32, its order 0 or 1 */
+        sp_kda_plan plan = good;
+        plan.kernel = SP_KDA_KERNEL_DECODE, plan.decode_rows_per_warp = 24;
+        CHECK_STATUS(sp_kda_prefill_planned_(&a, &plan, NULL), SP_ERR_INVALID_ARGUMENT);
+        CHECKF(strstr(sp_last_error(), "decode_rows_per_warp") != NULL, "%s", sp_last_error());
+        plan.decode_rows_per_warp = 16, plan.decode_tokens_outer = 2;
+        CHECK_STATUS(sp_kda_prefill_planned_(&a, &plan, NULL), SP_ERR_INVALID_ARGUMENT);
+        CHECKF(strstr(sp_last_error(), "decode_tokens_outer") != NULL, "%s", sp_last_error());
+    }
     { /* every_gate is 0 or 1, and the K3 build serves no other gate form */
         sp_kda_plan plan = good;
         plan.every_gate = 2;

@@ -12,30 +12,34 @@
  *   S[:, j] *= exp(g);  u_j = v_j - S[:, j] . k^;  S[:, j] += b k^ u_j;
  *   o_j = S[:, j] . q^.
  * So a warp owns RPW consecutive rows of one (sequence, head) pair and works
- * alone; a block is the pair's 128 rows (its token vectors stay in L1). A
- * warp starts copying its rows into its own shared memory (cp.async: the
- * bytes in flight hold no registers), meanwhile sums the norms of q and k of
- * its sequence's first DEC_NORMS tokens (a xor butterfly; kept in shared
- * memory), then runs the rows DEC_GROUP at a time through registers, the
- * group's dot products summed over the warp by exchanging halves
- * (xch_rows), storing rows after each token a verify table keeps and after
- * the last one to the final slot (a K-first pool's whole channels at a
- * time: in the groups-outer order without a verify table back into the
- * copy and out as it came in, dec_kf_via_copy; in the tokens-outer order
- * from the rows kept, dec_kf_out). The lanes hold the token's q, k, g of
- * their channels (lane l: channels 4l .. 4l + 3). Two orders:
- *   - a sequence of one token, or any where the rows are kept as bf16:
- *     groups outer, each through every token (prepared once for one token,
- *     again for each group where there are several);
- *   - several tokens with fp32 room: tokens outer, each prepared once, the
- *     rows kept in fp32 in shared memory between tokens.
- * The rows are fp32 in shared memory (fp32 room) for an fp32 pool, and for
- * a bf16 pool where the call has more tokens than sequences (its copy in
- * the second half of the room: group G's fp32 rows overwrite only rows of
- * groups up to G, read already); else, a decode step, a bf16 pool's rows
- * stay bf16 and take half: a multiprocessor then keeps 192 KB of the pool in
- * flight (6 blocks of bf16 rows, as 3 of fp32 rows from an fp32 pool; 96 KB
- * of a bf16 pool with room). No block barrier.
+ * alone (but for the tokens-outer slots, below); a block is the pair's 128
+ * rows (its token vectors stay in L1). A warp starts copying its rows into
+ * its own shared memory (cp.async: the bytes in flight hold no registers),
+ * then runs the rows DEC_GROUP at a
+ * time through registers, the group's dot products summed over the warp by
+ * exchanging halves (xch_rows), storing rows after each token a verify
+ * table keeps and after the last one to the final slot (a K-first pool's
+ * whole channels at a time: groups outer, back into the copy and out as it
+ * came in, dec_kf_via_copy; tokens outer, from the rows kept, dec_kf_out).
+ * The lanes hold the token's q, k, g of their channels (lane l: channels
+ * 4l .. 4l + 3). Two orders, the plan's decode_tokens_outer, an instance
+ * each:
+ *   - groups outer (a decode step: no more tokens than sequences): while
+ *     its rows arrive a warp sums the norms of q and k of its sequence's
+ *     first DEC_NORMS tokens (a xor butterfly; kept in shared memory), then
+ *     takes each group through every token (prepared once for one token,
+ *     again for each group where there are several). The rows in shared
+ *     memory as the pool holds them: a bf16 pool's stay bf16 and take half,
+ *     so a multiprocessor keeps 192 KB of the pool in flight (6 blocks of
+ *     bf16 rows, as 3 of fp32 rows from an fp32 pool). No block barrier.
+ *   - tokens outer (verify: more tokens than sequences): while the rows
+ *     arrive the block prepares the first DEC_SLOTS tokens, warp r token r
+ *     (q^, k^, exp(g), b and v into a shared slot: once a block, not once a
+ *     warp), then every warp takes each token of the round through all its
+ *     groups, the rows kept in fp32 in shared memory between tokens ("fp32
+ *     room"; a bf16 pool's copy in the second half of it: group G's fp32
+ *     rows overwrite only rows of groups up to G, read already); two block
+ *     barriers a round. 96 KB of a bf16 pool in flight a multiprocessor.
  * The sums' fixed order makes reruns, and any number of tokens a call, give
  * the same bits; a row's arithmetic is the same in either order. The pool
  * is streamed (evict-first stores: it is touched once, the token vectors
