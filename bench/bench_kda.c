@@ -14,7 +14,7 @@
  * g.v and g.k the same of the wgmma build: how long each side takes alone
  * (timing probes built into this program only, kda_probe.cu); h (g.h) the
  * mma.sync (wgmma) build with each operand buffer handed to the V warps by
- * an mbarrier rather than a named barrier (the plan's mbarrier_handover:
+ * an mbarrier, n (g.n) by a named barrier (the plan's mbarrier_handover:
  * the same results); g.f the every-gate wgmma build with every chunk factored
  * (no vote, no safe form compiled in: the same results where no chunk's
  * gates leave the factored form's bound, as on this program's inputs). The
@@ -225,8 +225,10 @@ static void arm_prefill(void *ctx, cudaStream_t s) {
     }
     if (st == SP_OK && plan.kernel == SP_KDA_KERNEL_DECODE && opts.decode_rows)
         plan.decode_rows_per_warp = opts.decode_rows;
-    if (st == SP_OK && plan.kernel == SP_KDA_KERNEL_CHUNKED && opts.probe == 4) {
-        plan.mbarrier_handover = 1; /* --probe h, g.h: the library's own variant */
+    if (st == SP_OK && plan.kernel == SP_KDA_KERNEL_CHUNKED && (opts.probe == 4 || opts.probe == 16)) {
+        /* --probe h, g.h (n, g.n): the library's own hand-over by mbarriers
+         * (by named barriers) */
+        plan.mbarrier_handover = opts.probe == 4;
     } else if (st == SP_OK && plan.kernel == SP_KDA_KERNEL_CHUNKED && opts.probe) {
         if (bench_kda_probe(&c->a, &plan, opts.probe, s) != 0) {
             fprintf(stderr, "bench_kda_probe: %s\n", sp_last_error());
@@ -334,6 +336,8 @@ int main(int argc, char **argv) {
         {"m", "mma.sync build", 0, 0},
         {"h", "mma.sync build, mbarrier handover", 0, 4},
         {"g.h", "wgmma build, mbarrier handover", 1, 4},
+        {"n", "mma.sync build, named-barrier handover", 0, 16},
+        {"g.n", "wgmma build, named-barrier handover", 1, 16},
         {"g.f", "wgmma every-gate build, every chunk factored", 1, 8},
     };
     for (int i = 1; i + 1 < argc; i++)
@@ -342,7 +346,7 @@ int main(int argc, char **argv) {
             for (int n = 1; n < (int)(sizeof probes / sizeof probes[0]); n++)
                 if (strcmp(argv[i + 1], probes[n].flag) == 0) probe = n;
             if (probe < 0) {
-                fprintf(stderr, "--probe takes v, k, g, g.v, g.k, m, h, g.h or g.f\n");
+                fprintf(stderr, "--probe takes v, k, g, g.v, g.k, m, h, g.h, n, g.n or g.f\n");
                 return 2;
             }
             for (int k = i; k + 2 < argc; k++) argv[k] = argv[k + 2];

@@ -103,10 +103,10 @@ fi
 if [[ $phases == *decide* ]]; then
 # Each pair in one process's turn, order reversed, so that drift shows.
 kda() { "$build/bench/bench_kda" "$@"; }
-decide_handover() { # ONE_PASS_HANDOVER: named barrier (g, m) against mbarrier (g.h, h)
+decide_handover() { # ONE_PASS_HANDOVER: named barrier (g.n, n) against mbarrier (g.h, h)
   local s p
   for s in "16384 96 1" "16384 64 1" "16384 96 8"; do
-    for p in g g.h g.h g m h h m; do kda --shape $s --probe $p --json "$out/decide_handover.json" || return; done
+    for p in g.n g.h g.h g.n n h h n; do kda --shape $s --probe $p --json "$out/decide_handover.json" || return; done
   done
 }
 decide_every_gate() { # CHUNKED_EVERY_GATE: the every-gate build's own cost on K3's inputs

@@ -44,12 +44,12 @@ static int is_chunked(int32_t k) {
  * (-1: the plan's; 0 mma.sync; 1 wgmma), the two-pass kernel's records in
  * flight (0: the plan's) and thousandths of its record slots prepared
  * before its state pass (0: the plan's; 1000: two kernels); every_gate 1:
- * the every-gate builds for K3's forms too; mbarrier 1: the one-pass
- * kernel's mbarrier hand-over; longest_first 1: its longest-first block
- * order. */
+ * the every-gate builds for K3's forms too; mbarrier (-1: the plan's) 1
+ * the one-pass kernel's mbarrier hand-over, 0 its named-barrier one;
+ * longest_first 1: its longest-first block order. */
 static struct {
     int wgmma, records, head_permille, every_gate, mbarrier, longest_first;
-} forced = {-1, 0, 0, 0, 0, 0};
+} forced = {-1, 0, 0, 0, -1, 0};
 
 /* The library's plan for a, with `forced` applied. */
 static sp_kda_plan plan_of(const sp_kda_args *a, const kda_problem *p) {
@@ -57,7 +57,8 @@ static sp_kda_plan plan_of(const sp_kda_args *a, const kda_problem *p) {
     CHECK_OK(sp_kda_prefill_plan_(a, &plan));
     if (plan.kernel == SP_KDA_KERNEL_CHUNKED && forced.wgmma >= 0) plan.wgmma = forced.wgmma;
     if (forced.every_gate) plan.every_gate = 1;
-    if (plan.kernel == SP_KDA_KERNEL_CHUNKED && forced.mbarrier) plan.mbarrier_handover = 1;
+    if (plan.kernel == SP_KDA_KERNEL_CHUNKED && forced.mbarrier >= 0)
+        plan.mbarrier_handover = forced.mbarrier;
     if (plan.kernel == SP_KDA_KERNEL_CHUNKED && forced.longest_first) plan.longest_first = 1;
     if (plan.kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS) {
         const int64_t slots = sp_kda_two_pass_slots_(p->T, p->N);
@@ -768,14 +769,29 @@ static void bad_plan_cases(void) {
         CHECK_STATUS(sp_kda_prefill_planned_(&a, &plan, NULL), SP_ERR_INVALID_ARGUMENT);
         CHECKF(strstr(sp_last_error(), "mbarrier_handover") != NULL, "%s", sp_last_error());
     }
-    { /* the decode kernel's rows a warp are 16 or 32, its order 0 or 1 */
-        sp_kda_plan plan = good;
-        plan.kernel = SP_KDA_KERNEL_DECODE, plan.decode_rows_per_warp = 24;
-        CHECK_STATUS(sp_kda_prefill_planned_(&a, &plan, NULL), SP_ERR_INVALID_ARGUMENT);
+    { /* the decode kernel's rows a warp are 16 or 32, its order 0 or 1 (a
+       * call it serves: no checkpoints) */
+        kda_problem q;
+        void *qd[KB_COUNT];
+        sp_kda_args qa;
+        static const int64_t lens[] = {3, 1};
+        kp_make(&q, 2, lens, 0, 2, SP_F32, SP_KDA_GATE_LOWER_BOUND, 0, 78);
+        kp_upload(M, &q, q.host, 0, qd);
+        kp_args(&q, qd, M->device, &qa);
+        qa.kernel = SP_KDA_KERNEL_DECODE;
+        sp_kda_plan plan;
+        CHECK_OK(sp_kda_prefill_plan_(&qa, &plan));
+        CHECK(plan.kernel == SP_KDA_KERNEL_DECODE && plan.decode_tokens_outer == 1 &&
+              plan.decode_rows_per_warp == 16);
+        plan.decode_rows_per_warp = 24;
+        CHECK_STATUS(sp_kda_prefill_planned_(&qa, &plan, NULL), SP_ERR_INVALID_ARGUMENT);
         CHECKF(strstr(sp_last_error(), "decode_rows_per_warp") != NULL, "%s", sp_last_error());
         plan.decode_rows_per_warp = 16, plan.decode_tokens_outer = 2;
-        CHECK_STATUS(sp_kda_prefill_planned_(&a, &plan, NULL), SP_ERR_INVALID_ARGUMENT);
+        CHECK_STATUS(sp_kda_prefill_planned_(&qa, &plan, NULL), SP_ERR_INVALID_ARGUMENT);
         CHECKF(strstr(sp_last_error(), "decode_tokens_outer") != NULL, "%s", sp_last_error());
+        CHECKF(kp_untouched(M, &q, qd), "a refused decode plan wrote");
+        kp_release(M, qd);
+        kp_free(&q);
     }
     { /* every_gate is 0 or 1, and the K3 build serves no other gate form */
         sp_kda_plan plan = good;
@@ -829,6 +845,7 @@ static void handover_identical(void) {
             if (b && !wgmma_available()) continue;
             forced.wgmma = b;
             knob_moves_no_bit(&p, &forced.mbarrier, "the mbarrier hand-over");
+            forced.mbarrier = -1;
         }
         kp_free(&p);
     }
@@ -1172,10 +1189,11 @@ int main(void) {
         every_gate_edge_cases(R);
         every_gate_edge_cases(DEC);
 #ifdef TS_MEM_IS_CUDA
-        /* SP_TEST_KDA_MBARRIER=1: every one-pass run with the mbarrier
-         * hand-over (for compute-sanitizer racecheck, which follows it). */
+        /* SP_TEST_KDA_MBARRIER=1 (0): every one-pass run with the mbarrier
+         * (named-barrier) hand-over; compute-sanitizer racecheck follows the
+         * mbarriers only. */
         const char *mb = getenv("SP_TEST_KDA_MBARRIER");
-        if (mb && atoi(mb) == 1) forced.mbarrier = 1;
+        if (mb && (atoi(mb) == 0 || atoi(mb) == 1)) forced.mbarrier = atoi(mb);
         /* The one-pass kernel's builds, each forced where the device has it:
          * the wgmma build and the mma.sync build; or the one SP_TEST_KDA_BUILD
          * names (0 mma.sync, 1 wgmma). */
@@ -1223,7 +1241,7 @@ int main(void) {
         dispatch_pairs_cases();
 #ifdef TS_MEM_IS_CUDA
         bad_plan_cases();
-        if (!forced.mbarrier) handover_identical();
+        if (forced.mbarrier < 0) handover_identical();
         longest_first_identical();
 #endif
     }
