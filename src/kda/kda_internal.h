@@ -195,10 +195,11 @@ sp_status sp_kda_run_(const sp_kda_args *a, const sp_kda_dims *d, struct CUstrea
 sp_status sp_kda_prefill_cpu_(const sp_kda_args *a, const sp_kda_dims *d);
 sp_status sp_kda_prefill_ref_(const sp_kda_args *a, const sp_kda_dims *d);
 /* CUDA builds: the decode kernel (decode.cu; decode_emulate.cu) with `rows_per_warp` (16 or
- * 32: sp_kda_plan) run on the host, lane by lane, on CPU tensors: the
- * call's check, then the kernel's arithmetic and indexing, for tests on
- * machines without a GPU. */
-sp_status sp_kda_decode_emulate_(const sp_kda_args *a, int rows_per_warp);
+ * 32) and `tokens_outer` (0 or 1; -1: the plan's rule) as sp_kda_plan's
+ * fields, run on the host, lane by lane, on CPU tensors: the call's check,
+ * then the kernel's arithmetic and indexing, for tests on machines without
+ * a GPU. */
+sp_status sp_kda_decode_emulate_(const sp_kda_args *a, int rows_per_warp, int tokens_outer);
 /* CUDA builds: the chunked kernels' every-gate K side for one chunk of nt
  * tokens (chunk_k.cuh's gates and their sums, the operands and products
  * of the factored or the safe form) run on the host, thread by thread as

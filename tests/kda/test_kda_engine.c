@@ -71,8 +71,9 @@ static void *as_width(const int64_t *x, int64_t n, sp_dtype to) {
 }
 
 /* The decode kernel's rows a warp that run() gives it (sp_kda_plan): 0, the
- * library's plan; else 16 or 32 through a plan of the test's. */
-static int decode_rows;
+ * library's plan; else 16 or 32 through a plan of the test's. Its order
+ * (decode_tokens_outer): -1 the plan's, else 0 or 1. */
+static int decode_rows, decode_outer = -1;
 
 /* Run a call whose buffers are all in the backend's memory; the two-pass
  * kernel gets the workspace it asks for. */
@@ -86,13 +87,14 @@ static sp_status run(sp_kda_args *a) {
         a->workspace_bytes = bytes;
     }
 #ifdef SP_KDA_TEST_EMULATED
-    const sp_status s = sp_kda_decode_emulate_(a, decode_rows ? decode_rows : 16);
+    const sp_status s = sp_kda_decode_emulate_(a, decode_rows ? decode_rows : 16, decode_outer);
 #else
     sp_status s;
     sp_kda_plan plan;
-    if (a->kernel == SP_KDA_KERNEL_DECODE && decode_rows &&
+    if (a->kernel == SP_KDA_KERNEL_DECODE && (decode_rows || decode_outer >= 0) &&
         (s = sp_kda_prefill_plan_(a, &plan)) == SP_OK) {
-        plan.decode_rows_per_warp = decode_rows;
+        if (decode_rows) plan.decode_rows_per_warp = decode_rows;
+        if (decode_outer >= 0) plan.decode_tokens_outer = decode_outer;
         s = sp_kda_prefill_planned_(a, &plan, M->stream);
     } else {
         s = sp_kda_prefill(a, M->stream);
@@ -728,6 +730,38 @@ static void verify_case(int32_t kernel, sp_dtype sdt, sp_dtype tdt, int use_acc,
     kp_free(&v.p);
 }
 
+/* The decode kernel's two orders (decode_tokens_outer, each forced) give
+ * the same bits, the order the plan would not take too: a verify call (more
+ * tokens than sequences) and a step with a two-token sequence among single
+ * ones (no more), each with a verify table; both pools, both layouts. */
+static void orders_case(sp_dtype sdt, int k_first) {
+    static const int64_t lens4[] = {3, 1, 4, 2, 4, 0}, step[] = {1, 2, 0, 1, 1, 0};
+    for (int c = 0; c < 2; c++) {
+        verify v;
+        verify_make(&v, c ? step : lens4, 6, c ? 2 : 4, sdt, c == 0, 1,
+                    6600 + (uint64_t)(4 * c + 2 * (sdt == SP_BF16) + k_first));
+        v.p.kernel = SP_KDA_KERNEL_DECODE;
+        const kda_problem *p = &v.p;
+        void *o[2], *pool[2];
+        for (int outer = 0; outer < 2; outer++) {
+            o[outer] = xmalloc(p->bytes[KB_O]);
+            pool[outer] = xmalloc(v.pool_bytes);
+            decode_outer = outer;
+            CHECKF(verify_run(&v, SP_I32, k_first, o[outer], pool[outer]) == SP_OK,
+                   "decode order %d: %s", outer, sp_last_error());
+        }
+        decode_outer = -1;
+        CHECKF(memcmp(o[0], o[1], p->bytes[KB_O]) == 0 &&
+                   memcmp(pool[0], pool[1], v.pool_bytes) == 0,
+               "decode, %s pool%s, %s: the two orders differ", sp_dtype_name(sdt),
+               k_first ? " K-first" : "", c ? "a step" : "verify");
+        CHECK(memcmp(pool[0], v.pool, v.pool_bytes) != 0); /* it wrote */
+        for (int i = 0; i < 2; i++) free(o[i]), free(pool[i]);
+        free(v.pool);
+        kp_free(&v.p);
+    }
+}
+
 #ifdef TS_MEM_IS_CUDA
 #include "cuda_ok.h"
 
@@ -997,6 +1031,8 @@ int main(void) {
             verify_case(ks[i], SP_F32, SP_I32, 0, 0, 4, 6510);
             verify_case(ks[i], SP_F32, SP_I32, 1, 0, 12, 6511);
             verify_case(ks[i], SP_BF16, SP_I64, 1, 1, 12, 6512);
+            if (ks[i] == SP_KDA_KERNEL_DECODE)
+                for (int s = 0; s < 4; s++) orders_case(s & 1 ? SP_BF16 : SP_F32, s >> 1);
             if (on_device()) device_rule_case(ks[i]);
 #ifdef TS_MEM_IS_CUDA
             graph_case(ks[i]);

@@ -177,8 +177,8 @@ static void emulate_block(const kda_params &p, int OUTER, int64_t b, unsigned ch
     }
 }
 
-template <int RPW> static sp_status emulate(const kda_params &p, const sp_kda_dims &d) {
-    const int outer = sp_kda_decode_tokens_outer_(d.T, d.N); /* the plan's rule */
+template <int RPW>
+static sp_status emulate(const kda_params &p, const sp_kda_dims &d, int outer) {
     unsigned char *smem = (unsigned char *)malloc(dec_smem_bytes(p, outer));
     dec_lane<RPW>(*lanes)[32] =
         (dec_lane<RPW>(*)[32])malloc(dec_shape<RPW>::WARPS * sizeof *lanes);
@@ -193,10 +193,13 @@ template <int RPW> static sp_status emulate(const kda_params &p, const sp_kda_di
     return SP_OK;
 }
 
-extern "C" sp_status sp_kda_decode_emulate_(const sp_kda_args *a, int rows_per_warp) {
+extern "C" sp_status sp_kda_decode_emulate_(const sp_kda_args *a, int rows_per_warp,
+                                            int tokens_outer) {
     SP_REQUIRE(a, SP_ERR_INVALID_ARGUMENT, "args: NULL");
     SP_REQUIRE(rows_per_warp == 16 || rows_per_warp == 32, SP_ERR_INVALID_ARGUMENT,
                "rows_per_warp: %d is not 16 or 32", rows_per_warp);
+    SP_REQUIRE(tokens_outer >= -1 && tokens_outer <= 1, SP_ERR_INVALID_ARGUMENT,
+               "tokens_outer: %d is not -1, 0 or 1", tokens_outer);
     sp_kda_args call = *a;
     call.kernel = SP_KDA_KERNEL_AUTO; /* the plan's device rule aside: checked below */
     sp_kda_dims d;
@@ -207,5 +210,6 @@ extern "C" sp_status sp_kda_decode_emulate_(const sp_kda_args *a, int rows_per_w
     SP_REQUIRE(!no, SP_ERR_UNSUPPORTED, "kernel: the decode kernel cannot serve this call: %s", no);
     if (d.T == 0 || d.N == 0 || d.H == 0) return SP_OK;
     const kda_params p = sp_kda_cuda_params_(&call, &d);
-    return rows_per_warp == 32 ? emulate<32>(p, d) : emulate<16>(p, d);
+    const int outer = tokens_outer >= 0 ? tokens_outer : sp_kda_decode_tokens_outer_(d.T, d.N);
+    return rows_per_warp == 32 ? emulate<32>(p, d, outer) : emulate<16>(p, d, outer);
 }
