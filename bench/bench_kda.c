@@ -451,7 +451,11 @@ int main(int argc, char **argv) {
     cudaStream_t s;
     BENCH_CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     /* fla chunk_kda on one H200 (2026-11-30): Python-call ms, and GPU
-     * kernel ms (torch profiler) where measured (0: not measured). */
+     * kernel ms (torch profiler) where measured (0: not measured). Fixed
+     * figures of that device: written to the JSON, as "fla_ms" and
+     * "fla_kernel_ms" with their ratios, only when this device is an H200
+     * (bench/kda_anchors.py times fla live, on any device). */
+    const int fla_device = strstr(name, "H200") != NULL;
     static struct {
         int64_t T, H, N;
         double fla_ms, fla_kernel_ms;
@@ -577,11 +581,11 @@ int main(int argc, char **argv) {
                 bench_json_num(&j, "min_ms", st[k].min_ms);
                 bench_json_int(&j, "reps", st[k].reps);
                 bench_json_num(&j, "tokens_per_s", (double)shapes[i].T / (st[k].median_ms * 1e-3));
-                if (shapes[i].fla_ms > 0) {
+                if (fla_device && shapes[i].fla_ms > 0) {
                     bench_json_num(&j, "fla_ms", shapes[i].fla_ms);
                     bench_json_num(&j, "ratio_to_fla", st[k].median_ms / shapes[i].fla_ms);
                 }
-                if (shapes[i].fla_kernel_ms > 0) {
+                if (fla_device && shapes[i].fla_kernel_ms > 0) {
                     bench_json_num(&j, "fla_kernel_ms", shapes[i].fla_kernel_ms);
                     bench_json_num(&j, "ratio_to_fla_kernel",
                                    st[k].median_ms / shapes[i].fla_kernel_ms);
@@ -606,7 +610,8 @@ int main(int argc, char **argv) {
                              (long long)shapes[i].T,
                              (long long)shapes[i].H, (long long)shapes[i].N,
                              sp_dtype_name(states[si]), kernel_name(kernel_order[k]), st[k].median_ms,
-                             shapes[i].fla_ms > 0 ? st[k].median_ms / shapes[i].fla_ms : 0.0,
+                             fla_device && shapes[i].fla_ms > 0 ? st[k].median_ms / shapes[i].fla_ms
+                                                                : 0.0,
                              err[k], serr[k], kernel_order[k] == SP_KDA_KERNEL_AUTO ? kernel_name(chosen) : "");
             }
             BENCH_CU(cudaFree(ws));
