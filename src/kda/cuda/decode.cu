@@ -15,12 +15,12 @@
  * alone (but for the tokens-outer slots, below); a block is the pair's 128
  * rows (its token vectors stay in L1). A warp starts copying its rows into
  * its own shared memory (cp.async: the bytes in flight hold no registers),
- * then runs the rows DEC_GROUP at a
- * time through registers, the group's dot products summed over the warp by
- * exchanging halves (xch_rows), storing rows after each token a verify
- * table keeps and after the last one to the final slot (a K-first pool's
- * whole channels at a time: groups outer, back into the copy and out as it
- * came in, dec_kf_via_copy; tokens outer, from the rows kept, dec_kf_out).
+ * then runs the rows DEC_GROUP at a time through registers, the group's dot
+ * products summed over the warp by exchanging halves (xch_rows), storing
+ * rows after each token a verify table keeps and after the last one to the
+ * final slot (a K-first pool's whole channels at a time: groups outer, back
+ * into the copy and out as it came in, dec_kf_via_copy; tokens outer, from
+ * the rows kept, dec_kf_out).
  * The lanes hold the token's q, k, g of their channels (lane l: channels
  * 4l .. 4l + 3). Two orders, the plan's decode_tokens_outer, an instance
  * each:

@@ -143,37 +143,37 @@ static void emulate_token_outer(const kda_params &p, const dec_warp &w, unsigned
  * tokens outer, a round at a time: its tokens prepared into the slots (warp
  * r token r), then each warp through them. */
 template <int RPW>
-static void emulate_block(const kda_params &p, int OUTER, int64_t b, unsigned char *smem,
+static void emulate_block(const kda_params &p, int outer, int64_t b, unsigned char *smem,
                           dec_lane<RPW> (*L)[32]) {
     typedef dec_shape<RPW> SH;
+    static_assert(DEC_SLOTS <= SH::WARPS, "a warp a token of a round");
     dec_warp w[SH::WARPS];
-    const int es = dec_row_es(p, OUTER);
+    const int es = dec_row_es(p, outer);
     /* one pair a block: every warp live or none, of one sequence */
     if (!dec_begin<RPW>(p, b * SH::WARPS, &w[0])) return;
+    unsigned char *rows[SH::WARPS], *copy[SH::WARPS]; /* each warp's, and its copy in them */
     for (int wi = 0; wi < SH::WARPS; wi++) {
         dec_begin<RPW>(p, b * SH::WARPS + wi, &w[wi]);
-        emulate_start(p, w[wi], OUTER, dec_warp_rows<RPW>(smem, wi, es) + dec_copy_at<RPW>(p, OUTER),
-                      dec_warp_norms(smem, wi, es), L[wi]);
+        rows[wi] = dec_warp_rows<RPW>(smem, wi, es);
+        copy[wi] = rows[wi] + dec_copy_at<RPW>(p, outer);
+        emulate_start(p, w[wi], outer, copy[wi], dec_warp_norms(smem, wi, es), L[wi]);
     }
-    if (!OUTER) {
+    if (!outer) {
         for (int wi = 0; wi < SH::WARPS; wi++)
-            emulate_groups_outer(p, w[wi], dec_warp_rows<RPW>(smem, wi, es) + dec_copy_at<RPW>(p, OUTER),
-                                 dec_warp_norms(smem, wi, es), L[wi]);
+            emulate_groups_outer(p, w[wi], copy[wi], dec_warp_norms(smem, wi, es), L[wi]);
         return;
     }
     dec_slot *slots = dec_slots(smem, es);
-    for (int64_t i0 = 0; i0 < w[0].sq.len; i0 += DEC_SLOTS) {
-        for (int r = 0; r < DEC_SLOTS && r < SH::WARPS && i0 + r < w[r].sq.len; r++) {
-            host_read(p, w[r], w[r].sq.bos + i0 + r, L[r], (const float *)NULL);
+    const int64_t len = w[0].sq.len, bos = w[0].sq.bos;
+    for (int64_t i0 = 0; i0 < len; i0 += DEC_SLOTS) {
+        for (int r = 0; r < DEC_SLOTS && i0 + r < len; r++) { /* warp r, token i0 + r */
+            host_read(p, w[r], bos + i0 + r, L[r], (const float *)NULL);
             for (int j = 0; j < 32; j++) dec_prepare(p, w[r], L[r][j]);
-            for (int j = 0; j < 32; j++) dec_slot_put(p, w[r], w[r].sq.bos + i0 + r, slots + r, j, L[r][j]);
+            for (int j = 0; j < 32; j++) dec_slot_put(p, w[r], bos + i0 + r, slots + r, j, L[r][j]);
         }
-        for (int wi = 0; wi < SH::WARPS; wi++) {
-            unsigned char *m = dec_warp_rows<RPW>(smem, wi, es);
-            for (int64_t i = i0; i < w[wi].sq.len && i < i0 + DEC_SLOTS; i++)
-                emulate_token_outer(p, w[wi], m, m + dec_copy_at<RPW>(p, OUTER), slots + (i - i0), i,
-                                    L[wi]);
-        }
+        for (int wi = 0; wi < SH::WARPS; wi++)
+            for (int64_t i = i0; i < len && i < i0 + DEC_SLOTS; i++)
+                emulate_token_outer(p, w[wi], rows[wi], copy[wi], slots + (i - i0), i, L[wi]);
     }
 }
 
