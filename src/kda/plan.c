@@ -50,9 +50,10 @@
 /* The one-pass kernel hands each operand buffer from its K warps to its V
  * warps by a named barrier (arrive, sync), which compute-sanitizer racecheck
  * cannot follow, or by an mbarrier (arrive with release, wait with
- * acquire), which it can: 0 until the mbarrier's cost is measured (kept
- * where it costs under 1%: docs/TUNING.md, "ONE_PASS_HANDOVER"). */
-#define ONE_PASS_MBARRIER_HANDOVER 0
+ * acquire), which it can. 1: the mbarrier in the K3 builds, where it costs
+ * under 1%; the every-gate builds keep the named barrier, where the mbarrier
+ * costs more (docs/TUNING.md, "ONE_PASS_HANDOVER"). */
+#define ONE_PASS_MBARRIER_HANDOVER 1
 
 /* The one-pass kernel starts its blocks in batch order, or those of the
  * longest sequences first (list scheduling longest first: an unequal
@@ -241,7 +242,7 @@ sp_status sp_kda_plan_(const sp_kda_args *a, const sp_kda_dims *d, sp_kda_plan *
     if (p.kernel == SP_KDA_KERNEL_CHUNKED || p.kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS)
         p.every_gate = !sp_kda_k3_forms_(a);
     if (p.kernel == SP_KDA_KERNEL_CHUNKED) {
-        p.mbarrier_handover = ONE_PASS_MBARRIER_HANDOVER;
+        p.mbarrier_handover = ONE_PASS_MBARRIER_HANDOVER && !p.every_gate;
         p.longest_first = ONE_PASS_LONGEST_FIRST && d->N <= SP_KDA_LONGEST_FIRST_MAX_N;
         p.splits = sp_kda_chunked_splits_(pairs, dev->sms);
         p.wgmma = sp_kda_chunked_wgmma_(p.splits) && dev->kda_wgmma;
