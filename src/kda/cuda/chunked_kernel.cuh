@@ -130,10 +130,11 @@ static __device__ void state_update(float S[DIM / 8][4], float P[4][4], float O[
  * solving for T while the others start the state's products; so the serial
  * walk over the chunks pays only the V side. The K warps also copy in each
  * chunk's k, q, g (two buffers) and v (STAGES + 1 buffers: the V warps may
- * still read chunk c - 1's while chunk c + 1's arrives). Two named barriers
- * per operand buffer hand it over: FULL (the K warps arrive once it is
- * written, the V warps wait) and EMPTY (both wait: the V warps once done
- * with it, the K warps before writing it again).
+ * still read chunk c - 1's while chunk c + 1's arrives). Two barriers per
+ * operand buffer hand it over: FULL (the K warps arrive once it is written,
+ * the V warps wait; a named barrier, or an mbarrier where the plan says:
+ * ONE_PASS_MBAR_HANDOVER below) and EMPTY (a named barrier both wait at: the
+ * V warps once done with it, the K warps before writing it again).
  *
  * WGMMA: the build whose V side's bf16 products are wgmma (sm_90a;
  * elsewhere the same products by mma.sync on the swizzled operands). */
