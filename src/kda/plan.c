@@ -66,9 +66,12 @@
  * has no more tokens than sequences): with fp32 rows three blocks fill a
  * multiprocessor either way and 16 rows give twice the warps; with bf16 rows
  * 32 give six blocks of four warps where 16 give three of eight (registers):
- * twice the bytes in flight (docs/TUNING.md, "DECODE_ROWS_PER_WARP"). */
+ * twice the bytes in flight, the faster where the step has more than
+ * DECODE_BF16_ROWS_16_MAX_PAIRS_PER_SM pairs a multiprocessor, 16 below
+ * (docs/TUNING.md, "DECODE_ROWS_PER_WARP"). */
 #define DECODE_ROWS_PER_WARP 16
 #define DECODE_ROWS_PER_WARP_BF16_ROWS 32
+#define DECODE_BF16_ROWS_16_MAX_PAIRS_PER_SM 54
 
 const char *sp_kda_kernel_name(sp_kda_kernel k) {
     switch (k) {
@@ -254,7 +257,11 @@ sp_status sp_kda_plan_(const sp_kda_args *a, const sp_kda_dims *d, sp_kda_plan *
         p.workspace_bytes = need;
     } else if (p.kernel == SP_KDA_KERNEL_DECODE) {
         p.decode_tokens_outer = sp_kda_decode_tokens_outer_(d->T, d->N);
-        p.decode_rows_per_warp = d->state_bf16 && !p.decode_tokens_outer
+        /* dev: the device's row where chunked_unsupported read it (a
+         * decode step on CUDA); without it, as at many pairs. */
+        const int few_pairs =
+            dev && pairs <= (int64_t)DECODE_BF16_ROWS_16_MAX_PAIRS_PER_SM * dev->sms;
+        p.decode_rows_per_warp = d->state_bf16 && !p.decode_tokens_outer && !few_pairs
                                      ? DECODE_ROWS_PER_WARP_BF16_ROWS
                                      : DECODE_ROWS_PER_WARP;
     }
