@@ -104,6 +104,16 @@ int sp_kda_chunked_wgmma_(int splits) {
     return splits == 1;
 }
 
+int sp_kda_one_pass_mbarrier_(int every_gate) {
+    return ONE_PASS_MBARRIER_HANDOVER && !every_gate;
+}
+
+int sp_kda_decode_rows_per_warp_(int state_bf16, int tokens_outer, int64_t pairs, int sms) {
+    const int few_pairs = sms > 0 && pairs <= (int64_t)DECODE_BF16_ROWS_16_MAX_PAIRS_PER_SM * sms;
+    return state_bf16 && !tokens_outer && !few_pairs ? DECODE_ROWS_PER_WARP_BF16_ROWS
+                                                     : DECODE_ROWS_PER_WARP;
+}
+
 int sp_kda_two_pass_records_(int64_t pairs, int sms) {
     /* A state-pass block waits on its records' arrival: four in flight walk
      * fastest, but then it takes a multiprocessor to itself; with two, two
@@ -245,7 +255,7 @@ sp_status sp_kda_plan_(const sp_kda_args *a, const sp_kda_dims *d, sp_kda_plan *
     if (p.kernel == SP_KDA_KERNEL_CHUNKED || p.kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS)
         p.every_gate = !sp_kda_k3_forms_(a);
     if (p.kernel == SP_KDA_KERNEL_CHUNKED) {
-        p.mbarrier_handover = ONE_PASS_MBARRIER_HANDOVER && !p.every_gate;
+        p.mbarrier_handover = sp_kda_one_pass_mbarrier_(p.every_gate);
         p.longest_first = ONE_PASS_LONGEST_FIRST && d->N <= SP_KDA_LONGEST_FIRST_MAX_N;
         p.splits = sp_kda_chunked_splits_(pairs, dev->sms);
         p.wgmma = sp_kda_chunked_wgmma_(p.splits) && dev->kda_wgmma;
@@ -257,13 +267,13 @@ sp_status sp_kda_plan_(const sp_kda_args *a, const sp_kda_dims *d, sp_kda_plan *
         p.workspace_bytes = need;
     } else if (p.kernel == SP_KDA_KERNEL_DECODE) {
         p.decode_tokens_outer = sp_kda_decode_tokens_outer_(d->T, d->N);
-        /* dev: the device's row where chunked_unsupported read it (a
-         * decode step on CUDA); without it, as at many pairs. */
-        const int few_pairs =
-            dev && pairs <= (int64_t)DECODE_BF16_ROWS_16_MAX_PAIRS_PER_SM * dev->sms;
-        p.decode_rows_per_warp = d->state_bf16 && !p.decode_tokens_outer && !few_pairs
-                                     ? DECODE_ROWS_PER_WARP_BF16_ROWS
-                                     : DECODE_ROWS_PER_WARP;
+        /* The device's row (chunked_unsupported does not read it for a
+         * verify table); without one, as at many pairs. */
+        if (!dev && d->dev.type == SP_DEVICE_CUDA &&
+            sp_cuda_device_((int)d->dev.ordinal, SP_CUDA_PART_KDA, &dev) != SP_OK)
+            dev = NULL;
+        p.decode_rows_per_warp = sp_kda_decode_rows_per_warp_(d->state_bf16, p.decode_tokens_outer,
+                                                              pairs, dev ? dev->sms : 0);
     }
     *plan = p;
     return SP_OK;

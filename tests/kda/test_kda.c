@@ -56,7 +56,10 @@ static sp_kda_plan plan_of(const sp_kda_args *a, const kda_problem *p) {
     sp_kda_plan plan;
     CHECK_OK(sp_kda_prefill_plan_(a, &plan));
     if (plan.kernel == SP_KDA_KERNEL_CHUNKED && forced.wgmma >= 0) plan.wgmma = forced.wgmma;
-    if (forced.every_gate) plan.every_gate = 1;
+    if (forced.every_gate) {
+        plan.every_gate = 1; /* and the every-gate builds' hand-over */
+        if (plan.kernel == SP_KDA_KERNEL_CHUNKED) plan.mbarrier_handover = sp_kda_one_pass_mbarrier_(1);
+    }
     if (plan.kernel == SP_KDA_KERNEL_CHUNKED && forced.mbarrier >= 0)
         plan.mbarrier_handover = forced.mbarrier;
     if (plan.kernel == SP_KDA_KERNEL_CHUNKED && forced.longest_first) plan.longest_first = 1;
@@ -906,12 +909,13 @@ static void two_pass_plans_identical(const int (*plans)[2], size_t n, sp_kda_gat
 }
 #endif
 
-/* The plan's head share (sp_kda_two_pass_head_slots_): two kernels
+/* The plan's rules as functions of their inputs (plan.h). The head share
+ * (sp_kda_two_pass_head_slots_): two kernels
  * with four records in flight, with no block slot free, and where few are
  * (32 pairs on 132 multiprocessors: 8); with two, the best shares measured
  * on the H200, a little above (0.12 at 20 pairs, 0.49 at 24, 0.76 at 28);
  * never no slot. */
-static void two_pass_head_cases(void) {
+static void plan_rules_cases(void) {
     CHECK(sp_kda_two_pass_head_slots_(12, 132, 4, 1000) == 1000);
     CHECK(sp_kda_two_pass_head_slots_(32, 132, 2, 1000) == 1000);
     CHECK(sp_kda_two_pass_head_slots_(33, 132, 2, 1000) == 1000);
@@ -933,6 +937,18 @@ static void two_pass_head_cases(void) {
     CHECK(sp_kda_chunked_splits_(96, 132) == 1 && sp_kda_chunked_splits_(66, 132) == 2);
     CHECK(sp_kda_chunked_splits_(33, 132) == 4 && sp_kda_chunked_splits_(1, 132) == 8);
     CHECK(sp_kda_chunked_wgmma_(1) && !sp_kda_chunked_wgmma_(2));
+    /* Its hand-over: the mbarrier in the K3 builds, the named barrier in the
+     * every-gate builds (docs/TUNING.md, "ONE_PASS_HANDOVER"). */
+    CHECK(sp_kda_one_pass_mbarrier_(0) == 1 && sp_kda_one_pass_mbarrier_(1) == 0);
+    /* The decode kernel's rows a warp: 32 only for a bf16 pool's step (groups
+     * outer) with more than 54 pairs a multiprocessor, or on an unknown
+     * device (docs/TUNING.md, "DECODE_ROWS_PER_WARP"). */
+    CHECK(sp_kda_decode_rows_per_warp_(1, 0, 54 * 132, 132) == 16);
+    CHECK(sp_kda_decode_rows_per_warp_(1, 0, 54 * 132 + 1, 132) == 32);
+    CHECK(sp_kda_decode_rows_per_warp_(1, 0, 768, 0) == 32);
+    CHECK(sp_kda_decode_rows_per_warp_(1, 1, 49152, 132) == 16);
+    CHECK(sp_kda_decode_rows_per_warp_(0, 0, 49152, 132) == 16);
+    CHECK(sp_kda_decode_rows_per_warp_(0, 0, 768, 132) == 16);
 }
 
 /* Which kernel AUTO picks, and forced kernels that cannot serve a call:
@@ -1245,7 +1261,7 @@ int main(void) {
         longest_first_identical();
 #endif
     }
-    two_pass_head_cases();
+    plan_rules_cases();
     noop_cases();
     bad_argument_cases();
     return sp_test_finish(ts_mem_test_name(M, "test_kda"));
