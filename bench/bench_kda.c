@@ -214,11 +214,7 @@ static void arm_prefill(void *ctx, cudaStream_t s) {
     if (st == SP_OK && plan.kernel == SP_KDA_KERNEL_CHUNKED && opts.longest_first &&
         c->N <= SP_KDA_LONGEST_FIRST_MAX_N)
         plan.longest_first = 1;
-    if (st == SP_OK && opts.every_gate &&
-        (plan.kernel == SP_KDA_KERNEL_CHUNKED || plan.kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS)) {
-        plan.every_gate = 1; /* and the every-gate builds' hand-over */
-        if (plan.kernel == SP_KDA_KERNEL_CHUNKED) plan.mbarrier_handover = sp_kda_one_pass_mbarrier_(1);
-    }
+    if (st == SP_OK && opts.every_gate) sp_kda_plan_every_gate_(&plan);
     if (st == SP_OK && plan.kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS && opts.records) {
         const int64_t slots = sp_kda_two_pass_slots_(c->T, c->N);
         const int64_t h = slots * opts.head_permille / 1000;

@@ -269,9 +269,8 @@ sp_status sp_kda_plan_(const sp_kda_args *a, const sp_kda_dims *d, sp_kda_plan *
         p.decode_tokens_outer = sp_kda_decode_tokens_outer_(d->T, d->N);
         /* The device's row (chunked_unsupported does not read it for a
          * verify table); without one, as at many pairs. */
-        if (!dev && d->dev.type == SP_DEVICE_CUDA &&
-            sp_cuda_device_((int)d->dev.ordinal, SP_CUDA_PART_KDA, &dev) != SP_OK)
-            dev = NULL;
+        if (!dev && d->dev.type == SP_DEVICE_CUDA) /* NULL where it cannot be read */
+            (void)sp_cuda_device_((int)d->dev.ordinal, SP_CUDA_PART_KDA, &dev);
         p.decode_rows_per_warp = sp_kda_decode_rows_per_warp_(d->state_bf16, p.decode_tokens_outer,
                                                               pairs, dev ? dev->sms : 0);
     }
@@ -346,6 +345,14 @@ sp_status sp_kda_prefill_plan_(const sp_kda_args *args, sp_kda_plan *plan) {
     SP_FORWARD(sp_kda_check_(args, 1, &d));
     *plan = d.plan;
     return SP_OK;
+}
+
+void sp_kda_plan_every_gate_(sp_kda_plan *plan) {
+    if (plan->kernel != SP_KDA_KERNEL_CHUNKED && plan->kernel != SP_KDA_KERNEL_CHUNKED_TWO_PASS)
+        return;
+    plan->every_gate = 1;
+    if (plan->kernel == SP_KDA_KERNEL_CHUNKED)
+        plan->mbarrier_handover = sp_kda_one_pass_mbarrier_(1);
 }
 
 sp_status sp_kda_prefill_planned_(const sp_kda_args *args, const sp_kda_plan *plan,

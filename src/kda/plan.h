@@ -108,6 +108,9 @@ sp_status sp_kda_two_pass_bytes_(int64_t T, int64_t N, int64_t H, size_t *bytes)
  * its kernel cannot serve the call, SP_ERR_WORKSPACE_TOO_SMALL for a
  * two-pass plan without its workspace; args->kernel is ignored). */
 sp_status sp_kda_prefill_plan_(const sp_kda_args *args, sp_kda_plan *plan);
+/* A chunked kernel's plan switched to the every-gate build (K3's forms too)
+ * with that build's hand-over; other kernels' plans as they are. */
+void sp_kda_plan_every_gate_(sp_kda_plan *plan);
 sp_status sp_kda_prefill_planned_(const sp_kda_args *args, const sp_kda_plan *plan,
                                   struct CUstream_st *stream);
 

@@ -56,10 +56,7 @@ static sp_kda_plan plan_of(const sp_kda_args *a, const kda_problem *p) {
     sp_kda_plan plan;
     CHECK_OK(sp_kda_prefill_plan_(a, &plan));
     if (plan.kernel == SP_KDA_KERNEL_CHUNKED && forced.wgmma >= 0) plan.wgmma = forced.wgmma;
-    if (forced.every_gate) {
-        plan.every_gate = 1; /* and the every-gate builds' hand-over */
-        if (plan.kernel == SP_KDA_KERNEL_CHUNKED) plan.mbarrier_handover = sp_kda_one_pass_mbarrier_(1);
-    }
+    if (forced.every_gate) sp_kda_plan_every_gate_(&plan);
     if (plan.kernel == SP_KDA_KERNEL_CHUNKED && forced.mbarrier >= 0)
         plan.mbarrier_handover = forced.mbarrier;
     if (plan.kernel == SP_KDA_KERNEL_CHUNKED && forced.longest_first) plan.longest_first = 1;

@@ -99,6 +99,13 @@ static __device__ __forceinline__ void dec_token(const kda_params &p, const dec_
     if (stores) dec_group_done(p, w, k, KF, G, lane, l, kf_copy);
 }
 
+/* A read token's norms summed over the warp: the butterflies give every
+ * lane the same bits (the emulation's host_read). */
+template <int RPW> static __device__ __forceinline__ void dec_sum_norms(dec_lane<RPW> &l) {
+    l.sq = butterfly(l.sq);
+    l.sk = butterfly(l.sk);
+}
+
 /* Token t read and prepared, its norms kept (i < DEC_NORMS) or summed. */
 template <int RPW>
 static __device__ __forceinline__ void dec_token_prepare(const kda_params &p, const dec_warp &w,
@@ -108,8 +115,7 @@ static __device__ __forceinline__ void dec_token_prepare(const kda_params &p, co
     if (i < DEC_NORMS) {
         l.sq = norms[2 * i], l.sk = norms[2 * i + 1];
     } else {
-        l.sq = butterfly(l.sq);
-        l.sk = butterfly(l.sk);
+        dec_sum_norms(l);
     }
     dec_prepare(p, w, l);
 }
@@ -123,8 +129,7 @@ static __device__ __forceinline__ void dec_round_prepare(const kda_params &p, co
                                                          dec_slot *slots, dec_lane<RPW> &l) {
     if (wi >= DEC_SLOTS || i0 + wi >= w.sq.len) return;
     dec_read(p, w, w.sq.bos + i0 + wi, lane, l);
-    l.sq = butterfly(l.sq);
-    l.sk = butterfly(l.sk);
+    dec_sum_norms(l);
     dec_prepare(p, w, l);
     dec_slot_put(p, w, w.sq.bos + i0 + wi, slots + wi, lane, l);
 }
@@ -194,12 +199,10 @@ static __global__ void __launch_bounds__(dec_launch<RPW>::THREADS, dec_launch<RP
     if (OUTER) {
         dec_round_prepare(p, w, 0, wi, lane, slots, l); /* the first round */
     } else {
-        /* The norms of the first tokens, for every group (the butterflies
-         * give every lane the same bits: lane 0 keeps them). */
+        /* The norms of the first tokens, for every group (lane 0 keeps them). */
         for (int64_t i = 0; i < w.sq.len && i < DEC_NORMS; i++) {
             dec_read(p, w, w.sq.bos + i, lane, l);
-            l.sq = butterfly(l.sq);
-            l.sk = butterfly(l.sk);
+            dec_sum_norms(l);
             if (lane == 0) norms[2 * i] = l.sq, norms[2 * i + 1] = l.sk;
         }
         if (one) dec_prepare(p, w, l); /* one token: prepared once (l holds it read) */

@@ -54,6 +54,14 @@ static void host_read(const kda_params &p, const dec_warp &w, int64_t t, dec_lan
     host_butterfly(L, [](lane_t &l) { return &l.sk; });
 }
 
+/* The same, and every lane's token prepared (the kernel's dec_prepare). */
+template <int RPW>
+static void host_prepare(const kda_params &p, const dec_warp &w, int64_t t, dec_lane<RPW> *L,
+                         const float *norms) {
+    host_read(p, w, t, L, norms);
+    for (int j = 0; j < 32; j++) dec_prepare(p, w, L[j]);
+}
+
 /* One warp's start: the read slot's rows copied to copy and, groups outer
  * (not outer), the norms of its first tokens kept (and, for one token, that
  * token read: L). */
@@ -100,8 +108,7 @@ static void emulate_groups_outer(const kda_params &p, const dec_warp &w, unsigne
         for (int j = 0; j < 32; j++) dec_group_rows(p, w, kf, G, j, copy, L[j]);
         for (int64_t i = 0; i < w.sq.len; i++) {
             if (!one) {
-                host_read(p, w, w.sq.bos + i, L, i < DEC_NORMS ? norms + 2 * i : NULL);
-                for (int j = 0; j < 32; j++) dec_prepare(p, w, L[j]);
+                host_prepare(p, w, w.sq.bos + i, L, i < DEC_NORMS ? norms + 2 * i : NULL);
             }
             host_token(p, w, dec_token_at(p, w, i), G, L, kf_copy, 1);
         }
@@ -167,8 +174,7 @@ static void emulate_block(const kda_params &p, int outer, int64_t b, unsigned ch
     const int64_t len = w[0].sq.len, bos = w[0].sq.bos;
     for (int64_t i0 = 0; i0 < len; i0 += DEC_SLOTS) {
         for (int r = 0; r < DEC_SLOTS && i0 + r < len; r++) { /* warp r, token i0 + r */
-            host_read(p, w[r], bos + i0 + r, L[r], (const float *)NULL);
-            for (int j = 0; j < 32; j++) dec_prepare(p, w[r], L[r][j]);
+            host_prepare(p, w[r], bos + i0 + r, L[r], (const float *)NULL);
             for (int j = 0; j < 32; j++) dec_slot_put(p, w[r], bos + i0 + r, slots + r, j, L[r][j]);
         }
         for (int wi = 0; wi < SH::WARPS; wi++)
