@@ -201,21 +201,76 @@ static __device__ __forceinline__ float beta_in(const kda_params &p, int64_t t, 
     return sp_bf16_to_f32_(*kda_row(p.beta, t, h));
 }
 
-/* The f32 g of token t (of the batch), head h, channel 0 (every-gate
- * builds); NULL where g is bf16 (copied in with k and q) or the build K3's. */
+/* Where gates_and_norms reads an f32 g (every-gate builds with the
+ * log-decay in f32; at NULL elsewhere: g is bf16, copied in with k and q,
+ * or the build is K3's): the row of the chunk's token t at at + t ts, plus
+ * hop for t from split on; channel 0 first. A thread's segment lies on one
+ * side of split (a multiple of its length). */
+typedef struct g32_rows {
+    const float *at;
+    int64_t ts;
+    int split, hop;
+    SP_HD __forceinline__ const float *segment(int t0) const {
+        return at + (int64_t)t0 * ts + (t0 < split ? 0 : hop);
+    }
+} g32_rows;
+
+/* The f32 g of the chunk from token t (of the batch), head h, in memory
+ * (the two-pass prepare kernel). */
 template <int ANY>
-static __device__ __forceinline__ const float *g_f32_row(const kda_params &p, int64_t t, int64_t h) {
-    return ANY && p.g_f32 ? (const float *)p.g.at + sp_kda_at_(p.g.ts, p.g.hs, t, h) : NULL;
+static __device__ __forceinline__ g32_rows g_f32_rows(const kda_params &p, int64_t t, int64_t h) {
+    const float *at = ANY && p.g_f32 ? (const float *)p.g.at + sp_kda_at_(p.g.ts, p.g.hs, t, h) : NULL;
+    return g32_rows{at, p.g.ts, CHUNK, 0};
 }
 
-/* An f32 g (every-gate builds; gates_and_norms reads it from memory, it is
- * not copied in with k and q): tokens c0 .. c0 + 31 brought into L2 ahead
- * of their use, a 128-byte line a thread (4 a token row), threads 0 .. 127. */
+/* An f32 g brought into L2 ahead of its use (the two-pass prepare kernel):
+ * tokens c0 .. c0 + 31, a 128-byte line a thread (4 a token row), threads
+ * 0 .. 127. */
 template <int ANY>
 static __device__ __forceinline__ void prefetch_g_f32(const kda_params &p, const kda_seq &sq,
                                                       int64_t h, int64_t c0, int tid) {
     if (ANY && p.g_f32 && tid < 4 * CHUNK && c0 + (tid >> 2) < sq.len)
-        sp_prefetch_l2_(g_f32_row<ANY>(p, sq.bos + c0 + (tid >> 2), h) + 32 * (tid & 3));
+        sp_prefetch_l2_((const float *)p.g.at + sp_kda_at_(p.g.ts, p.g.hs, sq.bos + c0 + (tid >> 2), h) +
+                        32 * (tid & 3));
+}
+
+/* The one-pass kernel's f32 g: in shared memory, where a chunk's bf16 g
+ * would be (the two raw buffers' g, half the chunk's tokens each), one
+ * chunk at a time. */
+static constexpr int G32_HOP = (int)(sizeof(raw_chunk) / sizeof(float)) - CHUNK / 2 * DIM;
+static __device__ __forceinline__ g32_rows g_f32_staged(const raw_chunk *raw) {
+    static_assert(sizeof(raw[0].g) == CHUNK / 2 * DIM * sizeof(float), "half a chunk of f32 g a buffer");
+    return g32_rows{(const float *)&raw[0].g[0][0], DIM, CHUNK / 2, G32_HOP};
+}
+
+/* Whether a build's call has an f32 g (compile-time where the build is one
+ * form's). */
+template <int ANY> static __device__ __forceinline__ int g_is_f32(const kda_params &p) {
+    return gate_build<ANY>::FIXED ? gate_build<ANY>::G32 == 1 : ANY && p.g_f32;
+}
+
+/* Start copying the f32 g of tokens c0 .. c0 + 31 of head h into the
+ * staged rows (g_f32_staged), 16-byte pieces by NT threads (the chunked
+ * kernels read g's rows at 16-byte aligned addresses: sp_kda_reads_in_place),
+ * zero-filled past the end. */
+template <int NT>
+static __device__ __forceinline__ void load_g_f32(const kda_params &p, const kda_seq &sq, int64_t h,
+                                                  int64_t c0, int tid, raw_chunk *raw) {
+    /* Thread tid: the piece col of tokens t0 + TPK k, k = 0 .. CHUNK / TPK - 1,
+     * each on a side of CHUNK / 2 known at compile time. */
+    constexpr int ROW = DIM / 4, TPK = NT / ROW; /* 16-byte pieces a row, rows a step */
+    static_assert(NT % ROW == 0 && (CHUNK / 2) % TPK == 0, "whole rows a step, a half in whole steps");
+    const int t0 = tid / ROW, col = 4 * (tid % ROW);
+    const float *first = (const float *)p.g.at + sp_kda_at_(p.g.ts, p.g.hs, sq.bos, h);
+    const float *src = first + (c0 + t0) * p.g.ts + col;
+    const int64_t step = (int64_t)TPK * p.g.ts, left = sq.len - c0 - t0;
+    const unsigned dst = sp_smem_addr_(&raw[0].g[0][0]) + 4u * (unsigned)(t0 * DIM + col);
+#pragma unroll
+    for (int k = 0; k < CHUNK / TPK; k++) {
+        const int ok = TPK * k < left;
+        const unsigned to = dst + 4u * (unsigned)(TPK * k * DIM + (TPK * k < CHUNK / 2 ? 0 : G32_HOP));
+        sp_cp_async16_fill_to_(to, ok ? src + k * step : first, ok ? 16 : 0);
+    }
 }
 
 /* b from the beta input x: its sigmoid (K3), or by the call's form. */
@@ -263,15 +318,15 @@ static SP_HD __forceinline__ void gate_sums(const X graw[SEG], int valid, const 
  * and their running sums from the segment's start, in log2 units (times
  * log2(e), for ex2), in gam (registers: operands() takes them on); the
  * sums at the segment's end also go to s.seg_end. Tokens past the end get
- * gate 0 (no decay). bias: the two channels' dt_bias. g from raw, or (g32
- * not NULL, every-gate builds) f32 from g32: the chunk's first token, the
- * head's channel 0 (tokens p.g.ts apart). Then warp w: the norms of k and
+ * gate 0 (no decay). bias: the two channels' dt_bias. g from raw, or (g32.at
+ * not NULL, every-gate builds) f32 from g32's rows: in shared memory (the
+ * one-pass kernel) or in memory (the two-pass prepare kernel). Then warp w: the norms of k and
  * q of its CHUNK / (NT / 32) tokens, and warp 0 the betas (lane t holds
  * token t's input, loaded a chunk ahead). Returns whether the thread's
  * channels leave the factored form's bound (0 in K3). */
 template <int NT, int ANY, typename OPS>
 static __device__ __forceinline__ int gates_and_norms(const kda_params &p, const raw_chunk &raw,
-                                                      const float *g32, int nt, int tid,
+                                                      const g32_rows g32, int nt, int tid,
                                                       float expA, float2 bias, float beta_x,
                                                       chunk_work &s, OPS &ops,
                                                       float gam[2][kside<NT>::SEG]) {
@@ -281,21 +336,23 @@ static __device__ __forceinline__ int gates_and_norms(const kda_params &p, const
     float sum[2] = {0.0f, 0.0f};
     /* All the segment's gates loaded before the first is used (the
      * compiler kept only two loads in flight). */
-    const int from_f32 = gate_build<ANY>::FIXED ? gate_build<ANY>::G32 : g32 != NULL;
+    const int from_f32 = gate_build<ANY>::FIXED ? gate_build<ANY>::G32 : g32.at != NULL;
     if (ANY && from_f32) {
-        /* f32: two 4-byte loads a token (4-byte alignment suffices); a token
+        /* f32: one 8-byte load a token (rows 16-byte aligned); a token
          * past the end reads the chunk's first (which exists) and is taken
          * as 0. Unpredicated loads, and (as for bf16 g) one loop form for
          * full and partial segments: predicated loads and a second,
          * full-segment copy of the loop made ptxas spill the K warps'
          * registers. */
+        static_assert(CHUNK / 2 % SEG == 0, "a segment in one half of the staged rows");
         float2 g2[SEG];
+        const float *rows = g32.segment(t0) + d;
 #pragma unroll
         for (int j = 0; j < SEG; j++) {
-            const float *at = g32 + (int64_t)(t0 + j) * p.g.ts + d;
+            const float *at = rows + (int64_t)j * g32.ts;
             const int ok = t0 + j < nt;
-            const float *src = ok ? at : g32;
-            g2[j] = make_float2(src[0], src[1]);
+            const float *src = ok ? at : g32.at;
+            g2[j] = *(const float2 *)src;
             if (!ok) g2[j] = make_float2(0.0f, 0.0f);
         }
         gate_sums<SEG, false>(g2, nt - t0, gate, gam, sum);

@@ -311,7 +311,7 @@ static __global__ void __launch_bounds__(one_pass_traits<WGMMA>::THREADS, 1)
         if (w == 0 && lane < L) beta_x = beta_in<ANY>(p, sq.bos + lane, h);
         if (L > 0) {
             load_kqg<TR::K_THREADS>(p, sq, h, 0, tid, s.raw[0], !(ANY && p.g_f32));
-            prefetch_g_f32<ANY>(p, sq, h, 0, tid);
+            if (g_is_f32<ANY>(p)) load_g_f32<TR::K_THREADS>(p, sq, h, 0, tid, s.raw);
             load_v(p, sq, h, 0, v0, bv, tid, TR::K_THREADS, &s.v[0][0][0], OP_PITCH);
         }
         sp_cp_async_commit_();
@@ -327,16 +327,23 @@ static __global__ void __launch_bounds__(one_pass_traits<WGMMA>::THREADS, 1)
                 load_kqg<TR::K_THREADS>(p, sq, h, c0 + CHUNK, tid, s.raw[rb ^ 1], !(ANY && p.g_f32));
                 load_v(p, sq, h, c0 + CHUNK, v0, bv, tid, TR::K_THREADS, &s.v[(ci + 1) % TR::V_BUFFERS][0][0],
                        OP_PITCH);
-                prefetch_g_f32<ANY>(p, sq, h, c0 + CHUNK, tid);
             }
             sp_cp_async_commit_();
             int far = 0;
             if (DO_K)
-                far = gates_and_norms<TR::K_THREADS, ANY>(p, s.raw[rb], g_f32_row<ANY>(p, sq.bos + c0, h),
+                far = gates_and_norms<TR::K_THREADS, ANY>(p, s.raw[rb], g_is_f32<ANY>(p) ? g_f32_staged(s.raw) : g32_rows{},
                                                          nt, tid, expA, bias, beta_x, s.work[b],
                                                          s.ops[b], gam);
             if (w == 0 && c0 + CHUNK + lane < L)
                 beta_x = beta_in<ANY>(p, sq.bos + c0 + CHUNK + lane, h);
+            /* An f32 g, after a barrier behind every K thread's reads of this
+             * chunk's: the next chunk's copied in (one buffer). */
+            const auto next_g = [&]() {
+                if (g_is_f32<ANY>(p) && c0 + CHUNK < L) {
+                    load_g_f32<TR::K_THREADS>(p, sq, h, c0 + CHUNK, tid, s.raw);
+                    sp_cp_async_commit_();
+                }
+            };
             int safe = 0;
             if constexpr (VOTE)
                 safe = sp_bar_sync_or_(TR::BAR_K, TR::K_THREADS, far);
@@ -345,6 +352,7 @@ static __global__ void __launch_bounds__(one_pass_traits<WGMMA>::THREADS, 1)
             if (!VOTE || !safe) {
                 if (DO_K) operands<TR::K_THREADS>(s.raw[rb], tid, s.work[b], gam, s.ops[b]);
                 sp_bar_sync_(TR::BAR_K, TR::K_THREADS);
+                next_g();
                 if (DO_K) intra_products<TR::K_THREADS>(w, lane, s.work[b], s.ops[b]);
             } else { /* the safe form (chunk_k.cuh) */
                 const pair_sums m = safe_sums<TR::K_THREADS>(tid, s.work[b], gam, s.ops[b]);
@@ -352,6 +360,7 @@ static __global__ void __launch_bounds__(one_pass_traits<WGMMA>::THREADS, 1)
                 float ka[safe_pairs<TR::K_THREADS>::EACH], qa[safe_pairs<TR::K_THREADS>::EACH];
                 safe_products<TR::K_THREADS>(tid, s.raw[rb], s.ops[b], ka, qa);
                 sp_bar_sync_(TR::BAR_K, TR::K_THREADS);
+                next_g();
                 safe_store<TR::K_THREADS>(tid, ka, qa, s.work[b], s.ops[b]);
                 safe_operands<TR::K_THREADS>(s.raw[rb], tid, s.work[b], gam, m, s.ops[b]);
             }

@@ -122,7 +122,7 @@ static __device__ __forceinline__ void prepare_record(const kda_params &p, void 
     int far = 0;
 #pragma unroll
     for (int e = 0; e < E; e++)
-        far |= gates_and_norms<TP::PREP_THREADS, ANY>(p, s.raw, g_f32_row<ANY>(p, sq.bos + c0, h), nt,
+        far |= gates_and_norms<TP::PREP_THREADS, ANY>(p, s.raw, g_f32_rows<ANY>(p, sq.bos + c0, h), nt,
                                                       tid + e * NT, expA, bias,
                                                       e == 0 ? beta_x : 0.0f, s.work, s.ops,
                                                       gam[e]);
