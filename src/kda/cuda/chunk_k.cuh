@@ -36,7 +36,8 @@ static __device__ __forceinline__ void load_pieces(const kda_input &x, const kda
  * place: 16-byte aligned wherever the tensor's strides put it) into dst: thread tid the
  * 16-byte piece tid % 16 of rows tid / 16, tid / 16 + NT / 16, ... Rows past
  * the sequence's end are zero-filled (the copy reads no byte for them).
- * with_g 0: g is f32, which gates_and_norms reads itself. */
+ * with_g 0: g is f32, copied apart (the one-pass kernel: load_g_f32) or
+ * read from memory by gates_and_norms (the two-pass prepare kernel). */
 template <int NT>
 static __device__ __forceinline__ void load_kqg(const kda_params &p, const kda_seq &sq, int64_t h,
                                                 int64_t c0, int tid, raw_chunk &dst,

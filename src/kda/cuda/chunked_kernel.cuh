@@ -129,8 +129,9 @@ static __device__ void state_update(float S[DIM / 8][4], float P[4][4], float O[
  * V rows each) run an earlier chunk's V side, one of them (V_SOLVER) first
  * solving for T while the others start the state's products; so the serial
  * walk over the chunks pays only the V side. The K warps also copy in each
- * chunk's k, q, g (two buffers) and v (STAGES + 1 buffers: the V warps may
- * still read chunk c - 1's while chunk c + 1's arrives). Two barriers per
+ * chunk's k, q, g (two buffers; an f32 g one chunk at a time, copied once
+ * every K thread has read the last) and v (STAGES + 1 buffers: the V warps
+ * may still read chunk c - 1's while chunk c + 1's arrives). Two barriers per
  * operand buffer hand it over: FULL (the K warps arrive once it is written,
  * the V warps wait; a named barrier, or an mbarrier where the plan says:
  * ONE_PASS_MBAR_HANDOVER below) and EMPTY (a named barrier both wait at: the
@@ -165,7 +166,8 @@ template <int WGMMA> struct one_pass_traits {
 };
 
 template <typename OPS, int STAGES> struct one_pass_smem_of {
-    raw_chunk raw[2]; /* k, q, g of this chunk and, arriving, the next one's */
+    raw_chunk raw[2]; /* k, q, g of this chunk and, arriving, the next one's (an f32 g:
+                       * one chunk's over both buffers' g, g_f32_staged) */
     /* v, the block's columns first; rows padded (OP_PITCH) so that the V
      * warps' transposing loads of it are conflict-free */
     uint16_t v[STAGES + 1][CHUNK][OP_PITCH];
@@ -331,9 +333,9 @@ static __global__ void __launch_bounds__(one_pass_traits<WGMMA>::THREADS, 1)
             sp_cp_async_commit_();
             int far = 0;
             if (DO_K)
-                far = gates_and_norms<TR::K_THREADS, ANY>(p, s.raw[rb], g_is_f32<ANY>(p) ? g_f32_staged(s.raw) : g32_rows{},
-                                                         nt, tid, expA, bias, beta_x, s.work[b],
-                                                         s.ops[b], gam);
+                far = gates_and_norms<TR::K_THREADS, ANY>(
+                    p, s.raw[rb], g_is_f32<ANY>(p) ? g_f32_staged(s.raw) : g32_rows{}, nt, tid, expA, bias,
+                    beta_x, s.work[b], s.ops[b], gam);
             if (w == 0 && c0 + CHUNK + lane < L)
                 beta_x = beta_in<ANY>(p, sq.bos + c0 + CHUNK + lane, h);
             /* An f32 g, after a barrier behind every K thread's reads of this
