@@ -321,10 +321,10 @@ static SP_HD __forceinline__ void gate_sums(const X graw[SEG], int valid, const 
  * sums at the segment's end also go to s.seg_end. Tokens past the end get
  * gate 0 (no decay). bias: the two channels' dt_bias. g from raw, or (g32.at
  * not NULL, every-gate builds) f32 from g32's rows: in shared memory (the
- * one-pass kernel) or in memory (the two-pass prepare kernel). Then warp w: the norms of k and
- * q of its CHUNK / (NT / 32) tokens, and warp 0 the betas (lane t holds
- * token t's input, loaded a chunk ahead). Returns whether the thread's
- * channels leave the factored form's bound (0 in K3). */
+ * one-pass kernel) or in memory (the two-pass prepare kernel). Then warp w:
+ * the norms of k and q of its CHUNK / (NT / 32) tokens, and warp 0 the
+ * betas (lane t holds token t's input, loaded a chunk ahead). Returns
+ * whether the thread's channels leave the factored form's bound (0 in K3). */
 template <int NT, int ANY, typename OPS>
 static __device__ __forceinline__ int gates_and_norms(const kda_params &p, const raw_chunk &raw,
                                                       const g32_rows g32, int nt, int tid,
