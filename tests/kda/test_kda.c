@@ -661,17 +661,22 @@ static void chunked_edge_cases(int32_t kernel, int small) {
  * with beta logits of +-10 at 2 sigmoid. */
 static void every_gate_edge_cases(int32_t kernel) {
     int64_t lens[16];
-    for (int half = 0; half < 2; half++) {
-        residue_lens(half, lens);
-        kda_problem p;
-        kp_make(&p, 16, lens, 5, 2, half ? SP_BF16 : SP_F32, SP_KDA_GATE_LOWER_BOUND, every(kernel, 32),
-                3500 + (uint64_t)half);
-        kp_log_decay(&p, SP_BF16, 3510 + (uint64_t)half);
-        kp_beta_form(&p, SP_KDA_BETA_ACTIVATED, 3520 + (uint64_t)half);
-        p.kernel = kernel;
-        check_problem(&p, half ? "log-decay, lengths 16..31 mod 32" : "log-decay, lengths 0..15 mod 32");
-        kp_free(&p);
-    }
+    for (int half = 0; half < 2; half++)
+        for (int g32 = 0; g32 < 2; g32++) { /* g bf16, then f32 (copied apart: chunk_k.cuh) */
+            residue_lens(half, lens);
+            kda_problem p;
+            const uint64_t seed = 3500 + (uint64_t)half + 400 * (uint64_t)g32;
+            kp_make(&p, 16, lens, 5, 2, half ? SP_BF16 : SP_F32, SP_KDA_GATE_LOWER_BOUND,
+                    every(kernel, 32), seed);
+            kp_log_decay(&p, g32 ? SP_F32 : SP_BF16, seed + 10);
+            kp_beta_form(&p, SP_KDA_BETA_ACTIVATED, seed + 20);
+            p.kernel = kernel;
+            char what[64];
+            snprintf(what, sizeof what, "log-decay (g %s), lengths %s mod 32", g32 ? "f32" : "bf16",
+                     half ? "16..31" : "0..15");
+            check_problem(&p, what);
+            kp_free(&p);
+        }
     {
         /* Safe and factored chunks alternating in each sequence (every
          * stage buffer holding both forms in turn), a factored chunk at the
