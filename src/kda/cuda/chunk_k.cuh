@@ -216,12 +216,22 @@ typedef struct g32_rows {
     }
 } g32_rows;
 
+/* Whether a build's call has an f32 g (compile-time where the build is one
+ * form's). */
+template <int ANY> static __device__ __forceinline__ int g_is_f32(const kda_params &p) {
+    return gate_build<ANY>::FIXED ? gate_build<ANY>::G32 == 1 : ANY && p.g_f32;
+}
+
+/* An f32 g's row of token t (of the batch), head h: channel 0. */
+static __device__ __forceinline__ const float *g_f32_row(const kda_params &p, int64_t t, int64_t h) {
+    return (const float *)p.g.at + sp_kda_at_(p.g.ts, p.g.hs, t, h);
+}
+
 /* The f32 g of the chunk from token t (of the batch), head h, in memory
  * (the two-pass prepare kernel). */
 template <int ANY>
 static __device__ __forceinline__ g32_rows g_f32_rows(const kda_params &p, int64_t t, int64_t h) {
-    const float *at = ANY && p.g_f32 ? (const float *)p.g.at + sp_kda_at_(p.g.ts, p.g.hs, t, h) : NULL;
-    return g32_rows{at, p.g.ts, CHUNK, 0};
+    return g32_rows{g_is_f32<ANY>(p) ? g_f32_row(p, t, h) : NULL, p.g.ts, CHUNK, 0};
 }
 
 /* An f32 g brought into L2 ahead of its use (the two-pass prepare kernel):
@@ -230,9 +240,8 @@ static __device__ __forceinline__ g32_rows g_f32_rows(const kda_params &p, int64
 template <int ANY>
 static __device__ __forceinline__ void prefetch_g_f32(const kda_params &p, const kda_seq &sq,
                                                       int64_t h, int64_t c0, int tid) {
-    if (ANY && p.g_f32 && tid < 4 * CHUNK && c0 + (tid >> 2) < sq.len)
-        sp_prefetch_l2_((const float *)p.g.at + sp_kda_at_(p.g.ts, p.g.hs, sq.bos + c0 + (tid >> 2), h) +
-                        32 * (tid & 3));
+    if (g_is_f32<ANY>(p) && tid < 4 * CHUNK && c0 + (tid >> 2) < sq.len)
+        sp_prefetch_l2_(g_f32_row(p, sq.bos + c0 + (tid >> 2), h) + 32 * (tid & 3));
 }
 
 /* The one-pass kernel's f32 g: in shared memory, where a chunk's bf16 g
@@ -242,12 +251,6 @@ static constexpr int G32_HOP = (int)(sizeof(raw_chunk) / sizeof(float)) - CHUNK 
 static __device__ __forceinline__ g32_rows g_f32_staged(const raw_chunk *raw) {
     static_assert(sizeof(raw[0].g) == CHUNK / 2 * DIM * sizeof(float), "half a chunk of f32 g a buffer");
     return g32_rows{(const float *)&raw[0].g[0][0], DIM, CHUNK / 2, G32_HOP};
-}
-
-/* Whether a build's call has an f32 g (compile-time where the build is one
- * form's). */
-template <int ANY> static __device__ __forceinline__ int g_is_f32(const kda_params &p) {
-    return gate_build<ANY>::FIXED ? gate_build<ANY>::G32 == 1 : ANY && p.g_f32;
 }
 
 /* Start copying the f32 g of tokens c0 .. c0 + 31 of head h into the
@@ -262,7 +265,7 @@ static __device__ __forceinline__ void load_g_f32(const kda_params &p, const kda
     constexpr int ROW = DIM / 4, TPK = NT / ROW; /* 16-byte pieces a row, rows a step */
     static_assert(NT % ROW == 0 && (CHUNK / 2) % TPK == 0, "whole rows a step, a half in whole steps");
     const int t0 = tid / ROW, col = 4 * (tid % ROW);
-    const float *first = (const float *)p.g.at + sp_kda_at_(p.g.ts, p.g.hs, sq.bos, h);
+    const float *first = g_f32_row(p, sq.bos, h);
     const float *src = first + (c0 + t0) * p.g.ts + col;
     const int64_t step = (int64_t)TPK * p.g.ts, left = sq.len - c0 - t0;
     const unsigned dst = sp_smem_addr_(&raw[0].g[0][0]) + 4u * (unsigned)(t0 * DIM + col);

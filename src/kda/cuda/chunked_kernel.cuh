@@ -312,7 +312,7 @@ static __global__ void __launch_bounds__(one_pass_traits<WGMMA>::THREADS, 1)
         float beta_x = 0.0f;
         if (w == 0 && lane < L) beta_x = beta_in<ANY>(p, sq.bos + lane, h);
         if (L > 0) {
-            load_kqg<TR::K_THREADS>(p, sq, h, 0, tid, s.raw[0], !(ANY && p.g_f32));
+            load_kqg<TR::K_THREADS>(p, sq, h, 0, tid, s.raw[0], !g_is_f32<ANY>(p));
             if (g_is_f32<ANY>(p)) load_g_f32<TR::K_THREADS>(p, sq, h, 0, tid, s.raw);
             load_v(p, sq, h, 0, v0, bv, tid, TR::K_THREADS, &s.v[0][0][0], OP_PITCH);
         }
@@ -326,7 +326,7 @@ static __global__ void __launch_bounds__(one_pass_traits<WGMMA>::THREADS, 1)
             sp_cp_async_wait_<0>();
             sp_bar_sync_(TR::BAR_K, TR::K_THREADS); /* this chunk landed; the K warps are done with the last */
             if (c0 + CHUNK < L) {
-                load_kqg<TR::K_THREADS>(p, sq, h, c0 + CHUNK, tid, s.raw[rb ^ 1], !(ANY && p.g_f32));
+                load_kqg<TR::K_THREADS>(p, sq, h, c0 + CHUNK, tid, s.raw[rb ^ 1], !g_is_f32<ANY>(p));
                 load_v(p, sq, h, c0 + CHUNK, v0, bv, tid, TR::K_THREADS, &s.v[(ci + 1) % TR::V_BUFFERS][0][0],
                        OP_PITCH);
             }

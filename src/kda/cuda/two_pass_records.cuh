@@ -108,7 +108,7 @@ static __device__ __forceinline__ void prepare_record(const kda_params &p, void 
     const int64_t c0 = c * CHUNK;
     const int nt = (int)(sq.len - c0 < CHUNK ? sq.len - c0 : CHUNK);
 
-    load_kqg<NT>(p, sq, h, c0, tid, s.raw, !(ANY && p.g_f32));
+    load_kqg<NT>(p, sq, h, c0, tid, s.raw, !g_is_f32<ANY>(p));
     prefetch_g_f32<ANY>(p, sq, h, c0, tid); /* while k and q land */
     sp_cp_async_commit_();
     const float expA = expf(p.A_log[h]);
