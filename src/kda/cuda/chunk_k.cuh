@@ -261,7 +261,9 @@ template <int NT>
 static __device__ __forceinline__ void load_g_f32(const kda_params &p, const kda_seq &sq, int64_t h,
                                                   int64_t c0, int tid, raw_chunk *raw) {
     /* Thread tid: the piece col of tokens t0 + TPK k, k = 0 .. CHUNK / TPK - 1,
-     * each on a side of CHUNK / 2 known at compile time. */
+     * each on a side of CHUNK / 2 known at compile time: g32_rows::segment's
+     * places, its side test on TPK k (t0 < TPK), not on the token (through
+     * segment() ptxas spills more in the f32 instances). */
     constexpr int ROW = DIM / 4, TPK = NT / ROW; /* 16-byte pieces a row, rows a step */
     static_assert(NT % ROW == 0 && (CHUNK / 2) % TPK == 0, "whole rows a step, a half in whole steps");
     const int t0 = tid / ROW, col = 4 * (tid % ROW);
