@@ -175,11 +175,17 @@ static __device__ __forceinline__ void dec_run_tokens_outer(const kda_params &p,
     }
 }
 
-/* KF: p.state_k_first; OUTER: the plan's decode_tokens_outer (decode.cuh);
- * an instance each. */
-template <int RPW, int KF, int OUTER>
+/* KF: p.state_k_first; BF: p.state_bf16; OUTER: the plan's
+ * decode_tokens_outer (decode.cuh); an instance each. The phases read the
+ * pool's dtype from the parameters: a copy of them with it known at compile
+ * time takes the other dtype's code out of the group loop, and the
+ * registers it held (with both, 80 registers spilled there, and the
+ * reloads were the loop's longest waits: journal, 2026-12-06). */
+template <int RPW, int KF, int BF, int OUTER>
 static __global__ void __launch_bounds__(dec_launch<RPW>::THREADS, dec_launch<RPW>::PER_SM)
-    kda_decode_kernel(kda_params p) {
+    kda_decode_kernel(const kda_params params) {
+    kda_params p = params;
+    p.state_bf16 = BF;
     typedef dec_shape<RPW> SH;
     static_assert(DEC_SLOTS <= SH::WARPS, "a warp a token of a round");
     extern __shared__ __align__(16) unsigned char smem_bytes[];
@@ -196,6 +202,7 @@ static __global__ void __launch_bounds__(dec_launch<RPW>::THREADS, dec_launch<RP
     const int one = w.sq.len == 1;
     float *norms = dec_warp_norms(smem_bytes, wi, es);
     dec_slot *slots = dec_slots(smem_bytes, es);
+    float *vf = dec_warp_v<RPW>(smem_bytes, wi, es);
     if (OUTER) {
         dec_round_prepare(p, w, 0, wi, lane, slots, l); /* the first round */
     } else {
@@ -205,10 +212,13 @@ static __global__ void __launch_bounds__(dec_launch<RPW>::THREADS, dec_launch<RP
             dec_sum_norms(l);
             if (lane == 0) norms[2 * i] = l.sq, norms[2 * i + 1] = l.sk;
         }
-        if (one) dec_prepare(p, w, l); /* one token: prepared once (l holds it read) */
+        if (one) { /* one token: prepared once (l holds it read), its v in vf */
+            dec_prepare(p, w, l);
+            dec_v_put<RPW>(p, w, w.sq.bos, lane, vf);
+        }
     }
     sp_cp_async_wait_<0>();
-    __syncwarp(); /* every lane's pieces of the rows copied, the norms kept */
+    __syncwarp(); /* every lane's pieces of the rows copied, the norms (or v) kept */
     if (OUTER) {
         dec_run_tokens_outer<RPW, KF>(p, w, wi, lane, m, copy, slots, l);
         return;
@@ -220,7 +230,9 @@ static __global__ void __launch_bounds__(dec_launch<RPW>::THREADS, dec_launch<RP
         dec_group_rows(p, w, KF, G, lane, copy, l);
         for (int64_t i = 0; i < w.sq.len; i++) {
             if (!one) dec_token_prepare(p, w, i, lane, norms, l);
-            dec_token<RPW, KF>(p, w, dec_token_at(p, w, i), G, lane, l, kf_copy, 1);
+            dec_tok k = dec_token_at(p, w, i);
+            if (one) k.vf = vf;
+            dec_token<RPW, KF>(p, w, k, G, lane, l, kf_copy, 1);
         }
     }
     if (kf_copy && w.sq.slot_base >= 0) {
@@ -231,8 +243,12 @@ static __global__ void __launch_bounds__(dec_launch<RPW>::THREADS, dec_launch<RP
 
 template <int RPW, int OUTER>
 static cudaError_t launch(const kda_params *p, cudaStream_t stream) {
-    const void *kernel = p->state_k_first ? (const void *)kda_decode_kernel<RPW, 1, OUTER>
-                                          : (const void *)kda_decode_kernel<RPW, 0, OUTER>;
+    const void *kernels[2][2] = {
+        {(const void *)kda_decode_kernel<RPW, 0, 0, OUTER>,
+         (const void *)kda_decode_kernel<RPW, 0, 1, OUTER>},
+        {(const void *)kda_decode_kernel<RPW, 1, 0, OUTER>,
+         (const void *)kda_decode_kernel<RPW, 1, 1, OUTER>}};
+    const void *kernel = kernels[p->state_k_first != 0][p->state_bf16 != 0];
     /* The instance's opt-in is always the most a block of it takes: a
      * launch of bf16 rows beside it on another thread cannot lower it. */
     const size_t bytes = dec_smem_bytes(*p, OUTER);

@@ -54,11 +54,14 @@ typedef struct dec_slot {
 /* A block's shared memory: the pair's rows (a warp's RPW rows at RPW * 128
  * * es bytes apart, es = dec_row_es), then each warp's norms of its first
  * DEC_NORMS tokens (dec_warp_norms), then, tokens outer, the token slots
- * (dec_slots). */
+ * (dec_slots), groups outer, each warp's v of its rows for a sequence of
+ * one token (dec_warp_v). */
 #define DEC_NORMS_BYTES (DEC_MAX_WARPS * DEC_NORMS * 2 * sizeof(float))
+#define DEC_V_BYTES (SP_KDA_D * sizeof(float)) /* every warp's rows' v */
 static SP_HD inline size_t dec_rows_bytes(int es) { return (size_t)SP_KDA_D * SP_KDA_D * es; }
 static SP_HD inline size_t dec_smem_bytes_es(int es, int outer) {
-    return dec_rows_bytes(es) + DEC_NORMS_BYTES + (outer ? DEC_SLOTS * sizeof(dec_slot) : 0);
+    return dec_rows_bytes(es) + DEC_NORMS_BYTES +
+           (outer ? DEC_SLOTS * sizeof(dec_slot) : DEC_V_BYTES);
 }
 static SP_HD inline size_t dec_smem_bytes(const kda_params &p, int outer) {
     return dec_smem_bytes_es(dec_row_es(p, outer), outer);
@@ -78,6 +81,11 @@ static SP_HD inline float *dec_warp_norms(unsigned char *smem, int wi, int es) {
 /* The block's token slots (tokens outer). */
 static SP_HD inline dec_slot *dec_slots(unsigned char *smem, int es) {
     return (dec_slot *)(smem + dec_rows_bytes(es) + DEC_NORMS_BYTES);
+}
+
+/* Groups outer, warp wi's v of its RPW rows (one token: dec_v_put). */
+template <int RPW> static SP_HD float *dec_warp_v(unsigned char *smem, int wi, int es) {
+    return (float *)(smem + dec_rows_bytes(es) + DEC_NORMS_BYTES) + wi * RPW;
 }
 
 /* Where the read slot's copy lies in a warp's rows: a bf16 pool's in the
@@ -197,6 +205,15 @@ static SP_HD void dec_prepare(const kda_params &p, const dec_warp &w, dec_lane<R
     l.beta = sp_kda_beta_f32_(p.beta_form, l.beta);
 }
 
+/* Groups outer, a sequence of one token t: its v of the warp's rows into
+ * the warp's vf (dec_warp_v), lane r row r, read by every group from there
+ * (a shared load a group, where they were four global ones: dec_group_v). */
+template <int RPW>
+static SP_HD void dec_v_put(const kda_params &p, const dec_warp &w, int64_t t, int lane,
+                            float *vf) {
+    if (lane < RPW) vf[lane] = sp_bf16_to_f32_(kda_row(p.v, t, w.h)[w.row0 + lane]);
+}
+
 /* The lane's channels of prepared token t into a slot, with v of rows 4
  * lane .. 4 lane + 3; and back (every lane: the same b). */
 template <int RPW>
@@ -285,7 +302,8 @@ static SP_HD void dec_group_keep(int G, int lane, unsigned char *m, const dec_la
 typedef struct dec_tok {
     int64_t t, to;
     const uint16_t *v;
-    const float *vf; /* tokens outer: its v of the warp's rows in its slot (else NULL) */
+    const float *vf; /* its v of the warp's rows: tokens outer in its slot, groups outer
+                      * in the warp's dec_warp_v for one token (else NULL) */
 } dec_tok;
 
 /* Token i (0-based in the sequence). */

@@ -67,12 +67,13 @@ static void host_prepare(const kda_params &p, const dec_warp &w, int64_t t, dec_
  * token read: L). */
 template <int RPW>
 static void emulate_start(const kda_params &p, const dec_warp &w, int outer, unsigned char *copy,
-                          float *norms, dec_lane<RPW> *L) {
+                          float *norms, float *vf, dec_lane<RPW> *L) {
     for (int j = 0; j < 32; j++) dec_stage(p, w, p.state_k_first, j, copy, L[j]);
     for (int64_t i = 0; !outer && i < w.sq.len && i < DEC_NORMS; i++) {
         host_read(p, w, w.sq.bos + i, L, (const float *)NULL);
         norms[2 * i] = L[0].sq, norms[2 * i + 1] = L[0].sk;
     }
+    for (int j = 0; !outer && w.sq.len == 1 && j < 32; j++) dec_v_put<RPW>(p, w, w.sq.bos, j, vf);
 }
 
 /* dec_token over the warp's lanes. */
@@ -100,7 +101,7 @@ static void host_token(const kda_params &p, const dec_warp &w, const dec_tok &k,
  * the read slot's copy in its rows). */
 template <int RPW>
 static void emulate_groups_outer(const kda_params &p, const dec_warp &w, unsigned char *copy,
-                                 const float *norms, dec_lane<RPW> *L) {
+                                 const float *norms, const float *vf, dec_lane<RPW> *L) {
     const int kf = p.state_k_first, one = w.sq.len == 1;
     for (int j = 0; one && j < 32; j++) dec_prepare(p, w, L[j]);
     unsigned char *kf_copy = dec_kf_via_copy(p, kf) ? copy : NULL;
@@ -110,7 +111,9 @@ static void emulate_groups_outer(const kda_params &p, const dec_warp &w, unsigne
             if (!one) {
                 host_prepare(p, w, w.sq.bos + i, L, i < DEC_NORMS ? norms + 2 * i : NULL);
             }
-            host_token(p, w, dec_token_at(p, w, i), G, L, kf_copy, 1);
+            dec_tok k = dec_token_at(p, w, i);
+            if (one) k.vf = vf;
+            host_token(p, w, k, G, L, kf_copy, 1);
         }
     }
     for (int j = 0; kf_copy && w.sq.slot_base >= 0 && j < 32; j++)
@@ -163,11 +166,13 @@ static void emulate_block(const kda_params &p, int outer, int64_t b, unsigned ch
         dec_begin<RPW>(p, b * SH::WARPS + wi, &w[wi]);
         rows[wi] = dec_warp_rows<RPW>(smem, wi, es);
         copy[wi] = rows[wi] + dec_copy_at<RPW>(p, outer);
-        emulate_start(p, w[wi], outer, copy[wi], dec_warp_norms(smem, wi, es), L[wi]);
+        emulate_start(p, w[wi], outer, copy[wi], dec_warp_norms(smem, wi, es),
+                      dec_warp_v<RPW>(smem, wi, es), L[wi]);
     }
     if (!outer) {
         for (int wi = 0; wi < SH::WARPS; wi++)
-            emulate_groups_outer(p, w[wi], copy[wi], dec_warp_norms(smem, wi, es), L[wi]);
+            emulate_groups_outer(p, w[wi], copy[wi], dec_warp_norms(smem, wi, es),
+                                 dec_warp_v<RPW>(smem, wi, es), L[wi]);
         return;
     }
     dec_slot *slots = dec_slots(smem, es);
