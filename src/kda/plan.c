@@ -66,12 +66,10 @@
  * has no more tokens than sequences): with fp32 rows three blocks fill a
  * multiprocessor either way and 16 rows give twice the warps; with bf16 rows
  * 32 give six blocks of four warps where 16 give three of eight (registers):
- * twice the bytes in flight, the faster where the step has more than
- * DECODE_BF16_ROWS_16_MAX_PAIRS_PER_SM pairs a multiprocessor, 16 below
- * (docs/TUNING.md, "DECODE_ROWS_PER_WARP"). */
+ * twice the bytes in flight, the faster at all but two of the step's pair
+ * counts measured (docs/TUNING.md, "DECODE_ROWS_PER_WARP"). */
 #define DECODE_ROWS_PER_WARP 16
 #define DECODE_ROWS_PER_WARP_BF16_ROWS 32
-#define DECODE_BF16_ROWS_16_MAX_PAIRS_PER_SM 54
 
 const char *sp_kda_kernel_name(sp_kda_kernel k) {
     switch (k) {
@@ -108,10 +106,8 @@ int sp_kda_one_pass_mbarrier_(int every_gate) {
     return ONE_PASS_MBARRIER_HANDOVER && !every_gate;
 }
 
-int sp_kda_decode_rows_per_warp_(int state_bf16, int tokens_outer, int64_t pairs, int sms) {
-    const int few_pairs = sms > 0 && pairs <= (int64_t)DECODE_BF16_ROWS_16_MAX_PAIRS_PER_SM * sms;
-    return state_bf16 && !tokens_outer && !few_pairs ? DECODE_ROWS_PER_WARP_BF16_ROWS
-                                                     : DECODE_ROWS_PER_WARP;
+int sp_kda_decode_rows_per_warp_(int state_bf16, int tokens_outer) {
+    return state_bf16 && !tokens_outer ? DECODE_ROWS_PER_WARP_BF16_ROWS : DECODE_ROWS_PER_WARP;
 }
 
 int sp_kda_two_pass_records_(int64_t pairs, int sms) {
@@ -267,12 +263,7 @@ sp_status sp_kda_plan_(const sp_kda_args *a, const sp_kda_dims *d, sp_kda_plan *
         p.workspace_bytes = need;
     } else if (p.kernel == SP_KDA_KERNEL_DECODE) {
         p.decode_tokens_outer = sp_kda_decode_tokens_outer_(d->T, d->N);
-        /* The device's row (chunked_unsupported does not read it for a
-         * verify table); without one, as at many pairs. */
-        if (!dev && d->dev.type == SP_DEVICE_CUDA) /* NULL where it cannot be read */
-            (void)sp_cuda_device_((int)d->dev.ordinal, SP_CUDA_PART_KDA, &dev);
-        p.decode_rows_per_warp = sp_kda_decode_rows_per_warp_(d->state_bf16, p.decode_tokens_outer,
-                                                              pairs, dev ? dev->sms : 0);
+        p.decode_rows_per_warp = sp_kda_decode_rows_per_warp_(d->state_bf16, p.decode_tokens_outer);
     }
     *plan = p;
     return SP_OK;

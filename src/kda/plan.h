@@ -86,10 +86,9 @@ int sp_kda_chunked_splits_(int64_t pairs, int sms);
 int sp_kda_chunked_wgmma_(int splits);
 /* Whether the one-pass kernel's every_gate build (0: K3's) hands its operand
  * buffers over by mbarrier; the decode kernel's V rows a warp for a call with
- * a bf16 pool or not, in the order `tokens_outer`, of `pairs` (sequence,
- * head) pairs on `sms` multiprocessors (0: unknown). */
+ * a bf16 pool or not, in the order `tokens_outer`. */
 int sp_kda_one_pass_mbarrier_(int every_gate);
-int sp_kda_decode_rows_per_warp_(int state_bf16, int tokens_outer, int64_t pairs, int sms);
+int sp_kda_decode_rows_per_warp_(int state_bf16, int tokens_outer);
 int sp_kda_two_pass_records_(int64_t pairs, int sms);
 /* 1 when the call is in K3's forms (the lower-bound gate, beta bf16
  * logits): the chunked kernels' K3 build; else their every-gate build. */

@@ -943,14 +943,11 @@ static void plan_rules_cases(void) {
      * every-gate builds (docs/TUNING.md, "ONE_PASS_HANDOVER"). */
     CHECK(sp_kda_one_pass_mbarrier_(0) == 1 && sp_kda_one_pass_mbarrier_(1) == 0);
     /* The decode kernel's rows a warp: 32 only for a bf16 pool's step (groups
-     * outer) with more than 54 pairs a multiprocessor, or on an unknown
-     * device (docs/TUNING.md, "DECODE_ROWS_PER_WARP"). */
-    CHECK(sp_kda_decode_rows_per_warp_(1, 0, 54 * 132, 132) == 16);
-    CHECK(sp_kda_decode_rows_per_warp_(1, 0, 54 * 132 + 1, 132) == 32);
-    CHECK(sp_kda_decode_rows_per_warp_(1, 0, 768, 0) == 32);
-    CHECK(sp_kda_decode_rows_per_warp_(1, 1, 49152, 132) == 16);
-    CHECK(sp_kda_decode_rows_per_warp_(0, 0, 49152, 132) == 16);
-    CHECK(sp_kda_decode_rows_per_warp_(0, 0, 768, 132) == 16);
+     * outer: docs/TUNING.md, "DECODE_ROWS_PER_WARP"). */
+    CHECK(sp_kda_decode_rows_per_warp_(1, 0) == 32);
+    CHECK(sp_kda_decode_rows_per_warp_(1, 1) == 16);
+    CHECK(sp_kda_decode_rows_per_warp_(0, 0) == 16);
+    CHECK(sp_kda_decode_rows_per_warp_(0, 1) == 16);
 }
 
 /* Which kernel AUTO picks, and forced kernels that cannot serve a call:
