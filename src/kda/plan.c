@@ -66,8 +66,8 @@
  * has no more tokens than sequences): with fp32 rows three blocks fill a
  * multiprocessor either way and 16 rows give twice the warps; with bf16 rows
  * 32 give six blocks of four warps where 16 give three of eight (registers):
- * twice the bytes in flight, the faster at all but two of the step's pair
- * counts measured (docs/TUNING.md, "DECODE_ROWS_PER_WARP"). */
+ * twice the bytes in flight, the faster at all but two of the step's shapes
+ * measured (docs/TUNING.md, "DECODE_ROWS_PER_WARP"). */
 #define DECODE_ROWS_PER_WARP 16
 #define DECODE_ROWS_PER_WARP_BF16_ROWS 32
 
