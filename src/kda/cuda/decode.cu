@@ -223,16 +223,25 @@ static __global__ void __launch_bounds__(dec_launch<RPW>::THREADS, dec_launch<RP
         dec_run_tokens_outer<RPW, KF>(p, w, wi, lane, m, copy, slots, l);
         return;
     }
-    /* Groups outer, each through every token. */
+    /* Groups outer, each through every token; a step's one token made once
+     * (its record, v in vf), outside the group loop. */
     unsigned char *kf_copy = dec_kf_via_copy(p, KF) ? copy : NULL;
+    if (one) {
+        dec_tok k = dec_token_at(p, w, 0);
+        k.vf = vf;
 #pragma unroll 1
-    for (int G = 0; G < SH::GROUPS; G++) {
-        dec_group_rows(p, w, KF, G, lane, copy, l);
-        for (int64_t i = 0; i < w.sq.len; i++) {
-            if (!one) dec_token_prepare(p, w, i, lane, norms, l);
-            dec_tok k = dec_token_at(p, w, i);
-            if (one) k.vf = vf;
+        for (int G = 0; G < SH::GROUPS; G++) {
+            dec_group_rows(p, w, KF, G, lane, copy, l);
             dec_token<RPW, KF>(p, w, k, G, lane, l, kf_copy, 1);
+        }
+    } else {
+#pragma unroll 1
+        for (int G = 0; G < SH::GROUPS; G++) {
+            dec_group_rows(p, w, KF, G, lane, copy, l);
+            for (int64_t i = 0; i < w.sq.len; i++) {
+                dec_token_prepare(p, w, i, lane, norms, l);
+                dec_token<RPW, KF>(p, w, dec_token_at(p, w, i), G, lane, l, kf_copy, 1);
+            }
         }
     }
     if (kf_copy && w.sq.slot_base >= 0) {
