@@ -122,16 +122,19 @@ static __device__ __forceinline__ void dec_token_prepare(const kda_params &p, co
 
 /* Tokens outer: the round of tokens i0 .. i0 + DEC_SLOTS - 1 of the warp's
  * sequence prepared into the block's slots, warp r token i0 + r (the same
- * butterflies and phases as a warp preparing a token alone: the same bits). */
+ * butterflies and phases as a warp preparing a token alone: the same bits);
+ * the first round's token fetched already (fetched: r holds it). */
 template <int RPW>
 static __device__ __forceinline__ void dec_round_prepare(const kda_params &p, const dec_warp &w,
                                                          int64_t i0, int wi, int lane,
-                                                         dec_slot *slots, dec_lane<RPW> &l) {
+                                                         dec_slot *slots, dec_lane<RPW> &l,
+                                                         dec_raw &r, int fetched) {
     if (wi >= DEC_SLOTS || i0 + wi >= w.sq.len) return;
-    dec_read(p, w, w.sq.bos + i0 + wi, lane, l);
+    if (!fetched) dec_fetch<RPW>(p, w, w.sq.bos + i0 + wi, lane, 4, r);
+    dec_take(p, r, l);
     dec_sum_norms(l);
     dec_prepare(p, w, l);
-    dec_slot_put(p, w, w.sq.bos + i0 + wi, slots + wi, lane, l);
+    dec_slot_put(r, slots + wi, lane, l);
 }
 
 /* Tokens outer, a round of slots at a time (the first prepared), the rows
@@ -141,12 +144,13 @@ template <int RPW, int KF>
 static __device__ __forceinline__ void dec_run_tokens_outer(const kda_params &p, const dec_warp &w,
                                                             int wi, int lane, unsigned char *m,
                                                             const unsigned char *copy,
-                                                            dec_slot *slots, dec_lane<RPW> &l) {
+                                                            dec_slot *slots, dec_lane<RPW> &l,
+                                                            dec_raw &r) {
     typedef dec_shape<RPW> SH;
     for (int64_t i0 = 0; i0 < w.sq.len; i0 += DEC_SLOTS) {
         if (i0 > 0) {
             __syncthreads(); /* the previous round's slots read by every warp */
-            dec_round_prepare(p, w, i0, wi, lane, slots, l);
+            dec_round_prepare(p, w, i0, wi, lane, slots, l, r, 0);
         }
         __syncthreads(); /* the round's slots written */
         for (int64_t i = i0; i < w.sq.len && i < i0 + DEC_SLOTS; i++) {
@@ -197,30 +201,33 @@ static __global__ void __launch_bounds__(dec_launch<RPW>::THREADS, dec_launch<RP
      * each (the block barriers of the tokens-outer order rely on it). */
     if (!dec_begin<RPW>(p, (int64_t)blockIdx.x * SH::WARPS + wi, &w)) return;
     dec_lane<RPW> l;
+    dec_raw r; /* the warp's first token, fetched ahead of the copy (dec_raw) */
+    const int one = w.sq.len == 1;
+    if (OUTER ? wi < DEC_SLOTS && wi < w.sq.len : one)
+        dec_fetch<RPW>(p, w, w.sq.bos + (OUTER ? wi : 0), lane, OUTER ? 4 : 1, r);
     dec_stage(p, w, KF, lane, copy, l);
     sp_cp_async_commit_();
-    const int one = w.sq.len == 1;
     float *norms = dec_warp_norms(smem_bytes, wi, es);
     dec_slot *slots = dec_slots(smem_bytes, es);
     float *vf = dec_warp_v<RPW>(smem_bytes, wi, es);
     if (OUTER) {
-        dec_round_prepare(p, w, 0, wi, lane, slots, l); /* the first round */
-    } else {
-        /* The norms of the first tokens, for every group (lane 0 keeps them). */
+        dec_round_prepare(p, w, 0, wi, lane, slots, l, r, 1); /* the first round */
+    } else if (one) { /* one token: prepared once, its v in vf */
+        dec_take(p, r, l);
+        dec_sum_norms(l);
+        dec_prepare(p, w, l);
+        dec_v_put<RPW>(r, lane, vf);
+    } else { /* the norms of the first tokens, for every group (lane 0 keeps them) */
         for (int64_t i = 0; i < w.sq.len && i < DEC_NORMS; i++) {
             dec_read(p, w, w.sq.bos + i, lane, l);
             dec_sum_norms(l);
             if (lane == 0) norms[2 * i] = l.sq, norms[2 * i + 1] = l.sk;
         }
-        if (one) { /* one token: prepared once (l holds it read), its v in vf */
-            dec_prepare(p, w, l);
-            dec_v_put<RPW>(p, w, w.sq.bos, lane, vf);
-        }
     }
     sp_cp_async_wait_<0>();
     __syncwarp(); /* every lane's pieces of the rows copied, the norms (or v) kept */
     if (OUTER) {
-        dec_run_tokens_outer<RPW, KF>(p, w, wi, lane, m, copy, slots, l);
+        dec_run_tokens_outer<RPW, KF>(p, w, wi, lane, m, copy, slots, l, r);
         return;
     }
     /* Groups outer, each through every token; a step's one token made once

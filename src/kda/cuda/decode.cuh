@@ -172,23 +172,60 @@ static SP_HD void dec_stage(const kda_params &p, const dec_warp &w, int kf, int 
     }
 }
 
-/* Token t's inputs as read: q, k, g of the lane's channels, v of the warp's
- * rows and beta (the same in every lane); the lane's shares of q . q and
- * k . k. */
+/* Token t's inputs as loaded and not yet used (bits as stored: bf16 in the
+ * low half, or f32), and v of rows (vrows) 1: row0 + lane (lane < RPW), 4:
+ * 4 lane .. 4 lane + 3, 0: none. A warp's first token is fetched ahead of its
+ * rows' copy (dec_stage): behind the copy, the loads came back with it and
+ * the token's preparation, then its v, waited on them in turn (journal,
+ * 2026-12-06, "The token fetched ahead"). */
+typedef struct dec_raw {
+    uint32_t q[4], k[4], g[4], beta, v[4];
+} dec_raw;
+static SP_HD inline uint32_t dec_bits(const kda_input &x, int f32, int64_t t, int64_t h, int c) {
+    const int64_t at = sp_kda_at_(x.ts, x.hs, t, h) + c;
+    return f32 ? ((const uint32_t *)(const void *)x.at)[at] : x.at[at];
+}
+static SP_HD inline float dec_bits_f32(uint32_t b, int f32) {
+    return f32 ? sp_bits_f32_(b) : sp_bf16_to_f32_((uint16_t)b);
+}
+template <int RPW>
+static SP_HD void dec_fetch(const kda_params &p, const dec_warp &w, int64_t t, int lane, int vrows,
+                            dec_raw &r) {
+    const int c = 4 * lane;
+    SP_HD_UNROLL
+    for (int i = 0; i < 4; i++) {
+        r.q[i] = dec_bits(p.q, 0, t, w.h, c + i);
+        r.k[i] = dec_bits(p.k, 0, t, w.h, c + i);
+        r.g[i] = dec_bits(p.g, p.g_f32, t, w.h, c + i);
+    }
+    r.beta = dec_bits(p.beta, p.beta_f32, t, w.h, 0);
+    if (vrows == 1 && lane < RPW) r.v[0] = dec_bits(p.v, 0, t, w.h, w.row0 + lane);
+    SP_HD_UNROLL
+    for (int i = 0; vrows == 4 && i < 4; i++) r.v[i] = dec_bits(p.v, 0, t, w.h, c + i);
+}
+
+/* The fetched token read: q, k, g of the lane's channels and beta (the same
+ * in every lane) as floats; the lane's shares of q . q and k . k. */
+template <int RPW>
+static SP_HD void dec_take(const kda_params &p, const dec_raw &r, dec_lane<RPW> &l) {
+    SP_HD_UNROLL
+    for (int i = 0; i < 4; i++) {
+        l.q[i] = dec_bits_f32(r.q[i], 0);
+        l.k[i] = dec_bits_f32(r.k[i], 0);
+        l.g[i] = dec_bits_f32(r.g[i], p.g_f32);
+    }
+    l.beta = dec_bits_f32(r.beta, p.beta_f32);
+    l.sq = (l.q[0] * l.q[0] + l.q[1] * l.q[1]) + (l.q[2] * l.q[2] + l.q[3] * l.q[3]);
+    l.sk = (l.k[0] * l.k[0] + l.k[1] * l.k[1]) + (l.k[2] * l.k[2] + l.k[3] * l.k[3]);
+}
+
+/* Token t fetched and read at once (a token after a warp's first). */
 template <int RPW>
 static SP_HD void dec_read(const kda_params &p, const dec_warp &w, int64_t t, int lane,
                            dec_lane<RPW> &l) {
-    const int c = 4 * lane;
-    const uint16_t *q = kda_row(p.q, t, w.h) + c, *k = kda_row(p.k, t, w.h) + c;
-    SP_HD_UNROLL
-    for (int i = 0; i < 4; i++) {
-        l.q[i] = sp_bf16_to_f32_(q[i]);
-        l.k[i] = sp_bf16_to_f32_(k[i]);
-        l.g[i] = kda_in(p.g, p.g_f32, t, w.h, c + i);
-    }
-    l.beta = kda_in(p.beta, p.beta_f32, t, w.h, 0);
-    l.sq = (l.q[0] * l.q[0] + l.q[1] * l.q[1]) + (l.q[2] * l.q[2] + l.q[3] * l.q[3]);
-    l.sk = (l.k[0] * l.k[0] + l.k[1] * l.k[1]) + (l.k[2] * l.k[2] + l.k[3] * l.k[3]);
+    dec_raw r;
+    dec_fetch<RPW>(p, w, t, lane, 0, r);
+    dec_take(p, r, l);
 }
 
 /* With the full sums of squares: q^, k^, exp(g) of the lane's channels, b. */
@@ -205,24 +242,21 @@ static SP_HD void dec_prepare(const kda_params &p, const dec_warp &w, dec_lane<R
     l.beta = sp_kda_beta_f32_(p.beta_form, l.beta);
 }
 
-/* Groups outer, a sequence of one token t: its v of the warp's rows into
- * the warp's vf (dec_warp_v), lane r row r, read by every group from there
- * (a shared load a group, where they were four global ones: dec_group_v). */
-template <int RPW>
-static SP_HD void dec_v_put(const kda_params &p, const dec_warp &w, int64_t t, int lane,
-                            float *vf) {
-    if (lane < RPW) vf[lane] = sp_bf16_to_f32_(kda_row(p.v, t, w.h)[w.row0 + lane]);
+/* Groups outer, a sequence of one token: its v of the warp's rows (fetched,
+ * vrows 1) into the warp's vf (dec_warp_v), lane r row r, read by every group
+ * from there (a shared load a group, where they were four global ones:
+ * dec_group_v). */
+template <int RPW> static SP_HD void dec_v_put(const dec_raw &r, int lane, float *vf) {
+    if (lane < RPW) vf[lane] = sp_bf16_to_f32_((uint16_t)r.v[0]);
 }
 
-/* The lane's channels of prepared token t into a slot, with v of rows 4
- * lane .. 4 lane + 3; and back (every lane: the same b). */
+/* The lane's channels of a prepared token into a slot, with v of rows 4
+ * lane .. 4 lane + 3 (fetched, vrows 4); and back (every lane: the same b). */
 template <int RPW>
-static SP_HD void dec_slot_put(const kda_params &p, const dec_warp &w, int64_t t, dec_slot *s,
-                               int lane, const dec_lane<RPW> &l) {
+static SP_HD void dec_slot_put(const dec_raw &r, dec_slot *s, int lane, const dec_lane<RPW> &l) {
     const int c = 4 * lane;
-    const uint16_t *v = kda_row(p.v, t, w.h) + c;
-    *(float4 *)(s->v + c) = make_float4(sp_bf16_to_f32_(v[0]), sp_bf16_to_f32_(v[1]),
-                                        sp_bf16_to_f32_(v[2]), sp_bf16_to_f32_(v[3]));
+    *(float4 *)(s->v + c) = make_float4(sp_bf16_to_f32_((uint16_t)r.v[0]), sp_bf16_to_f32_((uint16_t)r.v[1]),
+                                        sp_bf16_to_f32_((uint16_t)r.v[2]), sp_bf16_to_f32_((uint16_t)r.v[3]));
     *(float4 *)(s->q + c) = make_float4(l.q[0], l.q[1], l.q[2], l.q[3]);
     *(float4 *)(s->k + c) = make_float4(l.k[0], l.k[1], l.k[2], l.k[3]);
     *(float4 *)(s->g + c) = make_float4(l.g[0], l.g[1], l.g[2], l.g[3]);

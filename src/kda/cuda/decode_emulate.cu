@@ -39,13 +39,19 @@ template <int RPW> static void host_xch(const dec_lane<RPW> *L, float m[32]) {
     }
 }
 
-/* Token t read by every lane of the warp, the norms summed as the kernel's
- * butterflies sum them (or taken from norms, where given). */
+/* Token t fetched (v of vrows rows, dec_fetch: R, where given) and read by
+ * every lane of the warp, the norms summed as the kernel's butterflies sum
+ * them (or taken from norms, where given). */
 template <int RPW>
 static void host_read(const kda_params &p, const dec_warp &w, int64_t t, dec_lane<RPW> *L,
-                      const float *norms) {
+                      const float *norms, int vrows = 0, dec_raw *R = NULL) {
     typedef dec_lane<RPW> lane_t;
-    for (int j = 0; j < 32; j++) dec_read(p, w, t, j, L[j]);
+    for (int j = 0; j < 32; j++) {
+        dec_raw r;
+        dec_fetch<RPW>(p, w, t, j, vrows, r);
+        dec_take(p, r, L[j]);
+        if (R) R[j] = r;
+    }
     if (norms) {
         for (int j = 0; j < 32; j++) L[j].sq = norms[0], L[j].sk = norms[1];
         return;
@@ -57,23 +63,28 @@ static void host_read(const kda_params &p, const dec_warp &w, int64_t t, dec_lan
 /* The same, and every lane's token prepared (the kernel's dec_prepare). */
 template <int RPW>
 static void host_prepare(const kda_params &p, const dec_warp &w, int64_t t, dec_lane<RPW> *L,
-                         const float *norms) {
-    host_read(p, w, t, L, norms);
+                         const float *norms, int vrows = 0, dec_raw *R = NULL) {
+    host_read(p, w, t, L, norms, vrows, R);
     for (int j = 0; j < 32; j++) dec_prepare(p, w, L[j]);
 }
 
 /* One warp's start: the read slot's rows copied to copy and, groups outer
- * (not outer), the norms of its first tokens kept (and, for one token, that
- * token read: L). */
+ * (not outer), for one token that token prepared (L) and its v kept in vf,
+ * for several the norms of the first kept. */
 template <int RPW>
 static void emulate_start(const kda_params &p, const dec_warp &w, int outer, unsigned char *copy,
                           float *norms, float *vf, dec_lane<RPW> *L) {
     for (int j = 0; j < 32; j++) dec_stage(p, w, p.state_k_first, j, copy, L[j]);
+    if (!outer && w.sq.len == 1) {
+        dec_raw R[32];
+        host_prepare(p, w, w.sq.bos, L, (const float *)NULL, 1, R);
+        for (int j = 0; j < 32; j++) dec_v_put<RPW>(R[j], j, vf);
+        return;
+    }
     for (int64_t i = 0; !outer && i < w.sq.len && i < DEC_NORMS; i++) {
         host_read(p, w, w.sq.bos + i, L, (const float *)NULL);
         norms[2 * i] = L[0].sq, norms[2 * i + 1] = L[0].sk;
     }
-    for (int j = 0; !outer && w.sq.len == 1 && j < 32; j++) dec_v_put<RPW>(p, w, w.sq.bos, j, vf);
 }
 
 /* dec_token over the warp's lanes. */
@@ -102,8 +113,7 @@ static void host_token(const kda_params &p, const dec_warp &w, const dec_tok &k,
 template <int RPW>
 static void emulate_groups_outer(const kda_params &p, const dec_warp &w, unsigned char *copy,
                                  const float *norms, const float *vf, dec_lane<RPW> *L) {
-    const int kf = p.state_k_first, one = w.sq.len == 1;
-    for (int j = 0; one && j < 32; j++) dec_prepare(p, w, L[j]);
+    const int kf = p.state_k_first, one = w.sq.len == 1; /* one: L prepared (emulate_start) */
     unsigned char *kf_copy = dec_kf_via_copy(p, kf) ? copy : NULL;
     for (int G = 0; G < dec_shape<RPW>::GROUPS; G++) {
         for (int j = 0; j < 32; j++) dec_group_rows(p, w, kf, G, j, copy, L[j]);
@@ -179,8 +189,9 @@ static void emulate_block(const kda_params &p, int outer, int64_t b, unsigned ch
     const int64_t len = w[0].sq.len, bos = w[0].sq.bos;
     for (int64_t i0 = 0; i0 < len; i0 += DEC_SLOTS) {
         for (int r = 0; r < DEC_SLOTS && i0 + r < len; r++) { /* warp r, token i0 + r */
-            host_prepare(p, w[r], bos + i0 + r, L[r], (const float *)NULL);
-            for (int j = 0; j < 32; j++) dec_slot_put(p, w[r], bos + i0 + r, slots + r, j, L[r][j]);
+            dec_raw R[32];
+            host_prepare(p, w[r], bos + i0 + r, L[r], (const float *)NULL, 4, R);
+            for (int j = 0; j < 32; j++) dec_slot_put(R[j], slots + r, j, L[r][j]);
         }
         for (int wi = 0; wi < SH::WARPS; wi++)
             for (int64_t i = i0; i < len && i < i0 + DEC_SLOTS; i++)
