@@ -518,20 +518,24 @@ def gpu_ahead(ms=2.0):
         sleep(int(ms * 1.0e6 * 2.0))  # cycles, at up to 2 GHz
 
 
-def time_interleaved(arms, reps, before=None):
+def time_interleaved(arms, reps, before=None, rotate=False):
     """reps rounds of every arm (name -> call) in turn, each round led by
     gpu_ahead; CUDA event times {name: [ms, ...]}. before(), if given, runs
-    ahead of each arm, outside its events (an L2 flush: bench/kda_decode.py)."""
+    ahead of each arm, outside its events (an L2 flush: bench/kda_decode.py).
+    rotate: round r starts at arm r mod len(arms), so that every arm takes
+    every place in a round equally often."""
     times = {k: [] for k in arms}
-    for _ in range(reps):
+    names = list(arms)
+    for r in range(reps):
         evs = []
         gpu_ahead()
-        for k, fn in arms.items():
+        s = r % len(names) if rotate else 0
+        for k in names[s:] + names[:s]:
             if before is not None:
                 before()
             e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             e0.record()
-            fn()
+            arms[k]()
             e1.record()
             evs.append((k, e0, e1))
         torch.cuda.synchronize()

@@ -149,12 +149,15 @@ def time_arms(arms, warmup, reps, flush):
     (flush.zero_(): a buffer of several L2 sizes) ahead of each arm: an
     engine's step finds its pool cold, and at the small shapes (a pool of
     about the L2's size) an arm after one that touched the same pool would
-    otherwise read part of it from L2 (docs/PERFORMANCE.md, "KDA decode and verify")."""
+    otherwise read part of it from L2 (docs/PERFORMANCE.md, "KDA decode and verify").
+    The order rotates a round at a time: with it fixed, the arm timed right
+    after the limit's copy took 0.6-1.5 us more than the same kernel timed
+    later (journal, 2026-12-06, "The token fetched ahead")."""
     for f in arms.values():
         for _ in range(warmup):
             f()
     torch.cuda.synchronize()
-    ts = kda_anchors.time_interleaved(arms, reps, before=flush.zero_)
+    ts = kda_anchors.time_interleaved(arms, reps, before=flush.zero_, rotate=True)
     return {a: statistics.median(t) for a, t in ts.items()}
 
 
