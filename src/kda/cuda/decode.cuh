@@ -247,7 +247,7 @@ static SP_HD void dec_prepare(const kda_params &p, const dec_warp &w, dec_lane<R
  * from there (a shared load a group, where they were four global ones:
  * dec_group_v). */
 template <int RPW> static SP_HD void dec_v_put(const dec_raw &r, int lane, float *vf) {
-    if (lane < RPW) vf[lane] = sp_bf16_to_f32_((uint16_t)r.v[0]);
+    if (lane < RPW) vf[lane] = dec_bits_f32(r.v[0], 0);
 }
 
 /* The lane's channels of a prepared token into a slot, with v of rows 4
@@ -255,8 +255,9 @@ template <int RPW> static SP_HD void dec_v_put(const dec_raw &r, int lane, float
 template <int RPW>
 static SP_HD void dec_slot_put(const dec_raw &r, dec_slot *s, int lane, const dec_lane<RPW> &l) {
     const int c = 4 * lane;
-    *(float4 *)(s->v + c) = make_float4(sp_bf16_to_f32_((uint16_t)r.v[0]), sp_bf16_to_f32_((uint16_t)r.v[1]),
-                                        sp_bf16_to_f32_((uint16_t)r.v[2]), sp_bf16_to_f32_((uint16_t)r.v[3]));
+    *(float4 *)(s->v + c) =
+        make_float4(dec_bits_f32(r.v[0], 0), dec_bits_f32(r.v[1], 0), dec_bits_f32(r.v[2], 0),
+                    dec_bits_f32(r.v[3], 0));
     *(float4 *)(s->q + c) = make_float4(l.q[0], l.q[1], l.q[2], l.q[3]);
     *(float4 *)(s->k + c) = make_float4(l.k[0], l.k[1], l.k[2], l.k[3]);
     *(float4 *)(s->g + c) = make_float4(l.g[0], l.g[1], l.g[2], l.g[3]);
