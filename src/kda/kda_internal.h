@@ -39,9 +39,16 @@ static inline SP_HD float sp_kda_log_decay_f32_(int gate, float lower_bound, flo
 }
 
 /* Element `at` of an input that is bf16, or f32 where f32 (g with the
- * log-decay gate, beta), as float. */
+ * log-decay gate, beta): its bits as stored (bf16 in the low half), those
+ * bits as float, and both at once. */
+static inline SP_HD uint32_t sp_kda_bits_at_(const void *data, int f32, int64_t at) {
+    return f32 ? ((const uint32_t *)data)[at] : ((const uint16_t *)data)[at];
+}
+static inline SP_HD float sp_kda_bits_f32_(uint32_t bits, int f32) {
+    return f32 ? sp_bits_f32_(bits) : sp_bf16_to_f32_((uint16_t)bits);
+}
 static inline SP_HD float sp_kda_float_at_(const void *data, int f32, int64_t at) {
-    return f32 ? ((const float *)data)[at] : sp_bf16_to_f32_(((const uint16_t *)data)[at]);
+    return sp_kda_bits_f32_(sp_kda_bits_at_(data, f32, at), f32);
 }
 
 /* b_t from the beta input x, by sp_kda_beta (CPU and CUDA use this one rule). */

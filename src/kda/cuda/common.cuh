@@ -28,10 +28,15 @@ static __host__ __device__ __forceinline__ const uint16_t *kda_row(const kda_inp
 }
 
 /* Element c of token t, head h of an input that may be f32 (g with the
- * log-decay gate, beta: f32 = 1), as float. */
+ * log-decay gate, beta: f32 = 1): its bits as stored (sp_kda_bits_at_), and
+ * as float. */
+static __host__ __device__ __forceinline__ uint32_t kda_in_bits(const kda_input &x, int f32,
+                                                                int64_t t, int64_t h, int c) {
+    return sp_kda_bits_at_(x.at, f32, sp_kda_at_(x.ts, x.hs, t, h) + c);
+}
 static __host__ __device__ __forceinline__ float kda_in(const kda_input &x, int f32, int64_t t,
                                                         int64_t h, int c) {
-    return sp_kda_float_at_(x.at, f32, sp_kda_at_(x.ts, x.hs, t, h) + c);
+    return sp_kda_bits_f32_(kda_in_bits(x, f32, t, h, c), f32);
 }
 
 typedef struct kda_params {

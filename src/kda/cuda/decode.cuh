@@ -181,27 +181,20 @@ static SP_HD void dec_stage(const kda_params &p, const dec_warp &w, int kf, int 
 typedef struct dec_raw {
     uint32_t q[4], k[4], g[4], beta, v[4];
 } dec_raw;
-static SP_HD inline uint32_t dec_bits(const kda_input &x, int f32, int64_t t, int64_t h, int c) {
-    const int64_t at = sp_kda_at_(x.ts, x.hs, t, h) + c;
-    return f32 ? ((const uint32_t *)(const void *)x.at)[at] : x.at[at];
-}
-static SP_HD inline float dec_bits_f32(uint32_t b, int f32) {
-    return f32 ? sp_bits_f32_(b) : sp_bf16_to_f32_((uint16_t)b);
-}
 template <int RPW>
 static SP_HD void dec_fetch(const kda_params &p, const dec_warp &w, int64_t t, int lane, int vrows,
                             dec_raw &r) {
     const int c = 4 * lane;
     SP_HD_UNROLL
     for (int i = 0; i < 4; i++) {
-        r.q[i] = dec_bits(p.q, 0, t, w.h, c + i);
-        r.k[i] = dec_bits(p.k, 0, t, w.h, c + i);
-        r.g[i] = dec_bits(p.g, p.g_f32, t, w.h, c + i);
+        r.q[i] = kda_in_bits(p.q, 0, t, w.h, c + i);
+        r.k[i] = kda_in_bits(p.k, 0, t, w.h, c + i);
+        r.g[i] = kda_in_bits(p.g, p.g_f32, t, w.h, c + i);
     }
-    r.beta = dec_bits(p.beta, p.beta_f32, t, w.h, 0);
-    if (vrows == 1 && lane < RPW) r.v[0] = dec_bits(p.v, 0, t, w.h, w.row0 + lane);
+    r.beta = kda_in_bits(p.beta, p.beta_f32, t, w.h, 0);
+    if (vrows == 1 && lane < RPW) r.v[0] = kda_in_bits(p.v, 0, t, w.h, w.row0 + lane);
     SP_HD_UNROLL
-    for (int i = 0; vrows == 4 && i < 4; i++) r.v[i] = dec_bits(p.v, 0, t, w.h, c + i);
+    for (int i = 0; vrows == 4 && i < 4; i++) r.v[i] = kda_in_bits(p.v, 0, t, w.h, c + i);
 }
 
 /* The fetched token read: q, k, g of the lane's channels and beta (the same
@@ -210,11 +203,11 @@ template <int RPW>
 static SP_HD void dec_take(const kda_params &p, const dec_raw &r, dec_lane<RPW> &l) {
     SP_HD_UNROLL
     for (int i = 0; i < 4; i++) {
-        l.q[i] = dec_bits_f32(r.q[i], 0);
-        l.k[i] = dec_bits_f32(r.k[i], 0);
-        l.g[i] = dec_bits_f32(r.g[i], p.g_f32);
+        l.q[i] = sp_kda_bits_f32_(r.q[i], 0);
+        l.k[i] = sp_kda_bits_f32_(r.k[i], 0);
+        l.g[i] = sp_kda_bits_f32_(r.g[i], p.g_f32);
     }
-    l.beta = dec_bits_f32(r.beta, p.beta_f32);
+    l.beta = sp_kda_bits_f32_(r.beta, p.beta_f32);
     l.sq = (l.q[0] * l.q[0] + l.q[1] * l.q[1]) + (l.q[2] * l.q[2] + l.q[3] * l.q[3]);
     l.sk = (l.k[0] * l.k[0] + l.k[1] * l.k[1]) + (l.k[2] * l.k[2] + l.k[3] * l.k[3]);
 }
@@ -247,7 +240,7 @@ static SP_HD void dec_prepare(const kda_params &p, const dec_warp &w, dec_lane<R
  * from there (a shared load a group, where they were four global ones:
  * dec_group_v). */
 template <int RPW> static SP_HD void dec_v_put(const dec_raw &r, int lane, float *vf) {
-    if (lane < RPW) vf[lane] = dec_bits_f32(r.v[0], 0);
+    if (lane < RPW) vf[lane] = sp_kda_bits_f32_(r.v[0], 0);
 }
 
 /* The lane's channels of a prepared token into a slot, with v of rows 4
@@ -256,8 +249,8 @@ template <int RPW>
 static SP_HD void dec_slot_put(const dec_raw &r, dec_slot *s, int lane, const dec_lane<RPW> &l) {
     const int c = 4 * lane;
     *(float4 *)(s->v + c) =
-        make_float4(dec_bits_f32(r.v[0], 0), dec_bits_f32(r.v[1], 0), dec_bits_f32(r.v[2], 0),
-                    dec_bits_f32(r.v[3], 0));
+        make_float4(sp_kda_bits_f32_(r.v[0], 0), sp_kda_bits_f32_(r.v[1], 0),
+                    sp_kda_bits_f32_(r.v[2], 0), sp_kda_bits_f32_(r.v[3], 0));
     *(float4 *)(s->q + c) = make_float4(l.q[0], l.q[1], l.q[2], l.q[3]);
     *(float4 *)(s->k + c) = make_float4(l.k[0], l.k[1], l.k[2], l.k[3]);
     *(float4 *)(s->g + c) = make_float4(l.g[0], l.g[1], l.g[2], l.g[3]);
