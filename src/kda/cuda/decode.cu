@@ -139,8 +139,9 @@ static __device__ __forceinline__ void dec_round_prepare(const kda_params &p, co
 
 /* Tokens outer, a round of slots at a time (the first prepared), the rows
  * kept in fp32 in the warp's m; a K-first pool's stores after each token
- * from the kept rows (dec_kf_out). */
-template <int RPW, int KF>
+ * from the kept rows (dec_kf_out). UNROLL: the group loop's (a V-first bf16
+ * pool's whole; the others' not: their instances spill at 80 registers). */
+template <int RPW, int KF, int UNROLL>
 static __device__ __forceinline__ void dec_run_tokens_outer(const kda_params &p, const dec_warp &w,
                                                             int wi, int lane, unsigned char *m,
                                                             const unsigned char *copy,
@@ -157,7 +158,7 @@ static __device__ __forceinline__ void dec_run_tokens_outer(const kda_params &p,
             dec_slot_get(slots + (i - i0), lane, l);
             dec_tok k = dec_token_at(p, w, i);
             k.vf = slots[i - i0].v + w.row0;
-#pragma unroll 1
+#pragma unroll(UNROLL)
             for (int G = 0; G < SH::GROUPS; G++) {
                 if (i == 0)
                     dec_group_rows(p, w, KF, G, lane, copy, l);
@@ -227,7 +228,7 @@ static __global__ void __launch_bounds__(dec_launch<RPW>::THREADS, dec_launch<RP
     sp_cp_async_wait_<0>();
     __syncwarp(); /* every lane's pieces of the rows copied, the norms (or v) kept */
     if (OUTER) {
-        dec_run_tokens_outer<RPW, KF>(p, w, wi, lane, m, copy, slots, l, r);
+        dec_run_tokens_outer<RPW, KF, BF && !KF ? SH::GROUPS : 1>(p, w, wi, lane, m, copy, slots, l, r);
         return;
     }
     /* Groups outer, each through every token; a step's one token made once
