@@ -73,6 +73,19 @@ static __device__ __forceinline__ float xch_rows(int lane, const float d[4]) {
     return m;
 }
 
+/* Group G's rows landed in the warp's copy, where they come by bulk copies
+ * (BULK, dec_stage; the lanes' copies were waited for before the group
+ * loop). */
+template <int BULK>
+static __device__ __forceinline__ void dec_rows_wait(const dec_warp &w, const uint64_t *bars,
+                                                     int G) {
+#if DEC_BULK
+    if (BULK && w.sq.read_base >= 0) sp_mbarrier_wait_(sp_smem_addr_(bars + G), 0);
+#else
+    (void)w, (void)bars, (void)G;
+#endif
+}
+
 /* Blocks a multiprocessor holds: at 32 rows a warp six of bf16 rows (32 KB a
  * block), at 16 three (by registers; three of fp32 rows either way, 64 KB a
  * block); the registers held to that (80 a thread). */
@@ -141,10 +154,11 @@ static __device__ __forceinline__ void dec_round_prepare(const kda_params &p, co
  * kept in fp32 in the warp's m; a K-first pool's stores after each token
  * from the kept rows (dec_kf_out). UNROLL: the group loop's (a V-first bf16
  * pool's whole; the others' not: their instances spill at 80 registers). */
-template <int RPW, int KF, int UNROLL>
+template <int RPW, int KF, int UNROLL, int BULK>
 static __device__ __forceinline__ void dec_run_tokens_outer(const kda_params &p, const dec_warp &w,
                                                             int wi, int lane, unsigned char *m,
                                                             const unsigned char *copy,
+                                                            const uint64_t *bars,
                                                             dec_slot *slots, dec_lane<RPW> &l,
                                                             dec_raw &r) {
     typedef dec_shape<RPW> SH;
@@ -160,9 +174,10 @@ static __device__ __forceinline__ void dec_run_tokens_outer(const kda_params &p,
             k.vf = slots[i - i0].v + w.row0;
 #pragma unroll(UNROLL)
             for (int G = 0; G < SH::GROUPS; G++) {
-                if (i == 0)
+                if (i == 0) {
+                    dec_rows_wait<BULK>(w, bars, G);
                     dec_group_rows(p, w, KF, G, lane, copy, l);
-                else
+                } else
                     dec_group_kept(G, lane, m, l);
                 __syncwarp(); /* read by every lane before any keeps the group (a bf16
                                * V-first copy: other lanes' bytes) */
@@ -193,6 +208,11 @@ static __global__ void __launch_bounds__(dec_launch<RPW>::THREADS, dec_launch<RP
     p.state_bf16 = BF;
     typedef dec_shape<RPW> SH;
     static_assert(DEC_SLOTS <= SH::WARPS, "a warp a token of a round");
+    /* Verify on a V-first fp32 pool: the rows by bulk copies, a group each
+     * waited for as it lands (dec_stage); the rest slower so on an H100
+     * (journal, 2026-12-06, "Verify's group loop unrolled; bulk copies
+     * measured"). */
+    constexpr int BULK = DEC_BULK && !KF && !BF && OUTER;
     extern __shared__ __align__(16) unsigned char smem_bytes[];
     const int lane = threadIdx.x % 32, wi = threadIdx.x / 32, es = dec_row_es(p, OUTER);
     unsigned char *m = dec_warp_rows<RPW>(smem_bytes, wi, es),
@@ -206,7 +226,8 @@ static __global__ void __launch_bounds__(dec_launch<RPW>::THREADS, dec_launch<RP
     const int one = w.sq.len == 1;
     if (OUTER ? wi < DEC_SLOTS && wi < w.sq.len : one)
         dec_fetch<RPW>(p, w, w.sq.bos + (OUTER ? wi : 0), lane, OUTER ? 4 : 1, r);
-    dec_stage(p, w, KF, lane, copy, l);
+    uint64_t *bars = dec_warp_bars<RPW>(smem_bytes, wi, es);
+    dec_stage(p, w, KF, lane, copy, BULK ? bars : (uint64_t *)NULL, l);
     sp_cp_async_commit_();
     float *norms = dec_warp_norms(smem_bytes, wi, es);
     dec_slot *slots = dec_slots(smem_bytes, es);
@@ -226,9 +247,10 @@ static __global__ void __launch_bounds__(dec_launch<RPW>::THREADS, dec_launch<RP
         }
     }
     sp_cp_async_wait_<0>();
-    __syncwarp(); /* every lane's pieces of the rows copied, the norms (or v) kept */
+    __syncwarp(); /* every lane's pieces of a K-first pool's rows copied, the norms (or v) kept */
     if (OUTER) {
-        dec_run_tokens_outer<RPW, KF, BF && !KF ? SH::GROUPS : 1>(p, w, wi, lane, m, copy, slots, l, r);
+        dec_run_tokens_outer<RPW, KF, BF && !KF ? SH::GROUPS : 1, BULK>(p, w, wi, lane, m, copy,
+                                                                         bars, slots, l, r);
         return;
     }
     /* Groups outer, each through every token; a step's one token made once

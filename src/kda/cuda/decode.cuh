@@ -16,6 +16,12 @@
 #define DEC_NORMS 8 /* tokens whose q . q and k . k a warp keeps for every group */
 #define DEC_MAX_WARPS 8 /* warps a block at the fewest rows a warp (16) */
 #define FULL SP_KDA_FULL_MASK
+/* Bulk copies into shared memory (sm_90 and later: dec_stage). */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define DEC_BULK 1
+#else
+#define DEC_BULK 0
+#endif
 
 /* RPW: V rows a warp (the plan's decode_rows_per_warp: 16 or 32). A block
  * is one (sequence, head) pair; its shared memory the pair's rows as the
@@ -53,14 +59,16 @@ typedef struct dec_slot {
 
 /* A block's shared memory: the pair's rows (a warp's RPW rows at RPW * 128
  * * es bytes apart, es = dec_row_es), then each warp's norms of its first
- * DEC_NORMS tokens (dec_warp_norms), then, tokens outer, the token slots
+ * DEC_NORMS tokens (dec_warp_norms), the mbarriers of the V-first copies of
+ * its groups' rows (dec_warp_bars), then, tokens outer, the token slots
  * (dec_slots), groups outer, each warp's v of its rows for a sequence of
  * one token (dec_warp_v). */
 #define DEC_NORMS_BYTES (DEC_MAX_WARPS * DEC_NORMS * 2 * sizeof(float))
+#define DEC_BARS_BYTES (SP_KDA_D / DEC_GROUP * sizeof(uint64_t)) /* a group's mbarrier */
 #define DEC_V_BYTES (SP_KDA_D * sizeof(float)) /* every warp's rows' v */
 static SP_HD inline size_t dec_rows_bytes(int es) { return (size_t)SP_KDA_D * SP_KDA_D * es; }
 static SP_HD inline size_t dec_smem_bytes_es(int es, int outer) {
-    return dec_rows_bytes(es) + DEC_NORMS_BYTES +
+    return dec_rows_bytes(es) + DEC_NORMS_BYTES + DEC_BARS_BYTES +
            (outer ? DEC_SLOTS * sizeof(dec_slot) : DEC_V_BYTES);
 }
 static SP_HD inline size_t dec_smem_bytes(const kda_params &p, int outer) {
@@ -78,14 +86,19 @@ static SP_HD inline float *dec_warp_norms(unsigned char *smem, int wi, int es) {
     return (float *)(smem + dec_rows_bytes(es)) + wi * DEC_NORMS * 2;
 }
 
+/* Warp wi's mbarriers, group G's at [G] (dec_stage). */
+template <int RPW> static SP_HD uint64_t *dec_warp_bars(unsigned char *smem, int wi, int es) {
+    return (uint64_t *)(smem + dec_rows_bytes(es) + DEC_NORMS_BYTES) + wi * (RPW / DEC_GROUP);
+}
+
 /* The block's token slots (tokens outer). */
 static SP_HD inline dec_slot *dec_slots(unsigned char *smem, int es) {
-    return (dec_slot *)(smem + dec_rows_bytes(es) + DEC_NORMS_BYTES);
+    return (dec_slot *)(smem + dec_rows_bytes(es) + DEC_NORMS_BYTES + DEC_BARS_BYTES);
 }
 
 /* Groups outer, warp wi's v of its RPW rows (one token: dec_v_put). */
 template <int RPW> static SP_HD float *dec_warp_v(unsigned char *smem, int wi, int es) {
-    return (float *)(smem + dec_rows_bytes(es) + DEC_NORMS_BYTES) + wi * RPW;
+    return (float *)(smem + dec_rows_bytes(es) + DEC_NORMS_BYTES + DEC_BARS_BYTES) + wi * RPW;
 }
 
 /* Where the read slot's copy lies in a warp's rows: a bf16 pool's in the
@@ -143,14 +156,19 @@ static SP_HD inline int64_t dec_kf_unit(int d, int k, int per) {
 }
 
 /* Start copying the warp's rows of the read slot into its shared memory m
- * (RPW rows as the pool holds them), the lane's 16-byte pieces of them
- * (nothing for a fresh sequence); dt_bias of the lane's channels. From a
- * K-first pool (kf) each channel's piece k (its rows 4k .. 4k + 3 in fp32,
- * 8k .. 8k + 7 in bf16) goes to block k (dec_kf_unit): a group's rows (a
- * pair of groups' in bf16) fill one block. */
+ * (RPW rows as the pool holds them; nothing for a fresh sequence); dt_bias
+ * of the lane's channels. Given bars (the kernel's BULK: a V-first pool,
+ * whose rows lie whole), lane 0 copies each group's rows (DEC_GROUP rows, 1
+ * or 2 KB) by one bulk copy completing on the group's mbarrier (bars[G],
+ * dec_rows_wait): the warp goes on at once and takes each group as it
+ * lands, where the lanes' copies hold it until the last of its pieces is
+ * issued. Else each lane copies its 16-byte pieces; from a K-first pool
+ * (kf) each channel's piece k (its rows 4k .. 4k + 3 in fp32, 8k .. 8k + 7
+ * in bf16) goes to block k (dec_kf_unit): a group's rows (a pair of
+ * groups' in bf16) fill one block. */
 template <int RPW>
 static SP_HD void dec_stage(const kda_params &p, const dec_warp &w, int kf, int lane,
-                            unsigned char *m, dec_lane<RPW> &l) {
+                            unsigned char *m, uint64_t *bars, dec_lane<RPW> &l) {
     const int c = 4 * lane;
     SP_HD_UNROLL
     for (int i = 0; i < 4; i++)
@@ -159,6 +177,24 @@ static SP_HD void dec_stage(const kda_params &p, const dec_warp &w, int kf, int 
     const int64_t es = p.state_bf16 ? 2 : 4; /* bytes an element */
     const char *from = (const char *)p.state +
                        (w.sq.read_base + sp_kda_state_at_(kf, 0, w.row0)) * es;
+#if DEC_BULK
+    if (bars) {
+        const unsigned bytes = (unsigned)(DEC_GROUP * SP_KDA_D * es);
+        if (lane == 0) {
+            for (int G = 0; G < RPW / DEC_GROUP; G++) sp_mbarrier_init_(sp_smem_addr_(bars + G), 1);
+            sp_mbarrier_init_fence_();
+            for (int G = 0; G < RPW / DEC_GROUP; G++) {
+                const unsigned bar = sp_smem_addr_(bars + G);
+                sp_mbarrier_expect_tx_(bar, bytes);
+                sp_bulk_copy_g2s_(sp_smem_addr_(m + G * bytes), from + G * bytes, bytes, bar);
+            }
+        }
+        __syncwarp(); /* the mbarriers made before any lane waits on them */
+        return;
+    }
+#else
+    (void)bars;
+#endif
     const int pieces = (int)(RPW * SP_KDA_D * es / 16), per = (int)(RPW * es / 16);
     for (int i = lane; i < pieces; i += 32) {
         const int d = i / per, k = i % per; /* K-first: piece k of channel d */

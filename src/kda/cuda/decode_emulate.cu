@@ -74,7 +74,7 @@ static void host_prepare(const kda_params &p, const dec_warp &w, int64_t t, dec_
 template <int RPW>
 static void emulate_start(const kda_params &p, const dec_warp &w, int outer, unsigned char *copy,
                           float *norms, float *vf, dec_lane<RPW> *L) {
-    for (int j = 0; j < 32; j++) dec_stage(p, w, p.state_k_first, j, copy, L[j]);
+    for (int j = 0; j < 32; j++) dec_stage(p, w, p.state_k_first, j, copy, (uint64_t *)NULL, L[j]);
     if (!outer && w.sq.len == 1) {
         dec_raw R[32];
         host_prepare(p, w, w.sq.bos, L, (const float *)NULL, 1, R);
