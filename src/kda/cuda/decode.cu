@@ -15,8 +15,9 @@
  * alone (but for the tokens-outer slots, below); a block is the pair's 128
  * rows (its token vectors stay in L1). A warp starts copying its rows into
  * its own shared memory (cp.async, or bulk copies for verify on a V-first
- * fp32 pool: the bytes in flight hold no registers), then runs the rows DEC_GROUP at a time through registers, the group's dot
- * products summed over the warp by exchanging halves (xch_rows), storing
+ * fp32 pool: the bytes in flight hold no registers), then runs the rows
+ * DEC_GROUP at a time through registers, the group's dot products summed
+ * over the warp by exchanging halves (xch_rows), storing
  * rows after each token a verify table keeps and after the last one to the
  * final slot (a K-first pool's whole channels at a time: groups outer, back
  * into the copy and out as it came in, dec_kf_via_copy; tokens outer, from
