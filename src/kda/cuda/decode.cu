@@ -209,10 +209,10 @@ static __global__ void __launch_bounds__(dec_launch<RPW>::THREADS, dec_launch<RP
     p.state_bf16 = BF;
     typedef dec_shape<RPW> SH;
     static_assert(DEC_SLOTS <= SH::WARPS, "a warp a token of a round");
-    /* Verify on a V-first fp32 pool: the rows by bulk copies, a group each
-     * waited for as it lands (dec_stage); the rest slower so on an H100
-     * (journal, 2026-12-06, "Verify's group loop unrolled; bulk copies
-     * measured"). */
+    /* Verify on a V-first fp32 pool: the rows by bulk copies, each group
+     * waited for as it lands (dec_stage); elsewhere the lanes' copies, which
+     * were the faster there on an H100 (journal, 2026-12-06, "Bulk copies
+     * for verify on an fp32 pool"). */
     constexpr int BULK = DEC_BULK && !KF && !BF && OUTER;
     extern __shared__ __align__(16) unsigned char smem_bytes[];
     const int lane = threadIdx.x % 32, wi = threadIdx.x / 32, es = dec_row_es(p, OUTER);

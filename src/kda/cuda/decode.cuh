@@ -59,12 +59,12 @@ typedef struct dec_slot {
 
 /* A block's shared memory: the pair's rows (a warp's RPW rows at RPW * 128
  * * es bytes apart, es = dec_row_es), then each warp's norms of its first
- * DEC_NORMS tokens (dec_warp_norms), the mbarriers of the V-first copies of
+ * DEC_NORMS tokens (dec_warp_norms), the mbarriers of the bulk copies of
  * its groups' rows (dec_warp_bars), then, tokens outer, the token slots
  * (dec_slots), groups outer, each warp's v of its rows for a sequence of
  * one token (dec_warp_v). */
 #define DEC_NORMS_BYTES (DEC_MAX_WARPS * DEC_NORMS * 2 * sizeof(float))
-#define DEC_BARS_BYTES (SP_KDA_D / DEC_GROUP * sizeof(uint64_t)) /* a group's mbarrier */
+#define DEC_BARS_BYTES (SP_KDA_D / DEC_GROUP * sizeof(uint64_t)) /* one a group of rows */
 #define DEC_V_BYTES (SP_KDA_D * sizeof(float)) /* every warp's rows' v */
 static SP_HD inline size_t dec_rows_bytes(int es) { return (size_t)SP_KDA_D * SP_KDA_D * es; }
 static SP_HD inline size_t dec_smem_bytes_es(int es, int outer) {
