@@ -75,13 +75,12 @@ static __device__ __forceinline__ float xch_rows(int lane, const float d[4]) {
 }
 
 /* Group G's rows landed in the warp's copy, where they come by bulk copies
- * (BULK, dec_stage; the lanes' copies were waited for before the group
- * loop). */
-template <int BULK>
+ * (bars given: dec_stage; the lanes' copies were waited for before the
+ * group loop). */
 static __device__ __forceinline__ void dec_rows_wait(const dec_warp &w, const uint64_t *bars,
                                                      int G) {
 #if DEC_BULK
-    if (BULK && w.sq.read_base >= 0) sp_mbarrier_wait_(sp_smem_addr_(bars + G), 0);
+    if (bars && w.sq.read_base >= 0) sp_mbarrier_wait_(sp_smem_addr_(bars + G), 0);
 #else
     (void)w, (void)bars, (void)G;
 #endif
@@ -155,7 +154,7 @@ static __device__ __forceinline__ void dec_round_prepare(const kda_params &p, co
  * kept in fp32 in the warp's m; a K-first pool's stores after each token
  * from the kept rows (dec_kf_out). UNROLL: the group loop's (a V-first bf16
  * pool's whole; the others' not: their instances spill at 80 registers). */
-template <int RPW, int KF, int UNROLL, int BULK>
+template <int RPW, int KF, int UNROLL>
 static __device__ __forceinline__ void dec_run_tokens_outer(const kda_params &p, const dec_warp &w,
                                                             int wi, int lane, unsigned char *m,
                                                             const unsigned char *copy,
@@ -176,7 +175,7 @@ static __device__ __forceinline__ void dec_run_tokens_outer(const kda_params &p,
 #pragma unroll(UNROLL)
             for (int G = 0; G < SH::GROUPS; G++) {
                 if (i == 0) {
-                    dec_rows_wait<BULK>(w, bars, G);
+                    dec_rows_wait(w, bars, G);
                     dec_group_rows(p, w, KF, G, lane, copy, l);
                 } else
                     dec_group_kept(G, lane, m, l);
@@ -227,8 +226,8 @@ static __global__ void __launch_bounds__(dec_launch<RPW>::THREADS, dec_launch<RP
     const int one = w.sq.len == 1;
     if (OUTER ? wi < DEC_SLOTS && wi < w.sq.len : one)
         dec_fetch<RPW>(p, w, w.sq.bos + (OUTER ? wi : 0), lane, OUTER ? 4 : 1, r);
-    uint64_t *bars = dec_warp_bars<RPW>(smem_bytes, wi, es);
-    dec_stage(p, w, KF, lane, copy, BULK ? bars : (uint64_t *)NULL, l);
+    uint64_t *const bars = BULK ? dec_warp_bars<RPW>(smem_bytes, wi, es) : (uint64_t *)NULL;
+    dec_stage(p, w, KF, lane, copy, bars, l);
     sp_cp_async_commit_();
     float *norms = dec_warp_norms(smem_bytes, wi, es);
     dec_slot *slots = dec_slots(smem_bytes, es);
@@ -250,7 +249,7 @@ static __global__ void __launch_bounds__(dec_launch<RPW>::THREADS, dec_launch<RP
     sp_cp_async_wait_<0>();
     __syncwarp(); /* every lane's pieces of a K-first pool's rows copied, the norms (or v) kept */
     if (OUTER) {
-        dec_run_tokens_outer<RPW, KF, BF && !KF ? SH::GROUPS : 1, BULK>(p, w, wi, lane, m, copy,
+        dec_run_tokens_outer<RPW, KF, BF && !KF ? SH::GROUPS : 1>(p, w, wi, lane, m, copy,
                                                                          bars, slots, l, r);
         return;
     }
