@@ -104,6 +104,18 @@ static __host__ __device__ __forceinline__ float sp_rcp_ftz_(float x) {
     SP_SFU_("rcp.approx.ftz.f32", sp_flush_host_(1.0f / x));
 }
 
+/* max(a, b), a NaN operand giving NaN (fmaxf gives the other operand):
+ * one instruction (sm_80 and later). */
+static __host__ __device__ __forceinline__ float sp_fmax_nan_(float a, float b) {
+#ifdef __CUDA_ARCH__
+    float y;
+    asm("max.NaN.f32 %0, %1, %2;\n" : "=f"(y) : "f"(a), "f"(b));
+    return y;
+#else
+    return a != a || b != b ? a + b : fmaxf(a, b);
+#endif
+}
+
 /* log2(x) (absolute error about 2^-22 for x in [0.5, 2], relative
  * elsewhere); a subnormal x is taken as 0. (On the host: exact.) */
 static __host__ __device__ __forceinline__ float sp_lg2_ftz_(float x) {

@@ -6,8 +6,8 @@
  * operands (Lk, Lq, R, the state scalings c, e) against float64, in both
  * operand layouts (the wgmma build's swizzled one too), for chunks of 32,
  * 19 and 1 tokens with mild and steep decays; and the form the kernels
- * choose: factored within the lower-bound gate's bound, safe beyond it.
- * And the one-pass kernel's longest-first block order.
+ * choose: factored within the lower-bound gate's bound, safe beyond it; a
+ * NaN gate kept in its channel. And the one-pass kernel's longest-first block order.
  */
 #include "kda/kda_internal.h"
 #include "check.h"
@@ -150,6 +150,21 @@ static void check(const chunk *x, int nt, int steep, int form, int swz) {
            bad);
 }
 
+/* A NaN g input stays NaN in its channel's sums (the chunk's decay of the
+ * state) and in no other channel's; a partial chunk, so that tokens past
+ * the end are taken as 0 beside it. */
+static void nan_gate(chunk *x) {
+    make(x, 19, SP_KDA_GATE_LOG_DECAY, 0);
+    x->g[5 * D + 7] = NAN;
+    (void)sp_kda_chunk_emulate_(x->k, x->q, x->g, 19, x->gate, x->lower_bound, x->A_log, x->dt_bias,
+                                x->b, 0.09f, -1, 0, A, QK, lk, lq, r, cc, ee);
+    int finite = 1;
+    for (int d = 0; d < D; d++)
+        if (d != 7) finite &= isfinite(cc[d]) && isfinite(ee[d]);
+    CHECKF(isnan(ee[7]) && finite, "a NaN gate: channel 7's decay %g, the others finite %d",
+           (double)ee[7], finite);
+}
+
 /* The one-pass kernel's longest-first order (kda_length_rank): a
  * permutation, lengths non-increasing along it, ties in index order; with
  * ties, zeros and the negative lengths of bad cu_seqlens. */
@@ -193,6 +208,7 @@ int main(void) {
                 if (!steep) check(x, nts[i], steep, 1, swz); /* the safe form within the bound too */
             }
         }
+    nan_gate(x);
     free(x);
     return sp_test_finish("test_kda_chunk_emulated");
 }

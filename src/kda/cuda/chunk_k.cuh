@@ -172,8 +172,9 @@ static SP_HD __forceinline__ float softplus_log2(float u) {
  * input x; h: which of the thread's two channels. The lower-bound gate as
  * lb2 / (1 + 2^(nl x + nlb)): lb2 = lower_bound log2(e), nl = -expA log2(e),
  * nlb = nl dt_bias. The every-gate build: the call's form (the softplus
- * gate by softplus_log2, the log-decay as given), floored. */
+ * gate by softplus_log2, the log-decay as given), FLOORED (by gate_sums). */
 template <int ANY> struct chunk_gate {
+    static constexpr bool FLOORED = ANY != 0;
     float nl, nlb[2], lb2, expA, bias[2];
     int gate;
     SP_HD __forceinline__ chunk_gate(const kda_params &p, float expA_, float2 b) {
@@ -183,15 +184,10 @@ template <int ANY> struct chunk_gate {
     }
     SP_HD __forceinline__ float operator()(float x, int h) const {
         const int form = gate_build<ANY>::FIXED ? gate_build<ANY>::FORM : gate;
-        float g;
-        if (!ANY || form == SP_KDA_GATE_LOWER_BOUND) {
-            g = lb2 * sp_rcp_ftz_(1.0f + sp_ex2_ftz_(fmaf(x, nl, nlb[h])));
-            if (!ANY) return g;
-        } else if (form == SP_KDA_GATE_SOFTPLUS)
-            g = -expA * softplus_log2((x + bias[h]) * SP_LOG2E);
-        else
-            g = x * SP_LOG2E;
-        return g < -GATE_FLOOR ? -GATE_FLOOR : g; /* a NaN stays one, as elsewhere */
+        if (!ANY || form == SP_KDA_GATE_LOWER_BOUND)
+            return lb2 * sp_rcp_ftz_(1.0f + sp_ex2_ftz_(fmaf(x, nl, nlb[h])));
+        if (form == SP_KDA_GATE_SOFTPLUS) return -expA * softplus_log2((x + bias[h]) * SP_LOG2E);
+        return x * SP_LOG2E;
     }
 };
 
@@ -304,17 +300,23 @@ static SP_HD __forceinline__ float g_hi(float2 x) { return x.y; }
 /* The running sums of two channels' gates over SEG tokens (their g inputs
  * graw), those from token `valid` on taken as 0; FULL: all valid (no
  * select per token: K3's full segments; the every-gate build keeps one form,
- * gates_and_norms). */
+ * gates_and_norms). A FLOORED gate (the every-gate build's) is floored, and
+ * made 0 for a token past the end, by one max that keeps a NaN: every gate
+ * is at most 0 or NaN, and a token past the end has g input 0 (its copy's
+ * zero fill, or taken as 0), so its gate is a number at most 0. */
 template <int SEG, bool FULL, typename G, typename X>
 static SP_HD __forceinline__ void gate_sums(const X graw[SEG], int valid, const G gate,
                                             float gam[2][SEG], float sum[2]) {
     SP_HD_UNROLL
     for (int j = 0; j < SEG; j++) {
         const float x[2] = {g_lo(graw[j]), g_hi(graw[j])};
+        const float lo = FULL || j < valid ? -GATE_FLOOR : 0.0f;
         SP_HD_UNROLL
         for (int h = 0; h < 2; h++) {
-            const float g = gate(x[h], h);
-            sum[h] += FULL || j < valid ? g : 0.0f;
+            if (G::FLOORED)
+                sum[h] += sp_fmax_nan_(gate(x[h], h), lo); /* a NaN stays one, as elsewhere */
+            else
+                sum[h] += FULL || j < valid ? gate(x[h], h) : 0.0f;
             gam[h][j] = sum[h];
         }
     }
