@@ -191,11 +191,13 @@ template <int ANY> struct chunk_gate {
     }
 };
 
-/* Token t's beta input, as float: bf16 (K3), or bf16 or f32. */
+/* Token t's beta input as stored (bf16 in the low half: K3's, or f32 bits),
+ * read a chunk ahead and made a number where it is used (beta_of): made at
+ * the load, the one-pass kernel's K warp 0 waited there for it. */
 template <int ANY>
-static __device__ __forceinline__ float beta_in(const kda_params &p, int64_t t, int64_t h) {
-    if (ANY) return kda_in(p.beta, p.beta_f32, t, h, 0);
-    return sp_bf16_to_f32_(*kda_row(p.beta, t, h));
+static __device__ __forceinline__ uint32_t beta_in(const kda_params &p, int64_t t, int64_t h) {
+    if (ANY) return kda_in_bits(p.beta, p.beta_f32, t, h, 0);
+    return *kda_row(p.beta, t, h);
 }
 
 /* Where gates_and_norms reads an f32 g (every-gate builds with the
@@ -275,10 +277,11 @@ static __device__ __forceinline__ void load_g_f32(const kda_params &p, const kda
     }
 }
 
-/* b from the beta input x: its sigmoid (K3), or by the call's form. */
-template <int ANY> static __device__ __forceinline__ float beta_of(const kda_params &p, float x) {
-    if (ANY) return sp_kda_beta_f32_(p.beta_form, x);
-    return 1.0f / (1.0f + __expf(-x));
+/* b from the beta input (bits, beta_in): its sigmoid (K3), or by the
+ * call's form. */
+template <int ANY> static __device__ __forceinline__ float beta_of(const kda_params &p, uint32_t bits) {
+    if (ANY) return sp_kda_beta_f32_(p.beta_form, sp_kda_bits_f32_(bits, p.beta_f32));
+    return 1.0f / (1.0f + __expf(-sp_bf16_to_f32_((uint16_t)bits)));
 }
 
 /* The factored form's bound (chunk.cuh): each channel's decay over each
@@ -335,7 +338,7 @@ static SP_HD __forceinline__ void gate_sums(const X graw[SEG], int valid, const 
 template <int NT, int ANY, typename OPS>
 static __device__ __forceinline__ int gates_and_norms(const kda_params &p, const raw_chunk &raw,
                                                       const g32_rows g32, int nt, int tid,
-                                                      float expA, float2 bias, float beta_x,
+                                                      float expA, float2 bias, uint32_t beta_x,
                                                       chunk_work &s, OPS &ops,
                                                       float gam[2][kside<NT>::SEG]) {
     constexpr int SEG = kside<NT>::SEG, TPW = CHUNK / (NT / 32);

@@ -309,7 +309,7 @@ static __global__ void __launch_bounds__(one_pass_traits<WGMMA>::THREADS, 1)
         sp_setmaxnreg_dec_<TR::K_REGS>();
         const float expA = expf(p.A_log[h]);
         const float2 bias = pair_bias(p, h, tid);
-        float beta_x = 0.0f;
+        uint32_t beta_x = 0;
         if (w == 0 && lane < L) beta_x = beta_in<ANY>(p, sq.bos + lane, h);
         if (L > 0) {
             load_kqg<TR::K_THREADS>(p, sq, h, 0, tid, s.raw[0], !g_is_f32<ANY>(p));

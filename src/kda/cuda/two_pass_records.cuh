@@ -113,7 +113,7 @@ static __device__ __forceinline__ void prepare_record(const kda_params &p, void 
     sp_cp_async_commit_();
     const float expA = expf(p.A_log[h]);
     const float2 bias = pair_bias(p, h, tid);
-    const float beta_x = w == 0 && lane < nt ? beta_in<ANY>(p, sq.bos + c0 + lane, h) : 0.0f;
+    const uint32_t beta_x = w == 0 && lane < nt ? beta_in<ANY>(p, sq.bos + c0 + lane, h) : 0u;
     sp_cp_async_wait_<0>();
     __syncthreads();
     constexpr int E = TP::PREP_THREADS / NT; /* places a thread takes */
@@ -124,7 +124,7 @@ static __device__ __forceinline__ void prepare_record(const kda_params &p, void 
     for (int e = 0; e < E; e++)
         far |= gates_and_norms<TP::PREP_THREADS, ANY>(p, s.raw, g_f32_rows<ANY>(p, sq.bos + c0, h), nt,
                                                       tid + e * NT, expA, bias,
-                                                      e == 0 ? beta_x : 0.0f, s.work, s.ops,
+                                                      e == 0 ? beta_x : 0u, s.work, s.ops,
                                                       gam[e]);
     int safe = 0;
     if constexpr (ANY)
