@@ -159,11 +159,11 @@ static constexpr float GATE_FLOOR = 128.0f;
  * instructions: u itself above 20 nats (as sp_kda_gate_f32_ and torch: the
  * difference is below float resolution), the series z (1 - z/2 + z^2/3 -
  * z^3/4) log2(e) in z = 2^u below z = 1/16 (where 1 + z would lose z's
- * digits), else lg2(1 + z). */
+ * digits; log2(e) in its coefficients), else lg2(1 + z). */
 static SP_HD __forceinline__ float softplus_log2(float u) {
     const float z = sp_ex2_ftz_(u);
     const float series =
-        z * SP_LOG2E * fmaf(z, fmaf(z, fmaf(z, -0.25f, 1.0f / 3.0f), -0.5f), 1.0f);
+        z * fmaf(z, fmaf(z, fmaf(z, -0.25f * SP_LOG2E, SP_LOG2E / 3.0f), -0.5f * SP_LOG2E), SP_LOG2E);
     const float r = z < 0.0625f ? series : sp_lg2_ftz_(1.0f + z);
     return u > 20.0f * SP_LOG2E ? u : r;
 }
@@ -175,18 +175,18 @@ static SP_HD __forceinline__ float softplus_log2(float u) {
  * gate by softplus_log2, the log-decay as given), FLOORED (by gate_sums). */
 template <int ANY> struct chunk_gate {
     static constexpr bool FLOORED = ANY != 0;
-    float nl, nlb[2], lb2, expA, bias[2];
+    float nl, nlb[2], lb2, expA, bl2[2]; /* bl2: dt_bias log2(e) */
     int gate;
     SP_HD __forceinline__ chunk_gate(const kda_params &p, float expA_, float2 b) {
         nl = -expA_ * SP_LOG2E, lb2 = p.lower_bound * SP_LOG2E;
         nlb[0] = nl * b.x, nlb[1] = nl * b.y;
-        expA = expA_, bias[0] = b.x, bias[1] = b.y, gate = p.gate;
+        expA = expA_, bl2[0] = b.x * SP_LOG2E, bl2[1] = b.y * SP_LOG2E, gate = p.gate;
     }
     SP_HD __forceinline__ float operator()(float x, int h) const {
         const int form = gate_build<ANY>::FIXED ? gate_build<ANY>::FORM : gate;
         if (!ANY || form == SP_KDA_GATE_LOWER_BOUND)
             return lb2 * sp_rcp_ftz_(1.0f + sp_ex2_ftz_(fmaf(x, nl, nlb[h])));
-        if (form == SP_KDA_GATE_SOFTPLUS) return -expA * softplus_log2((x + bias[h]) * SP_LOG2E);
+        if (form == SP_KDA_GATE_SOFTPLUS) return -expA * softplus_log2(fmaf(x, SP_LOG2E, bl2[h]));
         return x * SP_LOG2E;
     }
 };
