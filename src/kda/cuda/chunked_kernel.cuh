@@ -338,23 +338,20 @@ static __global__ void __launch_bounds__(one_pass_traits<WGMMA>::THREADS, 1)
                     beta_x, s.work[b], s.ops[b], gam);
             if (w == 0 && c0 + CHUNK + lane < L)
                 beta_x = beta_in<ANY>(p, sq.bos + c0 + CHUNK + lane, h);
-            /* An f32 g, after a barrier behind every K thread's reads of this
-             * chunk's: the next chunk's copied in (one buffer). */
-            const auto next_g = [&]() {
-                if (g_is_f32<ANY>(p) && c0 + CHUNK < L) {
-                    load_g_f32<TR::K_THREADS>(p, sq, h, c0 + CHUNK, tid, s.raw);
-                    sp_cp_async_commit_();
-                }
-            };
             int safe = 0;
             if constexpr (VOTE)
                 safe = sp_bar_sync_or_(TR::BAR_K, TR::K_THREADS, far);
             else
                 (void)far, sp_bar_sync_(TR::BAR_K, TR::K_THREADS);
+            /* An f32 g: every K thread has read this chunk's (gates_and_norms,
+             * before the barrier); the next chunk's copied in (one buffer). */
+            if (g_is_f32<ANY>(p) && c0 + CHUNK < L) {
+                load_g_f32<TR::K_THREADS>(p, sq, h, c0 + CHUNK, tid, s.raw);
+                sp_cp_async_commit_();
+            }
             if (!VOTE || !safe) {
                 if (DO_K) operands<TR::K_THREADS>(s.raw[rb], tid, s.work[b], gam, s.ops[b]);
                 sp_bar_sync_(TR::BAR_K, TR::K_THREADS);
-                next_g();
                 if (DO_K) intra_products<TR::K_THREADS>(w, lane, s.work[b], s.ops[b]);
             } else { /* the safe form (chunk_k.cuh) */
                 const pair_sums m = safe_sums<TR::K_THREADS>(tid, s.work[b], gam, s.ops[b]);
@@ -362,7 +359,6 @@ static __global__ void __launch_bounds__(one_pass_traits<WGMMA>::THREADS, 1)
                 float ka[safe_pairs<TR::K_THREADS>::EACH], qa[safe_pairs<TR::K_THREADS>::EACH];
                 safe_products<TR::K_THREADS>(tid, s.raw[rb], s.ops[b], ka, qa);
                 sp_bar_sync_(TR::BAR_K, TR::K_THREADS);
-                next_g();
                 safe_store<TR::K_THREADS>(tid, ka, qa, s.work[b], s.ops[b]);
                 safe_operands<TR::K_THREADS>(s.raw[rb], tid, s.work[b], gam, m, s.ops[b]);
             }
