@@ -7,7 +7,8 @@
  * operand layouts (the wgmma build's swizzled one too), for chunks of 32,
  * 19 and 1 tokens with mild and steep decays; and the form the kernels
  * choose: factored within the lower-bound gate's bound, safe beyond it; a
- * NaN gate kept in its channel. And the one-pass kernel's longest-first block order.
+ * NaN gate kept in its channel. And the one-pass kernel's longest-first
+ * block order.
  */
 #include "kda/kda_internal.h"
 #include "check.h"

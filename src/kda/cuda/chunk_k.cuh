@@ -313,13 +313,12 @@ static SP_HD __forceinline__ void gate_sums(const X graw[SEG], int valid, const 
     SP_HD_UNROLL
     for (int j = 0; j < SEG; j++) {
         const float x[2] = {g_lo(graw[j]), g_hi(graw[j])};
-        const float lo = FULL || j < valid ? -GATE_FLOOR : 0.0f;
+        const bool in = FULL || j < valid;
         SP_HD_UNROLL
         for (int h = 0; h < 2; h++) {
-            if (G::FLOORED)
-                sum[h] += sp_fmax_nan_(gate(x[h], h), lo); /* a NaN stays one, as elsewhere */
-            else
-                sum[h] += FULL || j < valid ? gate(x[h], h) : 0.0f;
+            const float g = gate(x[h], h);
+            /* floored: a NaN stays one, as elsewhere */
+            sum[h] += G::FLOORED ? sp_fmax_nan_(g, in ? -GATE_FLOOR : 0.0f) : in ? g : 0.0f;
             gam[h][j] = sum[h];
         }
     }
