@@ -204,11 +204,12 @@ static __device__ __forceinline__ uint32_t beta_in(const kda_params &p, int64_t 
  * log-decay in f32; at NULL elsewhere: g is bf16, copied in with k and q,
  * or the build is K3's): the row of the chunk's token t at at + t ts, plus
  * hop for t from split on; channel 0 first. A thread's segment lies on one
- * side of split (a multiple of its length). */
+ * side of split (a multiple of its length). zero_filled: every row of the
+ * chunk is there, 0 past the sequence's end (staged by load_g_f32). */
 typedef struct g32_rows {
     const float *at;
     int64_t ts;
-    int split, hop;
+    int split, hop, zero_filled;
     SP_HD __forceinline__ const float *segment(int t0) const {
         return at + (int64_t)t0 * ts + (t0 < split ? 0 : hop);
     }
@@ -229,7 +230,7 @@ static __device__ __forceinline__ const float *g_f32_row(const kda_params &p, in
  * (the two-pass prepare kernel). */
 template <int ANY>
 static __device__ __forceinline__ g32_rows g_f32_rows(const kda_params &p, int64_t t, int64_t h) {
-    return g32_rows{g_is_f32<ANY>(p) ? g_f32_row(p, t, h) : NULL, p.g.ts, CHUNK, 0};
+    return g32_rows{g_is_f32<ANY>(p) ? g_f32_row(p, t, h) : NULL, p.g.ts, CHUNK, 0, 0};
 }
 
 /* An f32 g brought into L2 ahead of its use (the two-pass prepare kernel):
@@ -248,7 +249,7 @@ static __device__ __forceinline__ void prefetch_g_f32(const kda_params &p, const
 static constexpr int G32_HOP = (int)(sizeof(raw_chunk) / sizeof(float)) - CHUNK / 2 * DIM;
 static __device__ __forceinline__ g32_rows g_f32_staged(const raw_chunk *raw) {
     static_assert(sizeof(raw[0].g) == CHUNK / 2 * DIM * sizeof(float), "half a chunk of f32 g a buffer");
-    return g32_rows{(const float *)&raw[0].g[0][0], DIM, CHUNK / 2, G32_HOP};
+    return g32_rows{(const float *)&raw[0].g[0][0], DIM, CHUNK / 2, G32_HOP, 1};
 }
 
 /* Start copying the f32 g of tokens c0 .. c0 + 31 of head h into the
@@ -349,18 +350,19 @@ static __device__ __forceinline__ int gates_and_norms(const kda_params &p, const
     const int from_f32 = gate_build<ANY>::FIXED ? gate_build<ANY>::G32 : g32.at != NULL;
     if (ANY && from_f32) {
         /* f32: one 8-byte load a token (rows 16-byte aligned); a token
-         * past the end reads the chunk's first (which exists) and is taken
-         * as 0. Unpredicated loads, and (as for bf16 g) one loop form for
-         * full and partial segments: predicated loads and a second,
-         * full-segment copy of the loop made ptxas spill the K warps'
-         * registers. */
+         * past the end reads its staged 0, or in memory the chunk's first
+         * row (which exists) and is taken as 0. Unpredicated loads, and (as
+         * for bf16 g) one loop form for full and partial segments:
+         * predicated loads and a second, full-segment copy of the loop made
+         * ptxas spill the K warps' registers, and so did the staged rows'
+         * selects (docs/TUNING.md, "ONE_PASS_REGISTERS"). */
         static_assert(CHUNK / 2 % SEG == 0, "a segment in one half of the staged rows");
         float2 g2[SEG];
         const float *rows = g32.segment(t0) + d;
 #pragma unroll
         for (int j = 0; j < SEG; j++) {
             const float *at = rows + (int64_t)j * g32.ts;
-            const int ok = t0 + j < nt;
+            const int ok = g32.zero_filled || t0 + j < nt;
             const float *src = ok ? at : g32.at;
             g2[j] = *(const float2 *)src;
             if (!ok) g2[j] = make_float2(0.0f, 0.0f);
