@@ -154,18 +154,15 @@ template <typename F> static auto with_call_gates(const kda_params *p, F &&f) {
  * form's bound assumes decays.) */
 static constexpr float GATE_FLOOR = 128.0f;
 
-/* softplus(y) log2(e) = log2(1 + 2^u) for u = y log2(e), within 4e-6
- * relative (lg2's error taken at its bound), two special-function
- * instructions: u itself above 20 nats (as sp_kda_gate_f32_ and torch: the
- * difference is below float resolution), the series z (1 - z/2 + z^2/3 -
- * z^3/4) log2(e) in z = 2^u below z = 1/16 (where 1 + z would lose z's
- * digits; log2(e) in its coefficients), else lg2(1 + z). */
+/* softplus(y) log2(e) = log2(1 + 2^u) for u = y log2(e), as max(u, 0) +
+ * log2(1 + 2^-|u|): two special-function instructions and three others,
+ * within lg2's absolute error (2^-22) of the exact value for every u (u
+ * itself for large u; 0 where 1 + 2^-|u| rounds to 1). An absolute bound
+ * is the one a log-decay needs, the decay being its power of two: a
+ * relative one on tiny gates took a series and two selects, on the K side
+ * that bounds the one-pass kernel (docs/TUNING.md, "CHUNKED_EVERY_GATE"). */
 static SP_HD __forceinline__ float softplus_log2(float u) {
-    const float z = sp_ex2_ftz_(u);
-    const float series =
-        z * fmaf(z, fmaf(z, fmaf(z, -0.25f * SP_LOG2E, SP_LOG2E / 3.0f), -0.5f * SP_LOG2E), SP_LOG2E);
-    const float r = z < 0.0625f ? series : sp_lg2_ftz_(1.0f + z);
-    return u > 20.0f * SP_LOG2E ? u : r;
+    return fmaxf(u, 0.0f) + sp_lg2_ftz_(1.0f + sp_ex2_ftz_(-fabsf(u)));
 }
 
 /* A channel's gate in log2 units (times log2(e), for ex2) from its raw g
