@@ -156,8 +156,9 @@ static constexpr float GATE_FLOOR = 128.0f;
 
 /* softplus(y) log2(e) = log2(1 + 2^u) for u = y log2(e), as max(u, 0) +
  * log2(1 + 2^-|u|): two special-function instructions and three others,
- * within lg2's absolute error (2^-22) of the exact value for every u (u
- * itself for large u; 0 where 1 + 2^-|u| rounds to 1). An absolute bound
+ * within about 2^-21 absolute of the exact value for every u (ex2's and
+ * lg2's errors, the rounding of 1 + 2^-|u|) besides the sum's rounding: u
+ * itself for large u, 0 where 1 + 2^-|u| rounds to 1. An absolute bound
  * is the one a log-decay needs, the decay being its power of two: a
  * relative one on tiny gates took a series and two selects, on the K side
  * that bounds the one-pass kernel (docs/TUNING.md, "CHUNKED_EVERY_GATE"). */
