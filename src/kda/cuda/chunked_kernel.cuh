@@ -366,9 +366,13 @@ static __global__ void __launch_bounds__(one_pass_traits<WGMMA>::THREADS, 1)
             /* G: the V side's tensor cores read Lk, Lq, R through the async
              * proxy; this thread's stores are ordered before those reads. */
             if (ON_WGMMA) sp_fence_proxy_async_();
-            if constexpr (MBAR)
+            if constexpr (MBAR) {
                 sp_mbarrier_arrive_(full_bar + 8 * b);
-            else
+                /* The warp is converged here; without this warp barrier
+                 * ptxas schedules the every-gate builds into spills here
+                 * (docs/TUNING.md, "ONE_PASS_HANDOVER"). */
+                __syncwarp();
+            } else
                 sp_bar_arrive_(TR::BAR_FULL + b, TR::THREADS);
         }
         sp_cp_async_wait_<0>();
