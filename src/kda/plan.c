@@ -50,9 +50,8 @@
 /* The one-pass kernel hands each operand buffer from its K warps to its V
  * warps by a named barrier (arrive, sync), which compute-sanitizer racecheck
  * cannot follow, or by an mbarrier (arrive with release, wait with
- * acquire), which it can. 1: the mbarrier in the K3 builds, where it costs
- * under 1%; the every-gate builds keep the named barrier, where the mbarrier
- * costs more (docs/TUNING.md, "ONE_PASS_HANDOVER"). */
+ * acquire), which it can. 1: the mbarrier in every build, where it costs
+ * under 1% (docs/TUNING.md, "ONE_PASS_HANDOVER"). */
 #define ONE_PASS_MBARRIER_HANDOVER 1
 
 /* The one-pass kernel starts its blocks in batch order, or those of the
@@ -100,10 +99,6 @@ int sp_kda_chunked_wgmma_(int splits) {
      * wave or several, and loses where blocks split them (docs/TUNING.md,
      * "ONE_PASS_WGMMA"). */
     return splits == 1;
-}
-
-int sp_kda_one_pass_mbarrier_(int every_gate) {
-    return ONE_PASS_MBARRIER_HANDOVER && !every_gate;
 }
 
 int sp_kda_decode_rows_per_warp_(int state_bf16, int tokens_outer) {
@@ -251,7 +246,7 @@ sp_status sp_kda_plan_(const sp_kda_args *a, const sp_kda_dims *d, sp_kda_plan *
     if (p.kernel == SP_KDA_KERNEL_CHUNKED || p.kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS)
         p.every_gate = !sp_kda_k3_forms_(a);
     if (p.kernel == SP_KDA_KERNEL_CHUNKED) {
-        p.mbarrier_handover = sp_kda_one_pass_mbarrier_(p.every_gate);
+        p.mbarrier_handover = ONE_PASS_MBARRIER_HANDOVER;
         p.longest_first = ONE_PASS_LONGEST_FIRST && d->N <= SP_KDA_LONGEST_FIRST_MAX_N;
         p.splits = sp_kda_chunked_splits_(pairs, dev->sms);
         p.wgmma = sp_kda_chunked_wgmma_(p.splits) && dev->kda_wgmma;
@@ -342,8 +337,6 @@ void sp_kda_plan_every_gate_(sp_kda_plan *plan) {
     if (plan->kernel != SP_KDA_KERNEL_CHUNKED && plan->kernel != SP_KDA_KERNEL_CHUNKED_TWO_PASS)
         return;
     plan->every_gate = 1;
-    if (plan->kernel == SP_KDA_KERNEL_CHUNKED)
-        plan->mbarrier_handover = sp_kda_one_pass_mbarrier_(1);
 }
 
 sp_status sp_kda_prefill_planned_(const sp_kda_args *args, const sp_kda_plan *plan,

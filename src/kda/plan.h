@@ -84,10 +84,8 @@ const char *sp_kda_decode_layout_unsupported_(const sp_kda_args *a, const struct
  * (`slots`: two kernels). */
 int sp_kda_chunked_splits_(int64_t pairs, int sms);
 int sp_kda_chunked_wgmma_(int splits);
-/* Whether the one-pass kernel's every_gate build (0: K3's) hands its operand
- * buffers over by mbarrier; the decode kernel's V rows a warp for a call with
- * a bf16 pool or not, in the order `tokens_outer`. */
-int sp_kda_one_pass_mbarrier_(int every_gate);
+/* The decode kernel's V rows a warp for a call with a bf16 pool or not, in
+ * the order `tokens_outer`. */
 int sp_kda_decode_rows_per_warp_(int state_bf16, int tokens_outer);
 int sp_kda_two_pass_records_(int64_t pairs, int sms);
 /* 1 when the call is in K3's forms (the lower-bound gate, beta bf16
@@ -107,8 +105,8 @@ sp_status sp_kda_two_pass_bytes_(int64_t T, int64_t N, int64_t H, size_t *bytes)
  * its kernel cannot serve the call, SP_ERR_WORKSPACE_TOO_SMALL for a
  * two-pass plan without its workspace; args->kernel is ignored). */
 sp_status sp_kda_prefill_plan_(const sp_kda_args *args, sp_kda_plan *plan);
-/* A chunked kernel's plan switched to the every-gate build (K3's forms too)
- * with that build's hand-over; other kernels' plans as they are. */
+/* A chunked kernel's plan switched to the every-gate build (K3's forms
+ * too); other kernels' plans as they are. */
 void sp_kda_plan_every_gate_(sp_kda_plan *plan);
 sp_status sp_kda_prefill_planned_(const sp_kda_args *args, const sp_kda_plan *plan,
                                   struct CUstream_st *stream);

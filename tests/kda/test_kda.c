@@ -939,9 +939,6 @@ static void plan_rules_cases(void) {
     CHECK(sp_kda_chunked_splits_(96, 132) == 1 && sp_kda_chunked_splits_(66, 132) == 2);
     CHECK(sp_kda_chunked_splits_(33, 132) == 4 && sp_kda_chunked_splits_(1, 132) == 8);
     CHECK(sp_kda_chunked_wgmma_(1) && !sp_kda_chunked_wgmma_(2));
-    /* Its hand-over: the mbarrier in the K3 builds, the named barrier in the
-     * every-gate builds (docs/TUNING.md, "ONE_PASS_HANDOVER"). */
-    CHECK(sp_kda_one_pass_mbarrier_(0) == 1 && sp_kda_one_pass_mbarrier_(1) == 0);
     /* The decode kernel's rows a warp: 32 only for a bf16 pool's step (groups
      * outer: docs/TUNING.md, "DECODE_ROWS_PER_WARP"). */
     CHECK(sp_kda_decode_rows_per_warp_(1, 0) == 32);
