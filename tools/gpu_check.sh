@@ -57,13 +57,6 @@ if [ "${ngpu:-0}" -ge 2 ]; then
 else
   summary+=("$(printf '%-28s skipped (%s GPU)' multigpu "${ngpu:-0}")")
 fi
-# The one-pass kernel's mbarrier hand-over, which racecheck follows
-# (docs/TUNING.md, "ONE_PASS_HANDOVER"; the K3 builds' default, while the
-# every-gate builds keep the named barrier the tool reports as hazards):
-# every one-pass run of test_kda_gpu with it, under racecheck.
-exe=$(find "$build/tests" -type f -name test_kda_gpu | head -n 1)
-SP_TEST_SMALL=1 SP_TEST_KDA_MBARRIER=1 step san_racecheck_kda_mbarrier \
-  "$san" --tool racecheck --error-exitcode 99 "$exe"
 # Tests under each tool (override to spend less time): every GPU test by default.
 for tool in memcheck racecheck; do
   var="GPU_CHECK_$(echo $tool | tr a-z A-Z)"

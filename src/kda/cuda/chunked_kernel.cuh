@@ -368,9 +368,10 @@ static __global__ void __launch_bounds__(one_pass_traits<WGMMA>::THREADS, 1)
             if (ON_WGMMA) sp_fence_proxy_async_();
             if constexpr (MBAR) {
                 sp_mbarrier_arrive_(full_bar + 8 * b);
-                /* The warp is converged here; without this warp barrier
-                 * ptxas schedules the every-gate builds into spills here
-                 * (docs/TUNING.md, "ONE_PASS_HANDOVER"). */
+                /* The warp is converged here. Told so by this warp barrier,
+                 * ptxas keeps the arrival's address in a uniform register;
+                 * without it, in a per-thread one, and the every-gate builds
+                 * spill (docs/TUNING.md, "ONE_PASS_HANDOVER"). */
                 __syncwarp();
             } else
                 sp_bar_arrive_(TR::BAR_FULL + b, TR::THREADS);
