@@ -450,31 +450,35 @@ static SP_HD __forceinline__ float xch_keep1(int lane, const float d[4], int e) 
 }
 
 /* The group's rows to the slot at `base` ([slot, h]), streamed: V-first,
- * each row's 4 channels of the lane; K-first (kf), each channel's 4 rows. */
+ * each row's 4 channels of the lane; K-first (kf), each channel's 4 rows.
+ * Piece r is SP_KDA_D elements after piece r - 1 in either layout: one
+ * address a group, the pieces at fixed offsets from it (where each
+ * piece's 64-bit address was made anew). */
 template <int RPW>
 static SP_HD void dec_store(const kda_params &p, const dec_warp &w, int64_t base, int kf, int G,
                             int lane, const dec_lane<RPW> &l) {
+    const int64_t at = base + (kf ? sp_kda_state_at_(1, 4 * lane, w.row0 + G * DEC_GROUP)
+                                  : sp_kda_state_at_(0, 4 * lane, w.row0 + G * DEC_GROUP));
+    uint16_t *const to16 = (uint16_t *)p.state + at;
+    float *const to32 = (float *)p.state + at;
     SP_HD_UNROLL
     for (int r = 0; r < DEC_GROUP; r++) {
         float x[4];
         SP_HD_UNROLL
         for (int e = 0; e < 4; e++) x[e] = kf ? l.S[e][r] : l.S[r][e];
-        const int64_t at =
-            base + (kf ? sp_kda_state_at_(1, 4 * lane + r, w.row0 + G * DEC_GROUP)
-                       : sp_kda_state_at_(0, 4 * lane, w.row0 + G * DEC_GROUP + r));
         if (p.state_bf16) {
             const uint2 u = make_uint2(sp_bf16x2_(x[0], x[1]), sp_bf16x2_(x[2], x[3]));
 #ifdef __CUDA_ARCH__
-            __stcs((uint2 *)((uint16_t *)p.state + at), u);
+            __stcs((uint2 *)(to16 + r * SP_KDA_D), u);
 #else
-            *(uint2 *)((uint16_t *)p.state + at) = u;
+            *(uint2 *)(to16 + r * SP_KDA_D) = u;
 #endif
         } else {
             const float4 f = make_float4(x[0], x[1], x[2], x[3]);
 #ifdef __CUDA_ARCH__
-            __stcs((float4 *)((float *)p.state + at), f);
+            __stcs((float4 *)(to32 + r * SP_KDA_D), f);
 #else
-            *(float4 *)((float *)p.state + at) = f;
+            *(float4 *)(to32 + r * SP_KDA_D) = f;
 #endif
         }
     }
