@@ -12,15 +12,13 @@
  * mma.sync build, g the wgmma build (without --probe, the plan's choice);
  * v (k) the mma.sync build with only its V side's (K side's) arithmetic,
  * g.v and g.k the same of the wgmma build: how long each side takes alone
- * (timing probes built into this program only, kda_probe.cu); h (g.h) the
- * mma.sync (wgmma) build with each operand buffer handed to the V warps by
- * an mbarrier, n (g.n) by a named barrier (the plan's mbarrier_handover:
- * the same results); g.f the every-gate wgmma build with every chunk factored
- * (no vote, no safe form compiled in: the same results where no chunk's
- * gates leave the factored form's bound, as on this program's inputs). The
- * every-gate probes need the wgmma build's plan (one wave on Hopper); the
- * probes are built for Hopper and later only. v, k,
- * g.v and g.k time the every-gate build's sides under --gate or --every-gate.
+ * (timing probes built into this program only, kda_probe.cu); g.f the
+ * every-gate wgmma build with every chunk factored (no vote, no safe form
+ * compiled in: the same results where no chunk's gates leave the factored
+ * form's bound, as on this program's inputs). The every-gate probes need
+ * the wgmma build's plan (one wave on Hopper); the probes are built for
+ * Hopper and later only. v, k, g.v and g.k time the every-gate build's
+ * sides under --gate or --every-gate.
  * Prints one JSON line per kernel x shape x state (also appended to FILE
  * with --json FILE), then a table.
  *
@@ -49,7 +47,7 @@
  * --kernels LIST times only those of recurrent, chunked, chunked_two_pass,
  * decode and auto (the recurrent kernel still runs once: the others' errors).
  *
- * Run: build/bench/bench_kda [--shape T H N] [--probe m|g|v|k|g.v|g.k|h|g.h|g.f] [--two-pass R.P]
+ * Run: build/bench/bench_kda [--shape T H N] [--probe m|g|v|k|g.v|g.k|g.f] [--two-pass R.P]
  *      [--decode-rows R] [--gate G] [--every-gate] [--unequal] [--longest-first]
  *      [--k-first] [--bf16-state] [--kernels LIST] [--json FILE]
  */
@@ -223,11 +221,7 @@ static void arm_prefill(void *ctx, cudaStream_t s) {
     }
     if (st == SP_OK && plan.kernel == SP_KDA_KERNEL_DECODE && opts.decode_rows)
         plan.decode_rows_per_warp = opts.decode_rows;
-    if (st == SP_OK && plan.kernel == SP_KDA_KERNEL_CHUNKED && (opts.probe == 4 || opts.probe == 16)) {
-        /* --probe h, g.h (n, g.n): the library's own hand-over by mbarriers
-         * (by named barriers) */
-        plan.mbarrier_handover = opts.probe == 4;
-    } else if (st == SP_OK && plan.kernel == SP_KDA_KERNEL_CHUNKED && opts.probe) {
+    if (st == SP_OK && plan.kernel == SP_KDA_KERNEL_CHUNKED && opts.probe) {
         if (bench_kda_probe(&c->a, &plan, opts.probe, s) != 0) {
             fprintf(stderr, "bench_kda_probe: %s\n", sp_last_error());
             exit(2);
@@ -320,7 +314,8 @@ int main(int argc, char **argv) {
         }
     int probe = 0;
     /* --probe's word, the JSON's words, the build and the probe side
-     * (kda_probe.cu: 1 the V side only, 2 the K side only). */
+     * (kda_probe.cu: 1 the V side only, 2 the K side only, 4 every chunk
+     * factored). */
     static const struct {
         const char *flag, *what;
         int build, side;
@@ -332,11 +327,7 @@ int main(int argc, char **argv) {
         {"g.v", "wgmma build, V side only", 1, 1},
         {"g.k", "wgmma build, K side only", 1, 2},
         {"m", "mma.sync build", 0, 0},
-        {"h", "mma.sync build, mbarrier handover", 0, 4},
-        {"g.h", "wgmma build, mbarrier handover", 1, 4},
-        {"n", "mma.sync build, named-barrier handover", 0, 16},
-        {"g.n", "wgmma build, named-barrier handover", 1, 16},
-        {"g.f", "wgmma every-gate build, every chunk factored", 1, 8},
+        {"g.f", "wgmma every-gate build, every chunk factored", 1, 4},
     };
     for (int i = 1; i + 1 < argc; i++)
         if (strcmp(argv[i], "--probe") == 0) {
@@ -344,7 +335,7 @@ int main(int argc, char **argv) {
             for (int n = 1; n < (int)(sizeof probes / sizeof probes[0]); n++)
                 if (strcmp(argv[i + 1], probes[n].flag) == 0) probe = n;
             if (probe < 0) {
-                fprintf(stderr, "--probe takes v, k, g, g.v, g.k, m, h, g.h, n, g.n or g.f\n");
+                fprintf(stderr, "--probe takes v, k, g, g.v, g.k, m or g.f\n");
                 return 2;
             }
             for (int k = i; k + 2 < argc; k++) argv[k] = argv[k + 2];
@@ -434,7 +425,7 @@ int main(int argc, char **argv) {
                 break;
             }
     /* The factored-only probe is of the every-gate build (kda_probe.cu). */
-    if (opts.probe == 8 && !opts.every_gate &&
+    if (opts.probe == 4 && !opts.every_gate &&
         opts.gate == SP_KDA_GATE_LOWER_BOUND) {
         fprintf(stderr, "--probe g.f times the every-gate build: with --gate G other than "
                         "lower_bound, or --every-gate\n");

@@ -7,8 +7,7 @@
  * each of the call's instance (launch_one_pass_gates), as the library's, and
  * the every-gate ones of the wgmma build only (the one-wave shapes on Hopper).
  * They are built into this benchmark only, for Hopper and later, never into
- * the library. (The mbarrier hand-over is the library's, a plan field:
- * sp_kda_plan.mbarrier_handover.)
+ * the library.
  */
 #include "kda/cuda/chunked_kernel.cuh"
 

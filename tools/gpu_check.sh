@@ -97,12 +97,6 @@ fi
 if [[ $phases == *decide* ]]; then
 # Each pair in one process's turn, order reversed, so that drift shows.
 kda() { "$build/bench/bench_kda" "$@"; }
-decide_handover() { # ONE_PASS_HANDOVER: named barrier (g.n, n) against mbarrier (g.h, h)
-  local s p
-  for s in "16384 96 1" "16384 64 1" "16384 96 8"; do
-    for p in g.n g.h g.h g.n n h h n; do kda --shape $s --probe $p --json "$out/decide_handover.json" || return; done
-  done
-}
 decide_every_gate() { # CHUNKED_EVERY_GATE: the every-gate build's own cost on K3's inputs
   local s e
   for s in "16384 96 1" "16384 32 1" "16384 16 1"; do
@@ -142,7 +136,6 @@ decide_decode_rows() { # DECODE_ROWS_PER_WARP (the decode grid itself is bench_k
     done
   done
 }
-step decide_handover decide_handover
 step decide_every_gate decide_every_gate
 step decide_gate_parts decide_gate_parts
 step decide_longest_first decide_longest_first
@@ -163,7 +156,7 @@ grep -hE "tests passed|tests failed|Not Run|\(Failed\)|Skipped" "$logs"/ctest*.l
 grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$logs"/san_*.log 2>/dev/null | sort | uniq -c
 tail -6 "$logs/demo.log" 2>/dev/null
 for f in bench_kda bench_kda_gates bench_pack bench_boundary bench_conv anchors bench_python bench_kda_decode \
-    decide_handover decide_every_gate decide_gate_parts decide_longest_first decide_decode_rows anchors_gates \
+    decide_every_gate decide_gate_parts decide_longest_first decide_decode_rows anchors_gates \
     anchors_varlen; do
   [ -f "$logs/$f.log" ] && { echo "== $f"; grep -vE '^\{' "$logs/$f.log" | tail -16; }
 done

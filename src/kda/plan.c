@@ -47,13 +47,6 @@
  * token (docs/TUNING.md, "CHUNKED_EVERY_GATE"; 0: the recurrent kernel). */
 #define CHUNKED_EVERY_GATE_AUTO 1
 
-/* The one-pass kernel hands each operand buffer from its K warps to its V
- * warps by a named barrier (arrive, sync), which compute-sanitizer racecheck
- * cannot follow, or by an mbarrier (arrive with release, wait with
- * acquire), which it can. 1: the mbarrier in every build, where it costs
- * under 1% (docs/TUNING.md, "ONE_PASS_HANDOVER"). */
-#define ONE_PASS_MBARRIER_HANDOVER 1
-
 /* The one-pass kernel starts its blocks in batch order, or those of the
  * longest sequences first (list scheduling longest first: an unequal
  * varlen batch then ends sooner): 0 until measured against batch order
@@ -246,7 +239,6 @@ sp_status sp_kda_plan_(const sp_kda_args *a, const sp_kda_dims *d, sp_kda_plan *
     if (p.kernel == SP_KDA_KERNEL_CHUNKED || p.kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS)
         p.every_gate = !sp_kda_k3_forms_(a);
     if (p.kernel == SP_KDA_KERNEL_CHUNKED) {
-        p.mbarrier_handover = ONE_PASS_MBARRIER_HANDOVER;
         p.longest_first = ONE_PASS_LONGEST_FIRST && d->N <= SP_KDA_LONGEST_FIRST_MAX_N;
         p.splits = sp_kda_chunked_splits_(pairs, dev->sms);
         p.wgmma = sp_kda_chunked_wgmma_(p.splits) && dev->kda_wgmma;
@@ -284,9 +276,6 @@ static sp_status check_forced(const sp_kda_args *a, const sp_kda_dims *d,
                    "plan: splits %d is not 1, 2, 4 or 8", (int)s);
         SP_REQUIRE(forced->wgmma == 0 || forced->wgmma == 1, SP_ERR_INVALID_ARGUMENT,
                    "plan: wgmma %d is not 0 or 1", (int)forced->wgmma);
-        SP_REQUIRE(forced->mbarrier_handover == 0 || forced->mbarrier_handover == 1,
-                   SP_ERR_INVALID_ARGUMENT, "plan: mbarrier_handover %d is not 0 or 1",
-                   (int)forced->mbarrier_handover);
         SP_REQUIRE(forced->longest_first == 0 || forced->longest_first == 1,
                    SP_ERR_INVALID_ARGUMENT, "plan: longest_first %d is not 0 or 1",
                    (int)forced->longest_first);

@@ -25,10 +25,8 @@ typedef struct sp_kda_plan {
     /* CHUNKED (one pass): */
     int32_t splits; /* blocks per (sequence, head), each 128 / splits V columns: 1, 2, 4 or 8 */
     int32_t wgmma;  /* 1: the build whose V side's products are wgmma (sm_90a) */
-    int32_t mbarrier_handover; /* 1: operand buffers handed to the V warps by mbarriers
-                                  (sm_90; below, named barriers) */
-    int32_t longest_first;     /* 1: the blocks of the longest sequences first (at most
-                                  SP_KDA_LONGEST_FIRST_MAX_N sequences) */
+    int32_t longest_first; /* 1: the blocks of the longest sequences first (at most
+                              SP_KDA_LONGEST_FIRST_MAX_N sequences) */
     /* CHUNKED_TWO_PASS: */
     int32_t records;    /* records in flight per state-pass block: 2 or 4 */
     int64_t head_slots; /* record slots prepared before the state pass starts, in

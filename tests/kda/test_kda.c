@@ -44,12 +44,11 @@ static int is_chunked(int32_t k) {
  * (-1: the plan's; 0 mma.sync; 1 wgmma), the two-pass kernel's records in
  * flight (0: the plan's) and thousandths of its record slots prepared
  * before its state pass (0: the plan's; 1000: two kernels); every_gate 1:
- * the every-gate builds for K3's forms too; mbarrier (-1: the plan's) 1
- * the one-pass kernel's mbarrier hand-over, 0 its named-barrier one;
- * longest_first 1: its longest-first block order. */
+ * the every-gate builds for K3's forms too; longest_first 1: the one-pass
+ * kernel's longest-first block order. */
 static struct {
-    int wgmma, records, head_permille, every_gate, mbarrier, longest_first;
-} forced = {-1, 0, 0, 0, -1, 0};
+    int wgmma, records, head_permille, every_gate, longest_first;
+} forced = {-1, 0, 0, 0, 0};
 
 /* The library's plan for a, with `forced` applied. */
 static sp_kda_plan plan_of(const sp_kda_args *a, const kda_problem *p) {
@@ -57,8 +56,6 @@ static sp_kda_plan plan_of(const sp_kda_args *a, const kda_problem *p) {
     CHECK_OK(sp_kda_prefill_plan_(a, &plan));
     if (plan.kernel == SP_KDA_KERNEL_CHUNKED && forced.wgmma >= 0) plan.wgmma = forced.wgmma;
     if (forced.every_gate) sp_kda_plan_every_gate_(&plan);
-    if (plan.kernel == SP_KDA_KERNEL_CHUNKED && forced.mbarrier >= 0)
-        plan.mbarrier_handover = forced.mbarrier;
     if (plan.kernel == SP_KDA_KERNEL_CHUNKED && forced.longest_first) plan.longest_first = 1;
     if (plan.kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS) {
         const int64_t slots = sp_kda_two_pass_slots_(p->T, p->N);
@@ -765,14 +762,11 @@ static void bad_plan_cases(void) {
         CHECKF(sp_kda_prefill_planned_(&a, &plan, NULL) == bad[i].want, "bad plan %zu: %s", i,
                sp_last_error());
     }
-    { /* longest_first and mbarrier_handover are 0 or 1 (the one-pass kernel's) */
+    { /* longest_first is 0 or 1 (the one-pass kernel's) */
         sp_kda_plan plan = good;
         plan.kernel = SP_KDA_KERNEL_CHUNKED, plan.splits = 1, plan.longest_first = 2;
         CHECK_STATUS(sp_kda_prefill_planned_(&a, &plan, NULL), SP_ERR_INVALID_ARGUMENT);
         CHECKF(strstr(sp_last_error(), "longest_first") != NULL, "%s", sp_last_error());
-        plan.longest_first = 0, plan.mbarrier_handover = 2;
-        CHECK_STATUS(sp_kda_prefill_planned_(&a, &plan, NULL), SP_ERR_INVALID_ARGUMENT);
-        CHECKF(strstr(sp_last_error(), "mbarrier_handover") != NULL, "%s", sp_last_error());
     }
     { /* the decode kernel's rows a warp are 16 or 32, its order 0 or 1 (a
        * call it serves: no checkpoints) */
@@ -830,31 +824,6 @@ static void knob_moves_no_bit(kda_problem *p, int *knob, const char *what) {
     CHECK(!kp_outputs_equal(p, on, p->host));
     kp_free_copy(off);
     kp_free_copy(on);
-}
-
-/* The one-pass kernel's mbarrier hand-over moves no arithmetic: its
- * outputs are the named barriers' bits, on each build the device has, for
- * K3's forms and the softplus gate (the every-gate build), every length
- * mod 32 of 0 .. 15, with 2 heads (32 pairs: V columns split in two on
- * 132 multiprocessors) and 6 (one block a pair). */
-static void handover_identical(void) {
-    int64_t lens[16];
-    residue_lens(0, lens);
-    for (int form = 0; form < 4; form++) {
-        kda_problem p;
-        kp_make(&p, 16, lens, 5, form & 2 ? 6 : 2, SP_F32,
-                form & 1 ? SP_KDA_GATE_SOFTPLUS : SP_KDA_GATE_LOWER_BOUND, 32,
-                3600 + (uint64_t)form);
-        p.kernel = SP_KDA_KERNEL_CHUNKED;
-        for (int b = 0; b < 2; b++) {
-            if (b && !wgmma_available()) continue;
-            forced.wgmma = b;
-            knob_moves_no_bit(&p, &forced.mbarrier, "the mbarrier hand-over");
-            forced.mbarrier = -1;
-        }
-        kp_free(&p);
-    }
-    forced.wgmma = -1;
 }
 
 /* The one-pass kernel's block order moves no arithmetic: longest first,
@@ -1201,11 +1170,6 @@ int main(void) {
         every_gate_edge_cases(R);
         every_gate_edge_cases(DEC);
 #ifdef TS_MEM_IS_CUDA
-        /* SP_TEST_KDA_MBARRIER=1 (0): every one-pass run with the mbarrier
-         * (named-barrier) hand-over; compute-sanitizer racecheck follows the
-         * mbarriers only. */
-        const char *mb = getenv("SP_TEST_KDA_MBARRIER");
-        if (mb && (atoi(mb) == 0 || atoi(mb) == 1)) forced.mbarrier = atoi(mb);
         /* The one-pass kernel's builds, each forced where the device has it:
          * the wgmma build and the mma.sync build; or the one SP_TEST_KDA_BUILD
          * names (0 mma.sync, 1 wgmma). */
@@ -1253,7 +1217,6 @@ int main(void) {
         dispatch_pairs_cases();
 #ifdef TS_MEM_IS_CUDA
         bad_plan_cases();
-        if (forced.mbarrier < 0) handover_identical();
         longest_first_identical();
 #endif
     }

@@ -5,11 +5,10 @@
  */
 #include "kda/cuda/chunked_kernel.cuh"
 
-/* The most any instance of the library's asks for (the mbarrier hand-over's
- * barriers included). */
+/* The most any instance of the library's asks for (the hand-over's
+ * mbarriers included). */
 extern "C" size_t sp_kda_chunked_one_pass_smem_bytes_(void) {
-    constexpr size_t w = one_pass_launch_smem<ONE_PASS_MBAR_HANDOVER, 1>(),
-                     m = one_pass_launch_smem<ONE_PASS_MBAR_HANDOVER, 0>();
+    constexpr size_t w = one_pass_launch_smem<1>(), m = one_pass_launch_smem<0>();
     return w > m ? w : m;
 }
 
@@ -30,11 +29,8 @@ extern "C" sp_status sp_kda_one_pass_device_facts_(sp_cuda_device *d) {
 }
 
 /* The plan's build (K3's or the call's every-gate instance,
- * launch_one_pass_gates) with the named barriers' or the mbarriers'
- * hand-over. */
+ * launch_one_pass_gates). */
 extern "C" cudaError_t sp_kda_launch_chunked_(const kda_params *p, const sp_kda_plan *plan,
                                               cudaStream_t stream) {
-    return plan->mbarrier_handover
-               ? launch_one_pass_gates<ONE_PASS_MBAR_HANDOVER>(p, plan->splits, plan->wgmma, stream)
-               : launch_one_pass_gates<0>(p, plan->splits, plan->wgmma, stream);
+    return launch_one_pass_gates<0>(p, plan->splits, plan->wgmma, stream);
 }

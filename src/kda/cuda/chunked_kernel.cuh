@@ -132,10 +132,12 @@ static __device__ void state_update(float S[DIM / 8][4], float P[4][4], float O[
  * chunk's k, q, g (two buffers; an f32 g one chunk at a time, copied once
  * every K thread has read the last) and v (STAGES + 1 buffers: the V warps
  * may still read chunk c - 1's while chunk c + 1's arrives). Two barriers per
- * operand buffer hand it over: FULL (the K warps arrive once it is written,
- * the V warps wait; a named barrier, or an mbarrier where the plan says:
- * ONE_PASS_MBAR_HANDOVER below) and EMPTY (a named barrier both wait at: the
- * V warps once done with it, the K warps before writing it again).
+ * operand buffer hand it over: FULL (an mbarrier: every K thread arrives
+ * once it is written, with release semantics, the V warps wait on its phase
+ * with acquire; a hand-over compute-sanitizer racecheck can follow; below
+ * sm_90 a named barrier's arrive and sync) and EMPTY (a named barrier both
+ * wait at: the V warps once done with it, the K warps before writing it
+ * again). docs/TUNING.md, "ONE_PASS_HANDOVER".
  *
  * WGMMA: the build whose V side's bf16 products are wgmma (sm_90a;
  * elsewhere the same products by mma.sync on the swizzled operands). */
@@ -220,13 +222,8 @@ static __device__ __forceinline__ void stage_o(const float O[CHUNK / 8][4], uint
 }
 
 /* The kernel. ANY: the build's gates (chunk_k.cuh: 0 K3, 1 every gate).
- * PROBE: flags. ONE_PASS_MBAR_HANDOVER (the plan's mbarrier_handover): each
- * operand buffer handed from the K warps to the V warps by an mbarrier
- * (every K thread arrives with release semantics, the V threads wait on the
- * phase with acquire) in place of the named barrier's arrive and sync: the
- * same results, and a hand-over compute-sanitizer racecheck can follow
- * (sm_90 on; below, the named barriers). Benchmark builds only
- * (bench/kda_probe.cu), timing probes: ONE_PASS_PROBE_V, _K do only the V
+ * PROBE: flags, of the benchmark's builds only (bench/kda_probe.cu; the
+ * library's are 0), timing probes: ONE_PASS_PROBE_V, _K do only the V
  * side's or only the K side's arithmetic, with wrong results;
  * ONE_PASS_PROBE_FACTORED (the every-gate build) takes every chunk in the
  * factored form, with no vote and no safe form compiled in: wrong results
@@ -235,29 +232,26 @@ static __device__ __forceinline__ void stage_o(const float O[CHUNK / 8][4], uint
 enum {
     ONE_PASS_PROBE_V = 1,
     ONE_PASS_PROBE_K = 2,
-    ONE_PASS_MBAR_HANDOVER = 4,
-    ONE_PASS_PROBE_FACTORED = 8
+    ONE_PASS_PROBE_FACTORED = 4
 };
 #if __CUDA_ARCH__ >= 900
 #define SP_KDA_MBARRIERS 1
 #else
 #define SP_KDA_MBARRIERS 0
 #endif
-/* The dynamic shared memory of the PROBE instance of a build: the mbarriers
- * of the hand-over after the build's own. */
-template <int PROBE, int WGMMA> static constexpr size_t one_pass_launch_smem(void) {
-    return one_pass_smem<WGMMA>::BYTES +
-           ((PROBE & ONE_PASS_MBAR_HANDOVER) ? 8 * (one_pass_traits<WGMMA>::STAGES + 1) : 0);
+/* The dynamic shared memory of a build: the hand-over's mbarriers after the
+ * build's own (8-byte aligned: one slot of slack). */
+template <int WGMMA> static constexpr size_t one_pass_launch_smem(void) {
+    return one_pass_smem<WGMMA>::BYTES + 8 * (one_pass_traits<WGMMA>::STAGES + 1);
 }
-static_assert(one_pass_launch_smem<ONE_PASS_MBAR_HANDOVER, 1>() <= 227 * 1024 &&
-                  one_pass_launch_smem<ONE_PASS_MBAR_HANDOVER, 0>() <= 227 * 1024,
-              "the mbarrier hand-over's shared memory on sm_90");
+static_assert(one_pass_launch_smem<1>() <= 227 * 1024 && one_pass_launch_smem<0>() <= 227 * 1024,
+              "a build's shared memory on sm_90");
 template <int PROBE, int WGMMA, int ANY>
 static __global__ void __launch_bounds__(one_pass_traits<WGMMA>::THREADS, 1)
     kda_chunked_kernel(kda_params p, int splits) {
     typedef one_pass_traits<WGMMA> TR;
     /* mbarriers need sm_90: below, the named barriers */
-    constexpr int SIDE = PROBE & 3, MBAR = (PROBE & ONE_PASS_MBAR_HANDOVER) && SP_KDA_MBARRIERS;
+    constexpr int SIDE = PROBE & 3, MBAR = SP_KDA_MBARRIERS;
     constexpr int VOTE = ANY && !(PROBE & ONE_PASS_PROBE_FACTORED); /* chunks may be safe */
     constexpr int DO_K = SIDE != ONE_PASS_PROBE_V, DO_V = SIDE != ONE_PASS_PROBE_K;
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -454,7 +448,7 @@ static __global__ void __launch_bounds__(one_pass_traits<WGMMA>::THREADS, 1)
 template <int PROBE, int WGMMA, int ANY>
 static cudaError_t launch_one_pass_build(const kda_params *p, int splits, cudaStream_t stream) {
     const void *kernel = (const void *)kda_chunked_kernel<PROBE, WGMMA, ANY>;
-    const int smem = (int)one_pass_launch_smem<PROBE, WGMMA>();
+    const int smem = (int)one_pass_launch_smem<WGMMA>();
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
     void *params[] = {(void *)p, &splits};
