@@ -161,7 +161,7 @@ for f in bench_kda bench_kda_gates bench_pack bench_boundary bench_conv anchors 
   [ -f "$logs/$f.log" ] && { echo "== $f"; grep -vE '^\{' "$logs/$f.log" | tail -16; }
 done
 # The decisions' tables (medians of each arm, ratios), before the summary.
-[[ $phases == *decide* ]] && python3 tools/perf_tables.py "$out" | sed -n '/ONE_PASS_HANDOVER/,$p'
+[[ $phases == *decide* ]] && python3 tools/perf_tables.py "$out" | sed -n '/CHUNKED_EVERY_GATE/,$p'
 printf '%s\n' "${summary[@]}"
 tar -czf "$out/logs.tar.gz" -C "$out" logs && rm -rf "$logs"
 echo "steps failed: $failed"

@@ -111,13 +111,6 @@ def tth(r):
     return f"{r['T']}/{r['H']}/{r['N']}"
 
 
-def handover(rows):  # ONE_PASS_HANDOVER
-    build = lambda r: "wgmma" if r.get("probe", "").startswith("wgmma") else "mma.sync"  # noqa
-    mbar = lambda r: "mbarrier" if "mbarrier" in r.get("probe", "") else "named barrier"  # noqa
-    return pairs(rows, lambda r: r["kernel"] == "chunked", lambda r: f"{tth(r)} {build(r)}",
-                 mbar, "named barrier", "mbarrier", "mbarrier / named")
-
-
 def every_gate(rows):  # CHUNKED_EVERY_GATE: the build's own cost on K3's inputs
     return pairs(rows, lambda r: r["kernel"] in ("chunked", "chunked_two_pass"),
                  lambda r: f"{tth(r)} {r['kernel']}",
@@ -232,7 +225,6 @@ def main():
                             ("bench_kda --gate", "h200_kda_gates_kernels.json", gate_kernels),
                             ("bench/kda_decode.py", "h200_kda_decode.json", kda_decode),
                             ("bench_layer.py: the example layer", "h200_layer.json", layer),
-                            ("ONE_PASS_HANDOVER", "decide_handover.json", handover),
                             ("CHUNKED_EVERY_GATE: the build's cost on K3 inputs",
                              "decide_every_gate.json", every_gate),
                             ("CHUNKED_EVERY_GATE: the every-gate build by part",
