@@ -452,13 +452,11 @@ static SP_HD __forceinline__ float xch_keep1(int lane, const float d[4], int e) 
 /* The group's rows to the slot at `base` ([slot, h]), streamed: V-first,
  * each row's 4 channels of the lane; K-first (kf), each channel's 4 rows.
  * Piece r is SP_KDA_D elements after piece r - 1 in either layout: one
- * address a group, the pieces at fixed offsets from it (where each
- * piece's 64-bit address was made anew). */
+ * address a group, the pieces at fixed offsets from it. */
 template <int RPW>
 static SP_HD void dec_store(const kda_params &p, const dec_warp &w, int64_t base, int kf, int G,
                             int lane, const dec_lane<RPW> &l) {
-    const int64_t at = base + (kf ? sp_kda_state_at_(1, 4 * lane, w.row0 + G * DEC_GROUP)
-                                  : sp_kda_state_at_(0, 4 * lane, w.row0 + G * DEC_GROUP));
+    const int64_t at = base + sp_kda_state_at_(kf, 4 * lane, w.row0 + G * DEC_GROUP);
     uint16_t *const to16 = (uint16_t *)p.state + at;
     float *const to32 = (float *)p.state + at;
     SP_HD_UNROLL
