@@ -282,10 +282,10 @@ static __device__ __forceinline__ void state_pass(const kda_params &p, const voi
         if (!safe) scale_columns(S, o.e, d0, q, NDS);
         if (outputs) { /* the 8 x 16 outputs through shared memory, as 16-byte rows */
             uint16_t(*ob)[TP::OUT_PITCH] = s.out[4 * rg + kq];
-            ob[2 * q][r] = sp_f32_to_bf16_(Ow[0]);
-            ob[2 * q + 1][r] = sp_f32_to_bf16_(Ow[1]);
-            ob[2 * q][r + 8] = sp_f32_to_bf16_(Ow[2]);
-            ob[2 * q + 1][r + 8] = sp_f32_to_bf16_(Ow[3]);
+            ob[2 * q][r] = sp_bf16_rn_(Ow[0]);
+            ob[2 * q + 1][r] = sp_bf16_rn_(Ow[1]);
+            ob[2 * q][r + 8] = sp_bf16_rn_(Ow[2]);
+            ob[2 * q + 1][r + 8] = sp_bf16_rn_(Ow[3]);
             __syncwarp();
             if (lane < 16 && 8 * kq + ot < nt)
                 *(uint4 *)(o_at + c0 * HD) = *(const uint4 *)&ob[ot][oh];
