@@ -155,8 +155,13 @@ class ExampleLayer(unittest.TestCase):
             errs.append(rel(got[live], want[live]))
         print(f"{DEVICE}: layer y against float64, prefill then decode steps: "
               + " ".join(f"{e:.2e}" for e in errs))
+        # The layer's own bf16 roundings (projections, convolution output,
+        # o, y) put it 4.0-4.9e-3 from the float64 model on the CPU (its
+        # products summed in fp32: the example's mm); on CUDA the bound is
+        # the one it passed before that was measured.
+        bound = 1e-2 if DEVICE == "cpu" else 3e-2
         for e in errs:
-            self.assertLess(e, 3e-2)
+            self.assertLess(e, bound)
         # The model tells layers apart: the same one reading no slot (every
         # request fresh) is far off.
         y_bad, _ = self.model(layer, rec, fresh_override=[False] * len(rec["prefill"][2]))
