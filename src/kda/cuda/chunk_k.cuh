@@ -36,8 +36,7 @@ static __device__ __forceinline__ void load_pieces(const kda_input &x, const kda
  * place: 16-byte aligned wherever the tensor's strides put it) into dst: thread tid the
  * 16-byte piece tid % 16 of rows tid / 16, tid / 16 + NT / 16, ... Rows past
  * the sequence's end are zero-filled (the copy reads no byte for them).
- * with_g 0: g is f32, copied apart (the one-pass kernel: load_g_f32) or
- * read from memory by gates_and_norms (the two-pass prepare kernel). */
+ * with_g 0: g is f32, copied apart (load_g_f32_to). */
 template <int NT>
 static __device__ __forceinline__ void load_kqg(const kda_params &p, const kda_seq &sq, int64_t h,
                                                 int64_t c0, int tid, raw_chunk &dst,
@@ -202,12 +201,12 @@ static __device__ __forceinline__ uint32_t beta_in(const kda_params &p, int64_t 
  * log-decay in f32; at NULL elsewhere: g is bf16, copied in with k and q,
  * or the build is K3's): the row of the chunk's token t at at + t ts, plus
  * hop for t from split on; channel 0 first. A thread's segment lies on one
- * side of split (a multiple of its length). zero_filled: every row of the
- * chunk is there, 0 past the sequence's end (staged by load_g_f32). */
+ * side of split (a multiple of its length). Every row of the chunk is
+ * there, 0 past the sequence's end (staged by load_g_f32_to). */
 typedef struct g32_rows {
     const float *at;
     int64_t ts;
-    int split, hop, zero_filled;
+    int split, hop;
     SP_HD __forceinline__ const float *segment(int t0) const {
         return at + (int64_t)t0 * ts + (t0 < split ? 0 : hop);
     }
@@ -224,39 +223,30 @@ static __device__ __forceinline__ const float *g_f32_row(const kda_params &p, in
     return (const float *)p.g.at + sp_kda_at_(p.g.ts, p.g.hs, t, h);
 }
 
-/* The f32 g of the chunk from token t (of the batch), head h, in memory
- * (the two-pass prepare kernel). */
-template <int ANY>
-static __device__ __forceinline__ g32_rows g_f32_rows(const kda_params &p, int64_t t, int64_t h) {
-    return g32_rows{g_is_f32<ANY>(p) ? g_f32_row(p, t, h) : NULL, p.g.ts, CHUNK, 0, 0};
-}
-
-/* An f32 g brought into L2 ahead of its use (the two-pass prepare kernel):
- * tokens c0 .. c0 + 31, a 128-byte line a thread (4 a token row), threads
- * 0 .. 127. */
-template <int ANY>
-static __device__ __forceinline__ void prefetch_g_f32(const kda_params &p, const kda_seq &sq,
-                                                      int64_t h, int64_t c0, int tid) {
-    if (g_is_f32<ANY>(p) && tid < 4 * CHUNK && c0 + (tid >> 2) < sq.len)
-        sp_prefetch_l2_(g_f32_row(p, sq.bos + c0 + (tid >> 2), h) + 32 * (tid & 3));
-}
-
 /* The one-pass kernel's f32 g: in shared memory, where a chunk's bf16 g
  * would be (the two raw buffers' g, half the chunk's tokens each), one
  * chunk at a time. */
 static constexpr int G32_HOP = (int)(sizeof(raw_chunk) / sizeof(float)) - CHUNK / 2 * DIM;
 static __device__ __forceinline__ g32_rows g_f32_staged(const raw_chunk *raw) {
     static_assert(sizeof(raw[0].g) == CHUNK / 2 * DIM * sizeof(float), "half a chunk of f32 g a buffer");
-    return g32_rows{(const float *)&raw[0].g[0][0], DIM, CHUNK / 2, G32_HOP, 1};
+    return g32_rows{(const float *)&raw[0].g[0][0], DIM, CHUNK / 2, G32_HOP};
 }
 
-/* Start copying the f32 g of tokens c0 .. c0 + 31 of head h into the
- * staged rows (g_f32_staged), 16-byte pieces by NT threads (the chunked
- * kernels read g's rows at 16-byte aligned addresses: sp_kda_reads_in_place),
- * zero-filled past the end. */
-template <int NT>
-static __device__ __forceinline__ void load_g_f32(const kda_params &p, const kda_seq &sq, int64_t h,
-                                                  int64_t c0, int tid, raw_chunk *raw) {
+/* The two-pass prepare kernel's f32 g: rows of DIM floats in shared
+ * memory from `at`, the chunk's tokens in order. */
+static __device__ __forceinline__ g32_rows g_f32_rows_at(const float *at) {
+    return g32_rows{at, DIM, CHUNK, 0};
+}
+
+/* Start copying the f32 g of tokens c0 .. c0 + 31 of head h into shared
+ * memory from dst: token t's row at dst + t DIM floats, plus HOP for the
+ * second half of the chunk (G32_HOP: the one-pass kernel's staged rows,
+ * g_f32_staged; 0: rows in order, g_f32_rows_at). 16-byte pieces by NT
+ * threads (the chunked kernels read g's rows at 16-byte aligned addresses:
+ * sp_kda_reads_in_place), zero-filled past the end. */
+template <int NT, int HOP>
+static __device__ __forceinline__ void load_g_f32_to(const kda_params &p, const kda_seq &sq, int64_t h,
+                                                     int64_t c0, int tid, unsigned dst_base) {
     /* Thread tid: the piece col of tokens t0 + TPK k, k = 0 .. CHUNK / TPK - 1,
      * each on a side of CHUNK / 2 known at compile time: g32_rows::segment's
      * places, its side test on TPK k (t0 < TPK), not on the token (through
@@ -267,11 +257,11 @@ static __device__ __forceinline__ void load_g_f32(const kda_params &p, const kda
     const float *first = g_f32_row(p, sq.bos, h);
     const float *src = first + (c0 + t0) * p.g.ts + col;
     const int64_t step = (int64_t)TPK * p.g.ts, left = sq.len - c0 - t0;
-    const unsigned dst = sp_smem_addr_(&raw[0].g[0][0]) + 4u * (unsigned)(t0 * DIM + col);
+    const unsigned dst = dst_base + 4u * (unsigned)(t0 * DIM + col);
 #pragma unroll
     for (int k = 0; k < CHUNK / TPK; k++) {
         const int ok = TPK * k < left;
-        const unsigned to = dst + 4u * (unsigned)(TPK * k * DIM + (TPK * k < CHUNK / 2 ? 0 : G32_HOP));
+        const unsigned to = dst + 4u * (unsigned)(TPK * k * DIM + (TPK * k < CHUNK / 2 ? 0 : HOP));
         sp_cp_async16_fill_to_(to, ok ? src + k * step : first, ok ? 16 : 0);
     }
 }
@@ -328,8 +318,7 @@ static SP_HD __forceinline__ void gate_sums(const X graw[SEG], int valid, const 
  * log2(e), for ex2), in gam (registers: operands() takes them on); the
  * sums at the segment's end also go to s.seg_end. Tokens past the end get
  * gate 0 (no decay). bias: the two channels' dt_bias. g from raw, or (g32.at
- * not NULL, every-gate builds) f32 from g32's rows: in shared memory (the
- * one-pass kernel) or in memory (the two-pass prepare kernel). Then warp w:
+ * not NULL, every-gate builds) f32 from g32's rows in shared memory. Then warp w:
  * the norms of k and q of its CHUNK / (NT / 32) tokens, and warp 0 the
  * betas (lane t holds token t's input, loaded a chunk ahead). Returns
  * whether the thread's channels leave the factored form's bound (0 in K3). */
@@ -347,9 +336,8 @@ static __device__ __forceinline__ int gates_and_norms(const kda_params &p, const
      * compiler kept only two loads in flight). */
     const int from_f32 = gate_build<ANY>::FIXED ? gate_build<ANY>::G32 : g32.at != NULL;
     if (ANY && from_f32) {
-        /* f32: one 8-byte load a token (rows 16-byte aligned); a token
-         * past the end reads its staged 0, or in memory the chunk's first
-         * row (which exists) and is taken as 0. Unpredicated loads, and (as
+        /* f32: one 8-byte load a token from the staged rows (a token
+         * past the end reads its staged 0). Unpredicated loads, and (as
          * for bf16 g) one loop form for full and partial segments:
          * predicated loads and a second, full-segment copy of the loop made
          * ptxas spill the K warps' registers, and so did the staged rows'
@@ -358,13 +346,7 @@ static __device__ __forceinline__ int gates_and_norms(const kda_params &p, const
         float2 g2[SEG];
         const float *rows = g32.segment(t0) + d;
 #pragma unroll
-        for (int j = 0; j < SEG; j++) {
-            const float *at = rows + (int64_t)j * g32.ts;
-            const int ok = g32.zero_filled || t0 + j < nt;
-            const float *src = ok ? at : g32.at;
-            g2[j] = *(const float2 *)src;
-            if (!ok) g2[j] = make_float2(0.0f, 0.0f);
-        }
+        for (int j = 0; j < SEG; j++) g2[j] = *(const float2 *)(rows + (int64_t)j * g32.ts);
         gate_sums<SEG, false>(g2, nt - t0, gate, gam, sum);
     } else {
         uint32_t graw[SEG];

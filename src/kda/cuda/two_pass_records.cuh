@@ -92,6 +92,17 @@ typedef struct prepare_smem {
     chunk_ops ops;
 } prepare_smem;
 
+/* An f32 g's rows, copied in with k and q: over Lk and Lq, which only the
+ * operands write, after every thread has read its gates (gates_and_norms,
+ * then a barrier). */
+static __device__ __forceinline__ float *g32_staged(prepare_smem &s) {
+    static_assert(offsetof(prepare_smem, ops) % 16 == 0 && offsetof(chunk_ops, lk) == 0 &&
+                      offsetof(chunk_ops, lq) == sizeof(s.ops.lk) &&
+                      sizeof(s.ops.lk) + sizeof(s.ops.lq) >= CHUNK * DIM * sizeof(float),
+                  "CHUNK rows of DIM floats over Lk and Lq, 16-byte aligned");
+    return (float *)&s.ops.lk[0][0];
+}
+
 /* The record of chunk `slot`, head h, by threads 0 .. NT - 1 of the block
  * (the last warp solves for T); nothing where the slot holds no chunk.
  * The gates' running sums and the norms are added as TP::PREP_THREADS threads
@@ -109,7 +120,7 @@ static __device__ __forceinline__ void prepare_record(const kda_params &p, void 
     const int nt = (int)(sq.len - c0 < CHUNK ? sq.len - c0 : CHUNK);
 
     load_kqg<NT>(p, sq, h, c0, tid, s.raw, !g_is_f32<ANY>(p));
-    prefetch_g_f32<ANY>(p, sq, h, c0, tid); /* while k and q land */
+    if (g_is_f32<ANY>(p)) load_g_f32_to<NT, 0>(p, sq, h, c0, tid, sp_smem_addr_(g32_staged(s)));
     sp_cp_async_commit_();
     const float expA = expf(p.A_log[h]);
     const float2 bias = pair_bias(p, h, tid);
@@ -122,7 +133,10 @@ static __device__ __forceinline__ void prepare_record(const kda_params &p, void 
     int far = 0;
 #pragma unroll
     for (int e = 0; e < E; e++)
-        far |= gates_and_norms<TP::PREP_THREADS, ANY>(p, s.raw, g_f32_rows<ANY>(p, sq.bos + c0, h), nt,
+        far |= gates_and_norms<TP::PREP_THREADS, ANY>(p, s.raw,
+                                                      g_is_f32<ANY>(p) ? g_f32_rows_at(g32_staged(s))
+                                                                       : g32_rows{},
+                                                      nt,
                                                       tid + e * NT, expA, bias,
                                                       e == 0 ? beta_x : 0u, s.work, s.ops,
                                                       gam[e]);
