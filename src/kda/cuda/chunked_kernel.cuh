@@ -307,7 +307,8 @@ static __global__ void __launch_bounds__(one_pass_traits<WGMMA>::THREADS, 1)
         if (w == 0 && lane < L) beta_x = beta_in<ANY>(p, sq.bos + lane, h);
         if (L > 0) {
             load_kqg<TR::K_THREADS>(p, sq, h, 0, tid, s.raw[0], !g_is_f32<ANY>(p));
-            if (g_is_f32<ANY>(p)) load_g_f32_to<TR::K_THREADS, G32_HOP>(p, sq, h, 0, tid, sp_smem_addr_(&s.raw[0].g[0][0]));
+            if (g_is_f32<ANY>(p))
+                load_g_f32_to<TR::K_THREADS, G32_HOP>(p, sq, h, 0, tid, sp_smem_addr_(&s.raw[0].g[0][0]));
             load_v(p, sq, h, 0, v0, bv, tid, TR::K_THREADS, &s.v[0][0][0], OP_PITCH);
         }
         sp_cp_async_commit_();
@@ -340,7 +341,8 @@ static __global__ void __launch_bounds__(one_pass_traits<WGMMA>::THREADS, 1)
             /* An f32 g: every K thread has read this chunk's (gates_and_norms,
              * before the barrier); the next chunk's copied in (one buffer). */
             if (g_is_f32<ANY>(p) && c0 + CHUNK < L) {
-                load_g_f32_to<TR::K_THREADS, G32_HOP>(p, sq, h, c0 + CHUNK, tid, sp_smem_addr_(&s.raw[0].g[0][0]));
+                load_g_f32_to<TR::K_THREADS, G32_HOP>(p, sq, h, c0 + CHUNK, tid,
+                                                      sp_smem_addr_(&s.raw[0].g[0][0]));
                 sp_cp_async_commit_();
             }
             if (!VOTE || !safe) {
