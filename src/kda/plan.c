@@ -58,10 +58,13 @@
  * has no more tokens than sequences): with fp32 rows three blocks fill a
  * multiprocessor either way and 16 rows give twice the warps; with bf16 rows
  * 32 give six blocks of four warps where 16 give three of eight (registers):
- * twice the bytes in flight, the faster at all but two of the step's shapes
- * measured (docs/TUNING.md, "DECODE_ROWS_PER_WARP"). */
+ * 32 the faster at few and at many pairs a multiprocessor, 16 in a window
+ * between, [BF16_ROWS16_FROM, BF16_ROWS16_BELOW) pairs a multiprocessor
+ * (docs/TUNING.md, "DECODE_ROWS_PER_WARP"). */
 #define DECODE_ROWS_PER_WARP 16
 #define DECODE_ROWS_PER_WARP_BF16_ROWS 32
+#define BF16_ROWS16_FROM 12
+#define BF16_ROWS16_BELOW 40
 
 const char *sp_kda_kernel_name(sp_kda_kernel k) {
     switch (k) {
@@ -94,8 +97,11 @@ int sp_kda_chunked_wgmma_(int splits) {
     return splits == 1;
 }
 
-int sp_kda_decode_rows_per_warp_(int state_bf16, int tokens_outer) {
-    return state_bf16 && !tokens_outer ? DECODE_ROWS_PER_WARP_BF16_ROWS : DECODE_ROWS_PER_WARP;
+int sp_kda_decode_rows_per_warp_(int state_bf16, int tokens_outer, int64_t pairs, int sms) {
+    if (!state_bf16 || tokens_outer)
+        return DECODE_ROWS_PER_WARP;
+    const int window = pairs >= (int64_t)BF16_ROWS16_FROM * sms && pairs < (int64_t)BF16_ROWS16_BELOW * sms;
+    return window ? DECODE_ROWS_PER_WARP : DECODE_ROWS_PER_WARP_BF16_ROWS;
 }
 
 int sp_kda_two_pass_records_(int64_t pairs, int sms) {
@@ -250,7 +256,7 @@ sp_status sp_kda_plan_(const sp_kda_args *a, const sp_kda_dims *d, sp_kda_plan *
         p.workspace_bytes = need;
     } else if (p.kernel == SP_KDA_KERNEL_DECODE) {
         p.decode_tokens_outer = sp_kda_decode_tokens_outer_(d->T, d->N);
-        p.decode_rows_per_warp = sp_kda_decode_rows_per_warp_(d->state_bf16, p.decode_tokens_outer);
+        p.decode_rows_per_warp = sp_kda_decode_rows_per_warp_(d->state_bf16, p.decode_tokens_outer, pairs, dev->sms);
     }
     *plan = p;
     return SP_OK;
