@@ -100,7 +100,8 @@ int sp_kda_chunked_wgmma_(int splits) {
 int sp_kda_decode_rows_per_warp_(int state_bf16, int tokens_outer, int64_t pairs, int sms) {
     if (!state_bf16 || tokens_outer)
         return DECODE_ROWS_PER_WARP;
-    const int window = pairs >= (int64_t)BF16_ROWS16_FROM * sms && pairs < (int64_t)BF16_ROWS16_BELOW * sms;
+    const int window =
+        pairs >= (int64_t)BF16_ROWS16_FROM * sms && pairs < (int64_t)BF16_ROWS16_BELOW * sms;
     return window ? DECODE_ROWS_PER_WARP : DECODE_ROWS_PER_WARP_BF16_ROWS;
 }
 
