@@ -59,12 +59,12 @@
  * multiprocessor either way and 16 rows give twice the warps; with bf16 rows
  * 32 give six blocks of four warps where 16 give three of eight (registers):
  * 32 the faster at few and at many pairs a multiprocessor, 16 in a window
- * between, [BF16_ROWS16_FROM, BF16_ROWS16_BELOW) pairs a multiprocessor
- * (docs/TUNING.md, "DECODE_ROWS_PER_WARP"). */
+ * between, [DECODE_BF16_ROWS16_FROM, DECODE_BF16_ROWS16_BELOW) pairs a
+ * multiprocessor (docs/TUNING.md, "DECODE_ROWS_PER_WARP"). */
 #define DECODE_ROWS_PER_WARP 16
 #define DECODE_ROWS_PER_WARP_BF16_ROWS 32
-#define BF16_ROWS16_FROM 12
-#define BF16_ROWS16_BELOW 54
+#define DECODE_BF16_ROWS16_FROM 12
+#define DECODE_BF16_ROWS16_BELOW 54
 
 const char *sp_kda_kernel_name(sp_kda_kernel k) {
     switch (k) {
@@ -100,8 +100,8 @@ int sp_kda_chunked_wgmma_(int splits) {
 int sp_kda_decode_rows_per_warp_(int state_bf16, int tokens_outer, int64_t pairs, int sms) {
     if (!state_bf16 || tokens_outer)
         return DECODE_ROWS_PER_WARP;
-    const int window =
-        pairs >= (int64_t)BF16_ROWS16_FROM * sms && pairs < (int64_t)BF16_ROWS16_BELOW * sms;
+    const int window = pairs >= (int64_t)DECODE_BF16_ROWS16_FROM * sms &&
+                       pairs < (int64_t)DECODE_BF16_ROWS16_BELOW * sms;
     return window ? DECODE_ROWS_PER_WARP : DECODE_ROWS_PER_WARP_BF16_ROWS;
 }
 
