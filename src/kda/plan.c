@@ -257,8 +257,8 @@ sp_status sp_kda_plan_(const sp_kda_args *a, const sp_kda_dims *d, sp_kda_plan *
         p.workspace_bytes = need;
     } else if (p.kernel == SP_KDA_KERNEL_DECODE) {
         p.decode_tokens_outer = sp_kda_decode_tokens_outer_(d->T, d->N);
-        /* dev is NULL where the chunked kernels cannot serve the call (a
-         * verify table): the attributes alone then. */
+        /* dev is NULL where the chunked kernels' check stopped before
+         * reading the device (a verify table): the attributes alone then. */
         if (!dev) SP_FORWARD(sp_cuda_device_((int)d->dev.ordinal, 0, &dev));
         p.decode_rows_per_warp =
             sp_kda_decode_rows_per_warp_(d->state_bf16, p.decode_tokens_outer, pairs, dev->sms);
