@@ -40,24 +40,27 @@
 #include "kda/cuda/chunk_v.cuh"
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* ---- 1. prepare ------------------------------------------------------------ */
 
-/* One block per (slot, head) of slots 0 .. gridDim.x - 1. Where the one
- * kernel follows, the blocks also clear its flags of records clear_from ..
- * items - 1 (flags: NULL otherwise). */
+/* One block per record of slots 0 .. gridDim.x / H - 1, block j the record
+ * (slot j / H, head j % H): the heads of a slot side by side, so that blocks
+ * running together read whole token rows of k, q and g (docs/TUNING.md,
+ * "TWO_PASS_PREPARE_ORDER"). Where the one kernel follows, the blocks also
+ * clear its flags of records clear_from .. items - 1 (flags: NULL
+ * otherwise). */
 template <int ANY>
 static __global__ void __launch_bounds__(TP::PREP_THREADS, 2)
     kda_prepare_kernel(kda_params p, void *ws, int *flags, int64_t clear_from, int64_t items) {
     extern __shared__ __align__(16) unsigned char smem_bytes[];
+    const int64_t b = blockIdx.x;
     if (flags) {
-        const int64_t b = (int64_t)blockIdx.y * gridDim.x + blockIdx.x,
-                      stride = (int64_t)gridDim.x * gridDim.y * TP::PREP_THREADS;
+        const int64_t stride = (int64_t)gridDim.x * TP::PREP_THREADS;
         for (int64_t i = clear_from + b * TP::PREP_THREADS + threadIdx.x; i < items; i += stride)
             flags[i] = 0;
     }
-    prepare_record<TP::PREP_THREADS, ANY>(p, ws, blockIdx.x, blockIdx.y,
-                                          *(prepare_smem *)smem_bytes);
+    prepare_record<TP::PREP_THREADS, ANY>(p, ws, b / p.H, b % p.H, *(prepare_smem *)smem_bytes);
 }
 
 /* The prepare kernel for the call's gates: K3's, or the every-gate build's
@@ -407,7 +410,7 @@ static cudaError_t launch_fused(const kda_params *p, void *ws, int64_t head_slot
     int *flags = flags_of(ws, p->T, p->N, p->H);
     int64_t clear_from = head_slots * p->H;
     void *prep_args[] = {(void *)p, &ws, &flags, &clear_from, (void *)&items};
-    e = cudaLaunchKernel(prepare_kernel(p), dim3((unsigned)head_slots, (unsigned)p->H),
+    e = cudaLaunchKernel(prepare_kernel(p), dim3((unsigned)(head_slots * p->H)),
                          dim3(TP::PREP_THREADS), prep_args, sizeof(prepare_smem), stream);
     if (e != cudaSuccess) return e;
     void *args[] = {(void *)p, &ws, &state_blocks, &head_slots};
@@ -437,6 +440,7 @@ static cudaError_t launch_two_pass(const kda_params *p, const sp_kda_plan *plan,
     if (e != cudaSuccess) return e;
     const int64_t slots = sp_kda_two_pass_slots_(p->T, p->N), head_slots = plan->head_slots;
     const int records = plan->records;
+    if (slots * p->H > INT32_MAX) return cudaErrorInvalidConfiguration; /* a prepare block a record */
     if (head_slots > 0 && head_slots < slots) {
         int launched = 0;
         e = records == 2 ? launch_fused<2, ANY>(p, workspace, head_slots, dev, stream, &launched)
@@ -446,7 +450,7 @@ static cudaError_t launch_two_pass(const kda_params *p, const sp_kda_plan *plan,
     int *no_flags = NULL;
     int64_t zero = 0;
     void *prep_args[] = {(void *)p, &workspace, &no_flags, &zero, &zero};
-    e = cudaLaunchKernel(prepare, dim3((unsigned)slots, (unsigned)p->H), dim3(TP::PREP_THREADS),
+    e = cudaLaunchKernel(prepare, dim3((unsigned)(slots * p->H)), dim3(TP::PREP_THREADS),
                          prep_args, (size_t)prep_smem, stream);
     if (e != cudaSuccess) return e;
     return records == 2 ? launch_pass<2, ANY>(p, workspace, stream)
