@@ -83,6 +83,22 @@ static __device__ __forceinline__ void scale_columns(float S[][4], const float *
     }
 }
 
+/* The same where a chunk's form picks whether the factor applies (on) or
+ * is 1, by a select a value, not a branch: the same bits as scaling or
+ * not (a product with 1 is exact). */
+static __device__ __forceinline__ void scale_columns_if(float S[][4], const float *f, int d0, int q,
+                                                        int nds, bool on) {
+#pragma unroll
+    for (int nd = 0; nd < nds; nd++) {
+        const float2 x = *(const float2 *)&f[d0 + 8 * nd + 2 * q];
+        const float a = on ? x.x : 1.0f, b = on ? x.y : 1.0f;
+        S[nd][0] *= a;
+        S[nd][1] *= b;
+        S[nd][2] *= a;
+        S[nd][3] *= b;
+    }
+}
+
 /* The V side's products over the K columns d0 .. d0 + 8 nds - 1 that S
  * holds (all of them in the one-pass kernel, a range in the two-pass
  * state pass): S' = S diag(c), then P^T += S' Lk^T and O^T += S' Lq^T (the

@@ -265,8 +265,8 @@ static __device__ __forceinline__ void state_pass(const kda_params &p, const voi
         float Ow[4];
         if (outputs) sum_tiles(s.part_o[rg], kq, r, q, -1, NULL, Ow);
         /* Our columns: S = diag(e) (S' + W^T R), or diag(e) S' + W^T R (safe). */
-        const int safe = ANY && chunk_is_safe(o);
-        if (safe) scale_columns(S, o.e, d0, q, NDS);
+        const bool safe = ANY && chunk_is_safe(o);
+        if (ANY) scale_columns_if(S, o.e, d0, q, NDS, safe);
         if (outputs)
 #pragma unroll
             for (int kt = 0; kt < CHUNK / 8; kt++) {
@@ -282,7 +282,10 @@ static __device__ __forceinline__ void state_pass(const kda_params &p, const voi
             acc_pair_as_a(W[2 * kt], W[2 * kt + 1], a);
             state_add_wr(S, NDS, d0, lane, o, kt, a);
         }
-        if (!safe) scale_columns(S, o.e, d0, q, NDS);
+        if (ANY)
+            scale_columns_if(S, o.e, d0, q, NDS, !safe);
+        else
+            scale_columns(S, o.e, d0, q, NDS);
         if (outputs) { /* the 8 x 16 outputs through shared memory, as 16-byte rows */
             uint16_t(*ob)[TP::OUT_PITCH] = s.out[4 * rg + kq];
             ob[2 * q][r] = sp_bf16_rn_(Ow[0]);
