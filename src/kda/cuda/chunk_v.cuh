@@ -83,9 +83,9 @@ static __device__ __forceinline__ void scale_columns(float S[][4], const float *
     }
 }
 
-/* The same where a chunk's form picks whether the factor applies (on) or
- * is 1, by a select a value, not a branch: the same bits as scaling or
- * not (a product with 1 is exact). */
+/* The same where on, by 1 (unchanged: a product with 1 is exact) where
+ * not: a chunk's form chooses by a select on each factor, not a branch
+ * (docs/TUNING.md, "CHUNKED_EVERY_GATE"). */
 static __device__ __forceinline__ void scale_columns_if(float S[][4], const float *f, int d0, int q,
                                                         int nds, bool on) {
 #pragma unroll

@@ -264,7 +264,9 @@ static __device__ __forceinline__ void state_pass(const kda_params &p, const voi
         /* Output rows 8 kq .. +7 of our 16 V rows: S'^T Lq^T + W^T QK^T. */
         float Ow[4];
         if (outputs) sum_tiles(s.part_o[rg], kq, r, q, -1, NULL, Ow);
-        /* Our columns: S = diag(e) (S' + W^T R), or diag(e) S' + W^T R (safe). */
+        /* Our columns: S = diag(e) (S' + W^T R), or diag(e) S' + W^T R (safe);
+         * the every-gate build scales both before and after, by e or 1 as
+         * the form selects (docs/TUNING.md, "CHUNKED_EVERY_GATE"). */
         const bool safe = ANY && chunk_is_safe(o);
         if (ANY) scale_columns_if(S, o.e, d0, q, NDS, safe);
         if (outputs)
