@@ -70,22 +70,10 @@ static __device__ __forceinline__ void state_store(void *pool, int bf16, int k_f
     state_io<1>(pool, bf16, k_first, base, vrow, d0, q, const_cast<float (*)[4]>(S), nds);
 }
 
-/* S^T's columns d0 + ... times a per-channel factor (c or e). */
-static __device__ __forceinline__ void scale_columns(float S[][4], const float *f, int d0, int q,
-                                                     int nds) {
-#pragma unroll
-    for (int nd = 0; nd < nds; nd++) {
-        const float2 x = *(const float2 *)&f[d0 + 8 * nd + 2 * q];
-        S[nd][0] *= x.x;
-        S[nd][1] *= x.y;
-        S[nd][2] *= x.x;
-        S[nd][3] *= x.y;
-    }
-}
-
-/* The same where on, by 1 (unchanged: a product with 1 is exact) where
- * not: a chunk's form chooses by a select on each factor, not a branch
- * (docs/TUNING.md, "CHUNKED_EVERY_GATE"). */
+/* S^T's columns d0 + ... times a per-channel factor (c or e) where on; by 1
+ * (unchanged: a product with 1 is exact) where not. A compile-time on is
+ * folded away; a chunk's form (the every-gate build) chooses by a select on
+ * each factor, not a branch (docs/TUNING.md, "CHUNKED_EVERY_GATE"). */
 static __device__ __forceinline__ void scale_columns_if(float S[][4], const float *f, int d0, int q,
                                                         int nds, bool on) {
 #pragma unroll
@@ -97,6 +85,10 @@ static __device__ __forceinline__ void scale_columns_if(float S[][4], const floa
         S[nd][2] *= a;
         S[nd][3] *= b;
     }
+}
+static __device__ __forceinline__ void scale_columns(float S[][4], const float *f, int d0, int q,
+                                                     int nds) {
+    scale_columns_if(S, f, d0, q, nds, true);
 }
 
 /* The V side's products over the K columns d0 .. d0 + 8 nds - 1 that S

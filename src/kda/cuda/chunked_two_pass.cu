@@ -284,10 +284,7 @@ static __device__ __forceinline__ void state_pass(const kda_params &p, const voi
             acc_pair_as_a(W[2 * kt], W[2 * kt + 1], a);
             state_add_wr(S, NDS, d0, lane, o, kt, a);
         }
-        if (ANY)
-            scale_columns_if(S, o.e, d0, q, NDS, !safe);
-        else
-            scale_columns(S, o.e, d0, q, NDS);
+        scale_columns_if(S, o.e, d0, q, NDS, !safe); /* K3's: always */
         if (outputs) { /* the 8 x 16 outputs through shared memory, as 16-byte rows */
             uint16_t(*ob)[TP::OUT_PITCH] = s.out[4 * rg + kq];
             ob[2 * q][r] = sp_bf16_rn_(Ow[0]);
