@@ -57,14 +57,11 @@
  * rows, its shared memory those rows, fp32, or bf16 where a bf16 pool's call
  * has no more tokens than sequences): with fp32 rows three blocks fill a
  * multiprocessor either way and 16 rows give twice the warps; with bf16 rows
- * 32 give six blocks of four warps where 16 give three of eight (registers):
- * 32 the faster at few and at many pairs a multiprocessor, 16 in a window
- * between, [DECODE_BF16_ROWS16_FROM, DECODE_BF16_ROWS16_BELOW) pairs a
- * multiprocessor (docs/TUNING.md, "DECODE_ROWS_PER_WARP"). */
+ * 32 give six blocks of four warps where 16 give three of eight (registers),
+ * and 32 the faster through the decode driver at every step it runs
+ * (docs/TUNING.md, "DECODE_ROWS_PER_WARP"). */
 #define DECODE_ROWS_PER_WARP 16
 #define DECODE_ROWS_PER_WARP_BF16_ROWS 32
-#define DECODE_BF16_ROWS16_FROM 12
-#define DECODE_BF16_ROWS16_BELOW 54
 
 const char *sp_kda_kernel_name(sp_kda_kernel k) {
     switch (k) {
@@ -97,12 +94,8 @@ int sp_kda_chunked_wgmma_(int splits) {
     return splits == 1;
 }
 
-int sp_kda_decode_rows_per_warp_(int state_bf16, int tokens_outer, int64_t pairs, int sms) {
-    if (!state_bf16 || tokens_outer)
-        return DECODE_ROWS_PER_WARP;
-    const int window = pairs >= (int64_t)DECODE_BF16_ROWS16_FROM * sms &&
-                       pairs < (int64_t)DECODE_BF16_ROWS16_BELOW * sms;
-    return window ? DECODE_ROWS_PER_WARP : DECODE_ROWS_PER_WARP_BF16_ROWS;
+int sp_kda_decode_rows_per_warp_(int state_bf16, int tokens_outer) {
+    return state_bf16 && !tokens_outer ? DECODE_ROWS_PER_WARP_BF16_ROWS : DECODE_ROWS_PER_WARP;
 }
 
 int sp_kda_two_pass_records_(int64_t pairs, int sms) {
@@ -257,11 +250,7 @@ sp_status sp_kda_plan_(const sp_kda_args *a, const sp_kda_dims *d, sp_kda_plan *
         p.workspace_bytes = need;
     } else if (p.kernel == SP_KDA_KERNEL_DECODE) {
         p.decode_tokens_outer = sp_kda_decode_tokens_outer_(d->T, d->N);
-        /* dev is NULL where the chunked kernels' check stopped before
-         * reading the device (a verify table): the attributes alone then. */
-        if (!dev) SP_FORWARD(sp_cuda_device_((int)d->dev.ordinal, 0, &dev));
-        p.decode_rows_per_warp =
-            sp_kda_decode_rows_per_warp_(d->state_bf16, p.decode_tokens_outer, pairs, dev->sms);
+        p.decode_rows_per_warp = sp_kda_decode_rows_per_warp_(d->state_bf16, p.decode_tokens_outer);
     }
     *plan = p;
     return SP_OK;

@@ -83,9 +83,8 @@ const char *sp_kda_decode_layout_unsupported_(const sp_kda_args *a, const struct
 int sp_kda_chunked_splits_(int64_t pairs, int sms);
 int sp_kda_chunked_wgmma_(int splits);
 /* The decode kernel's V rows a warp for a call with a bf16 pool or not, in
- * the order `tokens_outer`, of `pairs` (sequence, head) pairs on `sms`
- * multiprocessors. */
-int sp_kda_decode_rows_per_warp_(int state_bf16, int tokens_outer, int64_t pairs, int sms);
+ * the order `tokens_outer`. */
+int sp_kda_decode_rows_per_warp_(int state_bf16, int tokens_outer);
 int sp_kda_two_pass_records_(int64_t pairs, int sms);
 /* 1 when the call is in K3's forms (the lower-bound gate, beta bf16
  * logits): the chunked kernels' K3 build; else their every-gate build. */

@@ -909,20 +909,12 @@ static void plan_rules_cases(void) {
     CHECK(sp_kda_chunked_splits_(33, 132) == 4 && sp_kda_chunked_splits_(1, 132) == 8);
     CHECK(sp_kda_chunked_wgmma_(1) && !sp_kda_chunked_wgmma_(2));
     /* The decode kernel's rows a warp (docs/TUNING.md,
-     * "DECODE_ROWS_PER_WARP"): a bf16 pool's step (groups outer) 32 below 12
-     * and from 54 pairs a multiprocessor, 16 between; every other call 16. */
-    CHECK(sp_kda_decode_rows_per_warp_(1, 0, 64 * 12, 132) == 32);
-    CHECK(sp_kda_decode_rows_per_warp_(1, 0, 12 * 132 - 1, 132) == 32);
-    CHECK(sp_kda_decode_rows_per_warp_(1, 0, 12 * 132, 132) == 16);
-    CHECK(sp_kda_decode_rows_per_warp_(1, 0, 64 * 32, 132) == 16);
-    CHECK(sp_kda_decode_rows_per_warp_(1, 0, 256 * 12, 132) == 16);
-    CHECK(sp_kda_decode_rows_per_warp_(1, 0, 54 * 132 - 1, 132) == 16);
-    CHECK(sp_kda_decode_rows_per_warp_(1, 0, 54 * 132, 132) == 32);
-    CHECK(sp_kda_decode_rows_per_warp_(1, 0, 512 * 96, 132) == 32);
-    CHECK(sp_kda_decode_rows_per_warp_(1, 1, 64 * 32, 132) == 16);
-    CHECK(sp_kda_decode_rows_per_warp_(1, 1, 64 * 12, 132) == 16);
-    CHECK(sp_kda_decode_rows_per_warp_(0, 0, 64 * 12, 132) == 16);
-    CHECK(sp_kda_decode_rows_per_warp_(0, 1, 64 * 12, 132) == 16);
+     * "DECODE_ROWS_PER_WARP"): a bf16 pool's step (groups outer) 32, every
+     * other call 16. */
+    CHECK(sp_kda_decode_rows_per_warp_(1, 0) == 32);
+    CHECK(sp_kda_decode_rows_per_warp_(1, 1) == 16);
+    CHECK(sp_kda_decode_rows_per_warp_(0, 0) == 16);
+    CHECK(sp_kda_decode_rows_per_warp_(0, 1) == 16);
 }
 
 /* Which kernel AUTO picks, and forced kernels that cannot serve a call:
