@@ -37,8 +37,9 @@
  * costs against K3's; the JSON's "every_gate").
  *
  * --unequal: N sequences of unequal lengths (cut points drawn from a
- * seeded generator) instead of equal ones; --longest-first: the one-pass
- * kernel's longest-first block order (the plan's longest_first); the JSON
+ * seeded generator) instead of equal ones; --longest-first or --batch-order:
+ * the one-pass kernel's block order forced (else the plan's longest_first,
+ * docs/TUNING.md, "ONE_PASS_LONGEST_FIRST"); the JSON
  * says both. --k-first: the state pool K-first ([N, H, K, V], passed as its
  * transpose; the JSON's "state_layout"). --bf16-state: with --shape, the
  * bf16 pool instead of the fp32 one (the table runs both; the JSON's
@@ -48,7 +49,7 @@
  * decode and auto (the recurrent kernel still runs once: the others' errors).
  *
  * Run: build/bench/bench_kda [--shape T H N] [--probe m|g|v|k|g.v|g.k|g.f] [--two-pass R.P]
- *      [--decode-rows R] [--gate G] [--every-gate] [--unequal] [--longest-first]
+ *      [--decode-rows R] [--gate G] [--every-gate] [--unequal] [--longest-first | --batch-order]
  *      [--k-first] [--bf16-state] [--kernels LIST] [--json FILE]
  */
 #include "harness.h"
@@ -86,7 +87,8 @@ static struct {
     int every_gate; /* the chunked kernels' every-gate builds whatever the forms */
     unsigned kernels; /* which kernels to time (bit k: kernel_order[k]; --kernels) */
     int unequal;    /* unequal sequence lengths */
-    int longest_first; /* the one-pass kernel's longest-first block order */
+    int longest_first; /* the one-pass kernel's longest-first block order, forced */
+    int batch_order;   /* its batch order, forced (neither: the plan's) */
     int k_first;       /* the state pool K-first (passed as its transpose) */
     int bf16_state;    /* with --shape: the bf16 pool instead of the fp32 one */
 } opts = {.build = -1, .gate = SP_KDA_GATE_LOWER_BOUND, .kernels = ~0u};
@@ -203,24 +205,30 @@ static void free_case(kda_case *c) {
 /* kda_probe.cu: the probe instance `side` of the plan's one-pass build. */
 int bench_kda_probe(const sp_kda_args *a, const sp_kda_plan *plan, int side, cudaStream_t s);
 
+/* The plan a case runs: the library's for its kernel field, with the
+ * options' forced parts. */
+static sp_status case_plan(const kda_case *c, sp_kda_plan *plan) {
+    const sp_status st = sp_kda_prefill_plan_(&c->a, plan);
+    if (st != SP_OK) return st;
+    if (plan->kernel == SP_KDA_KERNEL_CHUNKED && opts.build >= 0) plan->wgmma = opts.build;
+    if (plan->kernel == SP_KDA_KERNEL_CHUNKED && (opts.longest_first || opts.batch_order))
+        plan->longest_first = opts.longest_first && c->N <= SP_KDA_LONGEST_FIRST_MAX_N;
+    if (opts.every_gate) sp_kda_plan_every_gate_(plan);
+    if (plan->kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS && opts.records) {
+        const int64_t slots = sp_kda_two_pass_slots_(c->T, c->N);
+        const int64_t h = slots * opts.head_permille / 1000;
+        plan->records = opts.records;
+        plan->head_slots = h < 1 ? 1 : h;
+    }
+    if (plan->kernel == SP_KDA_KERNEL_DECODE && opts.decode_rows)
+        plan->decode_rows_per_warp = opts.decode_rows;
+    return SP_OK;
+}
+
 static void arm_prefill(void *ctx, cudaStream_t s) {
     kda_case *c = ctx;
     sp_kda_plan plan;
-    sp_status st = sp_kda_prefill_plan_(&c->a, &plan);
-    if (st == SP_OK && plan.kernel == SP_KDA_KERNEL_CHUNKED && opts.build >= 0)
-        plan.wgmma = opts.build;
-    if (st == SP_OK && plan.kernel == SP_KDA_KERNEL_CHUNKED && opts.longest_first &&
-        c->N <= SP_KDA_LONGEST_FIRST_MAX_N)
-        plan.longest_first = 1;
-    if (st == SP_OK && opts.every_gate) sp_kda_plan_every_gate_(&plan);
-    if (st == SP_OK && plan.kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS && opts.records) {
-        const int64_t slots = sp_kda_two_pass_slots_(c->T, c->N);
-        const int64_t h = slots * opts.head_permille / 1000;
-        plan.records = opts.records;
-        plan.head_slots = h < 1 ? 1 : h;
-    }
-    if (st == SP_OK && plan.kernel == SP_KDA_KERNEL_DECODE && opts.decode_rows)
-        plan.decode_rows_per_warp = opts.decode_rows;
+    sp_status st = case_plan(c, &plan);
     if (st == SP_OK && plan.kernel == SP_KDA_KERNEL_CHUNKED && opts.probe) {
         if (bench_kda_probe(&c->a, &plan, opts.probe, s) != 0) {
             fprintf(stderr, "bench_kda_probe: %s\n", sp_last_error());
@@ -411,12 +419,13 @@ int main(int argc, char **argv) {
             break;
         }
     const char *gate_name = gate_names[opts.g_f32 ? 3 : opts.gate];
-    /* --every-gate, --unequal, --longest-first, --k-first, --bf16-state: flags */
-    static const char *const flags[] = {"--every-gate", "--unequal", "--longest-first",
-                                        "--k-first", "--bf16-state"};
-    int *const flag_of[] = {&opts.every_gate, &opts.unequal, &opts.longest_first, &opts.k_first,
-                            &opts.bf16_state};
-    for (int f = 0; f < 5; f++)
+    /* --every-gate, --unequal, --longest-first, --batch-order, --k-first,
+     * --bf16-state: flags */
+    static const char *const flags[] = {"--every-gate", "--unequal",  "--longest-first",
+                                        "--batch-order", "--k-first", "--bf16-state"};
+    int *const flag_of[] = {&opts.every_gate, &opts.unequal, &opts.longest_first,
+                            &opts.batch_order, &opts.k_first, &opts.bf16_state};
+    for (int f = 0; f < 6; f++)
         for (int i = 1; i < argc; i++)
             if (strcmp(argv[i], flags[f]) == 0) {
                 *flag_of[f] = 1;
@@ -424,6 +433,10 @@ int main(int argc, char **argv) {
                 argc -= 1;
                 break;
             }
+    if (opts.longest_first && opts.batch_order) {
+        fprintf(stderr, "--longest-first and --batch-order: one order at a time\n");
+        return 2;
+    }
     /* The factored-only probe is of the every-gate build (kda_probe.cu). */
     if (opts.probe == 4 && !opts.every_gate &&
         opts.gate == SP_KDA_GATE_LOWER_BOUND) {
@@ -554,9 +567,9 @@ int main(int argc, char **argv) {
                     bench_json_int(&j, "every_gate",
                                    opts.every_gate || opts.gate != SP_KDA_GATE_LOWER_BOUND);
                 bench_json_int(&j, "unequal", opts.unequal && shapes[i].N > 1);
-                if (kernel_order[k] == SP_KDA_KERNEL_CHUNKED)
-                    bench_json_int(&j, "longest_first",
-                                   opts.longest_first && shapes[i].N <= SP_KDA_LONGEST_FIRST_MAX_N);
+                sp_kda_plan ran;
+                if (case_plan(&c[k], &ran) == SP_OK && ran.kernel == SP_KDA_KERNEL_CHUNKED)
+                    bench_json_int(&j, "longest_first", ran.longest_first);
                 if (kernel_order[k] == SP_KDA_KERNEL_AUTO)
                     bench_json_str(&j, "auto_chose", kernel_name(chosen));
                 if (kernel_order[k] == SP_KDA_KERNEL_DECODE) /* 0: the plan's */

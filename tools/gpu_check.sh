@@ -120,12 +120,15 @@ decide_gate_parts() { # CHUNKED_EVERY_GATE: where the every-gate one-pass build'
     done
   done
 }
-decide_longest_first() { # ONE_PASS_LONGEST_FIRST: on unequal batches, and its cost on equal ones
+decide_longest_first() { # ONE_PASS_LONGEST_FIRST: each order forced, unequal and equal lengths
   local s l
-  for s in "16384 96 8" "16384 96 32" "2048 96 16"; do
-    for l in 0 1 1 0; do kda --unequal --shape $s $([ $l = 1 ] && echo --longest-first) --json "$out/decide_longest_first.json" || return; done
+  for s in "16384 96 8 --unequal" "16384 32 8 --unequal" "16384 96 32 --unequal" "8192 96 16 --unequal" \
+           "4096 96 8 --unequal" "8192 32 4 --unequal" "16384 96 8" "16384 96 32" "2048 96 16"; do
+    for l in 0 1 1 0; do
+      kda --kernels chunked --shape $s $([ $l = 1 ] && echo --longest-first || echo --batch-order) \
+        --json "$out/decide_longest_first.json" || return
+    done
   done
-  for l in 0 1 1 0; do kda --shape 16384 96 8 $([ $l = 1 ] && echo --longest-first) --json "$out/decide_longest_first.json" || return; done
 }
 decide_decode_rows() { # DECODE_ROWS_PER_WARP (the decode grid itself is bench_kda_decode)
   local r s

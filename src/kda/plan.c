@@ -47,11 +47,13 @@
  * token (docs/TUNING.md, "CHUNKED_EVERY_GATE"; 0: the recurrent kernel). */
 #define CHUNKED_EVERY_GATE_AUTO 1
 
-/* The one-pass kernel starts its blocks in batch order, or those of the
- * longest sequences first (list scheduling longest first: an unequal
- * varlen batch then ends sooner): 0 until measured against batch order
- * (docs/TUNING.md, "ONE_PASS_LONGEST_FIRST"). */
-#define ONE_PASS_LONGEST_FIRST 0
+/* The one-pass kernel starts the blocks of the longest sequences first
+ * (list scheduling longest first: an unequal batch then does not end on a
+ * long sequence started last) where its blocks make more than one wave and
+ * the sequences average at least this many tokens; below it each block's
+ * ranking of the lengths costs more than the order wins (docs/TUNING.md,
+ * "ONE_PASS_LONGEST_FIRST"). */
+#define ONE_PASS_LONGEST_FIRST_MEAN_TOKENS 1024
 
 /* The decode kernel's V rows a warp, 16 or 32 (a block is one pair's 128
  * rows, its shared memory those rows, fp32, or bf16 where a bf16 pool's call
@@ -84,6 +86,12 @@ int sp_kda_chunked_splits_(int64_t pairs, int sms) {
     int s = 1;
     while (s < 8 && pairs * s * 2 <= sms) s *= 2;
     return s;
+}
+
+int sp_kda_chunked_longest_first_(int64_t T, int64_t N, int64_t blocks, int sms) {
+    /* One wave of blocks all start at once: no order to choose. */
+    return N > 1 && N <= SP_KDA_LONGEST_FIRST_MAX_N && blocks > sms &&
+           T / N >= ONE_PASS_LONGEST_FIRST_MEAN_TOKENS;
 }
 
 int sp_kda_chunked_wgmma_(int splits) {
@@ -239,8 +247,8 @@ sp_status sp_kda_plan_(const sp_kda_args *a, const sp_kda_dims *d, sp_kda_plan *
     if (p.kernel == SP_KDA_KERNEL_CHUNKED || p.kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS)
         p.every_gate = !sp_kda_k3_forms_(a);
     if (p.kernel == SP_KDA_KERNEL_CHUNKED) {
-        p.longest_first = ONE_PASS_LONGEST_FIRST && d->N <= SP_KDA_LONGEST_FIRST_MAX_N;
         p.splits = sp_kda_chunked_splits_(pairs, dev->sms);
+        p.longest_first = sp_kda_chunked_longest_first_(d->T, d->N, pairs * p.splits, dev->sms);
         p.wgmma = sp_kda_chunked_wgmma_(p.splits) && dev->kda_wgmma;
     } else if (p.kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS) {
         p.records = sp_kda_two_pass_records_(pairs, dev->sms);

@@ -81,6 +81,9 @@ const char *sp_kda_decode_layout_unsupported_(const sp_kda_args *a, const struct
  * kernel; of its `slots` record slots, those prepared before its state pass
  * (`slots`: two kernels). */
 int sp_kda_chunked_splits_(int64_t pairs, int sms);
+/* Whether the one-pass kernel's `blocks` for T tokens in N sequences start
+ * longest sequence first. */
+int sp_kda_chunked_longest_first_(int64_t T, int64_t N, int64_t blocks, int sms);
 int sp_kda_chunked_wgmma_(int splits);
 /* The decode kernel's V rows a warp for a call with a bf16 pool or not, in
  * the order `tokens_outer`. */

@@ -44,11 +44,11 @@ static int is_chunked(int32_t k) {
  * (-1: the plan's; 0 mma.sync; 1 wgmma), the two-pass kernel's records in
  * flight (0: the plan's) and thousandths of its record slots prepared
  * before its state pass (0: the plan's; 1000: two kernels); every_gate 1:
- * the every-gate builds for K3's forms too; longest_first 1: the one-pass
- * kernel's longest-first block order. */
+ * the every-gate builds for K3's forms too; the one-pass kernel's block
+ * order (longest_first -1: the plan's; 0 batch order; 1 longest first). */
 static struct {
     int wgmma, records, head_permille, every_gate, longest_first;
-} forced = {-1, 0, 0, 0, 0};
+} forced = {-1, 0, 0, 0, -1};
 
 /* The library's plan for a, with `forced` applied. */
 static sp_kda_plan plan_of(const sp_kda_args *a, const kda_problem *p) {
@@ -56,7 +56,8 @@ static sp_kda_plan plan_of(const sp_kda_args *a, const kda_problem *p) {
     CHECK_OK(sp_kda_prefill_plan_(a, &plan));
     if (plan.kernel == SP_KDA_KERNEL_CHUNKED && forced.wgmma >= 0) plan.wgmma = forced.wgmma;
     if (forced.every_gate) sp_kda_plan_every_gate_(&plan);
-    if (plan.kernel == SP_KDA_KERNEL_CHUNKED && forced.longest_first) plan.longest_first = 1;
+    if (plan.kernel == SP_KDA_KERNEL_CHUNKED && forced.longest_first >= 0)
+        plan.longest_first = forced.longest_first;
     if (plan.kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS) {
         const int64_t slots = sp_kda_two_pass_slots_(p->T, p->N);
         if (forced.records) plan.records = forced.records;
@@ -840,6 +841,7 @@ static void longest_first_identical(void) {
         ((int32_t *)p.host[KB_IDX])[5] = -1; /* a padded sequence */
         p.kernel = SP_KDA_KERNEL_CHUNKED;
         knob_moves_no_bit(&p, &forced.longest_first, "the longest-first order");
+        forced.longest_first = -1;
         kp_free(&p);
     }
 }
@@ -908,6 +910,24 @@ static void plan_rules_cases(void) {
     CHECK(sp_kda_chunked_splits_(96, 132) == 1 && sp_kda_chunked_splits_(66, 132) == 2);
     CHECK(sp_kda_chunked_splits_(33, 132) == 4 && sp_kda_chunked_splits_(1, 132) == 8);
     CHECK(sp_kda_chunked_wgmma_(1) && !sp_kda_chunked_wgmma_(2));
+    /* Longest sequence first (docs/TUNING.md, "ONE_PASS_LONGEST_FIRST"):
+     * where the blocks make more than one wave and the sequences average
+     * 1,024 tokens or more, as 16384 tokens in 8 sequences at 96 and 32
+     * heads; not at 512 tokens a sequence (16384 in 32, 4096 in 8), nor in
+     * one wave (4 sequences at 32 heads), nor for one sequence or more than
+     * the order ranks. */
+    CHECK(sp_kda_chunked_longest_first_(16384, 8, 768, 132));
+    CHECK(sp_kda_chunked_longest_first_(16384, 8, 256, 132));
+    CHECK(sp_kda_chunked_longest_first_(8192, 8, 133, 132));
+    CHECK(!sp_kda_chunked_longest_first_(8192, 8, 132, 132));
+    CHECK(!sp_kda_chunked_longest_first_(8192, 4, 128, 132));
+    CHECK(!sp_kda_chunked_longest_first_(16384, 32, 3072, 132));
+    CHECK(!sp_kda_chunked_longest_first_(4096, 8, 768, 132));
+    CHECK(sp_kda_chunked_longest_first_(8192, 8, 768, 132) &&
+          !sp_kda_chunked_longest_first_(8191, 8, 768, 132));
+    CHECK(!sp_kda_chunked_longest_first_(16384, 1, 768, 132));
+    CHECK(sp_kda_chunked_longest_first_(65536, 64, 6144, 132) &&
+          !sp_kda_chunked_longest_first_(66560, 65, 6240, 132));
     /* The decode kernel's rows a warp (docs/TUNING.md,
      * "DECODE_ROWS_PER_WARP"): a bf16 pool's step (groups outer) 32, every
      * other call 16. */
