@@ -3,7 +3,8 @@
 anchors (FlashKDA, the Flash-Flash-KDA fork, fla chunk_kda), in one process
 on one GPU, on the same inputs.
 
-Run: SP_ANCHOR_DIR=.anchors PYTHONPATH=<build>/python python3 bench/kda_anchors.py --json bench/results/h200_kda_anchors.json
+Run: SP_ANCHOR_DIR=.anchors PYTHONPATH=<build>/python python3 bench/kda_anchors.py --json OUT.json
+(--json replaces its file: append OUT.json to bench/results/h200_kda_anchors.json, the file of record)
 The gate forms: --gates lower_bound,softplus,log_decay --shapes gates (every
 arm and shape for each form; fla's chunk_kda with the matching options; the
 FlashKDA arms take the lower-bound gate only; records carry "gate").
