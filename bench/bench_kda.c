@@ -28,6 +28,10 @@
  * --shape T H N runs that shape alone, in the table or not.
  *
  * --decode-rows R runs the decode kernel's build with R V rows a warp (16, 32).
+ * --decode-pairs P runs a decode step by the decode kernel's stream form, P
+ * pairs a block (P >= 1, or auto: the plan's rule on this device's table;
+ * docs/TUNING.md, "DECODE_STREAM"); the JSON's "decode_pairs" says the P run
+ * (0: a block a pair).
  *
  * --gate G: the gate form, lower_bound (K3's, the default), softplus (the
  * same g inputs), log_decay or log_decay_f32 (g the log-decay itself,
@@ -49,7 +53,7 @@
  * decode and auto (the recurrent kernel still runs once: the others' errors).
  *
  * Run: build/bench/bench_kda [--shape T H N] [--probe m|g|v|k|g.v|g.k|g.f] [--two-pass R.P]
- *      [--decode-rows R] [--gate G] [--every-gate] [--unequal] [--longest-first | --batch-order]
+ *      [--decode-rows R] [--decode-pairs P|auto] [--gate G] [--every-gate] [--unequal] [--longest-first | --batch-order]
  *      [--k-first] [--bf16-state] [--kernels LIST] [--json FILE]
  */
 #include "harness.h"
@@ -82,6 +86,7 @@ static void *owned(kda_case *c, size_t bytes) {
  * thousandths of its slots prepared first (0: the plan's). */
 static struct {
     int build, probe, records, head_permille, decode_rows;
+    int64_t decode_pairs; /* the stream form's pairs a block (-1: the rule's; 0: none) */
     int32_t gate;   /* sp_kda_gate */
     int g_f32;      /* the log-decay g in f32 */
     int every_gate; /* the chunked kernels' every-gate builds whatever the forms */
@@ -222,6 +227,18 @@ static sp_status case_plan(const kda_case *c, sp_kda_plan *plan) {
     }
     if (plan->kernel == SP_KDA_KERNEL_DECODE && opts.decode_rows)
         plan->decode_rows_per_warp = opts.decode_rows;
+    if (plan->kernel == SP_KDA_KERNEL_DECODE && opts.decode_pairs) {
+        int64_t P = opts.decode_pairs;
+        if (P < 0) {
+            const sp_cuda_device *dev;
+            const sp_status ds = sp_cuda_device_(0, SP_CUDA_PART_KDA, &dev);
+            if (ds != SP_OK) return ds;
+            const int per_sm = dev->kda_decode_stream_per_sm[c->a.state.dtype == SP_BF16];
+            P = sp_kda_decode_pairs_a_block_(c->N * c->H, (int64_t)dev->sms * per_sm);
+        }
+        plan->decode_rows_per_warp = SP_KDA_DECODE_STREAM_ROWS;
+        plan->decode_pairs_a_block = P;
+    }
     return SP_OK;
 }
 
@@ -375,6 +392,19 @@ int main(int argc, char **argv) {
             opts.decode_rows = atoi(argv[i + 1]);
             if (opts.decode_rows != 16 && opts.decode_rows != 32) {
                 fprintf(stderr, "--decode-rows takes 16 or 32\n");
+                return 2;
+            }
+            for (int k = i; k + 2 < argc; k++) argv[k] = argv[k + 2];
+            argc -= 2;
+            break;
+        }
+    /* --decode-pairs P|auto: a decode step by the stream form, P pairs a block. */
+    for (int i = 1; i + 1 < argc; i++)
+        if (strcmp(argv[i], "--decode-pairs") == 0) {
+            opts.decode_pairs = strcmp(argv[i + 1], "auto") == 0 ? -1 : atoll(argv[i + 1]);
+            if (opts.decode_pairs == 0 || opts.decode_pairs < -1 ||
+                (opts.decode_pairs == -1 && strcmp(argv[i + 1], "auto") != 0)) {
+                fprintf(stderr, "--decode-pairs takes a count of at least 1, or auto\n");
                 return 2;
             }
             for (int k = i; k + 2 < argc; k++) argv[k] = argv[k + 2];
@@ -572,8 +602,11 @@ int main(int argc, char **argv) {
                     bench_json_int(&j, "longest_first", ran.longest_first);
                 if (kernel_order[k] == SP_KDA_KERNEL_AUTO)
                     bench_json_str(&j, "auto_chose", kernel_name(chosen));
-                if (kernel_order[k] == SP_KDA_KERNEL_DECODE) /* 0: the plan's */
+                if (kernel_order[k] == SP_KDA_KERNEL_DECODE) { /* 0: the plan's */
                     bench_json_int(&j, "decode_rows", opts.decode_rows);
+                    bench_json_int(&j, "decode_pairs",
+                                   case_plan(&c[k], &ran) == SP_OK ? ran.decode_pairs_a_block : 0);
+                }
                 bench_json_int(&j, "T", shapes[i].T);
                 bench_json_int(&j, "H", shapes[i].H);
                 bench_json_int(&j, "N", shapes[i].N);

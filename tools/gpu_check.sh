@@ -139,10 +139,24 @@ decide_decode_rows() { # DECODE_ROWS_PER_WARP (the decode grid itself is bench_k
     done
   done
 }
+decide_decode_stream() { # DECODE_STREAM: a decode step's stream form against a block a pair
+  local s p
+  for s in "64 12 64" "64 32 64" "256 12 256" "512 12 512" "64 96 64" "512 96 512"; do
+    for p in 0 auto auto 0; do
+      kda --kernels decode --shape $s --bf16-state $([ $p != 0 ] && echo --decode-pairs $p) \
+        --json "$out/decide_decode_stream.json" || return
+    done
+    for p in 0 auto auto 0; do
+      kda --kernels decode --shape $s $([ $p != 0 ] && echo --decode-pairs $p) \
+        --json "$out/decide_decode_stream.json" || return
+    done
+  done
+}
 step decide_every_gate decide_every_gate
 step decide_gate_parts decide_gate_parts
 step decide_longest_first decide_longest_first
 step decide_decode_rows decide_decode_rows
+step decide_decode_stream decide_decode_stream
 # The gate table and the unequal batches against the anchors (fla, the fork):
 # bench/kda_anchors.py says what $SP_ANCHOR_DIR must hold.
 if [ -n "${SP_ANCHOR_DIR:-}" ]; then

@@ -36,6 +36,9 @@ typedef struct sp_cuda_device {
     int kda_fused_per_sm[2][2]; /* blocks a multiprocessor holds of the two-pass kernel's
                                    one-kernel form, [every-gate build][records in flight 2 (0)
                                    or 4 (1)]; 0: not here */
+    int kda_decode_stream_per_sm[2]; /* blocks a multiprocessor holds of the decode kernel's
+                                        stream form, [bf16 pool]; 0: no code for it here
+                                        (bulk copies) */
     /* The convolution (conv/, filled by sp_conv_cuda_device_facts_): */
     int conv_per_sm[SP_CONV_KERNELS]; /* blocks a multiprocessor holds, per instance */
 } sp_cuda_device;

@@ -106,6 +106,14 @@ int sp_kda_decode_rows_per_warp_(int state_bf16, int tokens_outer) {
     return state_bf16 && !tokens_outer ? DECODE_ROWS_PER_WARP_BF16_ROWS : DECODE_ROWS_PER_WARP;
 }
 
+int64_t sp_kda_decode_pairs_a_block_(int64_t pairs, int64_t slots) {
+    /* One wave, each block the same number of pairs (the last fewer): a
+     * block a pair where the pairs fit in one wave (docs/TUNING.md,
+     * "DECODE_STREAM"). */
+    if (slots < 1 || pairs < 1) return 0;
+    return (pairs + slots - 1) / slots;
+}
+
 int sp_kda_two_pass_records_(int64_t pairs, int sms) {
     /* A state-pass block waits on its records' arrival: four in flight walk
      * fastest, but then it takes a multiprocessor to itself; with two, two
@@ -310,6 +318,29 @@ static sp_status check_forced(const sp_kda_args *a, const sp_kda_dims *d,
         SP_REQUIRE(forced->decode_tokens_outer == 0 || forced->decode_tokens_outer == 1,
                    SP_ERR_INVALID_ARGUMENT, "plan: decode_tokens_outer %d is not 0 or 1",
                    (int)forced->decode_tokens_outer);
+        const long long P = (long long)forced->decode_pairs_a_block;
+        SP_REQUIRE(P >= 0, SP_ERR_INVALID_ARGUMENT, "plan: decode_pairs_a_block %lld is negative",
+                   P);
+        if (P > 0) {
+            SP_REQUIRE(!forced->decode_tokens_outer, SP_ERR_UNSUPPORTED,
+                       "plan: decode_pairs_a_block %lld: the stream form runs groups outer "
+                       "(decode_tokens_outer 0)",
+                       P);
+            SP_REQUIRE(r == SP_KDA_DECODE_STREAM_ROWS, SP_ERR_UNSUPPORTED,
+                       "plan: decode_pairs_a_block %lld: the stream form runs %d rows a warp",
+                       P, SP_KDA_DECODE_STREAM_ROWS);
+            SP_REQUIRE(!d->state_k_first, SP_ERR_UNSUPPORTED,
+                       "plan: decode_pairs_a_block %lld: the stream form copies a V-first "
+                       "pool's rows",
+                       P);
+            const sp_cuda_device *dev;
+            SP_FORWARD(sp_cuda_device_((int)d->dev.ordinal, SP_CUDA_PART_KDA, &dev));
+            SP_REQUIRE(dev->kda_decode_stream_per_sm[d->state_bf16 != 0] > 0,
+                       SP_ERR_UNSUPPORTED,
+                       "plan: decode_pairs_a_block %lld: the stream form has no code with bulk "
+                       "copies for cuda:%d",
+                       P, (int)d->dev.ordinal);
+        }
     }
     if (forced->kernel == SP_KDA_KERNEL_CHUNKED_TWO_PASS) {
         const int64_t slots = sp_kda_two_pass_slots_(d->T, d->N);

@@ -39,6 +39,11 @@ typedef struct sp_kda_plan {
      * the rows fp32 in shared memory between them; 0, groups of rows outer,
      * each through every token (the same bits either way) */
     int32_t decode_tokens_outer;
+    /* DECODE, groups outer on a V-first pool: 0, a block a pair, its rows
+     * copied in by the lanes; P > 0, the stream form: a block walks P pairs,
+     * each warp's rows through a ring of bulk copies, the next pair's in
+     * flight while one computes (the same bits either way) */
+    int64_t decode_pairs_a_block;
     /* Both chunked kernels: 1 their every-gate build (chunk_k.cuh), which
      * every call takes whose forms are not K3's (sp_kda_k3_forms_); a plan
      * of a test's or a benchmark's may take it for K3's forms too, to
@@ -49,6 +54,10 @@ typedef struct sp_kda_plan {
 /* The most sequences a call may have for the one-pass kernel's
  * longest-first block order (each block ranks them, one thread a sequence). */
 #define SP_KDA_LONGEST_FIRST_MAX_N 64
+
+/* The V rows a warp of the decode kernel's stream form
+ * (decode_pairs_a_block > 0). */
+#define SP_KDA_DECODE_STREAM_ROWS 32
 
 /* Calls with at most this many (sequence, head) pairs go to the two-pass
  * kernel when a large enough workspace is given; the boundary sizes its own
@@ -88,6 +97,11 @@ int sp_kda_chunked_wgmma_(int splits);
 /* The decode kernel's V rows a warp for a call with a bf16 pool or not, in
  * the order `tokens_outer`. */
 int sp_kda_decode_rows_per_warp_(int state_bf16, int tokens_outer);
+/* The decode kernel's stream form: the pairs a block walks so that the
+ * call's `pairs` make one wave of blocks where a device holds `slots` of
+ * them at once (multiprocessors x blocks a multiprocessor, the device
+ * table's kda_decode_stream_per_sm); 0 for no slots. */
+int64_t sp_kda_decode_pairs_a_block_(int64_t pairs, int64_t slots);
 int sp_kda_two_pass_records_(int64_t pairs, int sms);
 /* 1 when the call is in K3's forms (the lower-bound gate, beta bf16
  * logits): the chunked kernels' K3 build; else their every-gate build. */

@@ -789,6 +789,16 @@ static void bad_plan_cases(void) {
         plan.decode_rows_per_warp = 16, plan.decode_tokens_outer = 2;
         CHECK_STATUS(sp_kda_prefill_planned_(&qa, &plan, NULL), SP_ERR_INVALID_ARGUMENT);
         CHECKF(strstr(sp_last_error(), "decode_tokens_outer") != NULL, "%s", sp_last_error());
+        /* The stream form: a count of pairs, groups outer, 32 rows a warp. */
+        plan.decode_tokens_outer = 1, plan.decode_pairs_a_block = -1;
+        CHECK_STATUS(sp_kda_prefill_planned_(&qa, &plan, NULL), SP_ERR_INVALID_ARGUMENT);
+        CHECKF(strstr(sp_last_error(), "decode_pairs_a_block") != NULL, "%s", sp_last_error());
+        plan.decode_pairs_a_block = 2;
+        CHECK_STATUS(sp_kda_prefill_planned_(&qa, &plan, NULL), SP_ERR_UNSUPPORTED);
+        CHECKF(strstr(sp_last_error(), "groups outer") != NULL, "%s", sp_last_error());
+        plan.decode_tokens_outer = 0;
+        CHECK_STATUS(sp_kda_prefill_planned_(&qa, &plan, NULL), SP_ERR_UNSUPPORTED);
+        CHECKF(strstr(sp_last_error(), "rows a warp") != NULL, "%s", sp_last_error());
         CHECKF(kp_untouched(M, &q, qd), "a refused decode plan wrote");
         kp_release(M, qd);
         kp_free(&q);
@@ -935,6 +945,13 @@ static void plan_rules_cases(void) {
     CHECK(sp_kda_decode_rows_per_warp_(1, 1) == 16);
     CHECK(sp_kda_decode_rows_per_warp_(0, 0) == 16);
     CHECK(sp_kda_decode_rows_per_warp_(0, 1) == 16);
+    /* The stream form's pairs a block (docs/TUNING.md, "DECODE_STREAM"):
+     * one wave, as few pairs a block as that takes. */
+    CHECK(sp_kda_decode_pairs_a_block_(768, 528) == 2);
+    CHECK(sp_kda_decode_pairs_a_block_(528, 528) == 1 && sp_kda_decode_pairs_a_block_(1, 528) == 1);
+    CHECK(sp_kda_decode_pairs_a_block_(529, 528) == 2);
+    CHECK(sp_kda_decode_pairs_a_block_(49152, 528) == 94);
+    CHECK(sp_kda_decode_pairs_a_block_(768, 0) == 0 && sp_kda_decode_pairs_a_block_(0, 528) == 0);
 }
 
 /* Which kernel AUTO picks, and forced kernels that cannot serve a call:

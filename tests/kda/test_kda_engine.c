@@ -72,8 +72,12 @@ static void *as_width(const int64_t *x, int64_t n, sp_dtype to) {
 
 /* The decode kernel's rows a warp that run() gives it (sp_kda_plan): 0, the
  * library's plan; else 16 or 32 through a plan of the test's. Its order
- * (decode_tokens_outer): -1 the plan's, else 0 or 1. */
+ * (decode_tokens_outer): -1 the plan's, else 0 or 1. decode_pairs > 0: its
+ * stream form with that many pairs a block, for every call it serves (a
+ * step, groups outer, on a V-first pool; refused by name on a K-first one),
+ * the rest as the plan has them. */
 static int decode_rows, decode_outer = -1;
+static int64_t decode_pairs;
 
 /* Run a call whose buffers are all in the backend's memory; the two-pass
  * kernel gets the workspace it asks for. */
@@ -91,10 +95,21 @@ static sp_status run(sp_kda_args *a) {
 #else
     sp_status s;
     sp_kda_plan plan;
-    if (a->kernel == SP_KDA_KERNEL_DECODE && (decode_rows || decode_outer >= 0) &&
+    if (a->kernel == SP_KDA_KERNEL_DECODE && (decode_rows || decode_outer >= 0 || decode_pairs) &&
         (s = sp_kda_prefill_plan_(a, &plan)) == SP_OK) {
         if (decode_rows) plan.decode_rows_per_warp = decode_rows;
         if (decode_outer >= 0) plan.decode_tokens_outer = decode_outer;
+        if (decode_pairs && !plan.decode_tokens_outer) {
+            sp_kda_plan stream = plan;
+            stream.decode_rows_per_warp = SP_KDA_DECODE_STREAM_ROWS;
+            stream.decode_pairs_a_block = decode_pairs;
+            if (a->state.strides[3] == 1) {
+                plan = stream;
+            } else { /* K-first */
+                CHECK_STATUS(sp_kda_prefill_planned_(a, &stream, M->stream), SP_ERR_UNSUPPORTED);
+                CHECKF(strstr(sp_last_error(), "V-first") != NULL, "%s", sp_last_error());
+            }
+        }
         s = sp_kda_prefill_planned_(a, &plan, M->stream);
     } else {
         s = sp_kda_prefill(a, M->stream);
@@ -762,6 +777,43 @@ static void orders_case(sp_dtype sdt, int k_first) {
     }
 }
 
+/* The decode kernel's stream form (decode_pairs_a_block, forced by run())
+ * against its block-a-pair form on a decode step with a one-column verify
+ * table: the same o and pool bits at 1, 3 and (one block for every pair)
+ * 1,000 pairs a block, with a padded row (-1), a row past the pool (the
+ * device rule: skipped), sequences without tokens and fresh ones
+ * (has_initial_state); the guard slots around the pool kept
+ * (verify_run). */
+static void stream_case(sp_dtype sdt) {
+    static const int64_t lens[] = {1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1};
+    static const int64_t per_block[] = {1, 3, 1000};
+    verify v;
+    verify_make(&v, lens, 13, 1, sdt, 0, 1, 6800 + (uint64_t)(sdt == SP_BF16));
+    v.p.kernel = SP_KDA_KERNEL_DECODE;
+    v.table[3] = -1;      /* padded */
+    v.table[5] = v.S + 3; /* past the pool */
+    const kda_problem *p = &v.p;
+    void *o[2], *pool[2];
+    for (int i = 0; i < 2; i++) o[i] = xmalloc(p->bytes[KB_O]), pool[i] = xmalloc(v.pool_bytes);
+    CHECKF(verify_run(&v, SP_I32, 0, o[0], pool[0]) == SP_OK, "a step: %s", sp_last_error());
+    CHECK(memcmp(pool[0], v.pool, v.pool_bytes) != 0); /* it wrote */
+    for (int i = 0; i < 3; i++) {
+        decode_pairs = per_block[i];
+        CHECKF(verify_run(&v, SP_I32, 0, o[1], pool[1]) == SP_OK, "stream form, %lld a block: %s",
+               (long long)per_block[i], sp_last_error());
+        CHECKF(memcmp(o[0], o[1], p->bytes[KB_O]) == 0 &&
+                   memcmp(pool[0], pool[1], v.pool_bytes) == 0,
+               "decode, %s pool: the stream form at %lld pairs a block differs from a block a pair",
+               sp_dtype_name(sdt), (long long)per_block[i]);
+    }
+    decode_pairs = 0;
+    printf("decode stream form, %s pool: bit for bit a block a pair at 1, 3, 1000 pairs a block\n",
+           sp_dtype_name(sdt));
+    for (int i = 0; i < 2; i++) free(o[i]), free(pool[i]);
+    free(v.pool);
+    kp_free(&v.p);
+}
+
 #ifdef TS_MEM_IS_CUDA
 #include "cuda_ok.h"
 
@@ -1008,11 +1060,19 @@ int main(void) {
     int32_t ks[4];
     const int nk = kernels(ks);
     for (int i = 0; i < nk; i++) {
-        /* The decode kernel in each of its builds: rows a warp 16, 32. */
-        static const int rows[2] = {32, 16};
-        for (int ri = 0; ri < (ks[i] == SP_KDA_KERNEL_DECODE ? 2 : 1); ri++) {
+        /* The decode kernel in each of its builds: rows a warp 32, 16, and
+         * (on a device) its stream form where it serves the call, 3 pairs a
+         * block and one block for every pair. */
+        static const int rows[4] = {32, 16, 32, 32};
+        static const int64_t pairs[4] = {0, 0, 3, 1000};
+        const int builds = ks[i] != SP_KDA_KERNEL_DECODE ? 1 : on_device() && !emulated ? 4 : 2;
+        for (int ri = 0; ri < builds; ri++) {
             decode_rows = ks[i] == SP_KDA_KERNEL_DECODE ? rows[ri] : 0;
-            if (decode_rows) printf("decode kernel, %d rows a warp\n", decode_rows);
+            decode_pairs = ks[i] == SP_KDA_KERNEL_DECODE ? pairs[ri] : 0;
+            if (decode_pairs)
+                printf("decode kernel, stream form, %lld pairs a block\n", (long long)decode_pairs);
+            else if (decode_rows)
+                printf("decode kernel, %d rows a warp\n", decode_rows);
             widths_case(ks[i]);
             has_initial_state_case(ks[i], SP_F32);
             has_initial_state_case(ks[i], SP_BF16);
@@ -1022,6 +1082,7 @@ int main(void) {
                 decode_step_case(ks[i], SP_F32, two);
                 decode_step_case(ks[i], SP_BF16, two);
             }
+            if (decode_pairs) continue; /* the stream form serves steps only */
             if (is_chunked(ks[i])) continue; /* forms, a verify table: refused by name */
             forms_case(ks[i]);
             for (int s = 0; s < 2; s++)
@@ -1033,12 +1094,16 @@ int main(void) {
             verify_case(ks[i], SP_BF16, SP_I64, 1, 1, 12, 6512);
             if (ks[i] == SP_KDA_KERNEL_DECODE)
                 for (int s = 0; s < 4; s++) orders_case(s & 1 ? SP_BF16 : SP_F32, s >> 1);
+            if (ks[i] == SP_KDA_KERNEL_DECODE && on_device() && !emulated && ri == 0) {
+                stream_case(SP_F32);
+                stream_case(SP_BF16);
+            }
             if (on_device()) device_rule_case(ks[i]);
 #ifdef TS_MEM_IS_CUDA
             graph_case(ks[i]);
 #endif
         }
-        decode_rows = 0;
+        decode_rows = 0, decode_pairs = 0;
     }
     if (!emulated) bad_cases(); /* the contract of sp_kda_prefill itself */
     return sp_test_finish(emulated ? "test_kda_engine_emulated"

@@ -41,6 +41,9 @@
  *     room"; a bf16 pool's copy in the second half of it: group G's fp32
  *     rows overwrite only rows of groups up to G, read already); two block
  *     barriers a round. 96 KB of a bf16 pool in flight a multiprocessor.
+ * A third form, the stream form (below), runs a step with a block walking
+ * several pairs, the next pair's rows copied in while one computes; no plan
+ * of the library's takes it yet (docs/TUNING.md, "DECODE_STREAM").
  * The sums' fixed order makes reruns, and any number of tokens a call, give
  * the same bits; a row's arithmetic is the same in either order. The pool
  * is streamed (evict-first stores: it is touched once, the token vectors
@@ -53,6 +56,7 @@
  * the host, so the emulation tests the kernel's indexing, alignment and
  * token logic, not its last bits.
  */
+#include "cuda/runtime.h"
 #include "kda/cuda/decode.cuh"
 
 /* ---- the kernel ------------------------------------------------------------ */
@@ -131,6 +135,53 @@ static __device__ __forceinline__ void dec_token_prepare(const kda_params &p, co
         dec_sum_norms(l);
     }
     dec_prepare(p, w, l);
+}
+
+/* Groups outer, before the group loop: a pair of one token has it
+ * prepared once (r: fetched), its v in vf; a pair of several has the norms
+ * of its first DEC_NORMS tokens kept in norms for every group (lane 0 keeps
+ * them). */
+template <int RPW>
+static __device__ __forceinline__ void dec_groups_prepare(const kda_params &p, const dec_warp &w,
+                                                          int one, int lane, const dec_raw &r,
+                                                          float *norms, float *vf,
+                                                          dec_lane<RPW> &l) {
+    if (one) {
+        dec_take(p, r, l);
+        dec_sum_norms(l);
+        dec_prepare(p, w, l);
+        dec_v_put<RPW>(r, lane, vf);
+        return;
+    }
+    for (int64_t i = 0; i < w.sq.len && i < DEC_NORMS; i++) {
+        dec_read(p, w, w.sq.bos + i, lane, l);
+        dec_sum_norms(l);
+        if (lane == 0) norms[2 * i] = l.sq, norms[2 * i + 1] = l.sk;
+    }
+}
+
+/* Groups outer, group G's rows (in l.S) through every token of the pair:
+ * one token prepared already (dec_groups_prepare; k1 its record, made once:
+ * dec_one_token), or each token prepared again for the group. */
+static __device__ __forceinline__ dec_tok dec_one_token(const kda_params &p, const dec_warp &w,
+                                                        const float *vf) {
+    dec_tok k = dec_token_at(p, w, 0);
+    k.vf = vf;
+    return k;
+}
+template <int RPW, int KF>
+static __device__ __forceinline__ void dec_group_tokens(const kda_params &p, const dec_warp &w,
+                                                        int one, const dec_tok &k1, int G,
+                                                        int lane, const float *norms,
+                                                        dec_lane<RPW> &l, unsigned char *kf_copy) {
+    if (one) {
+        dec_token<RPW, KF>(p, w, k1, G, lane, l, kf_copy, 1);
+        return;
+    }
+    for (int64_t i = 0; i < w.sq.len; i++) {
+        dec_token_prepare(p, w, i, lane, norms, l);
+        dec_token<RPW, KF>(p, w, dec_token_at(p, w, i), G, lane, l, kf_copy, 1);
+    }
 }
 
 /* Tokens outer: the round of tokens i0 .. i0 + DEC_SLOTS - 1 of the warp's
@@ -234,17 +285,8 @@ static __global__ void __launch_bounds__(dec_launch<RPW>::THREADS, dec_launch<RP
     float *vf = dec_warp_v<RPW>(smem_bytes, wi, es);
     if (OUTER) {
         dec_round_prepare(p, w, 0, wi, lane, slots, l, r, 1); /* the first round */
-    } else if (one) { /* one token: prepared once, its v in vf */
-        dec_take(p, r, l);
-        dec_sum_norms(l);
-        dec_prepare(p, w, l);
-        dec_v_put<RPW>(r, lane, vf);
-    } else { /* the norms of the first tokens, for every group (lane 0 keeps them) */
-        for (int64_t i = 0; i < w.sq.len && i < DEC_NORMS; i++) {
-            dec_read(p, w, w.sq.bos + i, lane, l);
-            dec_sum_norms(l);
-            if (lane == 0) norms[2 * i] = l.sq, norms[2 * i + 1] = l.sk;
-        }
+    } else {
+        dec_groups_prepare(p, w, one, lane, r, norms, vf, l);
     }
     sp_cp_async_wait_<0>();
     __syncwarp(); /* every lane's pieces of a K-first pool's rows copied, the norms (or v) kept */
@@ -257,27 +299,125 @@ static __global__ void __launch_bounds__(dec_launch<RPW>::THREADS, dec_launch<RP
      * (its record, v in vf), outside the group loop. */
     unsigned char *kf_copy = dec_kf_via_copy(p, KF) ? copy : NULL;
     if (one) {
-        dec_tok k = dec_token_at(p, w, 0);
-        k.vf = vf;
+        const dec_tok k1 = dec_one_token(p, w, vf);
 #pragma unroll 1
         for (int G = 0; G < SH::GROUPS; G++) {
             dec_group_rows(p, w, KF, G, lane, copy, l);
-            dec_token<RPW, KF>(p, w, k, G, lane, l, kf_copy, 1);
+            dec_group_tokens<RPW, KF>(p, w, 1, k1, G, lane, norms, l, kf_copy);
         }
     } else {
+        const dec_tok none = {};
 #pragma unroll 1
         for (int G = 0; G < SH::GROUPS; G++) {
             dec_group_rows(p, w, KF, G, lane, copy, l);
-            for (int64_t i = 0; i < w.sq.len; i++) {
-                dec_token_prepare(p, w, i, lane, norms, l);
-                dec_token<RPW, KF>(p, w, dec_token_at(p, w, i), G, lane, l, kf_copy, 1);
-            }
+            dec_group_tokens<RPW, KF>(p, w, 0, none, G, lane, norms, l, kf_copy);
         }
     }
     if (kf_copy && w.sq.slot_base >= 0) {
         __syncwarp(); /* every lane's channels kept */
         dec_kf_out<RPW>(p, w, w.sq.slot_base, lane, kf_copy, 0);
     }
+}
+
+/* ---- the stream form --------------------------------------------------------
+ * A decode step (groups outer) on a V-first pool, where the plan's
+ * decode_pairs_a_block P > 0: block b walks pairs b P .. b P + P - 1 (one
+ * wave of blocks at the P the plan's rule gives: docs/TUNING.md,
+ * "DECODE_STREAM"), each warp its RPW rows of each. A warp's shared memory
+ * is a ring of one slot a group (DEC_GROUP rows as the pool holds them, in
+ * the places dec_group_rows reads), each filled by one bulk copy completing
+ * on the slot's mbarrier (dec_group_copy). Group G of the warp's next pair
+ * is copied into slot G once every lane has read group G of this one into
+ * registers, so the next pair's rows are in flight while this one
+ * computes and stores, where a block of one pair has nothing in flight
+ * between its copy's landing and its exit. Only the rows' way in differs
+ * from the block-a-pair kernel: the same phases, the same bits. */
+
+/* The stream form's rows a warp, and the blocks a multiprocessor its
+ * registers allow: it holds the next pair's token and read slot through a
+ * pair, and spills at the block-a-pair kernel's registers
+ * (docs/TUNING.md, "DECODE_STREAM"). */
+#define DEC_STREAM_RPW SP_KDA_DECODE_STREAM_ROWS
+#define DEC_STREAM_PER_SM 4
+
+/* The first pair from x before end with work for warp wi (into *w; a
+ * padded or skipped sequence, or one without tokens, has none): end if
+ * none. */
+template <int RPW>
+static __device__ __forceinline__ int64_t dec_stream_next(const kda_params &p, int64_t x,
+                                                          int64_t end, int wi, dec_warp *w) {
+    for (; x < end; x++)
+        if (dec_begin<RPW>(p, x * dec_shape<RPW>::WARPS + wi, w)) break;
+    return x;
+}
+
+template <int BF>
+static __global__ void __launch_bounds__(dec_launch<DEC_STREAM_RPW>::THREADS, DEC_STREAM_PER_SM)
+    kda_decode_stream_kernel(const kda_params params, int64_t pairs_a_block) {
+#if DEC_BULK
+    constexpr int RPW = DEC_STREAM_RPW;
+    kda_params p = params;
+    p.state_bf16 = BF;
+    typedef dec_shape<RPW> SH;
+    static_assert(SH::GROUPS <= 32, "a bit of the phases a slot");
+    extern __shared__ __align__(16) unsigned char smem_bytes[];
+    const int lane = threadIdx.x % 32, wi = threadIdx.x / 32, es = dec_row_es(p, 0);
+    unsigned char *const m = dec_warp_rows<RPW>(smem_bytes, wi, es);
+    uint64_t *const bars = dec_warp_bars<RPW>(smem_bytes, wi, es);
+    float *const norms = dec_warp_norms(smem_bytes, wi, es);
+    float *const vf = dec_warp_v<RPW>(smem_bytes, wi, es);
+    const int64_t x0 = (int64_t)blockIdx.x * pairs_a_block;
+    const int64_t end = min(x0 + pairs_a_block, p.N * p.H);
+    if (lane == 0) {
+        for (int G = 0; G < SH::GROUPS; G++) sp_mbarrier_init_(sp_smem_addr_(bars + G), 1);
+        sp_mbarrier_init_fence_();
+    }
+    __syncwarp(); /* the mbarriers made before any lane waits on them */
+    dec_warp w;
+    dec_raw r; /* the pair's token (one token), fetched a pair ahead */
+    int64_t x = dec_stream_next<RPW>(p, x0, end, wi, &w);
+    if (x < end) {
+        if (w.sq.len == 1) dec_fetch<RPW>(p, w, w.sq.bos, lane, 1, r);
+        if (lane == 0 && w.sq.read_base >= 0)
+            for (int G = 0; G < SH::GROUPS; G++) dec_group_copy(p, w.sq.read_base, w.row0, G, m, bars);
+    }
+    unsigned phase = 0; /* bit G: the parity of slot G's next completion */
+    while (x < end) {
+        dec_raw rn;
+        int64_t from = -1; /* the next pair's rows (its read slot) */
+        int64_t xn;
+        {
+            dec_warp next;
+            xn = dec_stream_next<RPW>(p, x + 1, end, wi, &next);
+            if (xn < end) from = next.sq.read_base;
+            if (xn < end && next.sq.len == 1) dec_fetch<RPW>(p, next, next.sq.bos, lane, 1, rn);
+        }
+        dec_lane<RPW> l;
+        dec_bias(p, w, lane, l);
+        const int one = w.sq.len == 1;
+        dec_groups_prepare(p, w, one, lane, r, norms, vf, l);
+        __syncwarp(); /* the norms (or v) kept */
+        const dec_tok k1 = one ? dec_one_token(p, w, vf) : dec_tok{};
+#pragma unroll 1
+        for (int G = 0; G < SH::GROUPS; G++) {
+            if (w.sq.read_base >= 0) {
+                sp_mbarrier_wait_(sp_smem_addr_(bars + G), (phase >> G) & 1);
+                phase ^= 1u << G;
+            }
+            dec_group_rows(p, w, 0, G, lane, m, l);
+            sp_fence_proxy_async_(); /* the reads before the bulk copy's writes */
+            __syncwarp();            /* slot G read by every lane */
+            if (lane == 0 && from >= 0) dec_group_copy(p, from, w.row0, G, m, bars);
+            dec_group_tokens<RPW, 0>(p, w, one, k1, G, lane, norms, l, (unsigned char *)NULL);
+        }
+        __syncwarp(); /* v and the norms read by every lane before the next pair's */
+        if (xn < end) dec_begin<RPW>(p, xn * SH::WARPS + wi, &w); /* again: fewer registers held */
+        r = rn, x = xn;
+    }
+#else
+    (void)params, (void)pairs_a_block;
+    __trap(); /* no bulk copies: kda_decode_stream_per_sm is 0 here, no plan launches it */
+#endif
 }
 
 template <int RPW, int OUTER>
@@ -299,9 +439,55 @@ static cudaError_t launch(const kda_params *p, cudaStream_t stream) {
                             params, bytes, stream);
 }
 
+/* The stream form's instance for the pool's dtype, with the shared memory
+ * it opts into (its own: an instance a dtype). */
+static const void *stream_kernel(int bf16, size_t *smem) {
+    *smem = dec_smem_bytes_es(bf16 ? 2 : 4, 0);
+    return bf16 ? (const void *)kda_decode_stream_kernel<1>
+                : (const void *)kda_decode_stream_kernel<0>;
+}
+
+static cudaError_t launch_stream(const kda_params *p, int64_t pairs_a_block, cudaStream_t stream) {
+    size_t bytes;
+    const void *kernel = stream_kernel(p->state_bf16, &bytes);
+    const cudaError_t e =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+    if (e != cudaSuccess) return e;
+    const int64_t blocks = (p->N * p->H + pairs_a_block - 1) / pairs_a_block;
+    void *params[] = {(void *)p, (void *)&pairs_a_block};
+    return cudaLaunchKernel(kernel, dim3((unsigned)blocks),
+                            dim3(dec_launch<DEC_STREAM_RPW>::THREADS), params, bytes, stream);
+}
+
+/* Blocks of the stream form a multiprocessor holds with a bf16 pool or
+ * not; 0 where its code has no bulk copies (below sm_90) or the build no
+ * code for the device at all. */
+static cudaError_t stream_per_sm(int bf16, int *n) {
+    size_t bytes;
+    const void *kernel = stream_kernel(bf16, &bytes);
+    cudaFuncAttributes a;
+    *n = 0;
+    if (cudaFuncGetAttributes(&a, kernel) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return cudaSuccess;
+    }
+    if (a.binaryVersion < 90) return cudaSuccess;
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+    if (e != cudaSuccess) return e;
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, kernel,
+                                                         dec_launch<DEC_STREAM_RPW>::THREADS, bytes);
+}
+
+extern "C" sp_status sp_kda_decode_device_facts_(sp_cuda_device *d) {
+    for (int bf = 0; bf < 2; bf++) SP_CUDA_CHECK(stream_per_sm(bf, &d->kda_decode_stream_per_sm[bf]));
+    return SP_OK;
+}
+
 extern "C" cudaError_t sp_kda_launch_decode_(const kda_params *p, const sp_kda_plan *plan,
                                              cudaStream_t stream) {
     const int outer = plan->decode_tokens_outer;
+    const int64_t stream_pairs = plan->decode_pairs_a_block;
+    if (stream_pairs > 0) return launch_stream(p, stream_pairs, stream);
     if (plan->decode_rows_per_warp == 32)
         return outer ? launch<32, 1>(p, stream) : launch<32, 0>(p, stream);
     return outer ? launch<16, 1>(p, stream) : launch<16, 0>(p, stream);

@@ -155,12 +155,35 @@ static SP_HD inline int64_t dec_kf_unit(int d, int k, int per) {
     return (int64_t)k * SP_KDA_D + ((32 * (d % 4) + d / 4) ^ swz);
 }
 
+/* dt_bias of the lane's channels. */
+template <int RPW>
+static SP_HD void dec_bias(const kda_params &p, const dec_warp &w, int lane, dec_lane<RPW> &l) {
+    const int c = 4 * lane;
+    SP_HD_UNROLL
+    for (int i = 0; i < 4; i++)
+        l.bias[i] = p.gate == SP_KDA_GATE_LOG_DECAY ? 0.0f : p.dt_bias[w.h * SP_KDA_D + c + i];
+}
+
+#if DEC_BULK
+/* By one lane: group G's rows (DEC_GROUP rows of a V-first pool, 1 or 2 KB)
+ * of the read slot at `read_base`, the warp's rows from row0, into m's
+ * place for them by one bulk copy completing on bars[G] (dec_rows_wait). */
+static __device__ __forceinline__ void dec_group_copy(const kda_params &p, int64_t read_base,
+                                                      int row0, int G, unsigned char *m,
+                                                      uint64_t *bars) {
+    const unsigned es = p.state_bf16 ? 2 : 4, bytes = DEC_GROUP * SP_KDA_D * es;
+    const char *from = (const char *)p.state + (read_base + sp_kda_state_at_(0, 0, row0)) * es;
+    const unsigned bar = sp_smem_addr_(bars + G);
+    sp_mbarrier_expect_tx_(bar, bytes);
+    sp_bulk_copy_g2s_(sp_smem_addr_(m + G * bytes), from + G * bytes, bytes, bar);
+}
+#endif
+
 /* Start copying the warp's rows of the read slot into its shared memory m
  * (RPW rows as the pool holds them; nothing for a fresh sequence); dt_bias
  * of the lane's channels. Given bars (the kernel's BULK: a V-first pool,
- * whose rows lie whole), lane 0 copies each group's rows (DEC_GROUP rows, 1
- * or 2 KB) by one bulk copy completing on the group's mbarrier (bars[G],
- * dec_rows_wait): the warp goes on at once and takes each group as it
+ * whose rows lie whole), lane 0 copies each group's rows by one bulk copy
+ * (dec_group_copy): the warp goes on at once and takes each group as it
  * lands, where the lanes' copies hold it until the last of its pieces is
  * issued. Else each lane copies its 16-byte pieces; from a K-first pool
  * (kf) each channel's piece k (its rows 4k .. 4k + 3 in fp32, 8k .. 8k + 7
@@ -169,25 +192,15 @@ static SP_HD inline int64_t dec_kf_unit(int d, int k, int per) {
 template <int RPW>
 static SP_HD void dec_stage(const kda_params &p, const dec_warp &w, int kf, int lane,
                             unsigned char *m, uint64_t *bars, dec_lane<RPW> &l) {
-    const int c = 4 * lane;
-    SP_HD_UNROLL
-    for (int i = 0; i < 4; i++)
-        l.bias[i] = p.gate == SP_KDA_GATE_LOG_DECAY ? 0.0f : p.dt_bias[w.h * SP_KDA_D + c + i];
+    dec_bias(p, w, lane, l);
     if (w.sq.read_base < 0) return;
-    const int64_t es = p.state_bf16 ? 2 : 4; /* bytes an element */
-    const char *from = (const char *)p.state +
-                       (w.sq.read_base + sp_kda_state_at_(kf, 0, w.row0)) * es;
 #if DEC_BULK
     if (bars) {
-        const unsigned bytes = (unsigned)(DEC_GROUP * SP_KDA_D * es);
         if (lane == 0) {
             for (int G = 0; G < RPW / DEC_GROUP; G++) sp_mbarrier_init_(sp_smem_addr_(bars + G), 1);
             sp_mbarrier_init_fence_();
-            for (int G = 0; G < RPW / DEC_GROUP; G++) {
-                const unsigned bar = sp_smem_addr_(bars + G);
-                sp_mbarrier_expect_tx_(bar, bytes);
-                sp_bulk_copy_g2s_(sp_smem_addr_(m + G * bytes), from + G * bytes, bytes, bar);
-            }
+            for (int G = 0; G < RPW / DEC_GROUP; G++)
+                dec_group_copy(p, w.sq.read_base, w.row0, G, m, bars);
         }
         __syncwarp(); /* the mbarriers made before any lane waits on them */
         return;
@@ -195,6 +208,9 @@ static SP_HD void dec_stage(const kda_params &p, const dec_warp &w, int kf, int 
 #else
     (void)bars;
 #endif
+    const int64_t es = p.state_bf16 ? 2 : 4; /* bytes an element */
+    const char *from = (const char *)p.state +
+                       (w.sq.read_base + sp_kda_state_at_(kf, 0, w.row0)) * es;
     const int pieces = (int)(RPW * SP_KDA_D * es / 16), per = (int)(RPW * es / 16);
     for (int i = lane; i < pieces; i += 32) {
         const int d = i / per, k = i % per; /* K-first: piece k of channel d */
