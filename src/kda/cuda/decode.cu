@@ -351,6 +351,26 @@ static __device__ __forceinline__ int64_t dec_stream_next(const kda_params &p, i
     return x;
 }
 
+#if DEC_BULK
+/* Group G's rows from slot G into registers once they landed (zeros for a
+ * fresh sequence), then, once every lane has read them, the next pair's
+ * group G (its read slot `from`, if any) copied into the slot. */
+template <int RPW>
+static __device__ __forceinline__ void dec_stream_group(const kda_params &p, const dec_warp &w,
+                                                        int G, int lane, int64_t from,
+                                                        unsigned char *m, uint64_t *bars,
+                                                        unsigned &phase, dec_lane<RPW> &l) {
+    if (w.sq.read_base >= 0) {
+        sp_mbarrier_wait_(sp_smem_addr_(bars + G), (phase >> G) & 1);
+        phase ^= 1u << G;
+    }
+    dec_group_rows(p, w, 0, G, lane, m, l);
+    sp_fence_proxy_async_(); /* the reads before the bulk copy's writes */
+    __syncwarp();            /* slot G read by every lane */
+    if (lane == 0 && from >= 0) dec_group_copy(p, from, w.row0, G, m, bars);
+}
+#endif
+
 template <int BF>
 static __global__ void __launch_bounds__(dec_launch<DEC_STREAM_RPW>::THREADS, DEC_STREAM_PER_SM)
     kda_decode_stream_kernel(const kda_params params, int64_t pairs_a_block) {
@@ -397,18 +417,20 @@ static __global__ void __launch_bounds__(dec_launch<DEC_STREAM_RPW>::THREADS, DE
         const int one = w.sq.len == 1;
         dec_groups_prepare(p, w, one, lane, r, norms, vf, l);
         __syncwarp(); /* the norms (or v) kept */
-        const dec_tok k1 = one ? dec_one_token(p, w, vf) : dec_tok{};
+        if (one) {
+            const dec_tok k1 = dec_one_token(p, w, vf);
 #pragma unroll 1
-        for (int G = 0; G < SH::GROUPS; G++) {
-            if (w.sq.read_base >= 0) {
-                sp_mbarrier_wait_(sp_smem_addr_(bars + G), (phase >> G) & 1);
-                phase ^= 1u << G;
+            for (int G = 0; G < SH::GROUPS; G++) {
+                dec_stream_group(p, w, G, lane, from, m, bars, phase, l);
+                dec_group_tokens<RPW, 0>(p, w, 1, k1, G, lane, norms, l, (unsigned char *)NULL);
             }
-            dec_group_rows(p, w, 0, G, lane, m, l);
-            sp_fence_proxy_async_(); /* the reads before the bulk copy's writes */
-            __syncwarp();            /* slot G read by every lane */
-            if (lane == 0 && from >= 0) dec_group_copy(p, from, w.row0, G, m, bars);
-            dec_group_tokens<RPW, 0>(p, w, one, k1, G, lane, norms, l, (unsigned char *)NULL);
+        } else {
+            const dec_tok none = {};
+#pragma unroll 1
+            for (int G = 0; G < SH::GROUPS; G++) {
+                dec_stream_group(p, w, G, lane, from, m, bars, phase, l);
+                dec_group_tokens<RPW, 0>(p, w, 0, none, G, lane, norms, l, (unsigned char *)NULL);
+            }
         }
         __syncwarp(); /* v and the norms read by every lane before the next pair's */
         if (xn < end) dec_begin<RPW>(p, xn * SH::WARPS + wi, &w); /* again: fewer registers held */
