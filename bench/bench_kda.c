@@ -29,9 +29,9 @@
  *
  * --decode-rows R runs the decode kernel's build with R V rows a warp (16, 32).
  * --decode-pairs P runs a decode step by the decode kernel's stream form, P
- * pairs a block (P >= 1, or auto: the plan's rule on this device's table;
- * docs/TUNING.md, "DECODE_STREAM"); the JSON's "decode_pairs" says the P run
- * (0: a block a pair).
+ * pairs a block, 32 rows a warp (P >= 1, or auto: the plan's rule on this
+ * device's table; docs/TUNING.md, "DECODE_STREAM"); the JSON's
+ * "decode_pairs" says the P run (0: a block a pair).
  *
  * --gate G: the gate form, lower_bound (K3's, the default), softplus (the
  * same g inputs), log_decay or log_decay_f32 (g the log-decay itself,
@@ -236,8 +236,10 @@ static sp_status case_plan(const kda_case *c, sp_kda_plan *plan) {
             const int per_sm = dev->kda_decode_stream_per_sm[c->a.state.dtype == SP_BF16];
             P = sp_kda_decode_pairs_a_block_(c->N * c->H, (int64_t)dev->sms * per_sm);
         }
-        plan->decode_rows_per_warp = SP_KDA_DECODE_STREAM_ROWS;
-        plan->decode_pairs_a_block = P;
+        if (P > 0) {
+            plan->decode_rows_per_warp = SP_KDA_DECODE_STREAM_ROWS;
+            plan->decode_pairs_a_block = P;
+        }
     }
     return SP_OK;
 }
@@ -401,9 +403,10 @@ int main(int argc, char **argv) {
     /* --decode-pairs P|auto: a decode step by the stream form, P pairs a block. */
     for (int i = 1; i + 1 < argc; i++)
         if (strcmp(argv[i], "--decode-pairs") == 0) {
-            opts.decode_pairs = strcmp(argv[i + 1], "auto") == 0 ? -1 : atoll(argv[i + 1]);
-            if (opts.decode_pairs == 0 || opts.decode_pairs < -1 ||
-                (opts.decode_pairs == -1 && strcmp(argv[i + 1], "auto") != 0)) {
+            char *end = NULL;
+            opts.decode_pairs = strcmp(argv[i + 1], "auto") == 0 ? -1 : strtoll(argv[i + 1], &end, 10);
+            if (opts.decode_pairs != -1 ? opts.decode_pairs < 1 || *end != '\0'
+                                        : strcmp(argv[i + 1], "auto") != 0) {
                 fprintf(stderr, "--decode-pairs takes a count of at least 1, or auto\n");
                 return 2;
             }

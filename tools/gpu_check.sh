@@ -173,7 +173,8 @@ grep -hE "tests passed|tests failed|Not Run|\(Failed\)|Skipped" "$logs"/ctest*.l
 grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$logs"/san_*.log 2>/dev/null | sort | uniq -c
 tail -6 "$logs/demo.log" 2>/dev/null
 for f in bench_kda bench_kda_gates bench_pack bench_boundary bench_conv anchors bench_python bench_kda_decode \
-    decide_every_gate decide_gate_parts decide_longest_first decide_decode_rows anchors_gates \
+    decide_every_gate decide_gate_parts decide_longest_first decide_decode_rows decide_decode_stream \
+    anchors_gates \
     anchors_varlen; do
   [ -f "$logs/$f.log" ] && { echo "== $f"; grep -vE '^\{' "$logs/$f.log" | tail -16; }
 done

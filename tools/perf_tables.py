@@ -170,6 +170,24 @@ def decode_rows(rows):  # DECODE_ROWS_PER_WARP, beside the recurrent kernel, a r
     return "\n".join(out)
 
 
+def decode_stream(rows):  # DECODE_STREAM: a block a pair against the stream form's P
+    ms = defaultdict(list)
+    for r in rows:
+        if r["kernel"] == "decode":
+            ms[(f"{tth(r)} {r.get('state', 'f32')}", r.get("decode_pairs", 0))].append(r["ms"])
+    arms = sorted({k[1] for k in ms})
+    name = lambda P: "a block a pair" if P == 0 else f"P {P}"  # noqa: E731
+    out = ["| T/H/N state | " + " | ".join(f"{name(P)} ms" for P in arms)
+           + " | best stream / block |", "|---|" + "---:|" * (len(arms) + 1)]
+    for sh in sorted({k[0] for k in ms}, key=str):
+        med = {P: statistics.median(ms[(sh, P)]) for P in arms if ms.get((sh, P))}
+        best = min((t for P, t in med.items() if P), default=None)
+        ratio = f"{best / med[0]:.3f}" if best and 0 in med else "–"
+        out.append(f"| {sh} | " + " | ".join(f"{med[P]:.4f}" if P in med else "–" for P in arms)
+                   + f" | {ratio} |")
+    return "\n".join(out)
+
+
 def gate_kernels(rows):  # bench_kda --gate: every kernel on one form's inputs
     out = ["| gate | T/H/N | state | kernel | ms | o vs recurrent | state vs recurrent |",
            "|---|---|---|---|---:|---:|---:|"]
@@ -231,7 +249,8 @@ def main():
                              "decide_gate_parts.json", gate_parts),
                             ("ONE_PASS_LONGEST_FIRST", "decide_longest_first.json",
                              longest_first),
-                            ("DECODE_ROWS_PER_WARP", "decide_decode_rows.json", decode_rows)):
+                            ("DECODE_ROWS_PER_WARP", "decide_decode_rows.json", decode_rows),
+                            ("DECODE_STREAM", "decide_decode_stream.json", decode_stream)):
         path = os.path.join(d, name)
         if os.path.exists(path):
             print(f"## {title} ({name})\n\n{fn(lines(path))}\n")

@@ -107,9 +107,8 @@ int sp_kda_decode_rows_per_warp_(int state_bf16, int tokens_outer) {
 }
 
 int64_t sp_kda_decode_pairs_a_block_(int64_t pairs, int64_t slots) {
-    /* One wave, each block the same number of pairs (the last fewer): a
-     * block a pair where the pairs fit in one wave (docs/TUNING.md,
-     * "DECODE_STREAM"). */
+    /* One wave, each block the same number of pairs (the last fewer); 1
+     * where the pairs fit in one wave (docs/TUNING.md, "DECODE_STREAM"). */
     if (slots < 1 || pairs < 1) return 0;
     return (pairs + slots - 1) / slots;
 }

@@ -21,6 +21,7 @@
  */
 #include "bf16.h" /* sp_f32_to_bf16_: the library's rounding, for the oracle */
 #include "check.h"
+#include "cuda/device.h" /* the stream form's code: kda_decode_stream_per_sm */
 #include "kda/kda_internal.h" /* sp_kda_decode_emulate_ */
 #include "kda_problem.h"
 #include "stridepack_kda.h"
@@ -73,11 +74,19 @@ static void *as_width(const int64_t *x, int64_t n, sp_dtype to) {
 /* The decode kernel's rows a warp that run() gives it (sp_kda_plan): 0, the
  * library's plan; else 16 or 32 through a plan of the test's. Its order
  * (decode_tokens_outer): -1 the plan's, else 0 or 1. decode_pairs > 0: its
- * stream form with that many pairs a block, for every call it serves (a
- * step, groups outer, on a V-first pool; refused by name on a K-first one),
- * the rest as the plan has them. */
+ * stream form with that many pairs a block, for every call it serves
+ * (groups outer, on a V-first pool; refused by name on a K-first one), the
+ * rest as the plan has them; stream_runs counts the calls it ran. */
 static int decode_rows, decode_outer = -1;
-static int64_t decode_pairs;
+static int64_t decode_pairs, stream_runs;
+
+/* The stream form has code for this device with both pools. */
+static int stream_here(void) {
+    const sp_cuda_device *dev;
+    return on_device() && !emulated &&
+           sp_cuda_device_((int)M->device.ordinal, SP_CUDA_PART_KDA, &dev) == SP_OK &&
+           dev->kda_decode_stream_per_sm[0] > 0 && dev->kda_decode_stream_per_sm[1] > 0;
+}
 
 /* Run a call whose buffers are all in the backend's memory; the two-pass
  * kernel gets the workspace it asks for. */
@@ -105,6 +114,7 @@ static sp_status run(sp_kda_args *a) {
             stream.decode_pairs_a_block = decode_pairs;
             if (a->state.strides[3] == 1) {
                 plan = stream;
+                stream_runs++;
             } else { /* K-first */
                 CHECK_STATUS(sp_kda_prefill_planned_(a, &stream, M->stream), SP_ERR_UNSUPPORTED);
                 CHECKF(strstr(sp_last_error(), "V-first") != NULL, "%s", sp_last_error());
@@ -778,37 +788,48 @@ static void orders_case(sp_dtype sdt, int k_first) {
 }
 
 /* The decode kernel's stream form (decode_pairs_a_block, forced by run())
- * against its block-a-pair form on a decode step with a one-column verify
- * table: the same o and pool bits at 1, 3 and (one block for every pair)
- * 1,000 pairs a block, with a padded row (-1), a row past the pool (the
- * device rule: skipped), sequences without tokens and fresh ones
- * (has_initial_state); the guard slots around the pool kept
- * (verify_run). */
-static void stream_case(sp_dtype sdt) {
-    static const int64_t lens[] = {1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1};
+ * against its block-a-pair form, the same o and pool bits at 1, 3 and (one
+ * block for every pair) 1,000 pairs a block: a decode step with a
+ * one-column verify table (W 1), with a padded row (-1), a row past the
+ * pool (the device rule: skipped), sequences without tokens and fresh ones
+ * (has_initial_state); and a verify call (W 4, accepted counts) in the
+ * groups-outer order both forms run, each group through up to four tokens;
+ * the guard slots around the pool kept (verify_run). */
+static void stream_case(sp_dtype sdt, int64_t W) {
+    static const int64_t step[] = {1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1};
+    static const int64_t lens4[] = {3, 1, 4, 2, 4, 0, 1, 3};
     static const int64_t per_block[] = {1, 3, 1000};
     verify v;
-    verify_make(&v, lens, 13, 1, sdt, 0, 1, 6800 + (uint64_t)(sdt == SP_BF16));
+    verify_make(&v, W == 1 ? step : lens4, W == 1 ? 13 : 8, W, sdt, W > 1, 1,
+                6800 + (uint64_t)(2 * W + (sdt == SP_BF16)));
     v.p.kernel = SP_KDA_KERNEL_DECODE;
-    v.table[3] = -1;      /* padded */
-    v.table[5] = v.S + 3; /* past the pool */
+    v.table[3 * W] = -1;      /* padded */
+    v.table[5 * W] = v.S + 3; /* past the pool (its first column: the read one at W 1) */
+    if (W > 1) v.acc[5] = 1;
+    decode_outer = 0;
     const kda_problem *p = &v.p;
     void *o[2], *pool[2];
     for (int i = 0; i < 2; i++) o[i] = xmalloc(p->bytes[KB_O]), pool[i] = xmalloc(v.pool_bytes);
-    CHECKF(verify_run(&v, SP_I32, 0, o[0], pool[0]) == SP_OK, "a step: %s", sp_last_error());
+    CHECKF(verify_run(&v, SP_I32, 0, o[0], pool[0]) == SP_OK, "W %lld: %s", (long long)W,
+           sp_last_error());
     CHECK(memcmp(pool[0], v.pool, v.pool_bytes) != 0); /* it wrote */
+    const int64_t runs = stream_runs;
     for (int i = 0; i < 3; i++) {
         decode_pairs = per_block[i];
         CHECKF(verify_run(&v, SP_I32, 0, o[1], pool[1]) == SP_OK, "stream form, %lld a block: %s",
                (long long)per_block[i], sp_last_error());
         CHECKF(memcmp(o[0], o[1], p->bytes[KB_O]) == 0 &&
                    memcmp(pool[0], pool[1], v.pool_bytes) == 0,
-               "decode, %s pool: the stream form at %lld pairs a block differs from a block a pair",
-               sp_dtype_name(sdt), (long long)per_block[i]);
+               "decode, %s pool, W %lld: the stream form at %lld pairs a block differs from a "
+               "block a pair",
+               sp_dtype_name(sdt), (long long)W, (long long)per_block[i]);
     }
-    decode_pairs = 0;
-    printf("decode stream form, %s pool: bit for bit a block a pair at 1, 3, 1000 pairs a block\n",
-           sp_dtype_name(sdt));
+    CHECKF(stream_runs == runs + 3, "the stream form ran %lld of 3 calls",
+           (long long)(stream_runs - runs));
+    decode_pairs = 0, decode_outer = -1;
+    printf("decode stream form, %s pool, W %lld: bit for bit a block a pair at 1, 3, 1000 pairs "
+           "a block\n",
+           sp_dtype_name(sdt), (long long)W);
     for (int i = 0; i < 2; i++) free(o[i]), free(pool[i]);
     free(v.pool);
     kp_free(&v.p);
@@ -1061,14 +1082,15 @@ int main(void) {
     const int nk = kernels(ks);
     for (int i = 0; i < nk; i++) {
         /* The decode kernel in each of its builds: rows a warp 32, 16, and
-         * (on a device) its stream form where it serves the call, 3 pairs a
+         * (where it has code) its stream form, groups outer, at 3 pairs a
          * block and one block for every pair. */
         static const int rows[4] = {32, 16, 32, 32};
         static const int64_t pairs[4] = {0, 0, 3, 1000};
-        const int builds = ks[i] != SP_KDA_KERNEL_DECODE ? 1 : on_device() && !emulated ? 4 : 2;
+        const int builds = ks[i] != SP_KDA_KERNEL_DECODE ? 1 : stream_here() ? 4 : 2;
         for (int ri = 0; ri < builds; ri++) {
             decode_rows = ks[i] == SP_KDA_KERNEL_DECODE ? rows[ri] : 0;
             decode_pairs = ks[i] == SP_KDA_KERNEL_DECODE ? pairs[ri] : 0;
+            decode_outer = decode_pairs ? 0 : -1;
             if (decode_pairs)
                 printf("decode kernel, stream form, %lld pairs a block\n", (long long)decode_pairs);
             else if (decode_rows)
@@ -1082,7 +1104,7 @@ int main(void) {
                 decode_step_case(ks[i], SP_F32, two);
                 decode_step_case(ks[i], SP_BF16, two);
             }
-            if (decode_pairs) continue; /* the stream form serves steps only */
+            if (decode_pairs) continue; /* its verify tables and refusals: stream_case */
             if (is_chunked(ks[i])) continue; /* forms, a verify table: refused by name */
             forms_case(ks[i]);
             for (int s = 0; s < 2; s++)
@@ -1094,16 +1116,14 @@ int main(void) {
             verify_case(ks[i], SP_BF16, SP_I64, 1, 1, 12, 6512);
             if (ks[i] == SP_KDA_KERNEL_DECODE)
                 for (int s = 0; s < 4; s++) orders_case(s & 1 ? SP_BF16 : SP_F32, s >> 1);
-            if (ks[i] == SP_KDA_KERNEL_DECODE && on_device() && !emulated && ri == 0) {
-                stream_case(SP_F32);
-                stream_case(SP_BF16);
-            }
+            if (ks[i] == SP_KDA_KERNEL_DECODE && ri == 0 && stream_here())
+                for (int s = 0; s < 4; s++) stream_case(s & 1 ? SP_BF16 : SP_F32, s < 2 ? 1 : 4);
             if (on_device()) device_rule_case(ks[i]);
 #ifdef TS_MEM_IS_CUDA
             graph_case(ks[i]);
 #endif
         }
-        decode_rows = 0, decode_pairs = 0;
+        decode_rows = 0, decode_pairs = 0, decode_outer = -1;
     }
     if (!emulated) bad_cases(); /* the contract of sp_kda_prefill itself */
     return sp_test_finish(emulated ? "test_kda_engine_emulated"

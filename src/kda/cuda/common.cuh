@@ -149,7 +149,7 @@ size_t sp_kda_chunked_smem_bytes_(void);
 /* Each chunked kernel's facts for the device table (sp_kda_cuda_device_facts_). */
 sp_status sp_kda_one_pass_device_facts_(sp_cuda_device *d);
 /* The decode kernel's facts (its stream form's blocks a multiprocessor). */
-sp_status sp_kda_decode_device_facts_(sp_cuda_device *d);
+void sp_kda_decode_device_facts_(sp_cuda_device *d);
 sp_status sp_kda_two_pass_device_facts_(sp_cuda_device *d);
 
 #ifdef __cplusplus

@@ -394,7 +394,7 @@ static __global__ void __launch_bounds__(dec_launch<DEC_STREAM_RPW>::THREADS, DE
     }
     __syncwarp(); /* the mbarriers made before any lane waits on them */
     dec_warp w;
-    dec_raw r; /* the pair's token (one token), fetched a pair ahead */
+    dec_raw r = {}; /* the pair's token (one token), fetched a pair ahead */
     int64_t x = dec_stream_next<RPW>(p, x0, end, wi, &w);
     if (x < end) {
         if (w.sq.len == 1) dec_fetch<RPW>(p, w, w.sq.bos, lane, 1, r);
@@ -403,7 +403,7 @@ static __global__ void __launch_bounds__(dec_launch<DEC_STREAM_RPW>::THREADS, DE
     }
     unsigned phase = 0; /* bit G: the parity of slot G's next completion */
     while (x < end) {
-        dec_raw rn;
+        dec_raw rn = {};
         int64_t from = -1; /* the next pair's rows (its read slot) */
         int64_t xn;
         {
@@ -470,39 +470,44 @@ static const void *stream_kernel(int bf16, size_t *smem) {
 }
 
 static cudaError_t launch_stream(const kda_params *p, int64_t pairs_a_block, cudaStream_t stream) {
+    if (p->state_k_first || pairs_a_block < 1) return cudaErrorInvalidValue; /* the plan's checks */
     size_t bytes;
     const void *kernel = stream_kernel(p->state_bf16, &bytes);
     const cudaError_t e =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
     if (e != cudaSuccess) return e;
-    const int64_t blocks = (p->N * p->H + pairs_a_block - 1) / pairs_a_block;
+    const int64_t blocks = (p->N * p->H - 1) / pairs_a_block + 1;
     void *params[] = {(void *)p, (void *)&pairs_a_block};
     return cudaLaunchKernel(kernel, dim3((unsigned)blocks),
                             dim3(dec_launch<DEC_STREAM_RPW>::THREADS), params, bytes, stream);
 }
 
 /* Blocks of the stream form a multiprocessor holds with a bf16 pool or
- * not; 0 where its code has no bulk copies (below sm_90) or the build no
- * code for the device at all. */
-static cudaError_t stream_per_sm(int bf16, int *n) {
+ * not; 0 where its code has no bulk copies (code from PTX or machine code
+ * below 9.0: its body there is a trap) or the runtime cannot say, which
+ * leaves the form to no plan (its error cleared, as the one-pass kernel's
+ * facts do): a form no plan takes by itself does not fail the table. */
+static int stream_per_sm(int bf16) {
     size_t bytes;
     const void *kernel = stream_kernel(bf16, &bytes);
     cudaFuncAttributes a;
-    *n = 0;
-    if (cudaFuncGetAttributes(&a, kernel) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return cudaSuccess;
+    int n = 0;
+    cudaError_t e = cudaFuncGetAttributes(&a, kernel);
+    if (e == cudaSuccess && (a.ptxVersion < 90 || a.binaryVersion < 90)) return 0;
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+    if (e == cudaSuccess)
+        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel,
+                                                          dec_launch<DEC_STREAM_RPW>::THREADS, bytes);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* ours */
+        return 0;
     }
-    if (a.binaryVersion < 90) return cudaSuccess;
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
-    if (e != cudaSuccess) return e;
-    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, kernel,
-                                                         dec_launch<DEC_STREAM_RPW>::THREADS, bytes);
+    return n;
 }
 
-extern "C" sp_status sp_kda_decode_device_facts_(sp_cuda_device *d) {
-    for (int bf = 0; bf < 2; bf++) SP_CUDA_CHECK(stream_per_sm(bf, &d->kda_decode_stream_per_sm[bf]));
-    return SP_OK;
+extern "C" void sp_kda_decode_device_facts_(sp_cuda_device *d) {
+    for (int bf = 0; bf < 2; bf++) d->kda_decode_stream_per_sm[bf] = stream_per_sm(bf);
 }
 
 extern "C" cudaError_t sp_kda_launch_decode_(const kda_params *p, const sp_kda_plan *plan,
