@@ -53,8 +53,8 @@
  * decode and auto (the recurrent kernel still runs once: the others' errors).
  *
  * Run: build/bench/bench_kda [--shape T H N] [--probe m|g|v|k|g.v|g.k|g.f] [--two-pass R.P]
- *      [--decode-rows R] [--decode-pairs P|auto] [--gate G] [--every-gate] [--unequal] [--longest-first | --batch-order]
- *      [--k-first] [--bf16-state] [--kernels LIST] [--json FILE]
+ *      [--decode-rows R] [--decode-pairs P|auto] [--gate G] [--every-gate] [--unequal]
+ *      [--longest-first | --batch-order] [--k-first] [--bf16-state] [--kernels LIST] [--json FILE]
  */
 #include "harness.h"
 #include "cuda/device.h"

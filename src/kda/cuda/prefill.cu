@@ -79,10 +79,10 @@ extern "C" sp_status sp_kda_prefill_cuda_(const sp_kda_args *a, const sp_kda_dim
 }
 
 extern "C" sp_status sp_kda_cuda_device_facts_(sp_cuda_device *d) {
+    sp_kda_decode_device_facts_(d);
     /* Where a block cannot have the chunked kernels' shared memory (100 KB
      * parts, the A100's 163 KB) nothing more is asked: their kernels could
      * not even be given it, and the plan keeps to the recurrent kernel. */
-    sp_kda_decode_device_facts_(d);
     d->kda_chunked = (size_t)d->smem_optin >= sp_kda_chunked_smem_bytes_();
     d->kda_wgmma = 0;
     memset(d->kda_fused_per_sm, 0, sizeof d->kda_fused_per_sm);
