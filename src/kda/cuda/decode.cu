@@ -79,14 +79,14 @@ static __device__ __forceinline__ float xch_rows(int lane, const float d[4]) {
 }
 
 /* Group G's rows landed in the warp's copy, where they come by bulk copies
- * (bars given: dec_stage; the lanes' copies were waited for before the
- * group loop). */
+ * (bars given: dec_stage's, the copy completing bars[G]'s phase of parity
+ * `parity`; the lanes' copies were waited for before the group loop). */
 static __device__ __forceinline__ void dec_rows_wait(const dec_warp &w, const uint64_t *bars,
-                                                     int G) {
+                                                     int G, unsigned parity) {
 #if DEC_BULK
-    if (bars && w.sq.read_base >= 0) sp_mbarrier_wait_(sp_smem_addr_(bars + G), 0);
+    if (bars && w.sq.read_base >= 0) sp_mbarrier_wait_(sp_smem_addr_(bars + G), parity);
 #else
-    (void)w, (void)bars, (void)G;
+    (void)w, (void)bars, (void)G, (void)parity;
 #endif
 }
 
@@ -226,7 +226,7 @@ static __device__ __forceinline__ void dec_run_tokens_outer(const kda_params &p,
 #pragma unroll(UNROLL)
             for (int G = 0; G < SH::GROUPS; G++) {
                 if (i == 0) {
-                    dec_rows_wait(w, bars, G);
+                    dec_rows_wait(w, bars, G, 0);
                     dec_group_rows(p, w, KF, G, lane, copy, l);
                 } else
                     dec_group_kept(G, lane, m, l);
@@ -360,10 +360,8 @@ static __device__ __forceinline__ void dec_stream_group(const kda_params &p, con
                                                         int G, int lane, int64_t from,
                                                         unsigned char *m, uint64_t *bars,
                                                         unsigned &phase, dec_lane<RPW> &l) {
-    if (w.sq.read_base >= 0) {
-        sp_mbarrier_wait_(sp_smem_addr_(bars + G), (phase >> G) & 1);
-        phase ^= 1u << G;
-    }
+    dec_rows_wait(w, bars, G, (phase >> G) & 1);
+    if (w.sq.read_base >= 0) phase ^= 1u << G;
     dec_group_rows(p, w, 0, G, lane, m, l);
     sp_fence_proxy_async_(); /* the reads before the bulk copy's writes */
     __syncwarp();            /* slot G read by every lane */
@@ -388,10 +386,7 @@ static __global__ void __launch_bounds__(dec_launch<DEC_STREAM_RPW>::THREADS, DE
     float *const vf = dec_warp_v<RPW>(smem_bytes, wi, es);
     const int64_t x0 = (int64_t)blockIdx.x * pairs_a_block;
     const int64_t end = min(x0 + pairs_a_block, p.N * p.H);
-    if (lane == 0) {
-        for (int G = 0; G < SH::GROUPS; G++) sp_mbarrier_init_(sp_smem_addr_(bars + G), 1);
-        sp_mbarrier_init_fence_();
-    }
+    if (lane == 0) dec_bars_init<RPW>(bars);
     __syncwarp(); /* the mbarriers made before any lane waits on them */
     dec_warp w;
     dec_raw r = {}; /* the pair's token (one token), fetched a pair ahead */

@@ -165,6 +165,14 @@ static SP_HD void dec_bias(const kda_params &p, const dec_warp &w, int lane, dec
 }
 
 #if DEC_BULK
+/* By one lane: the warp's mbarriers, one a group of its rows, each for one
+ * arrival (the lane issuing the group's bulk copy); a __syncwarp after it
+ * before any lane waits on them. */
+template <int RPW> static __device__ __forceinline__ void dec_bars_init(uint64_t *bars) {
+    for (int G = 0; G < RPW / DEC_GROUP; G++) sp_mbarrier_init_(sp_smem_addr_(bars + G), 1);
+    sp_mbarrier_init_fence_();
+}
+
 /* By one lane: group G's rows (DEC_GROUP rows of a V-first pool, 1 or 2 KB)
  * of the read slot at `read_base`, the warp's rows from row0, into m's
  * place for them by one bulk copy completing on bars[G] (dec_rows_wait). */
@@ -197,8 +205,7 @@ static SP_HD void dec_stage(const kda_params &p, const dec_warp &w, int kf, int 
 #if DEC_BULK
     if (bars) {
         if (lane == 0) {
-            for (int G = 0; G < RPW / DEC_GROUP; G++) sp_mbarrier_init_(sp_smem_addr_(bars + G), 1);
-            sp_mbarrier_init_fence_();
+            dec_bars_init<RPW>(bars);
             for (int G = 0; G < RPW / DEC_GROUP; G++)
                 dec_group_copy(p, w.sq.read_base, w.row0, G, m, bars);
         }
