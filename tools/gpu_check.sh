@@ -140,15 +140,14 @@ decide_decode_rows() { # DECODE_ROWS_PER_WARP (the decode grid itself is bench_k
   done
 }
 decide_decode_stream() { # DECODE_STREAM: a decode step's stream form against a block a pair
-  local s p
+  local s p pool ps
   for s in "64 12 64" "64 32 64" "256 12 256" "512 12 512" "64 96 64" "512 96 512"; do
-    for p in 0 1 2 4 auto auto 4 2 1 0; do
-      kda --kernels decode --shape $s --bf16-state $([ $p != 0 ] && echo --decode-pairs $p) \
-        --json "$out/decide_decode_stream.json" || return
-    done
-    for p in 0 auto auto 0; do
-      kda --kernels decode --shape $s $([ $p != 0 ] && echo --decode-pairs $p) \
-        --json "$out/decide_decode_stream.json" || return
+    for pool in --bf16-state ""; do # P 1, 2, 4 too where the bf16 step misses its target
+      ps="0 auto auto 0"; [ -n "$pool" ] && ps="0 1 2 4 auto auto 4 2 1 0"
+      for p in $ps; do
+        kda --kernels decode --shape $s $pool $([ $p != 0 ] && echo --decode-pairs $p) \
+          --json "$out/decide_decode_stream.json" || return
+      done
     done
   done
 }
